@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The wirelab switch: one tc ingress program on every switch port, forming one
+ * pipeline  parse -> classify -> inject events -> mirror -> forward.
+ * Later stages (vAQM, editor, ...) are added here as stages a spec turns on,
+ * not as separate programs that parse the packet again (DESIGN.md).
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "wirelab.h"
+
+/* Set by the control plane before load (libbpf-bootstrap style). */
+const volatile __u32 snap_len = 128;
+/* The smallest power of two >= snap_len: the bytes reserved per record. */
+const volatile __u32 snap_room = 128;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WL_MAX_PORTS);
+	__type(key, __u32); /* ifindex */
+	__type(value, struct wl_port);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WL_MAX_PORTS);
+	__type(key, __u64); /* destination MAC */
+	__type(value, struct wl_fwd);
+} fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * WL_MAX_CONNS);
+	__type(key, struct wl_flow_key);
+	__type(value, struct wl_flow);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_CONNS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_conn_state);
+} conn_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct wl_seg_key);
+	__type(value, __u32);
+} seg_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct wl_event_key);
+	__type(value, struct wl_event);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_counters);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} mirror_seq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24); /* resized by the control plane */
+} ring SEC(".maps");
+
+/* Makes the record header part of the BTF so the skeleton exports its type. */
+struct wl_mirror_hdr mirror_hdr_abi = {};
+
+struct pkt {
+	__u32 l3_off;
+	__u32 l4_off;
+	__u32 payload_off;
+	__u32 payload_len;
+	__u8 is_tcp;
+	__u8 tcp_flags;
+	__u8 tos;
+	__u32 seq;
+	struct wl_flow_key key;
+};
+
+/* Stage 1: parse Ethernet / IPv4 / TCP. Anything else is forwarded as is. */
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	struct tcphdr *tcp;
+	__u32 ihl, doff, tot;
+
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end)
+		return 0;
+	ihl = ip->ihl * 4;
+	if (ihl < sizeof(*ip))
+		return 0;
+	p->l3_off = sizeof(*eth);
+	p->tos = ip->tos;
+	if (ip->protocol != IPPROTO_TCP || (ip->frag_off & bpf_htons(0x3fff)))
+		return 0;
+	p->l4_off = p->l3_off + ihl;
+	tcp = data + p->l4_off;
+	if ((void *)(tcp + 1) > end)
+		return 0;
+	doff = tcp->doff * 4;
+	tot = bpf_ntohs(ip->tot_len);
+	if (doff < sizeof(*tcp) || tot < ihl + doff)
+		return 0;
+	p->is_tcp = 1;
+	p->payload_off = p->l4_off + doff;
+	p->payload_len = tot - ihl - doff;
+	p->tcp_flags = ((__u8 *)tcp)[13];
+	p->seq = bpf_ntohl(tcp->seq);
+	p->key.saddr = ip->saddr;
+	p->key.daddr = ip->daddr;
+	p->key.sport = tcp->source;
+	p->key.dport = tcp->dest;
+	p->key.proto = IPPROTO_TCP;
+	return 1;
+}
+
+#define TCP_FLAG_SYN 0x02
+
+/*
+ * Stage 2: classify the data direction of a connection and track its data
+ * packet index and iteration. Lumina §3.3: "If its PSN is not larger than
+ * Last_PSN, the event injector identifies this as a new round of
+ * transmissions and increases ITER by 1 ... Regardless of the comparison
+ * result, the event injector always updates Last_PSN". For TCP the PSN is the
+ * segment's sequence number relative to the ISN, and the packet index counts
+ * first transmissions (segments that start at or beyond the highest byte sent).
+ */
+static __always_inline void track(struct pkt *p, __u32 conn, struct wl_mirror_hdr *m)
+{
+	struct wl_conn_state *st = bpf_map_lookup_elem(&conn_state, &conn);
+	struct wl_seg_key sk = { .conn = conn };
+	__u32 rel, idx = 0, first = 0, iter;
+	__u32 *found;
+
+	if (!st)
+		return;
+	if (p->tcp_flags & TCP_FLAG_SYN) {
+		bpf_spin_lock(&st->lock);
+		st->synced = 1;
+		st->isn = p->seq;
+		st->seen_data = 0;
+		st->last_rel = 0;
+		st->next_new = 1; /* the SYN consumes one sequence number */
+		st->iter = 1;
+		st->first_tx = 0;
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	if (p->payload_len == 0)
+		return;
+	bpf_spin_lock(&st->lock);
+	if (!st->synced) {
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	rel = p->seq - st->isn;
+	if (st->seen_data && rel <= st->last_rel)
+		st->iter++;
+	st->seen_data = 1;
+	st->last_rel = rel;
+	if ((__s32)(rel - st->next_new) >= 0) {
+		first = 1;
+		idx = ++st->first_tx;
+	}
+	if ((__s32)(rel + p->payload_len - st->next_new) > 0)
+		st->next_new = rel + p->payload_len;
+	iter = st->iter;
+	bpf_spin_unlock(&st->lock);
+
+	sk.rel_seq = rel;
+	if (first) {
+		bpf_map_update_elem(&seg_index, &sk, &idx, BPF_ANY);
+	} else {
+		found = bpf_map_lookup_elem(&seg_index, &sk);
+		idx = found ? *found : 0;
+	}
+	m->index = idx;
+	m->iter = iter;
+	m->first_tx = first;
+}
+
+/* Stage 3: the event table, exact key first, then the wildcards. */
+static __always_inline struct wl_event *match_event(__u32 conn, __u32 idx, __u32 iter)
+{
+	struct wl_event_key k = { .conn = conn, .index = idx, .iter = iter };
+	struct wl_event *ev;
+
+	if (idx) {
+		ev = bpf_map_lookup_elem(&events, &k);
+		if (ev)
+			return ev;
+		k.iter = WL_ANY;
+		ev = bpf_map_lookup_elem(&events, &k);
+		if (ev)
+			return ev;
+	}
+	k.index = WL_ANY;
+	k.iter = iter;
+	ev = bpf_map_lookup_elem(&events, &k);
+	if (ev)
+		return ev;
+	k.iter = WL_ANY;
+	return bpf_map_lookup_elem(&events, &k);
+}
+
+/* RFC 3168 §5: CE may only be set on an ECN-capable (ECT(0)/ECT(1)) packet. */
+static __always_inline int mark_ce(struct __sk_buff *skb, struct pkt *p)
+{
+	__u8 old = p->tos, new = p->tos | 0x3;
+	__u16 old_w, new_w;
+	__u8 first;
+
+	if ((old & 0x3) == 0)
+		return 0;
+	if (bpf_skb_load_bytes(skb, p->l3_off, &first, 1))
+		return 0;
+	old_w = bpf_htons(((__u16)first << 8) | old);
+	new_w = bpf_htons(((__u16)first << 8) | new);
+	bpf_skb_store_bytes(skb, p->l3_off + 1, &new, 1, 0);
+	bpf_l3_csum_replace(skb, p->l3_off + offsetof(struct iphdr, check), old_w, new_w, 2);
+	return 1;
+}
+
+/*
+ * A bit error in the first payload byte, checksums left as they were, so the
+ * receiver's TCP checksum verification (RFC 793 §3.1) must discard it.
+ */
+static __always_inline void corrupt(struct __sk_buff *skb, struct pkt *p)
+{
+	__u8 b;
+
+	if (bpf_skb_load_bytes(skb, p->payload_off, &b, 1))
+		return;
+	b ^= 0x01;
+	bpf_skb_store_bytes(skb, p->payload_off, &b, 1, 0);
+}
+
+/* Stage 4: mirror into the capture ring, before any drop (Lumina §3.4). */
+static __always_inline void mirror(struct __sk_buff *skb, struct wl_mirror_hdr *m,
+				   struct wl_counters *c)
+{
+	__u32 zero = 0, cap = skb->len;
+	__u64 *seqp = bpf_map_lookup_elem(&mirror_seq, &zero);
+	struct wl_mirror_hdr *r;
+
+	if (!seqp)
+		return;
+	m->seq = __sync_fetch_and_add(seqp, 1);
+	r = bpf_ringbuf_reserve(&ring, sizeof(*r) + snap_room, 0);
+	if (!r) {
+		c->mirror_lost++;
+		return;
+	}
+	if (cap > snap_len)
+		cap = snap_len;
+	m->cap_len = cap;
+	__builtin_memcpy(r, m, sizeof(*r));
+	/* cap is in [1, snap_len] and snap_len <= snap_room (a power of two),
+	 * so this mask changes nothing at run time; it shows the verifier a lower
+	 * bound of 1 that survives clang's register copies. */
+	cap = ((cap - 1) & (snap_room - 1)) + 1;
+	if (bpf_skb_load_bytes(skb, 0, (void *)(r + 1), cap))
+		r->cap_len = 0;
+	bpf_ringbuf_submit(r, 0);
+	c->mirrored++;
+}
+
+SEC("tc")
+int wl_switch(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex, port_no, conn = 0;
+	struct wl_mirror_hdr m = {};
+	struct pkt p = {};
+	struct wl_port *port;
+	struct wl_counters *c, *oc;
+	struct wl_flow *flow = 0;
+	struct wl_event *ev = 0;
+	struct wl_fwd *out;
+	__u64 dmac = 0;
+	void *data, *end;
+
+	port = bpf_map_lookup_elem(&ports, &ifindex);
+	if (!port)
+		return TC_ACT_OK; /* not a switch port */
+	port_no = port->port;
+	c = bpf_map_lookup_elem(&counters, &port_no);
+	if (!c)
+		return TC_ACT_SHOT;
+	c->rx_pkts++;
+	c->rx_bytes += skb->len;
+
+	m.ts_ns = bpf_ktime_get_ns();
+	m.pkt_len = skb->len;
+	m.port = port_no;
+
+	if (parse(skb, &p)) {
+		flow = bpf_map_lookup_elem(&flows, &p.key);
+		if (flow) {
+			conn = flow->conn;
+			m.conn = conn;
+			m.data_dir = flow->data_dir;
+			if (flow->data_dir) {
+				track(&p, conn, &m);
+				if (m.index || m.iter)
+					ev = match_event(conn, m.index, m.iter);
+			}
+		}
+	}
+	if (ev) {
+		m.action = ev->action;
+		m.event_id = ev->id;
+		__sync_fetch_and_add(&ev->hits, 1);
+		if (ev->action == WL_EV_ECN && !mark_ce(skb, &p))
+			m.action = WL_EV_ECN_NOT_ECT;
+	}
+
+	/* The trace shows the packet as the receiver gets it for ECN, and as the
+	 * sender sent it for a corruption (as Lumina's dumper restores it). */
+	mirror(skb, &m, c);
+
+	if (m.action == WL_EV_DROP) {
+		c->event_drops++;
+		return TC_ACT_SHOT;
+	}
+	if (m.action == WL_EV_CORRUPT)
+		corrupt(skb, &p);
+
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	if (data + ETH_ALEN > end)
+		return TC_ACT_SHOT;
+	__builtin_memcpy(&dmac, data, ETH_ALEN);
+	out = bpf_map_lookup_elem(&fwd, &dmac);
+	if (!out) {
+		c->no_route++;
+		return TC_ACT_SHOT;
+	}
+	port_no = out->port;
+	oc = bpf_map_lookup_elem(&counters, &port_no);
+	if (oc) {
+		oc->tx_pkts++;
+		oc->tx_bytes += skb->len;
+	}
+	return bpf_redirect(out->ifindex, 0);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one kernel <-> user ABI of the wirelab switch. Every struct shared with
+ * user space lives here; the Rust side gets them from the generated skeleton
+ * (libbpf-cargo), never from a hand-written copy.
+ */
+#ifndef WIRELAB_H
+#define WIRELAB_H
+
+#define WL_MAX_PORTS 64
+#define WL_MAX_CONNS 1024
+/* Largest snap length a spec may ask for: a full 1500-byte-MTU frame + VLAN. */
+#define WL_MAX_SNAP 1518
+
+/* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */
+#define WL_ANY 0
+
+enum wl_action {
+	WL_EV_NONE = 0,
+	WL_EV_DROP = 1,
+	WL_EV_ECN = 2,
+	WL_EV_CORRUPT = 3,
+	/* An `ecn` event hit a packet that was not ECN-capable (Not-ECT): RFC 3168
+	 * §5 forbids setting CE on it, so the switch forwards it unchanged and
+	 * says so in the trace. */
+	WL_EV_ECN_NOT_ECT = 4,
+};
+
+/* A switch port, keyed by the ifindex of its device in the switch namespace. */
+struct wl_port {
+	__u32 port; /* 1-based port number, as in the plan */
+};
+
+/* Static forwarding: destination MAC (in the low 48 bits) -> egress port. */
+struct wl_fwd {
+	__u32 ifindex;
+	__u32 port;
+};
+
+/* One direction of a TCP connection, as the control plane armed it. */
+struct wl_flow_key {
+	__u32 saddr; /* network byte order */
+	__u32 daddr;
+	__u16 sport; /* network byte order */
+	__u16 dport;
+	__u32 proto;
+};
+
+struct wl_flow {
+	__u32 conn;     /* 1-based connection index from the spec */
+	__u32 data_dir; /* 1 if this direction carries the connection's messages */
+};
+
+/* Per-connection state of the data direction (Lumina §3.3). */
+struct wl_conn_state {
+	struct bpf_spin_lock lock;
+	__u32 synced;    /* ISN learnt from this direction's SYN / SYN-ACK */
+	__u32 isn;
+	__u32 seen_data; /* a data packet has passed: last_rel is meaningful */
+	__u32 last_rel;  /* relative seq of the previous data packet (Lumina's Last_PSN) */
+	__u32 next_new;  /* relative seq of the first byte never sent (snd_nxt max) */
+	__u32 iter;      /* ITER: rounds of (re)transmissions, starts at 1 */
+	__u32 first_tx;  /* data packets transmitted for the first time so far */
+	__u32 isn_learnt_mirror_seq;
+};
+
+/* Relative seq of a first transmission -> its data packet index. */
+struct wl_seg_key {
+	__u32 conn;
+	__u32 rel_seq;
+};
+
+struct wl_event_key {
+	__u32 conn;
+	__u32 index; /* WL_ANY = every data packet */
+	__u32 iter;  /* WL_ANY = every iteration */
+};
+
+struct wl_event {
+	__u32 action; /* enum wl_action */
+	__u32 id;     /* 1-based index of the event in the spec */
+	__u64 hits;
+};
+
+struct wl_counters {
+	__u64 rx_pkts;
+	__u64 rx_bytes;
+	__u64 tx_pkts;
+	__u64 tx_bytes;
+	__u64 mirrored;
+	__u64 mirror_lost; /* ring full: the run is INVALID */
+	__u64 event_drops;
+	__u64 no_route;
+};
+
+/* Header of one mirrored packet in the capture ring; cap_len bytes follow. */
+struct wl_mirror_hdr {
+	__u64 seq; /* global mirror sequence number, from 0, no gaps */
+	__u64 ts_ns; /* bpf_ktime_get_ns() at ingress: one clock for all ports */
+	__u32 pkt_len;
+	__u32 cap_len;
+	__u32 port;   /* ingress port */
+	__u32 action; /* enum wl_action applied to this packet */
+	__u32 event_id;
+	__u32 conn;   /* 0 = not a connection of the spec */
+	__u32 data_dir;
+	__u32 index;  /* data packet index, 0 = not a data packet / unknown */
+	__u32 iter;
+	__u32 first_tx; /* 1 if a first transmission */
+};
+
+#endif

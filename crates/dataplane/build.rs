@@ -1,0 +1,24 @@
+use std::env;
+use std::path::PathBuf;
+
+use libbpf_cargo::SkeletonBuilder;
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("target arch is set by cargo");
+    let multiarch = match arch.as_str() {
+        "x86_64" => "x86_64-linux-gnu",
+        "aarch64" => "aarch64-linux-gnu",
+        other => other,
+    };
+    SkeletonBuilder::new()
+        .source("bpf/switch.bpf.c")
+        .clang_args([
+            "-I".to_string(),
+            format!("/usr/include/{multiarch}"),
+            "-Wall".to_string(),
+        ])
+        .build_and_generate(out.join("switch.skel.rs"))
+        .expect("compiling bpf/switch.bpf.c (is clang installed? `make deps`)");
+    println!("cargo:rerun-if-changed=bpf");
+}

@@ -1,0 +1,409 @@
+//! The wirelab switch: one eBPF tc program (`bpf/switch.bpf.c`) whose stages a
+//! plan turns on, its libbpf-rs skeleton, and typed wrappers for its maps.
+//!
+//! Every struct shared with the kernel comes from the skeleton's `types`
+//! module (generated from BTF by libbpf-cargo), never from a hand copy.
+
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+use std::sync::Mutex;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
+
+mod skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/switch.skel.rs"));
+}
+pub use skel::types::{wl_counters, wl_mirror_hdr};
+use skel::{types, SwitchSkel, SwitchSkelBuilder};
+
+/// Largest snap length the program accepts (`WL_MAX_SNAP` in `wirelab.h`).
+pub const MAX_SNAP: u32 = 1518;
+/// Maximum number of switch ports and connections (`wirelab.h`).
+pub const MAX_PORTS: u32 = 64;
+pub const MAX_CONNS: u32 = 1024;
+/// Name of the program as the kernel lists it (`bpftool prog`).
+pub const PROG_NAME: &str = "wl_switch";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("loading the switch program failed: {source}\n--- libbpf / verifier log ---\n{log}")]
+    Load {
+        source: libbpf_rs::Error,
+        log: String,
+    },
+    #[error("{what}: {source}")]
+    Map {
+        what: String,
+        source: libbpf_rs::Error,
+    },
+    #[error("attaching the switch to ifindex {ifindex}: {source}")]
+    Attach {
+        ifindex: i32,
+        source: libbpf_rs::Error,
+    },
+    #[error("bad switch configuration: {0}")]
+    Config(String),
+}
+
+/// The action of an event, as `enum wl_action` in `wirelab.h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Action {
+    None = 0,
+    Drop = 1,
+    Ecn = 2,
+    Corrupt = 3,
+    /// An `ecn` event hit a Not-ECT packet; RFC 3168 §5 forbids marking it.
+    EcnNotEct = 4,
+}
+
+impl Action {
+    pub fn from_u32(v: u32) -> Option<Action> {
+        Some(match v {
+            0 => Action::None,
+            1 => Action::Drop,
+            2 => Action::Ecn,
+            3 => Action::Corrupt,
+            4 => Action::EcnNotEct,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Drop => "drop",
+            Action::Ecn => "ecn",
+            Action::Corrupt => "corrupt",
+            Action::EcnNotEct => "ecn-not-ect",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Action> {
+        [
+            Action::None,
+            Action::Drop,
+            Action::Ecn,
+            Action::Corrupt,
+            Action::EcnNotEct,
+        ]
+        .into_iter()
+        .find(|a| a.name() == s)
+    }
+}
+
+/// Settings fixed at load time (`const volatile` globals and map sizes).
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Bytes of each packet kept in the trace.
+    pub snap_len: u32,
+    /// Size of the capture ring in bytes (a power of two, >= one page).
+    pub ring_bytes: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            snap_len: 128,
+            ring_bytes: 1 << 24,
+        }
+    }
+}
+
+/// One direction of a TCP flow as the switch matches it. Addresses and ports
+/// in host order here; converted to network order for the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowKey {
+    pub saddr: std::net::Ipv4Addr,
+    pub daddr: std::net::Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+/// Per-connection state of the data direction, read back after a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnState {
+    pub synced: bool,
+    pub isn: u32,
+    pub iter: u32,
+    pub first_tx: u32,
+}
+
+/// Size of a record header in the capture ring.
+pub const MIRROR_HDR_LEN: usize = std::mem::size_of::<wl_mirror_hdr>();
+
+/// Views a plain kernel ABI struct as bytes (for map keys and values).
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is one of the skeleton's `#[repr(C)]` plain-data types (Copy,
+    // no pointers, explicit padding fields), so every byte is initialised.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// Reads a plain kernel ABI struct from bytes; `None` if too short.
+fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
+    if b.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the length is checked above; T is plain data for which any bit
+    // pattern is valid (integers only), and read_unaligned allows any alignment.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
+
+/// Parses the header of one capture-ring record; the captured bytes follow it.
+pub fn parse_mirror_record(b: &[u8]) -> Option<(wl_mirror_hdr, &[u8])> {
+    let h: wl_mirror_hdr = from_bytes(b)?;
+    let data = b.get(MIRROR_HDR_LEN..MIRROR_HDR_LEN + h.cap_len as usize)?;
+    Some((h, data))
+}
+
+static LOAD_LOG: Mutex<String> = Mutex::new(String::new());
+
+fn capture_libbpf_log(level: PrintLevel, msg: String) {
+    if level != PrintLevel::Debug {
+        if let Ok(mut l) = LOAD_LOG.lock() {
+            l.push_str(&msg);
+        }
+    }
+}
+
+/// A loaded switch pipeline. Attach it to each port inside the switch
+/// namespace; detaching happens when the namespace (and its veths) goes.
+pub struct Switch {
+    skel: SwitchSkel<'static>,
+    config: Config,
+}
+
+fn map_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Map { what, source }
+}
+
+impl Switch {
+    /// Loads the program; the verifier log is part of the error on failure.
+    pub fn load(config: Config) -> Result<Switch, Error> {
+        if config.snap_len == 0 || config.snap_len > MAX_SNAP {
+            return Err(Error::Config(format!(
+                "snap length {} is outside 1..={MAX_SNAP}",
+                config.snap_len
+            )));
+        }
+        if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
+            return Err(Error::Config(format!(
+                "capture ring of {} bytes must be a power of two >= 4096",
+                config.ring_bytes
+            )));
+        }
+        // The skeleton borrows its OpenObject storage for as long as it lives;
+        // a Switch is loaded a handful of times per process, so the few bytes
+        // of this box are leaked rather than building a self-referential type.
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        LOAD_LOG.lock().map(|mut l| l.clear()).ok();
+        let prev = libbpf_rs::set_print(Some((PrintLevel::Info, capture_libbpf_log)));
+        let res = open_and_load(storage, config);
+        libbpf_rs::set_print(prev);
+        let skel = res.map_err(|source| Error::Load {
+            source,
+            log: LOAD_LOG.lock().map(|l| l.clone()).unwrap_or_default(),
+        })?;
+        Ok(Switch { skel, config })
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Attaches the pipeline at tc ingress of `ifindex`. The caller must be in
+    /// the network namespace that owns the device.
+    pub fn attach_ingress(&self, ifindex: i32) -> Result<(), Error> {
+        let fd = self.skel.progs.wl_switch.as_fd();
+        let mut hook = TcHookBuilder::new(fd)
+            .ifindex(ifindex)
+            .replace(true)
+            .handle(1)
+            .priority(1)
+            .hook(libbpf_rs::TC_INGRESS);
+        hook.create()
+            .and_then(|mut h| h.attach())
+            .map_err(|source| Error::Attach { ifindex, source })?;
+        Ok(())
+    }
+
+    pub fn add_port(&self, ifindex: u32, port: u32) -> Result<(), Error> {
+        let v = types::wl_port { port };
+        self.skel
+            .maps
+            .ports
+            .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))
+    }
+
+    /// Static forwarding entry: frames to `mac` leave through `ifindex`.
+    pub fn add_fwd(&self, mac: [u8; 6], ifindex: u32, port: u32) -> Result<(), Error> {
+        let mut k = [0u8; 8];
+        k[..6].copy_from_slice(&mac);
+        let v = types::wl_fwd { ifindex, port };
+        self.skel
+            .maps
+            .fwd
+            .update(&k, bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("adding forwarding entry for port {port}")))
+    }
+
+    pub fn add_flow(&self, key: FlowKey, conn: u32, data_dir: bool) -> Result<(), Error> {
+        let k = types::wl_flow_key {
+            saddr: u32::from_ne_bytes(key.saddr.octets()),
+            daddr: u32::from_ne_bytes(key.daddr.octets()),
+            sport: key.sport.to_be(),
+            dport: key.dport.to_be(),
+            proto: 6,
+        };
+        let v = types::wl_flow {
+            conn,
+            data_dir: data_dir as u32,
+        };
+        self.skel
+            .maps
+            .flows
+            .update(bytes_of(&k), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("adding connection {conn}")))
+    }
+
+    /// Arms an event. `index`/`iter` 0 are the wildcards (`packet: all`,
+    /// any iteration).
+    pub fn add_event(
+        &self,
+        conn: u32,
+        index: u32,
+        iter: u32,
+        action: Action,
+        id: u32,
+    ) -> Result<(), Error> {
+        let k = types::wl_event_key { conn, index, iter };
+        let v = types::wl_event {
+            action: action as u32,
+            id,
+            hits: 0,
+        };
+        self.skel
+            .maps
+            .events
+            .update(bytes_of(&k), bytes_of(&v), MapFlags::NO_EXIST)
+            .map_err(map_err(format!(
+                "arming event {id} (connection {conn}, packet {index}, iteration {iter})"
+            )))
+    }
+
+    /// How many packets event `(conn, index, iter)` hit so far.
+    pub fn event_hits(&self, conn: u32, index: u32, iter: u32) -> Result<u64, Error> {
+        let k = types::wl_event_key { conn, index, iter };
+        let v = self
+            .skel
+            .maps
+            .events
+            .lookup(bytes_of(&k), MapFlags::ANY)
+            .map_err(map_err("reading the event table"))?;
+        Ok(v.and_then(|b| from_bytes::<types::wl_event>(&b))
+            .map_or(0, |e| e.hits))
+    }
+
+    pub fn conn_state(&self, conn: u32) -> Result<ConnState, Error> {
+        let v = self
+            .skel
+            .maps
+            .conn_state
+            .lookup(&conn.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("reading state of connection {conn}")))?;
+        let s: types::wl_conn_state = v.and_then(|b| from_bytes(&b)).unwrap_or_default();
+        Ok(ConnState {
+            synced: s.synced != 0,
+            isn: s.isn,
+            iter: s.iter,
+            first_tx: s.first_tx,
+        })
+    }
+
+    /// Counters of one port, summed over CPUs.
+    pub fn counters(&self, port: u32) -> Result<wl_counters, Error> {
+        let per_cpu = self
+            .skel
+            .maps
+            .counters
+            .lookup_percpu(&port.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("reading counters of port {port}")))?
+            .unwrap_or_default();
+        let mut t = wl_counters::default();
+        for b in per_cpu {
+            if let Some(c) = from_bytes::<wl_counters>(&b) {
+                t.rx_pkts += c.rx_pkts;
+                t.rx_bytes += c.rx_bytes;
+                t.tx_pkts += c.tx_pkts;
+                t.tx_bytes += c.tx_bytes;
+                t.mirrored += c.mirrored;
+                t.mirror_lost += c.mirror_lost;
+                t.event_drops += c.event_drops;
+                t.no_route += c.no_route;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Mirror sequence numbers handed out so far.
+    pub fn mirror_seq(&self) -> Result<u64, Error> {
+        let v = self
+            .skel
+            .maps
+            .mirror_seq
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading the mirror sequence number"))?;
+        Ok(v.and_then(|b| from_bytes::<u64>(&b)).unwrap_or(0))
+    }
+
+    /// The capture ring, for the dumper.
+    pub fn ring(&self) -> &dyn MapCore {
+        &self.skel.maps.ring
+    }
+
+    /// Runs the program once on `packet` through `BPF_PROG_TEST_RUN`, as if it
+    /// arrived on the device `ifindex` (1 = loopback, which test runs use).
+    /// Returns the tc verdict and the packet as the program left it.
+    pub fn test_run(&self, packet: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+        let mut out = vec![0u8; packet.len() + 256];
+        let mut input = libbpf_rs::ProgramInput::default();
+        input.data_in = Some(packet);
+        input.data_out = Some(&mut out);
+        let o = self
+            .skel
+            .progs
+            .wl_switch
+            .test_run(input)
+            .map_err(map_err("BPF_PROG_TEST_RUN"))?;
+        let ret = o.return_value;
+        let len = o.data.map_or(0, |d| d.len());
+        out.truncate(len);
+        Ok((ret, out))
+    }
+}
+
+fn open_and_load(
+    storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>,
+    config: Config,
+) -> Result<SwitchSkel<'static>, libbpf_rs::Error> {
+    let mut open = SwitchSkelBuilder::default().open(storage)?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .expect("switch.bpf.c has const volatile globals");
+    ro.snap_len = config.snap_len;
+    ro.snap_room = config.snap_len.next_power_of_two();
+    open.maps.ring.set_max_entries(config.ring_bytes)?;
+    open.load()
+}
+
+/// tc verdicts (`linux/pkt_cls.h`).
+pub mod verdict {
+    pub const OK: u32 = 0;
+    pub const SHOT: u32 = 2;
+    pub const REDIRECT: u32 = 7;
+}
