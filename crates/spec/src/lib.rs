@@ -1,1 +1,706 @@
+//! The wirelab spec: what a test is, as a user writes it in YAML.
+//!
+//! Parsing never touches the host (STYLE.md habit 3): decisions about the
+//! machine happen when a plan is brought up. Every error names the YAML path
+//! and line, e.g. `events[2].packet: must be >= 1 (line 23)`.
 
+mod lines;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use units::{BitsPerSec, Bytes, Nanos};
+
+/// A spec that failed to parse or validate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct SpecError {
+    /// YAML path, e.g. `events[2].packet` (indices from 0); empty for the root.
+    pub path: String,
+    pub message: String,
+    /// 1-based line in the file, when known.
+    pub line: Option<usize>,
+}
+
+impl SpecError {
+    fn render(&self) -> String {
+        let mut s = String::new();
+        if !self.path.is_empty() && self.path != "." {
+            s.push_str(&self.path);
+            s.push_str(": ");
+        }
+        s.push_str(&self.message);
+        if let Some(l) = self.line {
+            s.push_str(&format!(" (line {l})"));
+        }
+        s
+    }
+}
+
+/// A 1-based index as users write them (connections, packets, messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct Index(#[schemars(range(min = 1))] pub u32);
+
+impl<'de> Deserialize<'de> for Index {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = i64::deserialize(d)?;
+        if v < 1 {
+            return Err(serde::de::Error::custom(format!("must be >= 1, got {v}")));
+        }
+        u32::try_from(v)
+            .map(Index)
+            .map_err(|_| serde::de::Error::custom(format!("{v} is too large")))
+    }
+}
+
+/// An index or `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IndexOrAll {
+    One(Index),
+    #[schemars(with = "AllLiteral")]
+    All,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+enum AllLiteral {
+    #[serde(rename = "all")]
+    All,
+}
+
+impl<'de> Deserialize<'de> for IndexOrAll {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = IndexOrAll;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number >= 1 or `all`")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<IndexOrAll, E> {
+                if s == "all" {
+                    Ok(IndexOrAll::All)
+                } else {
+                    Err(E::custom(format!(
+                        "must be a number >= 1 or `all`, got `{s}`"
+                    )))
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<IndexOrAll, E> {
+                if v < 1 {
+                    return Err(E::custom(format!("must be >= 1, got {v}")));
+                }
+                u32::try_from(v)
+                    .map(|v| IndexOrAll::One(Index(v)))
+                    .map_err(|_| E::custom(format!("{v} is too large")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<IndexOrAll, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Short name; defaults to the file name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The claim this spec checks, in a sentence.
+    #[serde(default)]
+    pub description: Option<String>,
+    pub topology: Topology,
+    /// Stack settings of every host; a host's own `stack` overrides them.
+    #[serde(default)]
+    pub stack: Stack,
+    pub traffic: Traffic,
+    #[serde(default)]
+    pub events: Vec<Event>,
+    #[serde(default)]
+    pub capture: Capture,
+    #[serde(default)]
+    pub expect: Vec<Expect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// MTU of every lab link (bytes).
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    /// Hosts, each attached to its own switch port (a star around the switch).
+    pub hosts: Vec<Host>,
+}
+
+fn default_mtu() -> u32 {
+    1500
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Lower-case letters, digits and '-', at most 12 characters.
+    pub name: String,
+    /// Rate limit on the switch's egress port towards this host (a bottleneck).
+    #[serde(default)]
+    pub bottleneck: Option<BitsPerSec>,
+    /// Buffer of that bottleneck queue.
+    #[serde(default)]
+    pub bottleneck_buffer: Option<Bytes>,
+    #[serde(default)]
+    pub stack: Option<Stack>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CongestionControl {
+    Reno,
+    Cubic,
+    Bbr,
+}
+
+impl CongestionControl {
+    pub fn name(self) -> &'static str {
+        match self {
+            CongestionControl::Reno => "reno",
+            CongestionControl::Cubic => "cubic",
+            CongestionControl::Bbr => "bbr",
+        }
+    }
+}
+
+/// Host stack settings. Every field is optional so that a host can override
+/// just one; resolved values are in the plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stack {
+    /// Set on every socket (TCP_CONGESTION): this kernel defaults to bbr, so
+    /// wirelab always sets it. Default: cubic.
+    #[serde(default)]
+    pub congestion_control: Option<CongestionControl>,
+    /// net.ipv4.tcp_ecn (RFC 3168 negotiation). Default: false.
+    #[serde(default)]
+    pub ecn: Option<bool>,
+    /// net.ipv4.tcp_sack. Default: true.
+    #[serde(default)]
+    pub sack: Option<bool>,
+    /// net.ipv4.tcp_timestamps. Default: true.
+    #[serde(default)]
+    pub timestamps: Option<bool>,
+    /// Route option `rto_min` on the host's lab route.
+    #[serde(default)]
+    pub rto_min: Option<Nanos>,
+    /// Route option `quickack` on the host's lab route.
+    #[serde(default)]
+    pub quickack: Option<bool>,
+    /// Further sysctls (names under net.ipv4. or net.core.) set in the host namespace.
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Traffic {
+    /// Start round r+1 only when every connection completed round r
+    /// (Lumina §3.2); a round is `tx_depth` messages on each connection.
+    #[serde(default)]
+    pub barrier: bool,
+    /// Connection groups; connections are numbered from 1 in this order.
+    pub connections: Vec<ConnGroup>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    /// The requester sends each message; the responder answers with a small completion.
+    Write,
+    /// The requester sends a small request; the responder sends the message.
+    Read,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnGroup {
+    /// Requester host.
+    pub from: String,
+    /// Responder host.
+    pub to: String,
+    #[serde(default = "one")]
+    pub count: Index,
+    #[serde(default = "default_verb")]
+    pub verb: Verb,
+    #[serde(default = "one")]
+    pub messages: Index,
+    pub message_size: Bytes,
+    /// Outstanding messages per connection.
+    #[serde(default = "one")]
+    pub tx_depth: Index,
+}
+
+fn one() -> Index {
+    Index(1)
+}
+fn default_verb() -> Verb {
+    Verb::Write
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Drop,
+    /// Set CE on an ECN-capable packet (RFC 3168).
+    Ecn,
+    /// Flip a payload bit; the receiver's checksum must catch it.
+    Corrupt,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Drop => "drop",
+            Action::Ecn => "ecn",
+            Action::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// An injected event, addressed as in Lumina §3.3: a connection by its index,
+/// a data packet by its index among the connection's first transmissions
+/// (or within a message), and an iteration (1 = first transmission round).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub connection: Index,
+    /// With `message`, the packet index within that message.
+    pub packet: IndexOrAll,
+    #[serde(default)]
+    pub message: Option<Index>,
+    #[serde(default = "iter_one")]
+    pub iteration: IndexOrAll,
+    pub action: Action,
+}
+
+fn iter_one() -> IndexOrAll {
+    IndexOrAll::One(Index(1))
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capture {
+    /// Bytes kept of each packet.
+    #[serde(default = "default_snap")]
+    pub snap_len: u32,
+    /// Size of the capture ring between the switch and the dumper.
+    #[serde(default = "default_ring")]
+    pub ring_size: Bytes,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            snap_len: default_snap(),
+            ring_size: default_ring(),
+        }
+    }
+}
+
+fn default_snap() -> u32 {
+    128
+}
+fn default_ring() -> Bytes {
+    Bytes(16 << 20)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Recovery {
+    /// Triggered by duplicate ACKs / SACK (fast retransmit, RACK).
+    Fast,
+    /// No loss signal from the receiver: retransmission timeout (or a probe).
+    Timeout,
+}
+
+impl Recovery {
+    pub fn name(self) -> &'static str {
+        match self {
+            Recovery::Fast => "fast",
+            Recovery::Timeout => "timeout",
+        }
+    }
+}
+
+/// A claim the run must satisfy. Exactly one claim per entry:
+/// `retransmitted` (with `packet`), `ce_echoed`, `messages_completed` or `counter`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    #[serde(default)]
+    pub connection: Option<IndexOrAll>,
+    #[serde(default)]
+    pub packet: Option<Index>,
+    /// How many times the packet was retransmitted.
+    #[serde(default)]
+    pub retransmitted: Option<u32>,
+    /// How each retransmission was triggered, in order.
+    #[serde(default)]
+    pub recovery: Option<Vec<Recovery>>,
+    /// Every CE mark on the connection was echoed (ECE) by the receiver.
+    #[serde(default)]
+    pub ce_echoed: Option<bool>,
+    /// Every message of the connection completed.
+    #[serde(default)]
+    pub messages_completed: Option<bool>,
+    /// A kernel counter (nstat name) delta on `host`.
+    #[serde(default)]
+    pub counter: Option<String>,
+    #[serde(default)]
+    pub host: Option<String>,
+    #[serde(default)]
+    pub at_least: Option<u64>,
+    #[serde(default)]
+    pub at_most: Option<u64>,
+}
+
+/// Parses and validates a spec. `source` names the file in messages.
+pub fn parse(text: &str) -> Result<Spec, SpecError> {
+    let spec: Spec = serde_yaml::from_str(text).map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        let mut message = e.to_string();
+        // serde_yaml appends " at line L column C"; the line goes at the end.
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        // ... and puts the YAML path first ("events[0].packet: ...").
+        let mut path = String::new();
+        if let Some((p, rest)) = message.split_once(": ") {
+            if !p.is_empty() && !p.contains(' ') {
+                path = p.to_string();
+                message = rest.to_string();
+            }
+        }
+        SpecError {
+            path,
+            message,
+            line,
+        }
+    })?;
+    let index = lines::LineIndex::build(text);
+    validate(&spec).map_err(|(path, message)| SpecError {
+        line: index.line_of(&path),
+        path,
+        message,
+    })?;
+    Ok(spec)
+}
+
+/// Reads and parses a spec file; the error names the file.
+pub fn load(path: &std::path::Path) -> Result<Spec, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut spec = parse(&text).map_err(|error| LoadError::Invalid {
+        path: path.display().to_string(),
+        error,
+    })?;
+    if spec.name.is_none() {
+        spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    }
+    Ok(spec)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read spec {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {error}")]
+    Invalid { path: String, error: SpecError },
+}
+
+/// The JSON Schema of the spec, generated from the same types.
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(Spec);
+    serde_json::to_value(schema).expect("schema serialises")
+}
+
+type Invalid = (String, String);
+
+fn err<T>(path: impl Into<String>, msg: impl Into<String>) -> Result<T, Invalid> {
+    Err((path.into(), msg.into()))
+}
+
+/// Largest number of hosts: switch ports in `wirelab.h` less one spare.
+pub const MAX_HOSTS: usize = 62;
+pub const MAX_CONNECTIONS: u32 = 1024;
+
+fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
+    if let Some(r) = s.rto_min {
+        // The kernel keeps rto_min in jiffies (ip-route(8)); below 1ms it
+        // rounds to nothing useful, above 120s it exceeds TCP_RTO_MAX.
+        if r.0 < 1_000_000 || r.0 > 120_000_000_000 {
+            return err(
+                format!("{at}.rto_min"),
+                format!("must be between 1ms and 120s, got {r}"),
+            );
+        }
+    }
+    for (k, v) in &s.sysctls {
+        if !(k.starts_with("net.ipv4.") || k.starts_with("net.core.")) {
+            return err(
+                format!("{at}.sysctls.{k}"),
+                "only net.ipv4.* and net.core.* sysctls are namespaced; others would change the host",
+            );
+        }
+        if k.contains("..") || k.contains('/') || v.contains('\n') {
+            return err(
+                format!("{at}.sysctls.{k}"),
+                "malformed sysctl name or value",
+            );
+        }
+    }
+    Ok(())
+}
+
+fn validate(s: &Spec) -> Result<(), Invalid> {
+    let t = &s.topology;
+    if !(576..=9000).contains(&t.mtu) {
+        return err(
+            "topology.mtu",
+            format!("must be between 576 and 9000, got {}", t.mtu),
+        );
+    }
+    if t.hosts.len() < 2 {
+        return err(
+            "topology.hosts",
+            format!("needs at least 2 hosts, got {}", t.hosts.len()),
+        );
+    }
+    if t.hosts.len() > MAX_HOSTS {
+        return err(
+            "topology.hosts",
+            format!("at most {MAX_HOSTS} hosts, got {}", t.hosts.len()),
+        );
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, h) in t.hosts.iter().enumerate() {
+        let ok = !h.name.is_empty()
+            && h.name.len() <= 12
+            && h.name.starts_with(|c: char| c.is_ascii_lowercase())
+            && h.name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !ok {
+            return err(
+                format!("topology.hosts[{i}].name"),
+                format!(
+                    "`{}` must be 1-12 of a-z, 0-9, '-' starting with a letter",
+                    h.name
+                ),
+            );
+        }
+        if !names.insert(h.name.as_str()) {
+            return err(
+                format!("topology.hosts[{i}].name"),
+                format!("duplicate host `{}`", h.name),
+            );
+        }
+        if let Some(r) = h.bottleneck {
+            if r.0 < 64_000 {
+                return err(
+                    format!("topology.hosts[{i}].bottleneck"),
+                    format!("{r} is below 64kbit"),
+                );
+            }
+        }
+        if h.bottleneck_buffer.is_some() && h.bottleneck.is_none() {
+            return err(
+                format!("topology.hosts[{i}].bottleneck_buffer"),
+                "needs `bottleneck`",
+            );
+        }
+        if let Some(st) = &h.stack {
+            validate_stack(st, &format!("topology.hosts[{i}].stack"))?;
+        }
+    }
+    validate_stack(&s.stack, "stack")?;
+    if s.traffic.connections.is_empty() {
+        return err("traffic.connections", "needs at least one connection group");
+    }
+    let mut total = 0u32;
+    let mut per_conn_group = Vec::new();
+    for (i, g) in s.traffic.connections.iter().enumerate() {
+        let at = format!("traffic.connections[{i}]");
+        for (field, h) in [("from", &g.from), ("to", &g.to)] {
+            if !names.contains(h.as_str()) {
+                let known: Vec<_> = names.iter().copied().collect();
+                return err(
+                    format!("{at}.{field}"),
+                    format!("unknown host `{h}` (hosts: {})", known.join(", ")),
+                );
+            }
+        }
+        if g.from == g.to {
+            return err(format!("{at}.to"), "a connection needs two different hosts");
+        }
+        if g.message_size.0 == 0 || g.message_size.0 > (1 << 30) {
+            return err(
+                format!("{at}.message_size"),
+                format!("must be 1B..1GiB, got {}", g.message_size),
+            );
+        }
+        if g.tx_depth.0 > g.messages.0 {
+            return err(
+                format!("{at}.tx_depth"),
+                format!(
+                    "{} outstanding messages but only {} messages",
+                    g.tx_depth.0, g.messages.0
+                ),
+            );
+        }
+        total += g.count.0;
+        for _ in 0..g.count.0 {
+            per_conn_group.push(i);
+        }
+    }
+    if total > MAX_CONNECTIONS {
+        return err(
+            "traffic.connections",
+            format!("{total} connections; at most {MAX_CONNECTIONS}"),
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, e) in s.events.iter().enumerate() {
+        let at = format!("events[{i}]");
+        if e.connection.0 > total {
+            return err(
+                format!("{at}.connection"),
+                format!(
+                    "connection {} does not exist (the spec has {total})",
+                    e.connection.0
+                ),
+            );
+        }
+        let g = &s.traffic.connections[per_conn_group[e.connection.0 as usize - 1]];
+        if let Some(m) = e.message {
+            if m.0 > g.messages.0 {
+                return err(
+                    format!("{at}.message"),
+                    format!(
+                        "message {} does not exist (the connection sends {})",
+                        m.0, g.messages.0
+                    ),
+                );
+            }
+            if g.tx_depth.0 != 1 {
+                return err(
+                    format!("{at}.message"),
+                    "message-relative packets need tx_depth: 1 (otherwise messages share segments)",
+                );
+            }
+            if e.packet == IndexOrAll::All {
+                return err(
+                    format!("{at}.packet"),
+                    "`all` cannot be combined with `message`",
+                );
+            }
+        }
+        let key = (e.connection, e.message, e.packet, e.iteration);
+        if !seen.insert(format!("{key:?}")) {
+            return err(
+                at,
+                "the same packet and iteration is already addressed by an earlier event",
+            );
+        }
+    }
+    if s.capture.snap_len < 64 || s.capture.snap_len > 1518 {
+        return err(
+            "capture.snap_len",
+            format!("must be between 64 and 1518, got {}", s.capture.snap_len),
+        );
+    }
+    let r = s.capture.ring_size.0;
+    if !r.is_power_of_two() || !(4096..=(1 << 30)).contains(&r) {
+        return err(
+            "capture.ring_size",
+            format!(
+                "must be a power of two between 4KiB and 1GiB, got {}",
+                s.capture.ring_size
+            ),
+        );
+    }
+    for (i, x) in s.expect.iter().enumerate() {
+        let at = format!("expect[{i}]");
+        let claims = [
+            x.retransmitted.is_some() || x.recovery.is_some(),
+            x.ce_echoed.is_some(),
+            x.messages_completed.is_some(),
+            x.counter.is_some(),
+        ];
+        let n = claims.iter().filter(|c| **c).count();
+        if n != 1 {
+            return err(
+                at,
+                "needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed or counter",
+            );
+        }
+        if let Some(IndexOrAll::One(c)) = x.connection {
+            if c.0 > total {
+                return err(
+                    format!("{at}.connection"),
+                    format!("connection {} does not exist (the spec has {total})", c.0),
+                );
+            }
+        }
+        if claims[0] {
+            if x.packet.is_none() || !matches!(x.connection, Some(IndexOrAll::One(_))) {
+                return err(
+                    at,
+                    "`retransmitted`/`recovery` need `connection: N` and `packet: N`",
+                );
+            }
+            if let (Some(n), Some(r)) = (x.retransmitted, &x.recovery) {
+                if r.len() != n as usize {
+                    return err(
+                        format!("{at}.recovery"),
+                        format!("lists {} recoveries but `retransmitted` is {n}", r.len()),
+                    );
+                }
+            }
+        } else if x.packet.is_some() {
+            return err(
+                format!("{at}.packet"),
+                "only `retransmitted`/`recovery` take a packet",
+            );
+        }
+        if claims[1] || claims[2] {
+            if x.connection.is_none() {
+                return err(at, "needs `connection` (a number or `all`)");
+            }
+        }
+        if claims[3] {
+            match &x.host {
+                None => return err(at, "`counter` needs `host`"),
+                Some(h) if !names.contains(h.as_str()) => {
+                    return err(format!("{at}.host"), format!("unknown host `{h}`"))
+                }
+                _ => {}
+            }
+            if x.at_least.is_none() && x.at_most.is_none() {
+                return err(at, "`counter` needs `at_least` and/or `at_most`");
+            }
+        } else if x.host.is_some() || x.at_least.is_some() || x.at_most.is_some() {
+            return err(at, "`host`, `at_least` and `at_most` go with `counter`");
+        }
+    }
+    Ok(())
+}

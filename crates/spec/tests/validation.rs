@@ -1,0 +1,187 @@
+//! Every rejection the spec makes, with its exact message, path and line.
+
+use wirelab_spec::{parse, IndexOrAll};
+
+const BASE: &str = "\
+topology:
+  hosts:
+    - name: requester
+    - name: responder
+traffic:
+  connections:
+    - from: requester
+      to: responder
+      message_size: 14480
+";
+
+fn with(extra: &str) -> String {
+    format!("{BASE}{extra}")
+}
+
+#[test]
+fn the_base_spec_is_valid_and_defaults_are_filled() {
+    let s = parse(BASE).unwrap();
+    assert_eq!(s.topology.mtu, 1500);
+    assert_eq!(s.capture.snap_len, 128);
+    assert_eq!(s.traffic.connections[0].count.0, 1);
+    assert!(s.events.is_empty());
+}
+
+#[test]
+fn events_and_expectations_parse() {
+    let s = parse(&with(
+        "events:\n  - {connection: 1, packet: 5, action: drop}\n  - {connection: 1, packet: all, iteration: 2, action: ecn}\nexpect:\n  - {connection: 1, packet: 5, retransmitted: 2, recovery: [fast, timeout]}\n  - {host: responder, counter: TcpInCsumErrors, at_least: 1}\n",
+    ))
+    .unwrap();
+    assert_eq!(s.events[1].packet, IndexOrAll::All);
+    assert_eq!(s.expect[0].recovery.as_ref().unwrap().len(), 2);
+}
+
+/// (what, extra YAML appended to BASE or a whole document, expected error)
+#[test]
+fn each_rejection_names_path_and_line() {
+    let cases: &[(&str, String, &str)] = &[
+        (
+            "packet index 0",
+            with("events:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
+            "events[0].packet: must be >= 1, got 0 (line 12)",
+        ),
+        (
+            "unknown field",
+            with("events:\n  - connection: 1\n    packet: 1\n    acton: drop\n"),
+            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `message`, `iteration`, `action` (line 13)",
+        ),
+        (
+            "unknown action",
+            with("events:\n  - {connection: 1, packet: 1, action: delay}\n"),
+            "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt` (line 11)",
+        ),
+        (
+            "connection out of range",
+            with("events:\n  - connection: 3\n    packet: 1\n    action: drop\n"),
+            "events[0].connection: connection 3 does not exist (the spec has 1) (line 11)",
+        ),
+        (
+            "unknown host",
+            BASE.replace("to: responder", "to: responer"),
+            "traffic.connections[0].to: unknown host `responer` (hosts: requester, responder) (line 8)",
+        ),
+        (
+            "mtu too small",
+            BASE.replace("topology:\n", "topology:\n  mtu: 100\n"),
+            "topology.mtu: must be between 576 and 9000, got 100 (line 2)",
+        ),
+        (
+            "duration without unit",
+            with("stack:\n  rto_min: 200\n"),
+            "stack.rto_min: `200` needs a unit, e.g. `200ms` (line 11)",
+        ),
+        (
+            "rto_min out of range",
+            with("stack:\n  rto_min: 10us\n"),
+            "stack.rto_min: must be between 1ms and 120s, got 10us (line 11)",
+        ),
+        (
+            "non-namespaced sysctl",
+            with("stack:\n  sysctls:\n    vm.swappiness: '1'\n"),
+            "stack.sysctls.vm.swappiness: only net.ipv4.* and net.core.* sysctls are namespaced; others would change the host (line 12)",
+        ),
+        (
+            "duplicate host",
+            BASE.replace("name: responder", "name: requester"),
+            "topology.hosts[1].name: duplicate host `requester` (line 4)",
+        ),
+        (
+            "bad host name",
+            BASE.replace("name: responder", "name: Responder_1"),
+            "topology.hosts[1].name: `Responder_1` must be 1-12 of a-z, 0-9, '-' starting with a letter (line 4)",
+        ),
+        (
+            "message-relative with tx_depth > 1",
+            with("events:\n  - {connection: 1, message: 1, packet: 2, action: drop}\n")
+                .replace("message_size: 14480", "message_size: 14480\n      messages: 4\n      tx_depth: 2"),
+            "events[0].message: message-relative packets need tx_depth: 1 (otherwise messages share segments) (line 13)",
+        ),
+        (
+            "message that does not exist",
+            with("events:\n  - {connection: 1, message: 2, packet: 2, action: drop}\n"),
+            "events[0].message: message 2 does not exist (the connection sends 1) (line 11)",
+        ),
+        (
+            "same packet twice",
+            with("events:\n  - {connection: 1, packet: 2, action: drop}\n  - {connection: 1, packet: 2, action: ecn}\n"),
+            "events[1]: the same packet and iteration is already addressed by an earlier event (line 12)",
+        ),
+        (
+            "snap length",
+            with("capture:\n  snap_len: 10\n"),
+            "capture.snap_len: must be between 64 and 1518, got 10 (line 11)",
+        ),
+        (
+            "ring size",
+            with("capture:\n  ring_size: 5000\n"),
+            "capture.ring_size: must be a power of two between 4KiB and 1GiB, got 5000B (line 11)",
+        ),
+        (
+            "expectation without claim",
+            with("expect:\n  - connection: 1\n"),
+            "expect[0]: needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed or counter (line 11)",
+        ),
+        (
+            "recovery list length",
+            with("expect:\n  - {connection: 1, packet: 5, retransmitted: 2, recovery: [fast]}\n"),
+            "expect[0].recovery: lists 1 recoveries but `retransmitted` is 2 (line 11)",
+        ),
+        (
+            "counter without bounds",
+            with("expect:\n  - {host: responder, counter: TcpInCsumErrors}\n"),
+            "expect[0]: `counter` needs `at_least` and/or `at_most` (line 11)",
+        ),
+        (
+            "one host",
+            "topology:\n  hosts:\n    - name: a\ntraffic:\n  connections: []\n".to_string(),
+            "topology.hosts: needs at least 2 hosts, got 1 (line 2)",
+        ),
+        (
+            "wrong type",
+            BASE.replace("message_size: 14480", "message_size: [1]"),
+            "traffic.connections[0].message_size: invalid type: sequence, expected a size in bytes such as `64KiB` (line 9)",
+        ),
+        (
+            "missing section",
+            "topology:\n  hosts: []\n".to_string(),
+            "missing field `traffic` (line 1)",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, yaml, want) in cases {
+        match parse(yaml) {
+            Ok(_) => failures.push(format!("{what}: accepted")),
+            Err(e) if e.to_string() != *want => {
+                failures.push(format!("{what}:\n   got  {e}\n   want {want}"))
+            }
+            Err(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn json_schema_describes_the_same_fields() {
+    let s = wirelab_spec::json_schema();
+    let props = &s["properties"];
+    for k in [
+        "topology", "stack", "traffic", "events", "capture", "expect",
+    ] {
+        assert!(props.get(k).is_some(), "schema lacks `{k}`");
+    }
+    let ev = &s["definitions"]["Event"];
+    assert_eq!(
+        ev["additionalProperties"], false,
+        "unknown fields are rejected there too"
+    );
+    let actions = serde_json::to_string(&s["definitions"]["Action"]).unwrap();
+    for a in ["drop", "ecn", "corrupt"] {
+        assert!(actions.contains(a));
+    }
+}
