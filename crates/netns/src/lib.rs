@@ -1,1 +1,383 @@
+//! The Linux backend of a lab: one network namespace per host plus one for
+//! the switch, veth pairs created directly inside them (no device ever exists
+//! in the root namespace), addresses from the lab range, offloads off, stack
+//! settings, bottleneck qdiscs.
+//!
+//! Crash safety: before anything is created, the run writes a registry entry
+//! (`/run/wirelab/<run>.json`, with its pid and namespaces). `Lab` removes
+//! everything on drop (success, error, panic, Ctrl-C); `clean` removes what a
+//! killed run left behind.
 
+mod cmd;
+pub mod counters;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use wirelab_plan::{Plan, NS_PREFIX, PREFIX_LEN};
+
+pub use cmd::{run, CmdError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Cmd(#[from] CmdError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("entering namespace {ns}: {source}")]
+    Setns { ns: String, source: nix::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+pub const REGISTRY_DIR: &str = "/run/wirelab";
+const NETNS_DIR: &str = "/run/netns";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct RegistryEntry {
+    pid: u32,
+    namespaces: Vec<String>,
+}
+
+fn registry_path(run_id: &str) -> PathBuf {
+    Path::new(REGISTRY_DIR).join(format!("{run_id}.json"))
+}
+
+/// Runs `f` on a thread that has entered namespace `ns`. Sockets it creates
+/// stay in that namespace for their whole life, whichever thread uses them
+/// later; child processes it spawns start in it.
+pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+    let path = Path::new(NETNS_DIR).join(ns);
+    let file = fs::File::open(&path).map_err(io(format!("opening {}", path.display())))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // setns(CLONE_NEWNET) affects only the calling thread (setns(2)),
+            // which is this short-lived scoped thread.
+            nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(
+                |source| Error::Setns {
+                    ns: ns.to_string(),
+                    source,
+                },
+            )?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// Writes a sysctl of the namespace the calling thread is in.
+pub fn write_sysctl(name: &str, value: &str) -> Result<(), Error> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    fs::write(&path, value).map_err(io(format!("setting {name}={value}")))
+}
+
+/// A running lab. Dropping it deletes every namespace (and with them the
+/// veths, qdiscs and tc programs) and the registry entry.
+pub struct Lab {
+    namespaces: Vec<String>,
+    run_id: String,
+    /// Switch-namespace ifindex of each host's port, by host index.
+    pub switch_ifindex: Vec<u32>,
+}
+
+impl Lab {
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// Brings the plan's topology up. On error, what was created is removed.
+    pub fn up(plan: &Plan) -> Result<Lab, Error> {
+        let mut namespaces = vec![plan.switch_ns.clone()];
+        namespaces.extend(plan.hosts.iter().map(|h| h.ns.clone()));
+        fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
+        let entry = RegistryEntry {
+            pid: std::process::id(),
+            namespaces: namespaces.clone(),
+        };
+        fs::write(
+            registry_path(&plan.run_id),
+            serde_json::to_vec(&entry).expect("registry entry serialises"),
+        )
+        .map_err(io("writing the lab registry"))?;
+        let mut lab = Lab {
+            namespaces: Vec::new(),
+            run_id: plan.run_id.clone(),
+            switch_ifindex: Vec::new(),
+        };
+        // From here on, an early return drops `lab`, which removes what exists.
+        for ns in &namespaces {
+            run("ip", &["netns", "add", ns])?;
+            lab.namespaces.push(ns.clone());
+        }
+        let sw = plan.switch_ns.as_str();
+        let mtu = plan.mtu.to_string();
+        run("ip", &["-n", sw, "link", "set", "lo", "up"])?;
+        for h in &plan.hosts {
+            let mac = fmt_mac(&h.mac);
+            // The pair is created with each end already in its namespace.
+            run(
+                "ip",
+                &[
+                    "link",
+                    "add",
+                    "name",
+                    &h.ifname,
+                    "netns",
+                    &h.ns,
+                    "address",
+                    &mac,
+                    "mtu",
+                    &mtu,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &h.switch_ifname,
+                    "netns",
+                    sw,
+                    "mtu",
+                    &mtu,
+                ],
+            )?;
+            in_netns(&h.ns, || -> Result<(), Error> {
+                // IPv6 off: router solicitations and MLD reports would be
+                // traffic nobody asked for in a deterministic trace.
+                write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+                write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+                for (k, v) in h.stack.all_sysctls() {
+                    write_sysctl(&k, &v)?;
+                }
+                Ok(())
+            })??;
+            let addr = format!("{}/{}", h.ip, PREFIX_LEN);
+            run("ip", &["-n", &h.ns, "link", "set", "lo", "up"])?;
+            run("ip", &["-n", &h.ns, "addr", "add", &addr, "dev", &h.ifname])?;
+            run("ip", &["-n", &h.ns, "link", "set", &h.ifname, "up"])?;
+            // Wire-sized frames at the switch (no TSO/GSO/GRO), and checksums
+            // computed in software and verified by the receiver, so that a
+            // `corrupt` event is caught as a real NIC's would be.
+            offloads_off(&h.ns, &h.ifname)?;
+            // Static neighbours: no ARP in the trace, and the switch forwards
+            // on destination MAC.
+            for peer in plan.hosts.iter().filter(|p| p.port != h.port) {
+                run(
+                    "ip",
+                    &[
+                        "-n",
+                        &h.ns,
+                        "neigh",
+                        "replace",
+                        &peer.ip.to_string(),
+                        "lladdr",
+                        &fmt_mac(&peer.mac),
+                        "dev",
+                        &h.ifname,
+                        "nud",
+                        "permanent",
+                    ],
+                )?;
+            }
+            let mut route = vec![
+                "-n".to_string(),
+                h.ns.clone(),
+                "route".into(),
+                "replace".into(),
+                format!("{}/{}", wirelab_plan::host_ip(0), PREFIX_LEN),
+                "dev".into(),
+                h.ifname.clone(),
+                "proto".into(),
+                "kernel".into(),
+                "scope".into(),
+                "link".into(),
+                "src".into(),
+                h.ip.to_string(),
+            ];
+            if let Some(r) = h.stack.rto_min {
+                route.extend(["rto_min".into(), format!("{}ms", r.as_millis().max(1))]);
+            }
+            if h.stack.quickack {
+                route.extend(["quickack".into(), "1".into()]);
+            }
+            let route: Vec<&str> = route.iter().map(String::as_str).collect();
+            run("ip", &route)?;
+
+            run("ip", &["-n", sw, "link", "set", &h.switch_ifname, "up"])?;
+            offloads_off(sw, &h.switch_ifname)?;
+            if let Some(b) = h.bottleneck {
+                // tbf shapes (queues, then drops past `limit`); this kernel has
+                // no netem/fq. burst must hold at least one frame.
+                let burst = (plan.mtu as u64 + 14).max(b.rate.0 / 8 / 1000);
+                run(
+                    "tc",
+                    &[
+                        "-n",
+                        sw,
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        &h.switch_ifname,
+                        "root",
+                        "tbf",
+                        "rate",
+                        &format!("{}bit", b.rate.0),
+                        "burst",
+                        &burst.to_string(),
+                        "limit",
+                        &b.buffer.0.to_string(),
+                    ],
+                )?;
+            }
+            lab.switch_ifindex.push(ifindex(sw, &h.switch_ifname)?);
+        }
+        Ok(lab)
+    }
+
+    /// Kernel receive counters of each switch port (an independent witness
+    /// for the integrity check), by host index.
+    pub fn switch_port_rx(&self, plan: &Plan) -> Result<Vec<u64>, Error> {
+        plan.hosts
+            .iter()
+            .map(|h| link_rx_packets(&plan.switch_ns, &h.switch_ifname))
+            .collect()
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in self.namespaces.iter().rev() {
+            if let Err(e) = run("ip", &["netns", "del", ns]) {
+                eprintln!("wirelab: removing namespace {ns}: {e}");
+            }
+        }
+        let _ = fs::remove_file(registry_path(&self.run_id));
+    }
+}
+
+fn offloads_off(ns: &str, dev: &str) -> Result<(), Error> {
+    run(
+        "ip",
+        &[
+            "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
+            "tx", "off", "rx", "off",
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn fmt_mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[derive(Deserialize)]
+struct LinkJson {
+    ifindex: u32,
+    #[serde(default)]
+    stats64: Option<Stats64>,
+}
+#[derive(Deserialize)]
+struct Stats64 {
+    rx: RxStats,
+}
+#[derive(Deserialize)]
+struct RxStats {
+    packets: u64,
+}
+
+fn link_json(ns: &str, dev: &str) -> Result<LinkJson, Error> {
+    let out = run("ip", &["-n", ns, "-s", "-j", "link", "show", "dev", dev])?;
+    let mut v: Vec<LinkJson> = serde_json::from_str(&out)
+        .map_err(|e| Error::Other(format!("parsing `ip -j link show {dev}` in {ns}: {e}")))?;
+    v.pop()
+        .ok_or_else(|| Error::Other(format!("no device {dev} in {ns}")))
+}
+
+pub fn ifindex(ns: &str, dev: &str) -> Result<u32, Error> {
+    Ok(link_json(ns, dev)?.ifindex)
+}
+
+pub fn link_rx_packets(ns: &str, dev: &str) -> Result<u64, Error> {
+    Ok(link_json(ns, dev)?.stats64.map_or(0, |s| s.rx.packets))
+}
+
+/// Namespaces that look like wirelab's (`wl-*`).
+pub fn lab_namespaces() -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(NETNS_DIR)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(NS_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// What `clean` removed.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    pub namespaces: Vec<String>,
+    pub registry_entries: Vec<String>,
+    /// Namespaces left alone because their run is still alive.
+    pub kept: Vec<String>,
+}
+
+/// Removes what killed runs left: registry entries whose process is gone,
+/// their namespaces, and `wl-*` namespaces no live run owns. With `all`,
+/// live runs' labs are removed too.
+pub fn clean(all: bool) -> Result<Cleaned, Error> {
+    let mut out = Cleaned::default();
+    let mut owned_by_live: BTreeMap<String, u32> = BTreeMap::new();
+    if let Ok(dir) = fs::read_dir(REGISTRY_DIR) {
+        for e in dir.filter_map(|e| e.ok()) {
+            let p = e.path();
+            let Ok(text) = fs::read_to_string(&p) else {
+                continue;
+            };
+            let Ok(entry) = serde_json::from_str::<RegistryEntry>(&text) else {
+                let _ = fs::remove_file(&p);
+                continue;
+            };
+            if !all && pid_alive(entry.pid) && entry.pid != std::process::id() {
+                for ns in entry.namespaces {
+                    owned_by_live.insert(ns, entry.pid);
+                }
+                continue;
+            }
+            fs::remove_file(&p).map_err(io(format!("removing {}", p.display())))?;
+            out.registry_entries.push(p.display().to_string());
+        }
+    }
+    for ns in lab_namespaces() {
+        if owned_by_live.contains_key(&ns) {
+            out.kept.push(ns);
+            continue;
+        }
+        run("ip", &["netns", "del", &ns])?;
+        out.namespaces.push(ns);
+    }
+    Ok(out)
+}

@@ -1,1 +1,274 @@
+//! A spec resolved into everything the lab needs: namespace and interface
+//! names, addresses, MACs, ports, connections with their 5-tuples, events in
+//! the switch's terms. Pure: the same spec and run id give the same plan.
 
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use serde::Serialize;
+use wirelab_spec::{BitsPerSec, Bytes, CongestionControl, Expect, IndexOrAll, Nanos, Spec, Verb};
+
+/// Every namespace wirelab creates starts with this, so `wirelab clean`
+/// can find leftovers of killed runs.
+pub const NS_PREFIX: &str = "wl-";
+
+/// Lab addresses come from 198.18.0.0/15, the block RFC 2544 reserves for
+/// benchmarking interconnect devices: it never routes anywhere real, and it
+/// exists only inside the lab's namespaces.
+pub fn host_ip(port: u32) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, port as u8)
+}
+pub const PREFIX_LEN: u8 = 24;
+
+/// Locally administered unicast MAC (IEEE 802: bit 1 of the first octet).
+pub fn host_mac(port: u32) -> [u8; 6] {
+    [0x02, 0x77, 0x6c, 0x00, 0x00, port as u8]
+}
+
+/// Requester source port of connection `id`; fixed so that the switch is
+/// armed with the full 5-tuple before the SYN leaves (Lumina §3.3 hand-off).
+pub fn source_port(id: u32) -> u16 {
+    40000 + id as u16
+}
+/// The responder's listening port.
+pub const SERVICE_PORT: u16 = 5001;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub name: String,
+    pub run_id: String,
+    pub switch_ns: String,
+    pub mtu: u32,
+    pub hosts: Vec<HostPlan>,
+    pub conns: Vec<ConnPlan>,
+    pub events: Vec<EventPlan>,
+    pub barrier: bool,
+    pub snap_len: u32,
+    pub ring_bytes: u64,
+    pub expect: Vec<Expect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostPlan {
+    pub name: String,
+    pub ns: String,
+    /// Switch port number (1-based); also the last octet of IP and MAC.
+    pub port: u32,
+    pub ip: Ipv4Addr,
+    pub mac: [u8; 6],
+    /// The host's interface, inside its namespace.
+    pub ifname: String,
+    /// The switch's interface towards the host, inside the switch namespace.
+    pub switch_ifname: String,
+    pub bottleneck: Option<Bottleneck>,
+    pub stack: StackPlan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Bottleneck {
+    pub rate: BitsPerSec,
+    pub buffer: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackPlan {
+    pub congestion_control: CongestionControl,
+    pub ecn: bool,
+    pub sack: bool,
+    pub timestamps: bool,
+    pub rto_min: Option<Nanos>,
+    pub quickack: bool,
+    pub sysctls: BTreeMap<String, String>,
+}
+
+impl StackPlan {
+    /// The sysctls to write in the host's namespace, in a stable order.
+    pub fn all_sysctls(&self) -> Vec<(String, String)> {
+        let b = |v: bool| if v { "1" } else { "0" }.to_string();
+        let mut v = vec![
+            ("net.ipv4.tcp_ecn".to_string(), b(self.ecn)),
+            ("net.ipv4.tcp_sack".to_string(), b(self.sack)),
+            ("net.ipv4.tcp_timestamps".to_string(), b(self.timestamps)),
+            // Metrics cached from an earlier connection to the same peer
+            // (ssthresh, RTT) would make run N+1 differ from run N.
+            ("net.ipv4.tcp_no_metrics_save".to_string(), "1".to_string()),
+        ];
+        v.extend(self.sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
+        v
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConnPlan {
+    /// 1-based, as events and expectations name it.
+    pub id: u32,
+    /// Host indices into `Plan::hosts`.
+    pub requester: usize,
+    pub responder: usize,
+    pub sport: u16,
+    pub dport: u16,
+    pub verb: Verb,
+    pub messages: u32,
+    pub message_size: Bytes,
+    pub tx_depth: u32,
+}
+
+impl ConnPlan {
+    /// Host index that sends the messages (the data direction).
+    pub fn data_sender(&self) -> usize {
+        match self.verb {
+            Verb::Write => self.requester,
+            Verb::Read => self.responder,
+        }
+    }
+    pub fn data_receiver(&self) -> usize {
+        match self.verb {
+            Verb::Write => self.responder,
+            Verb::Read => self.requester,
+        }
+    }
+}
+
+/// Which data packets an event addresses, before runtime metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    All,
+    Index(u32),
+    /// Packet `packet` of message `message` (both 1-based); resolved with the
+    /// MSS the data sender's socket reports at run time.
+    InMessage {
+        message: u32,
+        packet: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventPlan {
+    /// 1-based position in the spec.
+    pub id: u32,
+    pub conn: u32,
+    pub target: Target,
+    /// 0 = any iteration.
+    pub iteration: u32,
+    pub action: wirelab_spec::Action,
+}
+
+impl EventPlan {
+    /// The switch's data packet index for this event given the data sender's
+    /// MSS; 0 is the `all` wildcard. Messages start on a segment boundary
+    /// because message-relative events require tx_depth 1 (spec validation):
+    /// the next message is written only after the previous one completed.
+    pub fn resolve_index(&self, conn: &ConnPlan, mss: u32) -> u32 {
+        match self.target {
+            Target::All => 0,
+            Target::Index(i) => i,
+            Target::InMessage { message, packet } => {
+                let per_msg = conn.message_size.0.div_ceil(mss.max(1) as u64) as u32;
+                (message - 1) * per_msg + packet
+            }
+        }
+    }
+}
+
+/// Resolves a validated spec. `run_id` makes every name unique so that runs
+/// can go in parallel (a short lowercase hex string).
+pub fn plan(spec: &Spec, run_id: &str) -> Plan {
+    let name = spec.name.clone().unwrap_or_else(|| "spec".to_string());
+    let defaults = &spec.stack;
+    let hosts: Vec<HostPlan> = spec
+        .topology
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = i as u32 + 1;
+            let own = h.stack.clone().unwrap_or_default();
+            let mut sysctls = defaults.sysctls.clone();
+            sysctls.extend(own.sysctls.clone());
+            let stack = StackPlan {
+                congestion_control: own
+                    .congestion_control
+                    .or(defaults.congestion_control)
+                    .unwrap_or(CongestionControl::Cubic),
+                ecn: own.ecn.or(defaults.ecn).unwrap_or(false),
+                sack: own.sack.or(defaults.sack).unwrap_or(true),
+                timestamps: own.timestamps.or(defaults.timestamps).unwrap_or(true),
+                rto_min: own.rto_min.or(defaults.rto_min),
+                quickack: own.quickack.or(defaults.quickack).unwrap_or(false),
+                sysctls,
+            };
+            HostPlan {
+                name: h.name.clone(),
+                ns: format!("{NS_PREFIX}{run_id}-{}", h.name),
+                port,
+                ip: host_ip(port),
+                mac: host_mac(port),
+                ifname: "eth0".to_string(),
+                switch_ifname: format!("p{port}"),
+                bottleneck: h.bottleneck.map(|rate| Bottleneck {
+                    rate,
+                    // Default buffer: 100 full-size packets, a common switch
+                    // port default in emulation (e.g. Mininet's max_queue_size).
+                    buffer: h
+                        .bottleneck_buffer
+                        .unwrap_or(Bytes(100 * u64::from(spec.topology.mtu + 14))),
+                }),
+                stack,
+            }
+        })
+        .collect();
+    let host_index = |n: &str| hosts.iter().position(|h| h.name == n).expect("validated");
+    let mut conns = Vec::new();
+    for g in &spec.traffic.connections {
+        for _ in 0..g.count.0 {
+            let id = conns.len() as u32 + 1;
+            conns.push(ConnPlan {
+                id,
+                requester: host_index(&g.from),
+                responder: host_index(&g.to),
+                sport: source_port(id),
+                dport: SERVICE_PORT,
+                verb: g.verb,
+                messages: g.messages.0,
+                message_size: g.message_size,
+                tx_depth: g.tx_depth.0,
+            });
+        }
+    }
+    let events = spec
+        .events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| EventPlan {
+            id: i as u32 + 1,
+            conn: e.connection.0,
+            target: match (e.packet, e.message) {
+                (IndexOrAll::All, _) => Target::All,
+                (IndexOrAll::One(p), None) => Target::Index(p.0),
+                (IndexOrAll::One(p), Some(m)) => Target::InMessage {
+                    message: m.0,
+                    packet: p.0,
+                },
+            },
+            iteration: match e.iteration {
+                IndexOrAll::All => 0,
+                IndexOrAll::One(i) => i.0,
+            },
+            action: e.action,
+        })
+        .collect();
+    Plan {
+        name,
+        run_id: run_id.to_string(),
+        switch_ns: format!("{NS_PREFIX}{run_id}-switch"),
+        mtu: spec.topology.mtu,
+        hosts,
+        conns,
+        events,
+        barrier: spec.traffic.barrier,
+        snap_len: spec.capture.snap_len,
+        ring_bytes: spec.capture.ring_size.0,
+        expect: spec.expect.clone(),
+    }
+}

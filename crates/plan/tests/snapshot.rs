@@ -1,0 +1,72 @@
+//! The plan of a fixed spec and run id is compared with a checked-in
+//! snapshot. To accept an intended change: WIRELAB_BLESS=1 cargo test -p wirelab-plan
+use std::path::Path;
+
+const SPEC: &str = "\
+name: incast
+topology:
+  hosts:
+    - name: s1
+    - name: s2
+    - name: sink
+      bottleneck: 100mbit
+stack:
+  congestion_control: reno
+  rto_min: 5ms
+traffic:
+  barrier: true
+  connections:
+    - {from: s1, to: sink, message_size: 10KB, messages: 3}
+    - {from: s2, to: sink, message_size: 10KB, messages: 3, verb: read, count: 2}
+events:
+  - {connection: 3, message: 2, packet: 4, action: drop}
+  - {connection: 1, packet: all, iteration: all, action: ecn}
+";
+
+#[test]
+fn plan_matches_snapshot() {
+    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let got = serde_json::to_string_pretty(&plan).unwrap() + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/incast.json");
+    if std::env::var_os("WIRELAB_BLESS").is_some() {
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).expect("snapshot exists (WIRELAB_BLESS=1 writes it)");
+    assert_eq!(
+        got, want,
+        "plan changed; if intended, re-run with WIRELAB_BLESS=1"
+    );
+}
+
+#[test]
+fn message_relative_events_resolve_with_the_runtime_mss() {
+    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let plan = wirelab_plan::plan(&spec, "x");
+    let ev = &plan.events[0];
+    let conn = &plan.conns[2];
+    // 10 000 bytes at MSS 1448 is 7 segments; packet 4 of message 2 is 7 + 4.
+    assert_eq!(ev.resolve_index(conn, 1448), 11);
+    // Without timestamps the MSS is 1460: still 7 segments.
+    assert_eq!(ev.resolve_index(conn, 1460), 11);
+    // At MSS 536 (RFC 879 default) a message is 19 segments.
+    assert_eq!(ev.resolve_index(conn, 536), 23);
+    assert_eq!(
+        plan.events[1].resolve_index(&plan.conns[0], 1448),
+        0,
+        "`all`"
+    );
+    assert_eq!(plan.events[1].iteration, 0, "`iteration: all`");
+}
+
+#[test]
+fn names_are_unique_per_run() {
+    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let a = wirelab_plan::plan(&spec, "aaaaaa");
+    let b = wirelab_plan::plan(&spec, "bbbbbb");
+    for (x, y) in a.hosts.iter().zip(&b.hosts) {
+        assert_ne!(x.ns, y.ns);
+        assert!(x.ns.starts_with(wirelab_plan::NS_PREFIX));
+    }
+    assert_ne!(a.switch_ns, b.switch_ns);
+}
