@@ -1,1 +1,191 @@
-fn main() {}
+//! The `wirelab` binary: a thin layer over the library crates. Errors are
+//! printed once as `wirelab: <cause chain>`. Exit codes: 0 every expectation
+//! held on a VALID run, 1 an expectation failed, 2 bad input or an error,
+//! 3 the run was INVALID (the trace is incomplete), 130 interrupted.
+
+mod run;
+mod summary;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "wirelab", version, about = "Deterministic tests of network stacks on commodity Linux")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run specs: bring up the lab, arm the switch, run the workload, capture,
+    /// check integrity, analyze, check expectations, tear down.
+    Run {
+        /// Spec files (YAML).
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+        /// Where results folders go.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        /// Stop a run whose workload has not finished after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// Print the summary as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Show every retransmission and message.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Check specs without touching the host.
+    Check {
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+    },
+    /// Analyze a pcap/pcapng trace (ours or anyone's).
+    Analyze {
+        trace: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove namespaces and registry entries that killed runs left behind.
+    Clean {
+        /// Also remove labs of runs that are still alive.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print the JSON Schema of the spec (for editors).
+    Schema,
+}
+
+/// Exit codes, as documented above and in the README.
+pub mod code {
+    pub const OK: u8 = 0;
+    pub const EXPECT_FAILED: u8 = 1;
+    pub const ERROR: u8 = 2;
+    pub const INVALID: u8 = 3;
+    pub const INTERRUPTED: u8 = 130;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let abort = Arc::new(AtomicBool::new(false));
+    {
+        let abort = abort.clone();
+        // First Ctrl-C: stop the workload and tear the lab down cleanly.
+        // A second one while that happens is ignored on purpose: exiting
+        // then would leave namespaces behind (`wirelab clean` removes them).
+        let _ = ctrlc::set_handler(move || {
+            if !abort.swap(true, Ordering::SeqCst) {
+                eprintln!("wirelab: interrupted, cleaning up");
+            }
+        });
+    }
+    match dispatch(cli, &abort) {
+        Ok(c) => ExitCode::from(c),
+        Err(e) => {
+            eprintln!("wirelab: {e:#}");
+            if abort.load(Ordering::SeqCst) {
+                ExitCode::from(code::INTERRUPTED)
+            } else {
+                ExitCode::from(code::ERROR)
+            }
+        }
+    }
+}
+
+fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
+    match cli.cmd {
+        Cmd::Run { specs, out, timeout, json, verbose } => {
+            // Parse every spec first: a typo in the third file should not
+            // surface after two labs ran.
+            let mut loaded = Vec::new();
+            for p in &specs {
+                match wirelab_spec::load(p) {
+                    Ok(s) => loaded.push(s),
+                    Err(e) => {
+                        eprintln!("wirelab: {e}");
+                        return Ok(code::ERROR);
+                    }
+                }
+            }
+            run::require_root()?;
+            let mut worst = code::OK;
+            for spec in loaded {
+                if abort.load(Ordering::SeqCst) {
+                    return Ok(code::INTERRUPTED);
+                }
+                let opts = run::Options {
+                    out: out.clone(),
+                    timeout: std::time::Duration::from_secs(timeout),
+                    abort: abort.clone(),
+                };
+                let outcome = run::run(&spec, &opts)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
+                } else {
+                    summary::print(&outcome.summary, verbose);
+                }
+                worst = worst.max(outcome.code);
+                if outcome.code == code::INTERRUPTED {
+                    return Ok(code::INTERRUPTED);
+                }
+            }
+            Ok(worst)
+        }
+        Cmd::Check { specs } => {
+            let mut bad = false;
+            for p in &specs {
+                match wirelab_spec::load(p) {
+                    Ok(_) => println!("{}: ok", p.display()),
+                    Err(e) => {
+                        eprintln!("wirelab: {e}");
+                        bad = true;
+                    }
+                }
+            }
+            Ok(if bad { code::ERROR } else { code::OK })
+        }
+        Cmd::Analyze { trace, json } => {
+            let t = match wirelab_trace::read(&trace) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("wirelab: {e}");
+                    return Ok(code::ERROR);
+                }
+            };
+            let a = wirelab_analyze::analyze(&t);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&a)?);
+            } else {
+                summary::print_analysis(&a, t.packets.len(), true);
+            }
+            Ok(code::OK)
+        }
+        Cmd::Clean { all } => {
+            run::require_root()?;
+            let c = wirelab_netns::clean(all)?;
+            for ns in &c.namespaces {
+                println!("removed namespace {ns}");
+            }
+            for r in &c.registry_entries {
+                println!("removed registry entry {r}");
+            }
+            for ns in &c.kept {
+                println!("kept {ns} (its run is still alive; --all removes it)");
+            }
+            if c.namespaces.is_empty() && c.registry_entries.is_empty() {
+                println!("nothing to clean");
+            }
+            Ok(code::OK)
+        }
+        Cmd::Schema => {
+            println!("{}", serde_json::to_string_pretty(&wirelab_spec::json_schema())?);
+            Ok(code::OK)
+        }
+    }
+}

@@ -45,6 +45,7 @@ pub struct Plan {
     pub barrier: bool,
     pub snap_len: u32,
     pub ring_bytes: u64,
+    pub capture_stall: Nanos,
     pub expect: Vec<Expect>,
 }
 
@@ -269,6 +270,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         barrier: spec.traffic.barrier,
         snap_len: spec.capture.snap_len,
         ring_bytes: spec.capture.ring_size.0,
+        capture_stall: spec.capture.stall_dumper.unwrap_or_default(),
         expect: spec.expect.clone(),
     }
 }

@@ -300,6 +300,11 @@ pub struct Capture {
     /// Size of the capture ring between the switch and the dumper.
     #[serde(default = "default_ring")]
     pub ring_size: Bytes,
+    /// Fault injection into wirelab's own capture path: the dumper starts
+    /// draining only after this long. With a small ring the run must come
+    /// out INVALID; used to prove the integrity check.
+    #[serde(default)]
+    pub stall_dumper: Option<Nanos>,
 }
 
 impl Default for Capture {
@@ -307,6 +312,7 @@ impl Default for Capture {
         Capture {
             snap_len: default_snap(),
             ring_size: default_ring(),
+            stall_dumper: None,
         }
     }
 }
@@ -493,6 +499,9 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
     }
     let mut names = std::collections::BTreeSet::new();
     for (i, h) in t.hosts.iter().enumerate() {
+        if h.name == "switch" {
+            return err(format!("topology.hosts[{i}].name"), "`switch` is the switch's own name");
+        }
         let ok = !h.name.is_empty()
             && h.name.len() <= 12
             && h.name.starts_with(|c: char| c.is_ascii_lowercase())

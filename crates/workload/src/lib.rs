@@ -1,1 +1,499 @@
+//! The TCP workload (Lumina §3.2, over kernel sockets): connections between
+//! requesters and responders, verbs `write` (the requester sends each message
+//! and the responder returns an 8-byte completion) and `read` (the requester
+//! sends an 8-byte request and the responder returns the message), tx depth
+//! (outstanding messages per connection) and an optional barrier across
+//! connections. It reports per-message completion times and goodput.
+//!
+//! Hand-off with the control plane happens in three steps so that the switch
+//! is armed before the first packet of each phase: `prepare` creates the
+//! listeners and the bound (not yet connected) requester sockets, whose
+//! 5-tuples the plan already fixed; `connect` completes the handshakes and
+//! returns runtime metadata (MSS); `run` sends the messages.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
+use wirelab_plan::{ConnPlan, HostPlan, Plan};
+use wirelab_spec::Verb;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("connection {conn}: {what}: {source}")]
+    Io {
+        conn: u32,
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Netns(#[from] wirelab_netns::Error),
+    #[error("interrupted")]
+    Interrupted,
+    #[error("connection {conn}: no progress before the deadline ({secs}s)")]
+    Deadline { conn: u32, secs: u64 },
+}
+
+/// CLOCK_MONOTONIC in ns: the clock the switch stamps packets with
+/// (bpf_ktime_get_ns), so workload and trace times line up.
+pub fn now_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// Runtime metadata of one connection, reported to the control plane.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnMeta {
+    pub id: u32,
+    pub requester: SocketAddrV4,
+    pub responder: SocketAddrV4,
+    /// MSS of the data sender's socket (TCP_MAXSEG once connected).
+    pub data_mss: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageReport {
+    /// 1-based.
+    pub message: u32,
+    pub posted_ns: u64,
+    pub completed_ns: u64,
+    pub mct_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnReport {
+    pub id: u32,
+    pub messages: Vec<MessageReport>,
+    pub expected_messages: u32,
+    pub bytes: u64,
+    /// Message bytes over the time from the first post to the last completion.
+    pub goodput_bps: u64,
+    pub error: Option<String>,
+}
+
+fn ioe(conn: u32, what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        conn,
+        what: what.to_string(),
+        source,
+    }
+}
+
+fn set_cc(sock: &Socket, host: &HostPlan, conn: u32) -> Result<(), Error> {
+    // This kernel's default is bbr; the plan always names the algorithm.
+    let cc = std::ffi::OsString::from(host.stack.congestion_control.name());
+    nix::sys::socket::setsockopt(&sock.as_fd(), nix::sys::socket::sockopt::TcpCongestion, &cc)
+        .map_err(|e| Error::Io {
+            conn,
+            what: format!("setting congestion control {:?}", cc),
+            source: e.into(),
+        })
+}
+
+fn mss_of(s: &TcpStream, conn: u32) -> Result<u32, Error> {
+    nix::sys::socket::getsockopt(&s.as_fd(), nix::sys::socket::sockopt::TcpMaxSeg).map_err(|e| {
+        Error::Io {
+            conn,
+            what: "reading TCP_MAXSEG".into(),
+            source: e.into(),
+        }
+    })
+}
+
+/// Sockets created in their namespaces, not yet connected.
+pub struct Prepared {
+    listeners: Vec<(usize, TcpListener)>,
+    requesters: Vec<(u32, Socket, SocketAddrV4)>,
+}
+
+/// Creates listeners on every responder and bound requester sockets.
+pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
+    let mut listeners = Vec::new();
+    let mut responders: Vec<usize> = plan.conns.iter().map(|c| c.responder).collect();
+    responders.sort();
+    responders.dedup();
+    for r in responders {
+        let h = &plan.hosts[r];
+        let addr = SocketAddrV4::new(h.ip, wirelab_plan::SERVICE_PORT);
+        let l = wirelab_netns::in_netns(&h.ns, || -> Result<TcpListener, Error> {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(ioe(0, "socket"))?;
+            s.set_reuse_address(true).map_err(ioe(0, "SO_REUSEADDR"))?;
+            set_cc(&s, h, 0)?;
+            s.set_nodelay(true).map_err(ioe(0, "TCP_NODELAY"))?;
+            s.bind(&SocketAddr::V4(addr).into()).map_err(ioe(0, "bind listener"))?;
+            s.listen(1024).map_err(ioe(0, "listen"))?;
+            Ok(s.into())
+        })??;
+        listeners.push((r, l));
+    }
+    let mut requesters = Vec::new();
+    for c in &plan.conns {
+        let h = &plan.hosts[c.requester];
+        let local = SocketAddrV4::new(h.ip, c.sport);
+        let s = wirelab_netns::in_netns(&h.ns, || -> Result<Socket, Error> {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(ioe(c.id, "socket"))?;
+            s.set_reuse_address(true).map_err(ioe(c.id, "SO_REUSEADDR"))?;
+            set_cc(&s, h, c.id)?;
+            s.set_nodelay(true).map_err(ioe(c.id, "TCP_NODELAY"))?;
+            s.bind(&SocketAddr::V4(local).into()).map_err(ioe(c.id, "bind"))?;
+            Ok(s)
+        })??;
+        requesters.push((c.id, s, local));
+    }
+    Ok(Prepared {
+        listeners,
+        requesters,
+    })
+}
+
+/// Connected sockets, both ends, by connection.
+pub struct Connected {
+    pairs: Vec<(u32, TcpStream, TcpStream)>,
+    pub meta: Vec<ConnMeta>,
+}
+
+/// Completes every handshake (through the armed switch).
+pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
+    let mut pairs = Vec::new();
+    let mut meta = Vec::new();
+    let Prepared {
+        listeners,
+        requesters,
+    } = p;
+    for (id, sock, local) in requesters {
+        let c = &plan.conns[id as usize - 1];
+        let rh = &plan.hosts[c.responder];
+        let remote = SocketAddrV4::new(rh.ip, c.dport);
+        sock.set_write_timeout(Some(Duration::from_secs(5))).ok();
+        // connect(2) on an already-created socket needs no namespace: the
+        // socket lives in the requester's namespace since socket(2).
+        sock.connect_timeout(&SocketAddr::V4(remote).into(), Duration::from_secs(10))
+            .map_err(ioe(id, "connect"))?;
+        let req: TcpStream = sock.into();
+        let listener = &listeners
+            .iter()
+            .find(|(h, _)| *h == c.responder)
+            .expect("a listener per responder")
+            .1;
+        let (resp, peer) = listener.accept().map_err(ioe(id, "accept"))?;
+        if peer != SocketAddr::V4(local) {
+            return Err(Error::Io {
+                conn: id,
+                what: format!("accepted {peer}, expected {local}"),
+                source: std::io::Error::from(ErrorKind::InvalidData),
+            });
+        }
+        resp.set_nodelay(true).map_err(ioe(id, "TCP_NODELAY"))?;
+        let data_mss = match c.verb {
+            Verb::Write => mss_of(&req, id)?,
+            Verb::Read => mss_of(&resp, id)?,
+        };
+        meta.push(ConnMeta {
+            id,
+            requester: local,
+            responder: remote,
+            data_mss,
+        });
+        pairs.push((id, req, resp));
+    }
+    Ok(Connected { pairs, meta })
+}
+
+/// Shared stop conditions: Ctrl-C and a deadline.
+#[derive(Clone)]
+pub struct Stop {
+    pub abort: Arc<AtomicBool>,
+    pub deadline: Instant,
+    pub limit: Duration,
+}
+
+impl Stop {
+    fn check(&self, conn: u32) -> Result<(), Error> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(Error::Interrupted);
+        }
+        if Instant::now() > self.deadline {
+            return Err(Error::Deadline {
+                conn,
+                secs: self.limit.as_secs(),
+            });
+        }
+        Ok(())
+    }
+}
+
+const POLL: Duration = Duration::from_millis(100);
+
+/// A barrier that gives up when the run stops or a party fails, instead of
+/// waiting forever for a connection that will never arrive.
+struct Barrier {
+    parties: usize,
+    state: Mutex<(usize, u64, bool)>, // (arrived, generation, broken)
+    cv: Condvar,
+}
+
+impl Barrier {
+    fn new(parties: usize) -> Barrier {
+        Barrier {
+            parties,
+            state: Mutex::new((0, 0, false)),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn wait(&self, conn: u32, stop: &Stop) -> Result<(), Error> {
+        let mut g = self.state.lock().expect("barrier lock");
+        let gen = g.1;
+        g.0 += 1;
+        if g.0 == self.parties {
+            g.0 = 0;
+            g.1 += 1;
+            self.cv.notify_all();
+            return Ok(());
+        }
+        while g.1 == gen {
+            if g.2 {
+                return Err(Error::Io {
+                    conn,
+                    what: "barrier: another connection failed".into(),
+                    source: ErrorKind::BrokenPipe.into(),
+                });
+            }
+            if let Err(e) = stop.check(conn) {
+                g.2 = true;
+                self.cv.notify_all();
+                return Err(e);
+            }
+            g = self.cv.wait_timeout(g, POLL).expect("barrier lock").0;
+        }
+        Ok(())
+    }
+
+    fn break_it(&self) {
+        self.state.lock().expect("barrier lock").2 = true;
+        self.cv.notify_all();
+    }
+}
+
+fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Result<(), Error> {
+    let mut off = 0;
+    while off < buf.len() {
+        match s.read(&mut buf[off..]) {
+            Ok(0) => {
+                return Err(Error::Io {
+                    conn,
+                    what: "peer closed early".into(),
+                    source: ErrorKind::UnexpectedEof.into(),
+                })
+            }
+            Ok(n) => off += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                stop.check(conn)?
+            }
+            Err(e) => return Err(ioe(conn, "read")(e)),
+        }
+    }
+    Ok(())
+}
+
+fn write_full(s: &mut TcpStream, buf: &[u8], conn: u32, stop: &Stop) -> Result<(), Error> {
+    let mut off = 0;
+    while off < buf.len() {
+        match s.write(&buf[off..]) {
+            Ok(n) => off += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                stop.check(conn)?
+            }
+            Err(e) => return Err(ioe(conn, "write")(e)),
+        }
+    }
+    Ok(())
+}
+
+fn pattern(size: u64, msg: u32) -> Vec<u8> {
+    (0..size).map(|i| (i as u32).wrapping_add(msg) as u8).collect()
+}
+
+fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
+    s.set_read_timeout(Some(POLL)).ok();
+    s.set_write_timeout(Some(POLL)).ok();
+    let size = c.message_size.0;
+    let mut buf = vec![0u8; size as usize];
+    for m in 1..=c.messages {
+        match c.verb {
+            Verb::Write => {
+                read_full(&mut s, &mut buf, c.id, stop)?;
+                write_full(&mut s, &u64::from(m).to_be_bytes(), c.id, stop)?;
+            }
+            Verb::Read => {
+                let mut req = [0u8; 8];
+                read_full(&mut s, &mut req, c.id, stop)?;
+                let want = u64::from_be_bytes(req) as u32;
+                write_full(&mut s, &pattern(size, want), c.id, stop)?;
+            }
+        }
+    }
+    // Wait for the requester's FIN so that the teardown is in the trace.
+    let mut end = [0u8; 1];
+    loop {
+        match s.read(&mut end) {
+            Ok(_) => break,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => stop.check(c.id)?,
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
+fn requester(
+    c: &ConnPlan,
+    mut s: TcpStream,
+    stop: &Stop,
+    barrier: Option<&Barrier>,
+    rounds: u32,
+) -> Result<Vec<MessageReport>, Error> {
+    s.set_read_timeout(Some(POLL)).ok();
+    s.set_write_timeout(Some(POLL)).ok();
+    let size = c.message_size.0;
+    let depth = c.tx_depth;
+    let mut posted: std::collections::VecDeque<(u32, u64)> = Default::default();
+    let mut done = Vec::new();
+    let mut next = 1u32;
+    let mut buf = vec![0u8; size as usize];
+    let post = |s: &mut TcpStream, m: u32, posted: &mut std::collections::VecDeque<(u32, u64)>| -> Result<(), Error> {
+        posted.push_back((m, now_ns()));
+        match c.verb {
+            Verb::Write => write_full(s, &pattern(size, m), c.id, stop),
+            Verb::Read => write_full(s, &u64::from(m).to_be_bytes(), c.id, stop),
+        }
+    };
+    let mut complete = |s: &mut TcpStream, posted: &mut std::collections::VecDeque<(u32, u64)>| -> Result<(), Error> {
+        match c.verb {
+            Verb::Write => {
+                let mut ack = [0u8; 8];
+                read_full(s, &mut ack, c.id, stop)?;
+            }
+            Verb::Read => read_full(s, &mut buf, c.id, stop)?,
+        }
+        let t = now_ns();
+        let (m, p) = posted.pop_front().expect("a completion answers a posted message");
+        done.push(MessageReport {
+            message: m,
+            posted_ns: p,
+            completed_ns: t,
+            mct_ns: t - p,
+        });
+        Ok(())
+    };
+    match barrier {
+        // Lumina §3.2: the next round is posted only after every connection
+        // completed the current one; a round is tx_depth messages.
+        Some(b) => {
+            for _ in 0..rounds {
+                let n = depth.min(c.messages + 1 - next);
+                for _ in 0..n {
+                    post(&mut s, next, &mut posted)?;
+                    next += 1;
+                }
+                for _ in 0..n {
+                    complete(&mut s, &mut posted)?;
+                }
+                b.wait(c.id, stop)?;
+            }
+        }
+        None => {
+            while next <= c.messages || !posted.is_empty() {
+                while next <= c.messages && (posted.len() as u32) < depth {
+                    post(&mut s, next, &mut posted)?;
+                    next += 1;
+                }
+                complete(&mut s, &mut posted)?;
+            }
+        }
+    }
+    drop(complete);
+    Ok(done)
+}
+
+/// Sends every message; returns one report per connection, in id order.
+/// A connection that fails reports its error; the others go on.
+pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
+    let rounds = plan
+        .conns
+        .iter()
+        .map(|c| c.messages.div_ceil(c.tx_depth))
+        .max()
+        .unwrap_or(0);
+    let barrier = plan.barrier.then(|| Barrier::new(plan.conns.len()));
+    let mut reports: Vec<ConnReport> = std::thread::scope(|sc| {
+        let handles: Vec<_> = conns
+            .pairs
+            .into_iter()
+            .map(|(id, req, resp)| {
+                let c = &plan.conns[id as usize - 1];
+                let barrier = barrier.as_ref();
+                let r = sc.spawn(move || responder(c, resp, stop));
+                let q = sc.spawn(move || {
+                    // With a barrier every connection takes part in every
+                    // round; one with fewer messages idles through the rest.
+                    let own = c.messages.div_ceil(c.tx_depth);
+                    let mut res = requester(c, req, stop, barrier, own);
+                    if let Some(b) = barrier {
+                        match res {
+                            Ok(_) => {
+                                for _ in own..rounds {
+                                    if let Err(e) = b.wait(c.id, stop) {
+                                        res = Err(e);
+                                        break;
+                                    }
+                                }
+                            }
+                            Err(_) => b.break_it(),
+                        }
+                    }
+                    res
+                });
+                (c, q, r)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(c, q, r)| {
+                let q = q.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                let r = r.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                let (messages, error) = match (q, r) {
+                    (Ok(m), Ok(())) => (m, None),
+                    (Ok(m), Err(e)) => (m, Some(format!("responder: {e}"))),
+                    (Err(e), _) => (Vec::new(), Some(e.to_string())),
+                };
+                let bytes = messages.len() as u64 * c.message_size.0;
+                let span = match (messages.first(), messages.last()) {
+                    (Some(a), Some(b)) => messages
+                        .iter()
+                        .map(|m| m.completed_ns)
+                        .max()
+                        .unwrap_or(b.completed_ns)
+                        .saturating_sub(a.posted_ns),
+                    _ => 0,
+                };
+                ConnReport {
+                    id: c.id,
+                    expected_messages: c.messages,
+                    bytes,
+                    goodput_bps: if span > 0 { bytes * 8 * 1_000_000_000 / span } else { 0 },
+                    messages,
+                    error,
+                }
+            })
+            .collect()
+    });
+    reports.sort_by_key(|r| r.id);
+    reports
+}
 

@@ -1,0 +1,380 @@
+//! One `wirelab run`: lab up -> switch armed -> workload -> capture ->
+//! integrity -> analysis -> expectations -> results folder -> lab down.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use wirelab_analyze::expect::{RunFacts, Verdict};
+use wirelab_analyze::{Analysis, Evidence};
+use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
+use wirelab_dataplane::{Action, Config, FlowKey, Switch};
+use wirelab_netns::{in_netns, Lab};
+use wirelab_plan::{Plan, Target};
+use wirelab_spec::Spec;
+use wirelab_workload::ConnReport;
+
+use crate::code;
+
+pub struct Options {
+    pub out: PathBuf,
+    pub timeout: Duration,
+    pub abort: Arc<AtomicBool>,
+}
+
+pub fn require_root() -> Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("this needs root (network namespaces and BPF); run it with sudo");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+pub struct HostSummary {
+    pub name: String,
+    pub ip: String,
+    pub port: u32,
+    pub namespace: String,
+    pub congestion_control: String,
+    pub bottleneck: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConnSummary {
+    pub id: u32,
+    pub requester: String,
+    pub responder: String,
+    pub verb: String,
+    pub messages: u32,
+    pub message_size: u64,
+    pub tx_depth: u32,
+    /// Runtime metadata reported by the workload and the switch.
+    pub data_mss: u32,
+    pub data_isn: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventSummary {
+    pub id: u32,
+    pub conn: u32,
+    pub target: String,
+    pub iteration: String,
+    pub action: String,
+    /// The switch's data packet index the event was armed at (0 = all).
+    pub armed_index: u32,
+    pub hits: u64,
+    pub hit: Vec<Evidence>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Version of this document's layout.
+    pub schema: &'static str,
+    pub name: String,
+    pub description: Option<String>,
+    pub run_id: String,
+    pub results: String,
+    pub verdict: &'static str,
+    pub duration_ms: u64,
+    pub mtu: u32,
+    pub hosts: Vec<HostSummary>,
+    pub connections: Vec<ConnSummary>,
+    pub events: Vec<EventSummary>,
+    pub integrity: Integrity,
+    pub analysis: Analysis,
+    pub workload: Vec<ConnReport>,
+    pub expect: Vec<Verdict>,
+    pub counters: BTreeMap<String, BTreeMap<String, i64>>,
+    pub error: Option<String>,
+}
+
+pub struct Outcome {
+    pub summary: Summary,
+    pub code: u8,
+}
+
+fn new_run_id() -> String {
+    let r: u32 = rand::random();
+    format!("{:06x}", r & 0xff_ffff)
+}
+
+fn check_abort(abort: &AtomicBool) -> Result<()> {
+    if abort.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+fn host_counters(plan: &Plan) -> Result<BTreeMap<String, BTreeMap<String, i64>>> {
+    let mut out = BTreeMap::new();
+    for h in &plan.hosts {
+        let c = in_netns(&h.ns, wirelab_netns::counters::read_current)?
+            .with_context(|| format!("reading kernel counters of {}", h.name))?;
+        out.insert(h.name.clone(), c);
+    }
+    Ok(out)
+}
+
+fn target_text(t: Target) -> String {
+    match t {
+        Target::All => "all".into(),
+        Target::Index(i) => format!("packet {i}"),
+        Target::InMessage { message, packet } => format!("message {message} packet {packet}"),
+    }
+}
+
+fn dp_action(a: wirelab_spec::Action) -> Action {
+    match a {
+        wirelab_spec::Action::Drop => Action::Drop,
+        wirelab_spec::Action::Ecn => Action::Ecn,
+        wirelab_spec::Action::Corrupt => Action::Corrupt,
+    }
+}
+
+pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
+    let started = Instant::now();
+    let plan = wirelab_plan::plan(spec, &new_run_id());
+    let dir = opts.out.join(format!("{}-{}", plan.name, plan.run_id));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    let mut log = String::new();
+
+    let lab = Lab::up(&plan).context("bringing the lab up")?;
+    log.push_str(&format!("lab up: {}\n", lab.namespaces().join(" ")));
+    check_abort(&opts.abort)?;
+
+    // The switch: load, fill the tables, attach to every port.
+    let switch = Switch::load(Config {
+        snap_len: plan.snap_len,
+        ring_bytes: plan.ring_bytes as u32,
+    })
+    .context("loading the switch")?;
+    for (i, h) in plan.hosts.iter().enumerate() {
+        let ifindex = lab.switch_ifindex[i];
+        switch.add_port(ifindex, h.port)?;
+        switch.add_fwd(h.mac, ifindex, h.port)?;
+    }
+    for c in &plan.conns {
+        let (rq, rs) = (&plan.hosts[c.requester], &plan.hosts[c.responder]);
+        let fwd = FlowKey { saddr: rq.ip, daddr: rs.ip, sport: c.sport, dport: c.dport };
+        let rev = FlowKey { saddr: rs.ip, daddr: rq.ip, sport: c.dport, dport: c.sport };
+        let write = c.data_sender() == c.requester;
+        switch.add_flow(fwd, c.id, write)?;
+        switch.add_flow(rev, c.id, !write)?;
+    }
+    let ports: Vec<(u32, u32)> = plan
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (lab.switch_ifindex[i], h.port))
+        .collect();
+    in_netns(&plan.switch_ns, || -> Result<()> {
+        for (ifindex, _) in &ports {
+            switch.attach_ingress(*ifindex as i32)?;
+        }
+        Ok(())
+    })??;
+    let kernel_rx_before = lab.switch_port_rx(&plan)?;
+    let counters_before = host_counters(&plan)?;
+    let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
+    let dumper = Dumper::start(&switch, plan.capture_stall.as_std())?;
+
+    // Hand-off (Lumina §3.3): 5-tuples are armed, then the handshakes run,
+    // then the events are armed with the runtime MSS, then the messages go.
+    let stop = wirelab_workload::Stop {
+        abort: opts.abort.clone(),
+        deadline: Instant::now() + opts.timeout,
+        limit: opts.timeout,
+    };
+    let workload = (|| -> Result<(Vec<wirelab_workload::ConnMeta>, Vec<ConnReport>)> {
+        let prepared = wirelab_workload::prepare(&plan)?;
+        check_abort(&opts.abort)?;
+        let connected = wirelab_workload::connect(&plan, prepared)?;
+        let meta = connected.meta.clone();
+        for m in &meta {
+            log.push_str(&format!(
+                "conn {}: {} -> {} data mss {}\n",
+                m.id, m.requester, m.responder, m.data_mss
+            ));
+        }
+        for e in &plan.events {
+            let conn = &plan.conns[e.conn as usize - 1];
+            let mss = meta[e.conn as usize - 1].data_mss;
+            let index = e.resolve_index(conn, mss);
+            switch.add_event(e.conn, index, e.iteration, dp_action(e.action), e.id)?;
+            log.push_str(&format!(
+                "event {} armed: conn {} index {} iteration {} {}\n",
+                e.id, e.conn, index, e.iteration, e.action.name()
+            ));
+        }
+        check_abort(&opts.abort)?;
+        let reports = wirelab_workload::run(&plan, connected, &stop);
+        Ok((meta, reports))
+    })();
+    // Let the last packets (FIN/ACK) cross the switch before counting.
+    std::thread::sleep(Duration::from_millis(50));
+    let records = dumper.finish()?;
+    let interrupted = opts.abort.load(Ordering::SeqCst);
+    let (meta, reports) = match workload {
+        Ok(v) => v,
+        Err(e) if interrupted => {
+            drop(lab);
+            return Err(e.context("run stopped"));
+        }
+        Err(e) => return Err(e.context("running the workload")),
+    };
+    let kernel_rx_after = lab.switch_port_rx(&plan)?;
+    let counters_after = host_counters(&plan)?;
+
+    let mut port_counts = Vec::new();
+    let mut port_info = Vec::new();
+    for (i, h) in plan.hosts.iter().enumerate() {
+        let c = switch.counters(h.port)?;
+        port_counts.push(PortCounts {
+            port: h.port,
+            kernel_rx: kernel_rx_after[i] - kernel_rx_before[i],
+            switch_rx: c.rx_pkts,
+            mirrored: c.mirrored,
+            mirror_lost: c.mirror_lost,
+        });
+        port_info.push(PortInfo {
+            port: h.port,
+            name: format!("{}({})", h.switch_ifname, h.name),
+            received: c.rx_pkts,
+            lost: c.mirror_lost,
+        });
+    }
+    let integrity = wirelab_capture::check_integrity(&records, &port_counts, switch.mirror_seq()?);
+    let trace_path = dir.join("trace.pcapng");
+    wirelab_capture::write_pcapng(&trace_path, &records, &port_info, plan.snap_len, clock_offset)?;
+
+    // Analyze the file as written: the same path `wirelab analyze` takes.
+    let trace = wirelab_trace::read(&trace_path)?;
+    let analysis = wirelab_analyze::analyze(&trace);
+    let mut counters = BTreeMap::new();
+    for h in &plan.hosts {
+        counters.insert(
+            h.name.clone(),
+            wirelab_netns::counters::delta(&counters_before[&h.name], &counters_after[&h.name]),
+        );
+    }
+    let facts = RunFacts {
+        completed: reports
+            .iter()
+            .map(|r| (r.id, (r.messages.len() as u32, r.expected_messages)))
+            .collect(),
+        counters: counters.clone(),
+    };
+    let verdicts = wirelab_analyze::expect::evaluate(&plan.expect, &analysis, &facts);
+
+    let mut events = Vec::new();
+    for e in &plan.events {
+        let conn = &plan.conns[e.conn as usize - 1];
+        let index = e.resolve_index(conn, meta[e.conn as usize - 1].data_mss);
+        let hit: Vec<Evidence> = analysis
+            .connections
+            .iter()
+            .filter(|c| c.id == e.conn)
+            .flat_map(|c| c.events.iter().filter(|a| a.event_id == e.id).map(|a| a.at))
+            .collect();
+        events.push(EventSummary {
+            id: e.id,
+            conn: e.conn,
+            target: target_text(e.target),
+            iteration: if e.iteration == 0 { "all".into() } else { e.iteration.to_string() },
+            action: e.action.name().into(),
+            armed_index: index,
+            hits: switch.event_hits(e.conn, index, e.iteration)?,
+            hit,
+        });
+    }
+    let connections = plan
+        .conns
+        .iter()
+        .map(|c| {
+            let st = switch.conn_state(c.id).ok();
+            ConnSummary {
+                id: c.id,
+                requester: format!("{}:{}", plan.hosts[c.requester].ip, c.sport),
+                responder: format!("{}:{}", plan.hosts[c.responder].ip, c.dport),
+                verb: format!("{:?}", c.verb).to_lowercase(),
+                messages: c.messages,
+                message_size: c.message_size.0,
+                tx_depth: c.tx_depth,
+                data_mss: meta[c.id as usize - 1].data_mss,
+                data_isn: st.filter(|s| s.synced).map(|s| s.isn),
+            }
+        })
+        .collect();
+    let workload_failed = reports.iter().find_map(|r| r.error.clone());
+    let expect_failed = verdicts.iter().any(|v| !v.pass) || workload_failed.is_some();
+    let (verdict, code) = if interrupted {
+        ("INTERRUPTED", code::INTERRUPTED)
+    } else if !integrity.valid {
+        ("INVALID", code::INVALID)
+    } else if expect_failed {
+        ("FAIL", code::EXPECT_FAILED)
+    } else {
+        ("PASS", code::OK)
+    };
+    let summary = Summary {
+        schema: "wirelab.run/1",
+        name: plan.name.clone(),
+        description: spec.description.clone(),
+        run_id: plan.run_id.clone(),
+        results: dir.display().to_string(),
+        verdict,
+        duration_ms: started.elapsed().as_millis() as u64,
+        mtu: plan.mtu,
+        hosts: plan
+            .hosts
+            .iter()
+            .map(|h| HostSummary {
+                name: h.name.clone(),
+                ip: h.ip.to_string(),
+                port: h.port,
+                namespace: h.ns.clone(),
+                congestion_control: h.stack.congestion_control.name().into(),
+                bottleneck: h.bottleneck.map(|b| format!("{} buffer {}", b.rate, b.buffer)),
+            })
+            .collect(),
+        connections,
+        events,
+        integrity,
+        analysis,
+        workload: reports,
+        expect: verdicts,
+        counters,
+        error: workload_failed,
+    };
+    write_results(&dir, &summary, &log, &port_counts)?;
+    drop(lab);
+    Ok(Outcome { summary, code })
+}
+
+fn write_results(dir: &Path, s: &Summary, log: &str, ports: &[PortCounts]) -> Result<()> {
+    std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(s)?)?;
+    let counters = serde_json::json!({
+        "hosts": s.counters,
+        "switch_ports": ports,
+    });
+    std::fs::write(dir.join("counters.json"), serde_json::to_vec_pretty(&counters)?)?;
+    let mut wl = log.to_string();
+    for r in &s.workload {
+        for m in &r.messages {
+            wl.push_str(&format!(
+                "conn {} message {} posted {} completed {} mct_ns {}\n",
+                r.id, m.message, m.posted_ns, m.completed_ns, m.mct_ns
+            ));
+        }
+        if let Some(e) = &r.error {
+            wl.push_str(&format!("conn {} error: {e}\n", r.id));
+        }
+    }
+    std::fs::write(dir.join("workload.log"), wl)?;
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! The terminal summary of a run: short by default, `-v` for every row.
+
+use wirelab_analyze::Analysis;
+
+use crate::run::Summary;
+
+fn us(ns: u64) -> String {
+    if ns >= 10_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1}us", ns as f64 / 1e3)
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+pub fn print(s: &Summary, verbose: bool) {
+    println!("wirelab run {} (run {}, {} ms)", s.name, s.run_id, s.duration_ms);
+    let hosts: Vec<String> = s
+        .hosts
+        .iter()
+        .map(|h| {
+            let mut t = format!("{} {} port {}", h.name, h.ip, h.port);
+            if let Some(b) = &h.bottleneck {
+                t.push_str(&format!(" bottleneck {b}"));
+            }
+            t
+        })
+        .collect();
+    println!(
+        "  lab        {} hosts + switch, mtu {}, {}: {}",
+        s.hosts.len(),
+        s.mtu,
+        s.hosts.first().map_or("", |h| h.congestion_control.as_str()),
+        hosts.join(", ")
+    );
+    for c in &s.connections {
+        let isn = c.data_isn.map_or("-".to_string(), |i| format!("{i:#010x}"));
+        println!(
+            "  conn {:<5} {} -> {} {} {}x{}B depth {}, data mss {}, isn {}",
+            c.id, c.requester, c.responder, c.verb, c.messages, c.message_size, c.tx_depth, c.data_mss, isn
+        );
+    }
+    for e in &s.events {
+        let hit: Vec<String> = e.hit.iter().map(|h| h.to_string()).collect();
+        println!(
+            "  event {:<4} conn {} {} iteration {} {} (armed at index {}): {} hit{}{}",
+            e.id,
+            e.conn,
+            e.target,
+            e.iteration,
+            e.action,
+            e.armed_index,
+            e.hits,
+            if e.hits == 1 { "" } else { "s" },
+            if hit.is_empty() { String::new() } else { format!(" at {}", hit.join(" ")) }
+        );
+    }
+    let i = &s.integrity;
+    println!(
+        "  integrity  {}: {} received by the switch, {} by the kernel, {} mirrored, {} in the trace, {} lost",
+        if i.valid { "VALID" } else { "INVALID" },
+        i.switch_rx,
+        i.kernel_rx,
+        i.mirrored,
+        i.in_trace,
+        i.mirror_lost
+    );
+    for r in &i.reasons {
+        println!("             INVALID because {r}");
+    }
+    print_analysis(&s.analysis, i.in_trace as usize, verbose);
+    for w in &s.workload {
+        let mut mct: Vec<u64> = w.messages.iter().map(|m| m.mct_ns).collect();
+        mct.sort_unstable();
+        println!(
+            "  mct {:<6} conn {}: {}/{} messages, p50 {} p99 {} max {}, goodput {:.2} Mbit/s{}",
+            "",
+            w.id,
+            w.messages.len(),
+            w.expected_messages,
+            us(percentile(&mct, 0.5)),
+            us(percentile(&mct, 0.99)),
+            us(mct.last().copied().unwrap_or(0)),
+            w.goodput_bps as f64 / 1e6,
+            w.error.as_ref().map_or(String::new(), |e| format!(" ERROR {e}"))
+        );
+        if verbose {
+            for m in &w.messages {
+                println!("             message {} mct {}", m.message, us(m.mct_ns));
+            }
+        }
+    }
+    for v in &s.expect {
+        println!(
+            "  expect     {} {}: {}",
+            if v.pass { "PASS" } else { "FAIL" },
+            v.claim,
+            v.observed
+        );
+    }
+    println!("  results    {}/", s.results);
+    println!("{}", s.verdict);
+}
+
+pub fn print_analysis(a: &Analysis, packets: usize, verbose: bool) {
+    if verbose {
+        println!("  vantage    {} ({packets} packets)", a.vantage);
+    }
+    for c in &a.connections {
+        let mut per_packet: std::collections::BTreeMap<u32, Vec<&wirelab_analyze::Retransmission>> =
+            Default::default();
+        for r in &c.retransmissions {
+            per_packet.entry(r.packet).or_default().push(r);
+        }
+        if per_packet.is_empty() && !verbose && c.ce_marks.is_empty() {
+            continue;
+        }
+        println!(
+            "  conn {:<5} {}:{} -> {}:{}: {} data packets, {} first transmissions, {} retransmitted{}",
+            c.id,
+            c.data_src.0,
+            c.data_src.1,
+            c.data_dst.0,
+            c.data_dst.1,
+            c.data_packets,
+            c.first_transmissions,
+            c.retransmissions.len(),
+            c.handshake_rtt_ns.map_or(String::new(), |r| format!(", handshake rtt {}", us(r)))
+        );
+        let shown = if verbose { usize::MAX } else { 8 };
+        for (p, rs) in per_packet.iter().take(shown) {
+            let parts: Vec<String> = rs
+                .iter()
+                .map(|r| format!("{} at {} (+{} after {}{})", r.recovery.name(), r.at, us(r.since_loss_ns), r.previous,
+                    if r.previous_event == "none" || r.previous_event == "unknown" { String::new() } else { format!(" {}", r.previous_event) }))
+                .collect();
+            println!("  retrans    conn {} packet {}: {}x {}", c.id, p, rs.len(), parts.join(", "));
+        }
+        if per_packet.len() > shown {
+            println!("             ... {} more packets (-v)", per_packet.len() - shown);
+        }
+        if !c.ce_marks.is_empty() {
+            let echoed = c.ce_marks.iter().filter(|m| m.echo.is_some()).count();
+            let cwr = c.ce_marks.iter().filter(|m| m.cwr.is_some()).count();
+            println!(
+                "  ecn        conn {}: {} CE marks, {} echoed (ECE), {} answered by CWR",
+                c.id,
+                c.ce_marks.len(),
+                echoed,
+                cwr
+            );
+        }
+        if !c.iteration_mismatches.is_empty() {
+            println!(
+                "  WARNING    conn {}: switch and analyzer disagree on index/iteration at {} packets (first {})",
+                c.id,
+                c.iteration_mismatches.len(),
+                c.iteration_mismatches[0]
+            );
+        }
+    }
+    for (f, why) in a.malformed.iter().take(5) {
+        println!("  malformed  frame {f}: {why}");
+    }
+}
