@@ -78,11 +78,23 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
         } else {
             let parts: Vec<String> = rs
                 .iter()
-                .map(|r| format!("{} at {} ({:.1}us after {})", r.recovery.name(), r.at, r.since_loss_ns as f64 / 1e3, r.previous))
+                .map(|r| {
+                    format!(
+                        "{} at {} ({:.1}us after {})",
+                        r.recovery.name(),
+                        r.at,
+                        r.since_loss_ns as f64 / 1e3,
+                        r.previous
+                    )
+                })
                 .collect();
             format!("{} retransmissions: {}", rs.len(), parts.join("; "))
         };
-        return Verdict { claim, pass, observed };
+        return Verdict {
+            claim,
+            pass,
+            observed,
+        };
     }
     if let Some(want) = x.ce_echoed {
         let ids = conns(x.connection, a, facts);
@@ -114,7 +126,11 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
         if marks == 0 {
             observed = "no CE-marked data packet in the trace".into();
         }
-        return Verdict { claim, pass, observed };
+        return Verdict {
+            claim,
+            pass,
+            observed,
+        };
     }
     if let Some(want) = x.messages_completed {
         let ids = conns(x.connection, a, facts);
@@ -151,7 +167,8 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
             .and_then(|c| c.get(name))
             .copied()
             .unwrap_or(0);
-        let pass = x.at_least.is_none_or(|l| v >= l as i64) && x.at_most.is_none_or(|m| v <= m as i64);
+        let pass =
+            x.at_least.is_none_or(|l| v >= l as i64) && x.at_most.is_none_or(|m| v <= m as i64);
         return Verdict {
             claim,
             pass,

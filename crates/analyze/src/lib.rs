@@ -95,7 +95,10 @@ pub struct AppliedEvent {
 impl ConnAnalysis {
     /// Retransmissions of data packet `packet`, in order.
     pub fn retransmissions_of(&self, packet: u32) -> Vec<&Retransmission> {
-        self.retransmissions.iter().filter(|r| r.packet == packet).collect()
+        self.retransmissions
+            .iter()
+            .filter(|r| r.packet == packet)
+            .collect()
     }
 }
 
@@ -144,7 +147,11 @@ pub fn analyze(trace: &Trace) -> Analysis {
         let t = match p.tcp() {
             Ok(t) => t,
             Err(wirelab_trace::NotTcp::Other) => continue,
-            Err(wirelab_trace::NotTcp::Malformed { layer, offset, detail }) => {
+            Err(wirelab_trace::NotTcp::Malformed {
+                layer,
+                offset,
+                detail,
+            }) => {
                 malformed.push((p.frame, format!("{layer} at byte {offset}: {detail}")));
                 continue;
             }
@@ -152,7 +159,11 @@ pub fn analyze(trace: &Trace) -> Analysis {
         let (k, _) = canonical(&t);
         if let Some(m) = &p.meta {
             if m.conn > 0 {
-                let src = if m.data_dir { (t.src, t.sport) } else { (t.dst, t.dport) };
+                let src = if m.data_dir {
+                    (t.src, t.sport)
+                } else {
+                    (t.dst, t.dport)
+                };
                 meta_conn.entry(k).or_insert((m.conn, src));
             }
         }
@@ -161,14 +172,20 @@ pub fn analyze(trace: &Trace) -> Analysis {
             order.push(k);
             Vec::new()
         });
-        by_conn.get_mut(&k).expect("inserted").push(Pkt { idx: i, tcp: t, ts });
+        by_conn
+            .get_mut(&k)
+            .expect("inserted")
+            .push(Pkt { idx: i, tcp: t, ts });
     }
     let mut connections = Vec::new();
     for (n, k) in order.iter().enumerate() {
         let pkts = &by_conn[k];
         let (id, data_src) = match meta_conn.get(k) {
             Some(&(id, src)) => (id, src),
-            None => (n as u32 + 1 + if has_meta { 10_000 } else { 0 }, data_source(pkts)),
+            None => (
+                n as u32 + 1 + if has_meta { 10_000 } else { 0 },
+                data_source(pkts),
+            ),
         };
         connections.push(analyze_conn(trace, id, data_src, pkts));
     }
@@ -215,14 +232,19 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
     let handshake_rtt_ns = match (syn, synack) {
         (Some(s), Some(sa)) => pkts
             .iter()
-            .find(|p| p.idx > sa.idx && !p.tcp.syn && (p.tcp.src, p.tcp.sport) == (s.tcp.src, s.tcp.sport))
+            .find(|p| {
+                p.idx > sa.idx && !p.tcp.syn && (p.tcp.src, p.tcp.sport) == (s.tcp.src, s.tcp.sport)
+            })
             .map(|a| a.ts.saturating_sub(s.ts)),
         _ => None,
     };
     // A fast retransmission follows the ACK that triggered it within about a
     // round trip (RFC 5681 §3.2, RFC 8985 §6.2 reordering window <= RTT/4);
     // a timeout fires at least RTO >= rto_min after the last ACK (RFC 6298).
-    let fast_window = handshake_rtt_ns.unwrap_or(500_000).saturating_mul(2).max(200_000);
+    let fast_window = handshake_rtt_ns
+        .unwrap_or(500_000)
+        .saturating_mul(2)
+        .max(200_000);
 
     let mut isn: Option<u32> = None;
     let mut seen = false;
@@ -234,7 +256,8 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
     let mut segs: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
     let mut last_tx: HashMap<u32, (usize, u64)> = HashMap::new();
     let mut nth: HashMap<u32, u32> = HashMap::new();
-    let mut last_rev: Option<(usize, u64, u32)> = None;
+    // Reverse-direction packets so far: (trace index, ts, ack).
+    let mut rev: Vec<(usize, u64, u32)> = Vec::new();
     let mut out = ConnAnalysis {
         id,
         data_src: src,
@@ -255,7 +278,7 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
         let t = &p.tcp;
         let meta = trace.packets[p.idx].meta.as_ref();
         if !is_data(t) {
-            last_rev = Some((p.idx, p.ts, t.ack));
+            rev.push((p.idx, p.ts, t.ack));
             if t.ece && !t.syn {
                 for m in pending_echo.drain(..) {
                     let mark = &mut out.ce_marks[m];
@@ -336,15 +359,21 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
             let (prev_idx, prev_ts) = last_tx[&index];
             let n = nth.entry(index).or_insert(0);
             *n += 1;
-            let (recovery, trigger) = match last_rev {
-                Some((ri, rts, ack))
-                    if rts >= prev_ts
-                        && p.ts.saturating_sub(rts) <= fast_window
-                        && seq_le(ack.wrapping_sub(base), rel) =>
-                {
-                    (Recovery::Fast, Some(evidence(trace, ri)))
-                }
-                _ => (Recovery::Timeout, None),
+            // The trigger is the latest ACK since the lost transmission that
+            // still reported this segment missing. A later ACK that reached
+            // the vantage point just before the retransmission cannot have
+            // reached the sender in time, so it is skipped, not disqualifying.
+            let trigger = rev
+                .iter()
+                .rev()
+                .take_while(|(_, rts, _)| *rts >= prev_ts)
+                .filter(|(_, rts, _)| p.ts.saturating_sub(*rts) <= fast_window)
+                .find(|(_, _, ack)| seq_le(ack.wrapping_sub(base), rel))
+                .map(|(ri, _, _)| evidence(trace, *ri));
+            let recovery = if trigger.is_some() {
+                Recovery::Fast
+            } else {
+                Recovery::Timeout
             };
             out.retransmissions.push(Retransmission {
                 packet: index,

@@ -14,7 +14,11 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "wirelab", version, about = "Deterministic tests of network stacks on commodity Linux")]
+#[command(
+    name = "wirelab",
+    version,
+    about = "Deterministic tests of network stacks on commodity Linux"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -100,7 +104,13 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
     match cli.cmd {
-        Cmd::Run { specs, out, timeout, json, verbose } => {
+        Cmd::Run {
+            specs,
+            out,
+            timeout,
+            json,
+            verbose,
+        } => {
             // Parse every spec first: a typo in the third file should not
             // surface after two labs ran.
             let mut loaded = Vec::new();
@@ -184,7 +194,10 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             Ok(code::OK)
         }
         Cmd::Schema => {
-            println!("{}", serde_json::to_string_pretty(&wirelab_spec::json_schema())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&wirelab_spec::json_schema())?
+            );
             Ok(code::OK)
         }
     }

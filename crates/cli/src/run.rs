@@ -160,8 +160,18 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     }
     for c in &plan.conns {
         let (rq, rs) = (&plan.hosts[c.requester], &plan.hosts[c.responder]);
-        let fwd = FlowKey { saddr: rq.ip, daddr: rs.ip, sport: c.sport, dport: c.dport };
-        let rev = FlowKey { saddr: rs.ip, daddr: rq.ip, sport: c.dport, dport: c.sport };
+        let fwd = FlowKey {
+            saddr: rq.ip,
+            daddr: rs.ip,
+            sport: c.sport,
+            dport: c.dport,
+        };
+        let rev = FlowKey {
+            saddr: rs.ip,
+            daddr: rq.ip,
+            sport: c.dport,
+            dport: c.sport,
+        };
         let write = c.data_sender() == c.requester;
         switch.add_flow(fwd, c.id, write)?;
         switch.add_flow(rev, c.id, !write)?;
@@ -208,7 +218,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             switch.add_event(e.conn, index, e.iteration, dp_action(e.action), e.id)?;
             log.push_str(&format!(
                 "event {} armed: conn {} index {} iteration {} {}\n",
-                e.id, e.conn, index, e.iteration, e.action.name()
+                e.id,
+                e.conn,
+                index,
+                e.iteration,
+                e.action.name()
             ));
         }
         check_abort(&opts.abort)?;
@@ -250,7 +264,13 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     }
     let integrity = wirelab_capture::check_integrity(&records, &port_counts, switch.mirror_seq()?);
     let trace_path = dir.join("trace.pcapng");
-    wirelab_capture::write_pcapng(&trace_path, &records, &port_info, plan.snap_len, clock_offset)?;
+    wirelab_capture::write_pcapng(
+        &trace_path,
+        &records,
+        &port_info,
+        plan.snap_len,
+        clock_offset,
+    )?;
 
     // Analyze the file as written: the same path `wirelab analyze` takes.
     let trace = wirelab_trace::read(&trace_path)?;
@@ -285,7 +305,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             id: e.id,
             conn: e.conn,
             target: target_text(e.target),
-            iteration: if e.iteration == 0 { "all".into() } else { e.iteration.to_string() },
+            iteration: if e.iteration == 0 {
+                "all".into()
+            } else {
+                e.iteration.to_string()
+            },
             action: e.action.name().into(),
             armed_index: index,
             hits: switch.event_hits(e.conn, index, e.iteration)?,
@@ -339,7 +363,9 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                 port: h.port,
                 namespace: h.ns.clone(),
                 congestion_control: h.stack.congestion_control.name().into(),
-                bottleneck: h.bottleneck.map(|b| format!("{} buffer {}", b.rate, b.buffer)),
+                bottleneck: h
+                    .bottleneck
+                    .map(|b| format!("{} buffer {}", b.rate, b.buffer)),
             })
             .collect(),
         connections,
@@ -362,7 +388,10 @@ fn write_results(dir: &Path, s: &Summary, log: &str, ports: &[PortCounts]) -> Re
         "hosts": s.counters,
         "switch_ports": ports,
     });
-    std::fs::write(dir.join("counters.json"), serde_json::to_vec_pretty(&counters)?)?;
+    std::fs::write(
+        dir.join("counters.json"),
+        serde_json::to_vec_pretty(&counters)?,
+    )?;
     let mut wl = log.to_string();
     for r in &s.workload {
         for m in &r.messages {

@@ -21,7 +21,10 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 pub fn print(s: &Summary, verbose: bool) {
-    println!("wirelab run {} (run {}, {} ms)", s.name, s.run_id, s.duration_ms);
+    println!(
+        "wirelab run {} (run {}, {} ms)",
+        s.name, s.run_id, s.duration_ms
+    );
     let hosts: Vec<String> = s
         .hosts
         .iter()
@@ -37,14 +40,24 @@ pub fn print(s: &Summary, verbose: bool) {
         "  lab        {} hosts + switch, mtu {}, {}: {}",
         s.hosts.len(),
         s.mtu,
-        s.hosts.first().map_or("", |h| h.congestion_control.as_str()),
+        s.hosts
+            .first()
+            .map_or("", |h| h.congestion_control.as_str()),
         hosts.join(", ")
     );
     for c in &s.connections {
         let isn = c.data_isn.map_or("-".to_string(), |i| format!("{i:#010x}"));
         println!(
             "  conn {:<5} {} -> {} {} {}x{}B depth {}, data mss {}, isn {}",
-            c.id, c.requester, c.responder, c.verb, c.messages, c.message_size, c.tx_depth, c.data_mss, isn
+            c.id,
+            c.requester,
+            c.responder,
+            c.verb,
+            c.messages,
+            c.message_size,
+            c.tx_depth,
+            c.data_mss,
+            isn
         );
     }
     for e in &s.events {
@@ -59,7 +72,11 @@ pub fn print(s: &Summary, verbose: bool) {
             e.armed_index,
             e.hits,
             if e.hits == 1 { "" } else { "s" },
-            if hit.is_empty() { String::new() } else { format!(" at {}", hit.join(" ")) }
+            if hit.is_empty() {
+                String::new()
+            } else {
+                format!(" at {}", hit.join(" "))
+            }
         );
     }
     let i = &s.integrity;
@@ -89,7 +106,9 @@ pub fn print(s: &Summary, verbose: bool) {
             us(percentile(&mct, 0.99)),
             us(mct.last().copied().unwrap_or(0)),
             w.goodput_bps as f64 / 1e6,
-            w.error.as_ref().map_or(String::new(), |e| format!(" ERROR {e}"))
+            w.error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" ERROR {e}"))
         );
         if verbose {
             for m in &w.messages {
@@ -138,13 +157,34 @@ pub fn print_analysis(a: &Analysis, packets: usize, verbose: bool) {
         for (p, rs) in per_packet.iter().take(shown) {
             let parts: Vec<String> = rs
                 .iter()
-                .map(|r| format!("{} at {} (+{} after {}{})", r.recovery.name(), r.at, us(r.since_loss_ns), r.previous,
-                    if r.previous_event == "none" || r.previous_event == "unknown" { String::new() } else { format!(" {}", r.previous_event) }))
+                .map(|r| {
+                    format!(
+                        "{} at {} (+{} after {}{})",
+                        r.recovery.name(),
+                        r.at,
+                        us(r.since_loss_ns),
+                        r.previous,
+                        if r.previous_event == "none" || r.previous_event == "unknown" {
+                            String::new()
+                        } else {
+                            format!(" {}", r.previous_event)
+                        }
+                    )
+                })
                 .collect();
-            println!("  retrans    conn {} packet {}: {}x {}", c.id, p, rs.len(), parts.join(", "));
+            println!(
+                "  retrans    conn {} packet {}: {}x {}",
+                c.id,
+                p,
+                rs.len(),
+                parts.join(", ")
+            );
         }
         if per_packet.len() > shown {
-            println!("             ... {} more packets (-v)", per_packet.len() - shown);
+            println!(
+                "             ... {} more packets (-v)",
+                per_packet.len() - shown
+            );
         }
         if !c.ce_marks.is_empty() {
             let echoed = c.ce_marks.iter().filter(|m| m.echo.is_some()).count();

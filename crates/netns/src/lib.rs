@@ -123,6 +123,11 @@ impl Lab {
         }
         let sw = plan.switch_ns.as_str();
         let mtu = plan.mtu.to_string();
+        let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        in_netns(sw, || -> Result<(), Error> {
+            write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+            write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")
+        })??;
         run("ip", &["-n", sw, "link", "set", "lo", "up"])?;
         for h in &plan.hosts {
             let mac = fmt_mac(&h.mac);
@@ -169,6 +174,8 @@ impl Lab {
             // computed in software and verified by the receiver, so that a
             // `corrupt` event is caught as a real NIC's would be.
             offloads_off(&h.ns, &h.ifname)?;
+            let cpu = (h.port as usize - 1) % ncpus;
+            steer_rx(&h.ns, &h.ifname, cpu)?;
             // Static neighbours: no ARP in the trace, and the switch forwards
             // on destination MAC.
             for peer in plan.hosts.iter().filter(|p| p.port != h.port) {
@@ -215,6 +222,7 @@ impl Lab {
 
             run("ip", &["-n", sw, "link", "set", &h.switch_ifname, "up"])?;
             offloads_off(sw, &h.switch_ifname)?;
+            steer_rx(sw, &h.switch_ifname, cpu)?;
             if let Some(b) = h.bottleneck {
                 // tbf shapes (queues, then drops past `limit`); this kernel has
                 // no netem/fq. burst must hold at least one frame.
@@ -267,6 +275,31 @@ impl Drop for Lab {
         }
         let _ = fs::remove_file(registry_path(&self.run_id));
     }
+}
+
+/// Steers every packet a lab device receives to one CPU's backlog (RPS).
+///
+/// veth delivers a frame with netif_rx() on the CPU that transmitted it, so
+/// two consecutive frames of one flow sent from two CPUs (a sender thread that
+/// migrated, ACK-clocked sends in softirq, a qdisc dequeued by another CPU)
+/// can overtake each other: the lab would reorder packets on its own. With
+/// RPS to a single CPU they are queued in the order they were transmitted.
+fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), Error> {
+    let mask = format!("{:x}", 1u64 << (cpu % 64));
+    // sysfs shows a namespace's devices only when mounted from inside it,
+    // which `ip netns exec` does.
+    run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            ns,
+            "sh",
+            "-c",
+            &format!("echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"),
+        ],
+    )?;
+    Ok(())
 }
 
 fn offloads_off(ns: &str, dev: &str) -> Result<(), Error> {

@@ -500,7 +500,10 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
     let mut names = std::collections::BTreeSet::new();
     for (i, h) in t.hosts.iter().enumerate() {
         if h.name == "switch" {
-            return err(format!("topology.hosts[{i}].name"), "`switch` is the switch's own name");
+            return err(
+                format!("topology.hosts[{i}].name"),
+                "`switch` is the switch's own name",
+            );
         }
         let ok = !h.name.is_empty()
             && h.name.len() <= 12

@@ -122,11 +122,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
         let h = &plan.hosts[r];
         let addr = SocketAddrV4::new(h.ip, wirelab_plan::SERVICE_PORT);
         let l = wirelab_netns::in_netns(&h.ns, || -> Result<TcpListener, Error> {
-            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(ioe(0, "socket"))?;
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+                .map_err(ioe(0, "socket"))?;
             s.set_reuse_address(true).map_err(ioe(0, "SO_REUSEADDR"))?;
             set_cc(&s, h, 0)?;
             s.set_nodelay(true).map_err(ioe(0, "TCP_NODELAY"))?;
-            s.bind(&SocketAddr::V4(addr).into()).map_err(ioe(0, "bind listener"))?;
+            s.bind(&SocketAddr::V4(addr).into())
+                .map_err(ioe(0, "bind listener"))?;
             s.listen(1024).map_err(ioe(0, "listen"))?;
             Ok(s.into())
         })??;
@@ -137,11 +139,14 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
         let h = &plan.hosts[c.requester];
         let local = SocketAddrV4::new(h.ip, c.sport);
         let s = wirelab_netns::in_netns(&h.ns, || -> Result<Socket, Error> {
-            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).map_err(ioe(c.id, "socket"))?;
-            s.set_reuse_address(true).map_err(ioe(c.id, "SO_REUSEADDR"))?;
+            let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+                .map_err(ioe(c.id, "socket"))?;
+            s.set_reuse_address(true)
+                .map_err(ioe(c.id, "SO_REUSEADDR"))?;
             set_cc(&s, h, c.id)?;
             s.set_nodelay(true).map_err(ioe(c.id, "TCP_NODELAY"))?;
-            s.bind(&SocketAddr::V4(local).into()).map_err(ioe(c.id, "bind"))?;
+            s.bind(&SocketAddr::V4(local).into())
+                .map_err(ioe(c.id, "bind"))?;
             Ok(s)
         })??;
         requesters.push((c.id, s, local));
@@ -293,7 +298,12 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Resul
                 })
             }
             Ok(n) => off += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
                 stop.check(conn)?
             }
             Err(e) => return Err(ioe(conn, "read")(e)),
@@ -307,7 +317,12 @@ fn write_full(s: &mut TcpStream, buf: &[u8], conn: u32, stop: &Stop) -> Result<(
     while off < buf.len() {
         match s.write(&buf[off..]) {
             Ok(n) => off += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
                 stop.check(conn)?
             }
             Err(e) => return Err(ioe(conn, "write")(e)),
@@ -317,7 +332,9 @@ fn write_full(s: &mut TcpStream, buf: &[u8], conn: u32, stop: &Stop) -> Result<(
 }
 
 fn pattern(size: u64, msg: u32) -> Vec<u8> {
-    (0..size).map(|i| (i as u32).wrapping_add(msg) as u8).collect()
+    (0..size)
+        .map(|i| (i as u32).wrapping_add(msg) as u8)
+        .collect()
 }
 
 fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
@@ -344,7 +361,9 @@ fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
     loop {
         match s.read(&mut end) {
             Ok(_) => break,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => stop.check(c.id)?,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                stop.check(c.id)?
+            }
             Err(_) => break,
         }
     }
@@ -366,14 +385,19 @@ fn requester(
     let mut done = Vec::new();
     let mut next = 1u32;
     let mut buf = vec![0u8; size as usize];
-    let post = |s: &mut TcpStream, m: u32, posted: &mut std::collections::VecDeque<(u32, u64)>| -> Result<(), Error> {
+    let post = |s: &mut TcpStream,
+                m: u32,
+                posted: &mut std::collections::VecDeque<(u32, u64)>|
+     -> Result<(), Error> {
         posted.push_back((m, now_ns()));
         match c.verb {
             Verb::Write => write_full(s, &pattern(size, m), c.id, stop),
             Verb::Read => write_full(s, &u64::from(m).to_be_bytes(), c.id, stop),
         }
     };
-    let mut complete = |s: &mut TcpStream, posted: &mut std::collections::VecDeque<(u32, u64)>| -> Result<(), Error> {
+    let mut complete = |s: &mut TcpStream,
+                        posted: &mut std::collections::VecDeque<(u32, u64)>|
+     -> Result<(), Error> {
         match c.verb {
             Verb::Write => {
                 let mut ack = [0u8; 8];
@@ -382,7 +406,9 @@ fn requester(
             Verb::Read => read_full(s, &mut buf, c.id, stop)?,
         }
         let t = now_ns();
-        let (m, p) = posted.pop_front().expect("a completion answers a posted message");
+        let (m, p) = posted
+            .pop_front()
+            .expect("a completion answers a posted message");
         done.push(MessageReport {
             message: m,
             posted_ns: p,
@@ -486,7 +512,11 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
                     id: c.id,
                     expected_messages: c.messages,
                     bytes,
-                    goodput_bps: if span > 0 { bytes * 8 * 1_000_000_000 / span } else { 0 },
+                    goodput_bps: if span > 0 {
+                        bytes * 8 * 1_000_000_000 / span
+                    } else {
+                        0
+                    },
                     messages,
                     error,
                 }
@@ -496,4 +526,3 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
     reports.sort_by_key(|r| r.id);
     reports
 }
-
