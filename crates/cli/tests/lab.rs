@@ -1,0 +1,441 @@
+//! Lab tests: real namespaces, the real switch, kernel TCP. They need root
+//! (CI runs as root); without it each test says so and skips.
+//!
+//! Runs are serialised: they measure timing-sensitive recoveries on a
+//! 2-core machine, and the cleanup checks look for *any* leftover.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn root() -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED: lab tests need root (network namespaces, BPF)");
+    false
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn wirelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("wirelab runs")
+}
+
+struct Run {
+    code: i32,
+    summary: Value,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_spec(spec: &Path, out: &Path) -> Run {
+    let o = wirelab(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let summary = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    Run {
+        code: o.status.code().unwrap_or(-1),
+        summary,
+        stdout,
+        stderr,
+    }
+}
+
+fn lab_namespaces() -> BTreeSet<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("wl-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn switch_programs() -> usize {
+    libbpf_rs::query::ProgInfoIter::default()
+        .filter(|p| p.name.to_string_lossy() == "wl_switch")
+        .count()
+}
+
+/// Nothing of any run remains: namespaces, registry entries, BPF programs.
+fn assert_nothing_left(what: &str) {
+    assert!(
+        lab_namespaces().is_empty(),
+        "{what}: namespaces left: {:?}",
+        lab_namespaces()
+    );
+    let reg: Vec<_> = std::fs::read_dir("/run/wirelab")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(reg.is_empty(), "{what}: registry entries left: {reg:?}");
+    // The kernel frees a program after an RCU grace period once its last
+    // reference (the exited process, the deleted veth's tc hook) is gone.
+    let t0 = Instant::now();
+    while switch_programs() > 0 && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        switch_programs(),
+        0,
+        "{what}: a wl_switch BPF program is still loaded after 3s"
+    );
+}
+
+fn example_specs() -> Vec<PathBuf> {
+    let mut seen = BTreeSet::new();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join("specs/tcp"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| seen.insert(p.canonicalize().unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_example_spec_passes_with_a_valid_trace_tshark_can_read() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let specs = example_specs();
+    assert!(specs.len() >= 5, "the example specs are there: {specs:?}");
+    for spec in specs {
+        let r = run_spec(&spec, out.path());
+        let name = spec.file_name().unwrap().to_string_lossy();
+        assert_eq!(r.code, 0, "{name}: exit code\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.summary["verdict"], "PASS", "{name}");
+        assert_eq!(r.summary["integrity"]["valid"], true, "{name}");
+        assert!(
+            r.summary["expect"]
+                .as_array()
+                .is_some_and(|e| !e.is_empty()),
+            "{name} has claims"
+        );
+        // Every event hit exactly one packet.
+        for e in r.summary["events"].as_array().unwrap() {
+            assert_eq!(e["hits"], 1, "{name}: event {} hits", e["id"]);
+        }
+        // The switch and the analyzer agree on every index and iteration.
+        for c in r.summary["analysis"]["connections"].as_array().unwrap() {
+            assert_eq!(
+                c["iteration_mismatches"].as_array().unwrap().len(),
+                0,
+                "{name}"
+            );
+        }
+        let trace = PathBuf::from(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+        let in_trace = r.summary["integrity"]["in_trace"].as_u64().unwrap();
+        let t = Command::new("tshark")
+            .args([
+                "-r",
+                trace.to_str().unwrap(),
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+                "-e",
+                "_ws.malformed",
+            ])
+            .output()
+            .expect("tshark is installed (make deps)");
+        assert!(
+            t.status.success(),
+            "{name}: tshark failed: {}",
+            String::from_utf8_lossy(&t.stderr)
+        );
+        let text = String::from_utf8_lossy(&t.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len() as u64, in_trace, "{name}: tshark packet count");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.split('\t').nth(1).unwrap_or("").is_empty()),
+            "{name}: malformed packets"
+        );
+        // Comments carry our metadata where Wireshark shows them.
+        let c = Command::new("tshark")
+            .args([
+                "-r",
+                trace.to_str().unwrap(),
+                "-T",
+                "fields",
+                "-e",
+                "frame.comment",
+                "-c",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&c.stdout).starts_with("wirelab seq=0 "),
+            "{name}"
+        );
+    }
+    assert_nothing_left("after passing runs");
+}
+
+/// What must not change between runs of one spec: which logical packets the
+/// events hit, and the retransmissions (packet, nth, iteration, recovery).
+fn fingerprint(s: &Value) -> String {
+    let mut f = String::new();
+    for c in s["analysis"]["connections"].as_array().unwrap() {
+        for e in c["events"].as_array().unwrap() {
+            f += &format!(
+                "event {} {} conn {} packet {} iter {}; ",
+                e["event_id"], e["event"], c["id"], e["packet"], e["iteration"]
+            );
+        }
+        for r in c["retransmissions"].as_array().unwrap() {
+            f += &format!(
+                "retx conn {} packet {} #{} iter {} {}; ",
+                c["id"], r["packet"], r["nth"], r["iteration"], r["recovery"]
+            );
+        }
+    }
+    f
+}
+
+#[test]
+fn the_same_spec_ten_times_injects_the_same_events_and_retransmissions() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let spec = repo().join("specs/tcp/drop-5th-packet-twice-second-recovery-by-timeout.yaml");
+    let mut prints = Vec::new();
+    for i in 0..10 {
+        let r = run_spec(&spec, out.path());
+        assert_eq!(r.code, 0, "run {i}\n{}\n{}", r.stdout, r.stderr);
+        prints.push(fingerprint(&r.summary));
+    }
+    assert!(
+        prints[0].contains("event 1 \"drop\" conn 1 packet 5 iter 1"),
+        "{}",
+        prints[0]
+    );
+    assert!(
+        prints[0].contains("event 2 \"drop\" conn 1 packet 5 iter 2"),
+        "{}",
+        prints[0]
+    );
+    assert!(
+        prints[0].contains("retx conn 1 packet 5 #2 iter 3 \"timeout\""),
+        "{}",
+        prints[0]
+    );
+    for (i, p) in prints.iter().enumerate() {
+        assert_eq!(p, &prints[0], "run {i} differs from run 0");
+    }
+    assert_nothing_left("after ten runs");
+}
+
+fn write_spec(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const TWO_HOSTS: &str =
+    "topology:\n  hosts:\n    - name: a\n    - name: b\nstack:\n  congestion_control: cubic\n";
+
+#[test]
+fn an_overflowing_capture_ring_makes_the_run_invalid() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // 4 KiB of ring holds 21 records; the dumper sleeps through the transfer.
+    let spec = write_spec(
+        dir.path(),
+        "overflow.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 256KiB}}\ncapture:\n  ring_size: 4KiB\n  stall_dumper: 300ms\nexpect:\n  - {{connection: all, messages_completed: true}}\n"),
+    );
+    let r = run_spec(&spec, dir.path());
+    assert_eq!(
+        r.code, 3,
+        "INVALID has its own exit code\n{}\n{}",
+        r.stdout, r.stderr
+    );
+    assert_eq!(r.summary["verdict"], "INVALID");
+    let reasons = r.summary["integrity"]["reasons"].to_string();
+    assert!(reasons.contains("capture ring was full"), "{reasons}");
+    assert!(
+        reasons.contains("mirror sequence numbers missing"),
+        "{reasons}"
+    );
+    // The expectation itself held: INVALID wins over PASS, never the reverse.
+    assert_eq!(r.summary["expect"][0]["pass"], true);
+    assert_nothing_left("after an INVALID run");
+}
+
+#[test]
+fn a_failed_expectation_exits_1_and_cleans_up() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        "wrong-claim.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 64KiB}}\nevents:\n  - {{connection: 1, packet: 5, action: drop}}\nexpect:\n  - {{connection: 1, packet: 5, retransmitted: 1, recovery: [timeout]}}\n"),
+    );
+    let r = run_spec(&spec, dir.path());
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.summary["verdict"], "FAIL");
+    assert_eq!(r.summary["expect"][0]["pass"], false);
+    assert!(r.summary["expect"][0]["observed"]
+        .as_str()
+        .unwrap()
+        .contains("fast at #"));
+    assert_nothing_left("after a failed expectation");
+}
+
+#[test]
+fn bad_input_exits_2_names_the_line_and_creates_nothing() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        "bad.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 1KB}}\nevents:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
+    );
+    let before = lab_namespaces();
+    let o = wirelab(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.yaml: events[0].packet: must be >= 1, got 0 (line 12)"),
+        "{err}"
+    );
+    assert_eq!(lab_namespaces(), before, "nothing created");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no results folder"
+    );
+}
+
+#[test]
+fn sigint_during_a_run_removes_everything() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // Long enough to be interrupted: 400 messages, each waiting on a timeout.
+    let spec = write_spec(
+        dir.path(),
+        "long.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 10KB, messages: 400}}\nevents:\n  - {{connection: 1, packet: all, iteration: all, action: drop}}\n"),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while switch_programs() == 0 || lab_namespaces().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the lab never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_nothing_left("after SIGINT");
+}
+
+#[test]
+fn clean_removes_what_a_killed_run_left() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(
+        dir.path(),
+        "long.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 10KB, messages: 400}}\nevents:\n  - {{connection: 1, packet: all, iteration: all, action: drop}}\n"),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while lab_namespaces().len() < 3 || switch_programs() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the lab never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert_eq!(lab_namespaces().len(), 3, "a killed run leaves its lab");
+    let o = wirelab(&["clean"]);
+    assert!(o.status.success());
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("removed namespace wl-"), "{said}");
+    assert_nothing_left("after wirelab clean");
+}

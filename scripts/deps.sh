@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what wirelab needs on a fresh Debian 12 machine, and only what is
+# missing. Run as root (make does). Idempotent and quiet when all is there.
+set -euo pipefail
+
+need_root() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "wirelab: setting up needs root (apt-get, network namespaces, BPF): run 'sudo make $*'" >&2
+    exit 2
+  fi
+}
+need_root "${MAKECMDGOALS:-}"
+
+# clang/llvm/libbpf-dev/libelf-dev/zlib/pkg-config: compiling the BPF switch
+# and libbpf-sys; iproute2 + ethtool: the lab; tshark/tcpdump/iperf3:
+# cross-checks and benchmark baselines; procps: sysctl.
+PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
+      tshark tcpdump iperf3 procps bpftool linux-libc-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+# Rust >= 1.85 (clap 4.6 needs it). A rustup toolchain in ~/.cargo is used
+# when present; otherwise Debian 12's rustc-web/cargo-web (1.96) are.
+export PATH="$HOME/.cargo/bin:$PATH"
+rust_ok() {
+  command -v cargo >/dev/null 2>&1 || return 1
+  local v; v=$(rustc --version 2>/dev/null | awk '{print $2}')
+  [[ -n $v ]] || return 1
+  local major minor; IFS=. read -r major minor _ <<<"$v"
+  (( major > 1 || (major == 1 && minor >= 85) ))
+}
+if ! rust_ok; then
+  missing+=(rustc-web cargo-web)
+fi
+
+if ((${#missing[@]})); then
+  echo "wirelab: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+rust_ok || { echo "wirelab: no Rust >= 1.85 after installing rustc-web/cargo-web" >&2; exit 2; }
+
+# The BPF filesystem is where libbpf expects it (some minimal images lack it).
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
