@@ -3,11 +3,13 @@
 //! checks its integrity against the switch's and the kernel's counters.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,6 +31,8 @@ use wirelab_trace::Meta;
 pub enum Error {
     #[error("capture ring: {0}")]
     Ring(#[from] libbpf_rs::Error),
+    #[error("starting the dumper: {0}")]
+    Setup(String),
     #[error("writing {path}: {detail}")]
     Write { path: String, detail: String },
 }
@@ -56,13 +60,6 @@ pub fn monotonic_to_realtime_ns() -> i128 {
     r - (m1 + m2) / 2
 }
 
-/// Drains the capture ring on its own thread.
-pub struct Dumper {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<(), libbpf_rs::Error>>,
-    records: Arc<Mutex<Vec<MirrorRecord>>>,
-}
-
 fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
     let (h, data) = parse_mirror_record(bytes)?;
     Some(MirrorRecord {
@@ -85,46 +82,90 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
     })
 }
 
+const DRAIN_EVERY: Duration = Duration::from_millis(2);
+
+/// Drains the capture ring on its own thread.
+///
+/// Records are appended to one growing buffer as `[len: u32][record]` and
+/// parsed only when the run is over: no allocation or lock per packet on the
+/// thread that competes with the lab for CPU.
+pub struct Dumper {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>,
+}
+
 impl Dumper {
     /// Starts draining. `stall` delays the first drain: fault injection
     /// into wirelab's own capture path, to prove the integrity check works.
     pub fn start(switch: &Switch, stall: Duration) -> Result<Dumper, Error> {
-        let records: Arc<Mutex<Vec<MirrorRecord>>> = Arc::default();
-        let sink = records.clone();
-        let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(switch.ring(), move |bytes: &[u8]| {
-            if let Some(r) = record_from(bytes) {
-                sink.lock().expect("dumper lock").push(r);
-            }
-            0
-        })?;
-        let rb = b.build()?;
+        let ring = switch
+            .ring_handle()
+            .map_err(|e| Error::Setup(e.to_string()))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("wirelab-dumper".into())
             .spawn(move || {
+                let buf: Rc<RefCell<Vec<u8>>> = Rc::new(RefCell::new(Vec::with_capacity(1 << 20)));
+                let sink = buf.clone();
+                let mut b = libbpf_rs::RingBufferBuilder::new();
+                let built = b
+                    .add(&ring, move |bytes: &[u8]| {
+                        let mut v = sink.borrow_mut();
+                        v.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+                        v.extend_from_slice(bytes);
+                        0
+                    })
+                    .map(|_| ())
+                    .and_then(|_| b.build());
+                let rb = match built {
+                    Ok(rb) => {
+                        let _ = ready_tx.send(Ok(()));
+                        rb
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return Err(e);
+                    }
+                };
                 if !stall.is_zero() {
                     std::thread::sleep(stall);
                 }
+                // The switch wakes us only when a quarter of the ring is
+                // full; otherwise records are collected every DRAIN_EVERY.
                 while !stop2.load(Ordering::Acquire) {
-                    rb.poll(Duration::from_millis(20))?;
+                    rb.poll(DRAIN_EVERY)?;
+                    rb.consume()?;
                 }
-                rb.consume()
+                rb.consume()?;
+                drop(rb);
+                Ok(Rc::try_unwrap(buf)
+                    .map(RefCell::into_inner)
+                    .unwrap_or_default())
             })
             .expect("spawning the dumper thread");
-        Ok(Dumper {
-            stop,
-            thread,
-            records,
-        })
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Dumper { stop, thread }),
+            Ok(Err(e)) => Err(Error::Setup(e)),
+            Err(_) => Err(Error::Setup("the dumper thread died".into())),
+        }
     }
 
     /// Stops after draining what is in the ring; records in mirror order.
     pub fn finish(self) -> Result<Vec<MirrorRecord>, Error> {
         self.stop.store(true, Ordering::Release);
-        self.thread.join().expect("dumper thread panicked")?;
-        let mut v = std::mem::take(&mut *self.records.lock().expect("dumper lock"));
+        let raw = self.thread.join().expect("dumper thread panicked")?;
+        let mut v = Vec::with_capacity(raw.len() / 200);
+        let mut off = 0;
+        while off + 4 <= raw.len() {
+            let len = u32::from_ne_bytes(raw[off..off + 4].try_into().expect("4 bytes")) as usize;
+            off += 4;
+            if let Some(r) = raw.get(off..off + len).and_then(record_from) {
+                v.push(r);
+            }
+            off += len;
+        }
         // Records from different CPUs reach the ring slightly out of order;
         // the mirror sequence number is the order (Lumina §3.5).
         v.sort_by_key(|r| r.meta.seq);

@@ -3,6 +3,7 @@
 //! held on a VALID run, 1 an expectation failed, 2 bad input or an error,
 //! 3 the run was INVALID (the trace is incomplete), 130 interrupted.
 
+mod bench;
 mod run;
 mod summary;
 
@@ -64,6 +65,24 @@ enum Cmd {
     },
     /// Print the JSON Schema of the spec (for editors).
     Schema,
+    /// Benchmarks, printed as ratios against baselines measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// MCT through the full pipeline vs a forward-only program vs a Linux bridge.
+    SwitchOverhead {
+        #[arg(long, default_value_t = 1000)]
+        messages: u32,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Highest TCP rate with 100% capture, next to tcpdump's drops.
+    Capture,
 }
 
 /// Exit codes, as documented above and in the README.
@@ -190,6 +209,16 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             }
             if c.namespaces.is_empty() && c.registry_entries.is_empty() {
                 println!("nothing to clean");
+            }
+            Ok(code::OK)
+        }
+        Cmd::Bench { which } => {
+            run::require_root()?;
+            match which {
+                BenchCmd::SwitchOverhead { messages, rounds } => {
+                    bench::switch_overhead(abort, messages, rounds)?
+                }
+                BenchCmd::Capture => bench::capture(abort)?,
             }
             Ok(code::OK)
         }

@@ -135,19 +135,9 @@ fn dp_action(a: wirelab_spec::Action) -> Action {
     }
 }
 
-pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
-    let started = Instant::now();
-    let plan = wirelab_plan::plan(spec, &new_run_id());
-    let dir = opts.out.join(format!("{}-{}", plan.name, plan.run_id));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
-    let mut log = String::new();
-
-    let lab = Lab::up(&plan).context("bringing the lab up")?;
-    log.push_str(&format!("lab up: {}\n", lab.namespaces().join(" ")));
-    check_abort(&opts.abort)?;
-
-    // The switch: load, fill the tables, attach to every port.
+/// Loads the switch, fills its port, forwarding and connection tables and
+/// attaches it to every switch port (`forward_only`: the benchmark baseline).
+pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> {
     let switch = Switch::load(Config {
         snap_len: plan.snap_len,
         ring_bytes: plan.ring_bytes as u32,
@@ -176,18 +166,56 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         switch.add_flow(fwd, c.id, write)?;
         switch.add_flow(rev, c.id, !write)?;
     }
-    let ports: Vec<(u32, u32)> = plan
-        .hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (lab.switch_ifindex[i], h.port))
-        .collect();
     in_netns(&plan.switch_ns, || -> Result<()> {
-        for (ifindex, _) in &ports {
-            switch.attach_ingress(*ifindex as i32)?;
+        for ifindex in &lab.switch_ifindex {
+            if forward_only {
+                switch.attach_forward_only(*ifindex as i32)?;
+            } else {
+                switch.attach_ingress(*ifindex as i32)?;
+            }
         }
         Ok(())
     })??;
+    Ok(switch)
+}
+
+/// Arms the plan's events with the runtime MSS of each connection.
+pub fn arm_events(
+    plan: &Plan,
+    switch: &Switch,
+    meta: &[wirelab_workload::ConnMeta],
+    log: &mut String,
+) -> Result<()> {
+    for e in &plan.events {
+        let conn = &plan.conns[e.conn as usize - 1];
+        let mss = meta[e.conn as usize - 1].data_mss;
+        let index = e.resolve_index(conn, mss);
+        switch.add_event(e.conn, index, e.iteration, dp_action(e.action), e.id)?;
+        log.push_str(&format!(
+            "event {} armed: conn {} index {} iteration {} {}\n",
+            e.id,
+            e.conn,
+            index,
+            e.iteration,
+            e.action.name()
+        ));
+    }
+    Ok(())
+}
+
+pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
+    let started = Instant::now();
+    let plan = wirelab_plan::plan(spec, &new_run_id());
+    let dir = opts.out.join(format!("{}-{}", plan.name, plan.run_id));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
+    let mut log = String::new();
+
+    let lab = Lab::up(&plan).context("bringing the lab up")?;
+    log.push_str(&format!("lab up: {}\n", lab.namespaces().join(" ")));
+    check_abort(&opts.abort)?;
+
+    let switch = arm_switch(&plan, &lab, false)?;
     let kernel_rx_before = lab.switch_port_rx(&plan)?;
     let counters_before = host_counters(&plan)?;
     let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
@@ -211,20 +239,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                 m.id, m.requester, m.responder, m.data_mss
             ));
         }
-        for e in &plan.events {
-            let conn = &plan.conns[e.conn as usize - 1];
-            let mss = meta[e.conn as usize - 1].data_mss;
-            let index = e.resolve_index(conn, mss);
-            switch.add_event(e.conn, index, e.iteration, dp_action(e.action), e.id)?;
-            log.push_str(&format!(
-                "event {} armed: conn {} index {} iteration {} {}\n",
-                e.id,
-                e.conn,
-                index,
-                e.iteration,
-                e.action.name()
-            ));
-        }
+        arm_events(&plan, &switch, &meta, &mut log)?;
         check_abort(&opts.abort)?;
         let reports = wirelab_workload::run(&plan, connected, &stop);
         Ok((meta, reports))

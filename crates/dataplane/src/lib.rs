@@ -216,7 +216,20 @@ impl Switch {
     /// Attaches the pipeline at tc ingress of `ifindex`. The caller must be in
     /// the network namespace that owns the device.
     pub fn attach_ingress(&self, ifindex: i32) -> Result<(), Error> {
-        let fd = self.skel.progs.wl_switch.as_fd();
+        self.attach(ifindex, false)
+    }
+
+    /// Attaches the forward-only baseline program instead (benchmarks).
+    pub fn attach_forward_only(&self, ifindex: i32) -> Result<(), Error> {
+        self.attach(ifindex, true)
+    }
+
+    fn attach(&self, ifindex: i32, forward_only: bool) -> Result<(), Error> {
+        let fd = if forward_only {
+            self.skel.progs.wl_forward_only.as_fd()
+        } else {
+            self.skel.progs.wl_switch.as_fd()
+        };
         let mut hook = TcHookBuilder::new(fd)
             .ifindex(ifindex)
             .replace(true)
@@ -364,6 +377,33 @@ impl Switch {
         &self.skel.maps.ring
     }
 
+    /// An owned handle (a dup'ed fd) on the capture ring, which another
+    /// thread can drain while this switch stays where it is.
+    pub fn ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
+        libbpf_rs::MapHandle::try_from(&self.skel.maps.ring)
+            .map_err(map_err("duplicating the ring fd"))
+    }
+
+    /// Mean in-kernel run time (ns) of the pipeline (or the forward-only
+    /// baseline) on `packet`, from BPF_PROG_TEST_RUN's repeat loop.
+    pub fn time_per_run(
+        &self,
+        packet: &[u8],
+        repeat: u32,
+        forward_only: bool,
+    ) -> Result<u64, Error> {
+        let mut input = libbpf_rs::ProgramInput::default();
+        input.data_in = Some(packet);
+        input.repeat = repeat;
+        let prog = if forward_only {
+            &self.skel.progs.wl_forward_only
+        } else {
+            &self.skel.progs.wl_switch
+        };
+        let o = prog.test_run(input).map_err(map_err("BPF_PROG_TEST_RUN"))?;
+        Ok(o.duration.as_nanos() as u64)
+    }
+
     /// Runs the program once on `packet` through `BPF_PROG_TEST_RUN`, as if it
     /// arrived on the device `ifindex` (1 = loopback, which test runs use).
     /// Returns the tc verdict and the packet as the program left it.
@@ -397,8 +437,50 @@ fn open_and_load(
         .expect("switch.bpf.c has const volatile globals");
     ro.snap_len = config.snap_len;
     ro.snap_room = config.snap_len.next_power_of_two();
+    ro.wake_bytes = u64::from(config.ring_bytes / 4);
     open.maps.ring.set_max_entries(config.ring_bytes)?;
     open.load()
+}
+
+/// Kernel-measured run time of the wirelab programs while this guard lives
+/// (BPF_ENABLE_STATS: scoped to the fd, so nothing host-wide stays changed).
+pub struct RunTimeStats {
+    _fd: std::os::fd::OwnedFd,
+}
+
+impl RunTimeStats {
+    pub fn enable() -> Result<RunTimeStats, Error> {
+        // SAFETY: a plain syscall wrapper; it returns a new fd or a negative errno.
+        let fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        };
+        if fd < 0 {
+            return Err(Error::Config(format!(
+                "BPF_ENABLE_STATS failed: {}",
+                std::io::Error::from_raw_os_error(-fd)
+            )));
+        }
+        // SAFETY: fd was just returned to us and is owned by nobody else.
+        Ok(RunTimeStats {
+            _fd: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) },
+        })
+    }
+}
+
+impl Switch {
+    /// (runs, total ns) of a program of this switch as the kernel counted
+    /// them; counts only while a `RunTimeStats` guard is alive.
+    pub fn prog_stats(&self, forward_only: bool) -> (u64, u64) {
+        let prog = if forward_only {
+            &self.skel.progs.wl_forward_only
+        } else {
+            &self.skel.progs.wl_switch
+        };
+        let id = libbpf_rs::Program::id_from_fd(prog.as_fd()).unwrap_or(0);
+        libbpf_rs::query::ProgInfoIter::default()
+            .find(|p| p.id == id)
+            .map_or((0, 0), |p| (p.run_cnt, p.run_time_ns))
+    }
 }
 
 /// tc verdicts (`linux/pkt_cls.h`).

@@ -174,7 +174,12 @@ impl Lab {
             // computed in software and verified by the receiver, so that a
             // `corrupt` event is caught as a real NIC's would be.
             offloads_off(&h.ns, &h.ifname)?;
-            let cpu = (h.port as usize - 1) % ncpus;
+            // Hosts on the CPUs after the first, round robin.
+            let cpu = if ncpus > 1 {
+                1 + (h.port as usize - 1) % (ncpus - 1)
+            } else {
+                0
+            };
             steer_rx(&h.ns, &h.ifname, cpu)?;
             // Static neighbours: no ARP in the trace, and the switch forwards
             // on destination MAC.
@@ -222,7 +227,10 @@ impl Lab {
 
             run("ip", &["-n", sw, "link", "set", &h.switch_ifname, "up"])?;
             offloads_off(sw, &h.switch_ifname)?;
-            steer_rx(sw, &h.switch_ifname, cpu)?;
+            // Every switch port on CPU 0: the switch is one serial pipeline
+            // like a hardware one, its mirror order is its processing order,
+            // and its ring and sequence counter never bounce between CPUs.
+            steer_rx(sw, &h.switch_ifname, 0)?;
             if let Some(b) = h.bottleneck {
                 // tbf shapes (queues, then drops past `limit`); this kernel has
                 // no netem/fq. burst must hold at least one frame.

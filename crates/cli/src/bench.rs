@@ -1,0 +1,325 @@
+//! Benchmarks that print ratios against a baseline measured in the same run
+//! (never timed tests).
+//!
+//! `switch-overhead`: mean message completion time of back-to-back messages
+//! through (a) the full pipeline with mirroring and armed, non-matching event
+//! tables, (b) a forward-only eBPF program, (c) a plain Linux bridge.
+//! Lumina measured 1.04-1.07 for (a)/(b) on a Tofino.
+//!
+//! `capture`: at rising TCP rates, whether wirelab's capture keeps 100% of
+//! the packets entering the switch, next to tcpdump on the same port at the
+//! same load.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use wirelab_capture::Dumper;
+use wirelab_netns::{run as sh, Lab};
+use wirelab_plan::Plan;
+
+use crate::run::{arm_events, arm_switch};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Datapath {
+    Pipeline,
+    ForwardOnly,
+    Bridge,
+}
+
+impl Datapath {
+    fn name(self) -> &'static str {
+        match self {
+            Datapath::Pipeline => "full pipeline",
+            Datapath::ForwardOnly => "forward-only",
+            Datapath::Bridge => "linux bridge",
+        }
+    }
+}
+
+fn bench_plan(yaml: &str) -> Result<Plan> {
+    let mut spec = wirelab_spec::parse(yaml).context("benchmark spec")?;
+    spec.name = Some("bench".into());
+    let r: u32 = rand::random();
+    Ok(wirelab_plan::plan(&spec, &format!("{:06x}", r & 0xff_ffff)))
+}
+
+fn bridge(plan: &Plan) -> Result<()> {
+    let sw = plan.switch_ns.as_str();
+    sh("ip", &["-n", sw, "link", "add", "br0", "type", "bridge"])?;
+    for h in &plan.hosts {
+        sh(
+            "ip",
+            &["-n", sw, "link", "set", &h.switch_ifname, "master", "br0"],
+        )?;
+    }
+    sh("ip", &["-n", sw, "link", "set", "br0", "up"])?;
+    Ok(())
+}
+
+struct Measured {
+    mct_ns: Vec<u64>,
+    /// Kernel-measured (runs, ns) of the switch program, if there is one.
+    prog: (u64, u64),
+    goodput_bps: u64,
+    lost: u64,
+    received: u64,
+}
+
+/// One lab, one datapath, one workload; the lab is gone when this returns.
+fn measure(
+    plan: &Plan,
+    dp: Datapath,
+    abort: &Arc<AtomicBool>,
+    timeout: Duration,
+) -> Result<Measured> {
+    let lab = Lab::up(plan)?;
+    let mut switch = None;
+    let mut dumper = None;
+    match dp {
+        Datapath::Bridge => bridge(plan)?,
+        Datapath::ForwardOnly => switch = Some(arm_switch(plan, &lab, true)?),
+        Datapath::Pipeline => {
+            let s = arm_switch(plan, &lab, false)?;
+            dumper = Some(Dumper::start(&s, Duration::ZERO)?);
+            switch = Some(s);
+        }
+    }
+    let stop = wirelab_workload::Stop {
+        abort: abort.clone(),
+        deadline: Instant::now() + timeout,
+        limit: timeout,
+    };
+    let prepared = wirelab_workload::prepare(plan)?;
+    let connected = wirelab_workload::connect(plan, prepared)?;
+    if let (Datapath::Pipeline, Some(s)) = (dp, &switch) {
+        arm_events(plan, s, &connected.meta, &mut String::new())?;
+    }
+    let reports = wirelab_workload::run(plan, connected, &stop);
+    let prog = switch
+        .as_ref()
+        .map_or((0, 0), |s| s.prog_stats(dp == Datapath::ForwardOnly));
+    let mut lost = 0;
+    let mut received = 0;
+    if let (Some(d), Some(s)) = (dumper, &switch) {
+        std::thread::sleep(Duration::from_millis(20));
+        let records = d.finish()?;
+        for h in &plan.hosts {
+            let c = s.counters(h.port)?;
+            lost += c.mirror_lost;
+            received += c.rx_pkts;
+        }
+        if records.len() as u64 + lost != received {
+            bail!(
+                "capture accounting is off: {} records + {lost} lost != {received} received",
+                records.len()
+            );
+        }
+    }
+    drop(lab);
+    if abort.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let r = &reports[0];
+    if let Some(e) = &r.error {
+        bail!("{} workload failed: {e}", dp.name());
+    }
+    Ok(Measured {
+        mct_ns: r.messages.iter().map(|m| m.mct_ns).collect(),
+        prog,
+        goodput_bps: r.goodput_bps,
+        lost,
+        received,
+    })
+}
+
+fn mean(v: &[u64]) -> f64 {
+    v.iter().sum::<u64>() as f64 / v.len().max(1) as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}
+
+fn fmt_us(ns: f64) -> String {
+    format!("{:.1}us", ns / 1e3)
+}
+
+pub fn switch_overhead(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Result<()> {
+    println!(
+        "wirelab bench switch-overhead: {messages} back-to-back messages (write, tx_depth 1) on one connection;"
+    );
+    println!("mean message completion time, median of {rounds} rounds, datapaths interleaved");
+    let _stats = wirelab_dataplane::RunTimeStats::enable()?;
+    println!(
+        "{:>7}  {:>14}  {:>14}  {:>14}  {:>9}  {:>11}  {:>16}",
+        "size",
+        "full pipeline",
+        "forward-only",
+        "linux bridge",
+        "full/fwd",
+        "full/bridge",
+        "ns/pkt full/fwd"
+    );
+    for size in ["1KB", "10KB", "100KB"] {
+        // Armed events that never match: iteration 99 is never reached.
+        let yaml = format!(
+            "topology:\n  hosts: [{{name: a}}, {{name: b}}]\nstack: {{congestion_control: cubic}}\n\
+             traffic:\n  connections:\n    - {{from: a, to: b, messages: {messages}, message_size: {size}}}\n\
+             events:\n  - {{connection: 1, packet: 1, iteration: 99, action: drop}}\n  - {{connection: 1, packet: all, iteration: 99, action: ecn}}\n"
+        );
+        let mut per: Vec<Vec<f64>> = vec![Vec::new(); 3];
+        let mut prog = [(0u64, 0u64); 2];
+        let dps = [Datapath::Pipeline, Datapath::ForwardOnly, Datapath::Bridge];
+        for _ in 0..rounds {
+            for (i, dp) in dps.iter().enumerate() {
+                let plan = bench_plan(&yaml)?;
+                let m = measure(&plan, *dp, abort, Duration::from_secs(120))?;
+                per[i].push(mean(&m.mct_ns));
+                if i < 2 {
+                    prog[i].0 += m.prog.0;
+                    prog[i].1 += m.prog.1;
+                }
+            }
+        }
+        let [a, b, c] = [
+            median(per[0].clone()),
+            median(per[1].clone()),
+            median(per[2].clone()),
+        ];
+        let per_pkt = |(n, t): (u64, u64)| t as f64 / n.max(1) as f64;
+        println!(
+            "{:>7}  {:>14}  {:>14}  {:>14}  {:>9.3}  {:>11.3}  {:>7.0}/{:<8.0}",
+            size,
+            fmt_us(a),
+            fmt_us(b),
+            fmt_us(c),
+            a / b,
+            a / c,
+            per_pkt(prog[0]),
+            per_pkt(prog[1])
+        );
+    }
+    println!("goal: full/fwd <= 1.05 (Lumina on Tofino: 1.04-1.07)");
+    Ok(())
+}
+
+fn tcpdump_start(ns: &str, dev: &str, file: &std::path::Path) -> Result<Child> {
+    let child = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "tcpdump", "-i", dev, "-Q", "in", "-s", "128", "-n", "-w",
+        ])
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting tcpdump (make deps installs it)")?;
+    Ok(child)
+}
+
+/// Stops tcpdump and reads its own account: (captured, dropped by kernel).
+fn tcpdump_stop(child: Child) -> Result<(u64, u64)> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )?;
+    let out = child.wait_with_output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    let num = |what: &str| {
+        err.lines()
+            .find(|l| l.contains(what))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    match (num("packets captured"), num("dropped by kernel")) {
+        (Some(c), Some(d)) => Ok((c, d)),
+        _ => bail!("could not read tcpdump's statistics: {err}"),
+    }
+}
+
+pub fn capture(abort: &Arc<AtomicBool>) -> Result<()> {
+    println!("wirelab bench capture: one bulk TCP transfer per rate (bottleneck on the receiver's port);");
+    println!("wirelab: every packet entering the switch, 128-byte snap, 16 MiB ring;");
+    println!("tcpdump: the data port's ingress, 128-byte snap, same load, forward-only switch");
+    println!(
+        "{:>10}  {:>12}  {:>10}  {:>10}  {:>12}  {:>12}  {:>12}",
+        "rate", "goodput", "wl pkts", "wl lost", "tcpdump pkts", "tcpdump drop", "wl complete"
+    );
+    let dir = tempfile_dir()?;
+    let mut best: Option<String> = None;
+    for rate in ["200mbit", "500mbit", "1gbit", "2gbit", "5gbit", "none"] {
+        let (bottleneck, size) = match rate {
+            "none" => (String::new(), "256MiB".to_string()),
+            r => {
+                let bps: wirelab_spec::BitsPerSec = r.parse().map_err(anyhow::Error::msg)?;
+                // About half a second of transfer at that rate.
+                let bytes = (bps.0 / 16).clamp(4 << 20, 256 << 20);
+                (
+                    format!("\n      bottleneck: {r}\n      bottleneck_buffer: 1MiB"),
+                    format!("{bytes}"),
+                )
+            }
+        };
+        let yaml = format!(
+            "topology:\n  hosts:\n    - name: a\n    - name: b{bottleneck}\nstack: {{congestion_control: cubic}}\n\
+             traffic:\n  connections:\n    - {{from: a, to: b, messages: 1, message_size: {size}}}\n"
+        );
+        let plan = bench_plan(&yaml)?;
+        let wl = measure(&plan, Datapath::Pipeline, abort, Duration::from_secs(120))?;
+
+        let plan = bench_plan(&yaml)?;
+        let pcap = dir.join(format!("tcpdump-{rate}.pcap"));
+        let lab = Lab::up(&plan)?;
+        let _switch = arm_switch(&plan, &lab, true)?;
+        let td = tcpdump_start(&plan.switch_ns, &plan.hosts[0].switch_ifname, &pcap)?;
+        std::thread::sleep(Duration::from_millis(300)); // tcpdump attaches
+        let stop = wirelab_workload::Stop {
+            abort: abort.clone(),
+            deadline: Instant::now() + Duration::from_secs(120),
+            limit: Duration::from_secs(120),
+        };
+        let prepared = wirelab_workload::prepare(&plan)?;
+        let connected = wirelab_workload::connect(&plan, prepared)?;
+        let reports = wirelab_workload::run(&plan, connected, &stop);
+        std::thread::sleep(Duration::from_millis(100));
+        let (td_pkts, td_drop) = tcpdump_stop(td)?;
+        drop(lab);
+        let _ = std::fs::remove_file(&pcap);
+        if let Some(e) = &reports[0].error {
+            bail!("tcpdump baseline workload failed: {e}");
+        }
+        let complete = wl.lost == 0;
+        if complete {
+            best = Some(format!(
+                "{} ({:.2} Gbit/s goodput)",
+                rate,
+                wl.goodput_bps as f64 / 1e9
+            ));
+        }
+        println!(
+            "{:>10}  {:>9.3} Gb  {:>10}  {:>10}  {:>12}  {:>12}  {:>12}",
+            rate,
+            wl.goodput_bps as f64 / 1e9,
+            wl.received,
+            wl.lost,
+            td_pkts,
+            td_drop,
+            if complete { "100%" } else { "no" }
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    match best {
+        Some(b) => println!("highest rate with 100% capture: {b}"),
+        None => println!("no rate was captured completely"),
+    }
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("wirelab-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
