@@ -7,7 +7,6 @@
 use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
-use std::time::Duration;
 
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader};
 use wirelab_dataplane::{
