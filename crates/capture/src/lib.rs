@@ -91,7 +91,17 @@ const DRAIN_EVERY: Duration = Duration::from_millis(2);
 /// thread that competes with the lab for CPU.
 pub struct Dumper {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>,
+    thread: Option<JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>>,
+}
+
+impl Drop for Dumper {
+    /// A run that ends early (an error) still stops its dumper thread.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Dumper {
@@ -146,16 +156,20 @@ impl Dumper {
             })
             .expect("spawning the dumper thread");
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Dumper { stop, thread }),
+            Ok(Ok(())) => Ok(Dumper {
+                stop,
+                thread: Some(thread),
+            }),
             Ok(Err(e)) => Err(Error::Setup(e)),
             Err(_) => Err(Error::Setup("the dumper thread died".into())),
         }
     }
 
     /// Stops after draining what is in the ring; records in mirror order.
-    pub fn finish(self) -> Result<Vec<MirrorRecord>, Error> {
+    pub fn finish(mut self) -> Result<Vec<MirrorRecord>, Error> {
         self.stop.store(true, Ordering::Release);
-        let raw = self.thread.join().expect("dumper thread panicked")?;
+        let thread = self.thread.take().expect("finish runs once");
+        let raw = thread.join().expect("dumper thread panicked")?;
         let mut v = Vec::with_capacity(raw.len() / 200);
         let mut off = 0;
         while off + 4 <= raw.len() {

@@ -246,7 +246,6 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     })();
     // Let the last packets (FIN/ACK) cross the switch before counting.
     std::thread::sleep(Duration::from_millis(50));
-    let records = dumper.finish()?;
     let interrupted = opts.abort.load(Ordering::SeqCst);
     let (meta, reports) = match workload {
         Ok(v) => v,
@@ -277,7 +276,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             lost: c.mirror_lost,
         });
     }
-    let integrity = wirelab_capture::check_integrity(&records, &port_counts, switch.mirror_seq()?);
+    let seq_issued = switch.mirror_seq()?;
+    // Counters first, then the drain: every packet counted has its record in
+    // the ring by now, so the trace can only be complete or honestly short.
+    let records = dumper.finish()?;
+    let integrity = wirelab_capture::check_integrity(&records, &port_counts, seq_issued);
     let trace_path = dir.join("trace.pcapng");
     wirelab_capture::write_pcapng(
         &trace_path,

@@ -209,8 +209,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 switch_ifname: format!("p{port}"),
                 bottleneck: h.bottleneck.map(|rate| Bottleneck {
                     rate,
-                    // Default buffer: 100 full-size packets, a common switch
-                    // port default in emulation (e.g. Mininet's max_queue_size).
+                    // Default buffer: 100 full-size frames.
                     buffer: h
                         .bottleneck_buffer
                         .unwrap_or(Bytes(100 * u64::from(spec.topology.mtu + 14))),

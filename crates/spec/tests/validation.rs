@@ -185,3 +185,34 @@ fn json_schema_describes_the_same_fields() {
         assert!(actions.contains(a));
     }
 }
+
+/// The schema editors use (`specs/wirelab.schema.json`) is the one the types
+/// generate. To refresh it: WIRELAB_BLESS=1 cargo test -p wirelab-spec
+#[test]
+fn committed_schema_is_current() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../specs/wirelab.schema.json");
+    let now = serde_json::to_string_pretty(&wirelab_spec::json_schema()).unwrap() + "\n";
+    if std::env::var_os("WIRELAB_BLESS").is_some() {
+        std::fs::write(&path, &now).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        committed, now,
+        "specs/wirelab.schema.json is stale; WIRELAB_BLESS=1 regenerates it"
+    );
+}
+
+#[test]
+fn every_example_spec_is_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../specs/tcp");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "yaml") {
+            wirelab_spec::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 5);
+}
