@@ -136,8 +136,29 @@ fn evidence(trace: &Trace, i: usize) -> Evidence {
     }
 }
 
-/// Runs the analysis over a whole trace.
+/// What the analysis may assume about the stack that produced the trace.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The smallest retransmission timeout the sender can use: Linux's
+    /// TCP_RTO_MIN (200ms) unless the route sets `rto_min`.
+    pub min_rto_ns: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            min_rto_ns: 200_000_000,
+        }
+    }
+}
+
+/// Runs the analysis over a whole trace, assuming Linux defaults.
 pub fn analyze(trace: &Trace) -> Analysis {
+    analyze_with(trace, Options::default())
+}
+
+/// Runs the analysis over a whole trace.
+pub fn analyze_with(trace: &Trace, opts: Options) -> Analysis {
     let has_meta = trace.packets.iter().any(|p| p.meta.is_some());
     let mut malformed = Vec::new();
     let mut by_conn: BTreeMap<Key, Vec<Pkt>> = BTreeMap::new();
@@ -187,7 +208,7 @@ pub fn analyze(trace: &Trace) -> Analysis {
                 data_source(pkts),
             ),
         };
-        connections.push(analyze_conn(trace, id, data_src, pkts));
+        connections.push(analyze_conn(trace, id, data_src, pkts, opts));
     }
     connections.sort_by_key(|c| c.id);
     Analysis {
@@ -218,7 +239,13 @@ fn seq_le(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) as i32) >= 0
 }
 
-fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> ConnAnalysis {
+fn analyze_conn(
+    trace: &Trace,
+    id: u32,
+    src: (Ipv4Addr, u16),
+    pkts: &[Pkt],
+    opts: Options,
+) -> ConnAnalysis {
     let is_data = |t: &Tcp| (t.src, t.sport) == src;
     let dst = pkts
         .iter()
@@ -238,14 +265,19 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
             .map(|a| a.ts.saturating_sub(s.ts)),
         _ => None,
     };
-    // A fast retransmission follows the ACK that triggered it within about a
-    // round trip (RFC 5681 §3.2, RFC 8985 §6.2 reordering window <= RTT/4);
-    // a timeout fires at least RTO >= rto_min after the last ACK (RFC 6298).
-    let fast_window = handshake_rtt_ns
-        .unwrap_or(500_000)
-        .saturating_mul(2)
-        .max(200_000);
-
+    // An ACK-triggered retransmission (RFC 5681 §3.2 fast retransmit, RFC 8985
+    // RACK, whose reordering timer adds up to about an RTT) follows its
+    // trigger within a round trip or two. A timeout cannot fire sooner than
+    // RTO after the ACK that restarted the timer, and Linux keeps
+    // RTO >= SRTT + rto_min (RFC 6298 §2.4, §5.3). So an ACK that still
+    // reports the segment missing, arriving within max(2 RTT, rto_min / 2)
+    // before the retransmission, is its trigger; with none, it was a timeout.
+    let mut max_rtt = handshake_rtt_ns.unwrap_or(0);
+    // Karn's algorithm (RFC 6298 §3): RTT samples only from segments that
+    // were never retransmitted. end (relative) -> send time.
+    let mut unacked: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut retransmitted_ends: std::collections::HashSet<u32> = Default::default();
+    let mut snd_una_rel = 0u32;
     let mut isn: Option<u32> = None;
     let mut seen = false;
     let mut last_rel = 0u32;
@@ -279,6 +311,18 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
         let meta = trace.packets[p.idx].meta.as_ref();
         if !is_data(t) {
             rev.push((p.idx, p.ts, t.ack));
+            if let (Some(b), true) = (isn, t.has_ack) {
+                let a = t.ack.wrapping_sub(b);
+                if !seq_le(a, snd_una_rel) {
+                    snd_una_rel = a;
+                    if let Some((end, sent)) = unacked.range(..=a).next_back() {
+                        if !retransmitted_ends.contains(end) {
+                            max_rtt = max_rtt.max(p.ts.saturating_sub(*sent));
+                        }
+                    }
+                    unacked = unacked.split_off(&a.wrapping_add(1));
+                }
+            }
             if t.ece && !t.syn {
                 for m in pending_echo.drain(..) {
                     let mark = &mut out.ce_marks[m];
@@ -314,6 +358,7 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
         let first = seq_le(next_new, rel);
         let index = if first {
             first_tx += 1;
+            unacked.insert(end, p.ts);
             segs.insert(rel, (first_tx, end));
             first_tx
         } else {
@@ -355,7 +400,11 @@ fn analyze_conn(trace: &Trace, id: u32, src: (Ipv4Addr, u16), pkts: &[Pkt]) -> C
                 out.ce_marks[m].cwr = Some(evidence(trace, p.idx));
             }
         }
+        if !first {
+            retransmitted_ends.insert(end);
+        }
         if !first && index > 0 {
+            let fast_window = max_rtt.saturating_mul(2).max(opts.min_rto_ns / 2);
             let (prev_idx, prev_ts) = last_tx[&index];
             let n = nth.entry(index).or_insert(0);
             *n += 1;

@@ -56,6 +56,10 @@ enum Cmd {
         trace: PathBuf,
         #[arg(long)]
         json: bool,
+        /// The sender's smallest retransmission timeout (Linux: 200ms, or
+        /// the route's rto_min); no timeout fires sooner.
+        #[arg(long, default_value = "200ms")]
+        min_rto: wirelab_spec::Nanos,
     },
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
@@ -179,7 +183,11 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             }
             Ok(if bad { code::ERROR } else { code::OK })
         }
-        Cmd::Analyze { trace, json } => {
+        Cmd::Analyze {
+            trace,
+            json,
+            min_rto,
+        } => {
             let t = match wirelab_trace::read(&trace) {
                 Ok(t) => t,
                 Err(e) => {
@@ -187,7 +195,12 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     return Ok(code::ERROR);
                 }
             };
-            let a = wirelab_analyze::analyze(&t);
+            let a = wirelab_analyze::analyze_with(
+                &t,
+                wirelab_analyze::Options {
+                    min_rto_ns: min_rto.0,
+                },
+            );
             if json {
                 println!("{}", serde_json::to_string_pretty(&a)?);
             } else {

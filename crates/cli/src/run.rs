@@ -292,7 +292,13 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
 
     // Analyze the file as written: the same path `wirelab analyze` takes.
     let trace = wirelab_trace::read(&trace_path)?;
-    let analysis = wirelab_analyze::analyze(&trace);
+    let min_rto_ns = plan
+        .hosts
+        .iter()
+        .map(|h| h.stack.rto_min.map_or(200_000_000, |r| r.0))
+        .min()
+        .unwrap_or(200_000_000);
+    let analysis = wirelab_analyze::analyze_with(&trace, wirelab_analyze::Options { min_rto_ns });
     let mut counters = BTreeMap::new();
     for h in &plan.hosts {
         counters.insert(
