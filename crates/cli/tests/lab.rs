@@ -353,6 +353,37 @@ fn bad_input_exits_2_names_the_line_and_creates_nothing() {
     );
 }
 
+/// Starts a run that lasts long enough to be interrupted (400 messages, every
+/// packet dropped, so each one waits for timeouts) and returns once its lab
+/// and switch are up.
+fn start_long_run(dir: &Path, stderr: std::process::Stdio) -> std::process::Child {
+    let spec = write_spec(
+        dir,
+        "long.yaml",
+        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 10KB, messages: 400}}\nevents:\n  - {{connection: 1, packet: all, iteration: all, action: drop}}\n"),
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while lab_namespaces().len() < 3 || switch_programs() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the lab never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 #[test]
 fn sigint_during_a_run_removes_everything() {
     if !root() {
@@ -360,31 +391,7 @@ fn sigint_during_a_run_removes_everything() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    // Long enough to be interrupted: 400 messages, each waiting on a timeout.
-    let spec = write_spec(
-        dir.path(),
-        "long.yaml",
-        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 10KB, messages: 400}}\nevents:\n  - {{connection: 1, packet: all, iteration: all, action: drop}}\n"),
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
-        .args([
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            dir.path().to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while switch_programs() == 0 || lab_namespaces().is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the lab never came up"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_long_run(dir.path(), std::process::Stdio::piped());
     std::thread::sleep(Duration::from_millis(300));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -406,30 +413,7 @@ fn clean_removes_what_a_killed_run_left() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let spec = write_spec(
-        dir.path(),
-        "long.yaml",
-        &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 10KB, messages: 400}}\nevents:\n  - {{connection: 1, packet: all, iteration: all, action: drop}}\n"),
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
-        .args([
-            "run",
-            spec.to_str().unwrap(),
-            "--out",
-            dir.path().to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while lab_namespaces().len() < 3 || switch_programs() == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the lab never came up"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_long_run(dir.path(), std::process::Stdio::null());
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     assert_eq!(lab_namespaces().len(), 3, "a killed run leaves its lab");

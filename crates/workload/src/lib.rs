@@ -286,14 +286,22 @@ impl Barrier {
     }
 }
 
-fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Result<(), Error> {
+/// Runs `op` on `buf[off..]` until the buffer is done, treating socket
+/// timeouts as a chance to check for Ctrl-C and the deadline.
+fn io_full(
+    len: usize,
+    conn: u32,
+    stop: &Stop,
+    what: &str,
+    mut op: impl FnMut(usize) -> std::io::Result<usize>,
+) -> Result<(), Error> {
     let mut off = 0;
-    while off < buf.len() {
-        match s.read(&mut buf[off..]) {
+    while off < len {
+        match op(off) {
             Ok(0) => {
                 return Err(Error::Io {
                     conn,
-                    what: "peer closed early".into(),
+                    what: format!("{what}: peer closed early"),
                     source: ErrorKind::UnexpectedEof.into(),
                 })
             }
@@ -306,29 +314,19 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Resul
             {
                 stop.check(conn)?
             }
-            Err(e) => return Err(ioe(conn, "read")(e)),
+            Err(e) => return Err(ioe(conn, what)(e)),
         }
     }
     Ok(())
 }
 
+fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Result<(), Error> {
+    let len = buf.len();
+    io_full(len, conn, stop, "read", |off| s.read(&mut buf[off..]))
+}
+
 fn write_full(s: &mut TcpStream, buf: &[u8], conn: u32, stop: &Stop) -> Result<(), Error> {
-    let mut off = 0;
-    while off < buf.len() {
-        match s.write(&buf[off..]) {
-            Ok(n) => off += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                stop.check(conn)?
-            }
-            Err(e) => return Err(ioe(conn, "write")(e)),
-        }
-    }
-    Ok(())
+    io_full(buf.len(), conn, stop, "write", |off| s.write(&buf[off..]))
 }
 
 fn pattern(size: u64, msg: u32) -> Vec<u8> {
