@@ -423,3 +423,43 @@ fn clean_removes_what_a_killed_run_left() {
     assert!(said.contains("removed namespace wl-"), "{said}");
     assert_nothing_left("after wirelab clean");
 }
+
+#[test]
+fn two_runs_go_in_parallel() {
+    if !root() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let specs = [
+        "specs/tcp/drop-5th-packet-recovered-by-fast-retransmit.yaml",
+        "specs/tcp/ecn-mark-is-echoed-by-the-receiver.yaml",
+    ];
+    let children: Vec<_> = specs
+        .iter()
+        .map(|s| {
+            Command::new(env!("CARGO_BIN_EXE_wirelab"))
+                .args(["run", s, "--out", out.path().to_str().unwrap(), "--json"])
+                .current_dir(repo())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut run_ids = BTreeSet::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(s["integrity"]["valid"], true);
+        run_ids.insert(s["run_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(run_ids.len(), 2, "each run has its own names");
+    assert_nothing_left("after parallel runs");
+}
