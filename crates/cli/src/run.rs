@@ -141,6 +141,7 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
     let switch = Switch::load(Config {
         snap_len: plan.snap_len,
         ring_bytes: plan.ring_bytes as u32,
+        max_conn: plan.conns.len() as u32,
     })
     .context("loading the switch")?;
     for (i, h) in plan.hosts.iter().enumerate() {

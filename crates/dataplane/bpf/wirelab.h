@@ -64,11 +64,10 @@ struct wl_conn_state {
 	__u32 isn_learnt_mirror_seq;
 };
 
-/* Relative seq of a first transmission -> its data packet index. */
-struct wl_seg_key {
-	__u32 conn;
-	__u32 rel_seq;
-};
+/* First transmissions remembered per connection to index retransmissions:
+ * slot conn * WL_SEG_WINDOW + (index % WL_SEG_WINDOW) holds the relative
+ * sequence number where data packet `index` started. */
+#define WL_SEG_WINDOW 4096
 
 struct wl_event_key {
 	__u32 conn;

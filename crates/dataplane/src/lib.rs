@@ -23,6 +23,9 @@ pub const MAX_SNAP: u32 = 1518;
 /// Maximum number of switch ports and connections (`wirelab.h`).
 pub const MAX_PORTS: u32 = 64;
 pub const MAX_CONNS: u32 = 1024;
+/// First transmissions remembered per connection (`WL_SEG_WINDOW`): a
+/// retransmission of an older packet is reported with index 0.
+pub const SEG_WINDOW: u32 = 4096;
 /// Name of the program as the kernel lists it (`bpftool prog`).
 pub const PROG_NAME: &str = "wl_switch";
 
@@ -99,6 +102,8 @@ pub struct Config {
     pub snap_len: u32,
     /// Size of the capture ring in bytes (a power of two, >= one page).
     pub ring_bytes: u32,
+    /// Highest connection id the switch will track (sizes its tables).
+    pub max_conn: u32,
 }
 
 impl Default for Config {
@@ -106,6 +111,7 @@ impl Default for Config {
         Config {
             snap_len: 128,
             ring_bytes: 1 << 24,
+            max_conn: 16,
         }
     }
 }
@@ -185,6 +191,12 @@ impl Switch {
             return Err(Error::Config(format!(
                 "snap length {} is outside 1..={MAX_SNAP}",
                 config.snap_len
+            )));
+        }
+        if config.max_conn == 0 || config.max_conn > MAX_CONNS {
+            return Err(Error::Config(format!(
+                "{} connections; the switch tracks 1..={MAX_CONNS}",
+                config.max_conn
             )));
         }
         if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
@@ -439,6 +451,9 @@ fn open_and_load(
     ro.snap_room = config.snap_len.next_power_of_two();
     ro.wake_bytes = u64::from(config.ring_bytes / 4);
     open.maps.ring.set_max_entries(config.ring_bytes)?;
+    open.maps
+        .seg_start
+        .set_max_entries((config.max_conn + 1) * SEG_WINDOW)?;
     open.load()
 }
 

@@ -125,6 +125,21 @@ fn run(sw: &Switch, p: &Pkt) -> (u32, Vec<u8>, Option<(wl_mirror_hdr, Vec<u8>)>)
     (v, out, g.pop())
 }
 
+/// Consumes every record waiting in the ring; returns how many there were.
+fn drain(sw: &Switch) -> usize {
+    let n = Rc::new(RefCell::new(0usize));
+    let c = n.clone();
+    let mut b = libbpf_rs::RingBufferBuilder::new();
+    b.add(sw.ring(), move |_: &[u8]| {
+        *c.borrow_mut() += 1;
+        0
+    })
+    .unwrap();
+    b.build().unwrap().consume().unwrap();
+    let v = *n.borrow();
+    v
+}
+
 const MSS: u32 = 1000;
 
 fn handshake(sw: &Switch) {
@@ -408,6 +423,7 @@ fn ring_overflow_is_counted_and_leaves_a_gap() {
     let sw = switch(Config {
         snap_len: 128,
         ring_bytes: 4096,
+        ..Config::default()
     });
     let mut v = 0;
     for i in 0..40 {
@@ -444,8 +460,52 @@ fn bad_config_is_rejected_before_load() {
     let e = Switch::load(Config {
         snap_len: 128,
         ring_bytes: 5000,
+        ..Config::default()
     })
     .err()
     .unwrap();
     assert!(e.to_string().contains("power of two"), "{e}");
+}
+
+#[test]
+fn retransmissions_are_indexed_within_the_window_and_unknown_beyond() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(Config::default());
+    handshake(&sw);
+    const N: u32 = 5000; // more first transmissions than WL_SEG_WINDOW (4096)
+    const LEN: u32 = 100;
+    for i in 0..N {
+        let (v, _) = sw
+            .test_run(&build(&pkt(seq(1 + i * LEN), LEN as usize)))
+            .unwrap();
+        assert_eq!(v, verdict::REDIRECT);
+    }
+    assert_eq!(sw.conn_state(1).unwrap().first_tx, N);
+    assert_eq!(
+        drain(&sw),
+        N as usize,
+        "every first transmission was mirrored"
+    );
+    // (what, relative seq, expected index)
+    let table: &[(&str, u32, u32)] = &[
+        ("newest packet", 1 + (N - 1) * LEN, N),
+        ("a byte in the middle of packet 4500", 1 + 4499 * LEN + 37, 4500),
+        ("inside the window", 1 + 3999 * LEN, 4000),
+        ("oldest packet in the window", 1 + (N - 4096) * LEN, N - 4095),
+        ("older than the window: unknown", 1 + 99 * LEN, 0),
+    ];
+    let mut iter = 1;
+    for (what, rel, want) in table {
+        let (_, _, m) = run(&sw, &pkt(seq(*rel), LEN as usize));
+        let m = m.expect("mirrored").0;
+        iter += 1;
+        assert_eq!(m.first_tx, 0, "{what}");
+        assert_eq!(m.index, *want, "{what}");
+        assert_eq!(
+            m.iter, iter,
+            "{what}: each one starts below the last, so a new iteration"
+        );
+    }
 }
