@@ -69,6 +69,13 @@ struct {
 } events SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_CONNS + 1);
+	__type(key, __u32);
+	__type(value, __u32); /* WL_EVK_* bits */
+} ev_mask SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, WL_MAX_PORTS + 1);
 	__type(key, __u32);
@@ -252,28 +259,40 @@ static __always_inline void track(struct pkt *p, __u32 conn, struct wl_mirror_hd
 	m->first_tx = first;
 }
 
-/* Stage 3: the event table, exact key first, then the wildcards. */
+/* Stage 3: the event table, exact key first, then the wildcards; only the
+ * key shapes this connection has events under are looked up. */
 static __always_inline struct wl_event *match_event(__u32 conn, __u32 idx, __u32 iter)
 {
 	struct wl_event_key k = { .conn = conn, .index = idx, .iter = iter };
 	struct wl_event *ev;
+	__u32 *maskp = bpf_map_lookup_elem(&ev_mask, &conn);
+	__u32 mask = maskp ? *maskp : 0;
 
-	if (idx) {
+	if (!mask)
+		return 0;
+	if (idx && (mask & WL_EVK_EXACT)) {
 		ev = bpf_map_lookup_elem(&events, &k);
 		if (ev)
 			return ev;
+	}
+	if (idx && (mask & WL_EVK_ANY_ITER)) {
 		k.iter = WL_ANY;
 		ev = bpf_map_lookup_elem(&events, &k);
 		if (ev)
 			return ev;
 	}
 	k.index = WL_ANY;
-	k.iter = iter;
-	ev = bpf_map_lookup_elem(&events, &k);
-	if (ev)
-		return ev;
-	k.iter = WL_ANY;
-	return bpf_map_lookup_elem(&events, &k);
+	if (mask & WL_EVK_ALL_PKTS) {
+		k.iter = iter;
+		ev = bpf_map_lookup_elem(&events, &k);
+		if (ev)
+			return ev;
+	}
+	if (mask & WL_EVK_ALL_ALL) {
+		k.iter = WL_ANY;
+		return bpf_map_lookup_elem(&events, &k);
+	}
+	return 0;
 }
 
 /* RFC 3168 §5: CE may only be set on an ECN-capable (ECT(0)/ECT(1)) packet. */

@@ -15,6 +15,13 @@
 /* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */
 #define WL_ANY 0
 
+/* Which key shapes a connection has events for (ev_mask map), so a data
+ * packet is looked up only under shapes that can match. */
+#define WL_EVK_EXACT 1     /* (index, iter) */
+#define WL_EVK_ANY_ITER 2  /* (index, any) */
+#define WL_EVK_ALL_PKTS 4  /* (all, iter) */
+#define WL_EVK_ALL_ALL 8   /* (all, any) */
+
 enum wl_action {
 	WL_EV_NONE = 0,
 	WL_EV_DROP = 1,

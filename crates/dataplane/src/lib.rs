@@ -310,13 +310,35 @@ impl Switch {
             id,
             hits: 0,
         };
+        let what =
+            format!("arming event {id} (connection {conn}, packet {index}, iteration {iter})");
         self.skel
             .maps
             .events
             .update(bytes_of(&k), bytes_of(&v), MapFlags::NO_EXIST)
-            .map_err(map_err(format!(
-                "arming event {id} (connection {conn}, packet {index}, iteration {iter})"
-            )))
+            .map_err(map_err(what.clone()))?;
+        // The key shape goes into the connection's mask (wirelab.h WL_EVK_*)
+        // after the entry exists, so the switch never skips a live event.
+        let shape: u32 = match (index, iter) {
+            (0, 0) => 8,
+            (0, _) => 4,
+            (_, 0) => 2,
+            _ => 1,
+        };
+        let key = conn.to_ne_bytes();
+        let old = self
+            .skel
+            .maps
+            .ev_mask
+            .lookup(&key, MapFlags::ANY)
+            .map_err(map_err(what.clone()))?
+            .and_then(|b| from_bytes::<u32>(&b))
+            .unwrap_or(0);
+        self.skel
+            .maps
+            .ev_mask
+            .update(&key, &(old | shape).to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(what))
     }
 
     /// How many packets event `(conn, index, iter)` hit so far.

@@ -491,9 +491,17 @@ fn retransmissions_are_indexed_within_the_window_and_unknown_beyond() {
     // (what, relative seq, expected index)
     let table: &[(&str, u32, u32)] = &[
         ("newest packet", 1 + (N - 1) * LEN, N),
-        ("a byte in the middle of packet 4500", 1 + 4499 * LEN + 37, 4500),
+        (
+            "a byte in the middle of packet 4500",
+            1 + 4499 * LEN + 37,
+            4500,
+        ),
         ("inside the window", 1 + 3999 * LEN, 4000),
-        ("oldest packet in the window", 1 + (N - 4096) * LEN, N - 4095),
+        (
+            "oldest packet in the window",
+            1 + (N - 4096) * LEN,
+            N - 4095,
+        ),
         ("older than the window: unknown", 1 + 99 * LEN, 0),
     ];
     let mut iter = 1;
@@ -508,4 +516,54 @@ fn retransmissions_are_indexed_within_the_window_and_unknown_beyond() {
             "{what}: each one starts below the last, so a new iteration"
         );
     }
+}
+
+#[test]
+fn every_key_shape_matches_with_the_mask() {
+    if !have_bpf() {
+        return;
+    }
+    // (index, any iteration): packet 2 marked in every iteration.
+    let sw = switch(Config::default());
+    sw.add_event(1, 2, 0, Action::Ecn, 1).unwrap();
+    handshake(&sw);
+    run(&sw, &pkt(seq(1), MSS as usize));
+    for want_iter in [1, 2, 3] {
+        let (_, out, m) = run(&sw, &pkt(seq(1 + MSS), MSS as usize));
+        let m = m.unwrap().0;
+        assert_eq!((m.index, m.iter), (2, want_iter));
+        assert_eq!(out[15] & 3, 3, "iteration {want_iter} marked");
+        assert_eq!(m.event_id, 1);
+    }
+    assert_eq!(sw.event_hits(1, 2, 0).unwrap(), 3);
+
+    // (all, any): every data packet of connection 1, and only data packets.
+    let sw = switch(Config::default());
+    sw.add_event(1, 0, 0, Action::Drop, 9).unwrap();
+    handshake(&sw);
+    for rel in [1, 1 + MSS, 1] {
+        let (v, _, m) = run(&sw, &pkt(seq(rel), MSS as usize));
+        assert_eq!(v, verdict::SHOT);
+        assert_eq!(m.unwrap().0.event_id, 9);
+    }
+    let ack = Pkt {
+        seq: 77,
+        flags: "A",
+        payload: 0,
+        ecn: IpEcn::NotEct,
+        reverse: true,
+    };
+    let (v, _, _) = run(&sw, &ack);
+    assert_eq!(
+        v,
+        verdict::REDIRECT,
+        "the reverse direction is never an event target"
+    );
+
+    // No events on a connection: nothing is looked up, nothing happens.
+    let sw = switch(Config::default());
+    handshake(&sw);
+    let (v, _, m) = run(&sw, &pkt(seq(1), MSS as usize));
+    assert_eq!(v, verdict::REDIRECT);
+    assert_eq!(m.unwrap().0.action, 0);
 }
