@@ -68,7 +68,6 @@ struct wl_conn_state {
 	__u32 next_new;  /* relative seq of the first byte never sent (snd_nxt max) */
 	__u32 iter;      /* ITER: rounds of (re)transmissions, starts at 1 */
 	__u32 first_tx;  /* data packets transmitted for the first time so far */
-	__u32 isn_learnt_mirror_seq;
 };
 
 /* First transmissions remembered per connection to index retransmissions:

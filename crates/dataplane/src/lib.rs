@@ -82,17 +82,6 @@ impl Action {
             Action::EcnNotEct => "ecn-not-ect",
         }
     }
-    pub fn from_name(s: &str) -> Option<Action> {
-        [
-            Action::None,
-            Action::Drop,
-            Action::Ecn,
-            Action::Corrupt,
-            Action::EcnNotEct,
-        ]
-        .into_iter()
-        .find(|a| a.name() == s)
-    }
 }
 
 /// Settings fixed at load time (`const volatile` globals and map sizes).
