@@ -76,18 +76,7 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
         let observed = if rs.is_empty() {
             "never retransmitted".to_string()
         } else {
-            let parts: Vec<String> = rs
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} at {} ({:.1}us after {})",
-                        r.recovery.name(),
-                        r.at,
-                        r.since_loss_ns as f64 / 1e3,
-                        r.previous
-                    )
-                })
-                .collect();
+            let parts: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
             format!("{} retransmissions: {}", rs.len(), parts.join("; "))
         };
         return Verdict {

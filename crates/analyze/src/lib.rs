@@ -30,6 +30,15 @@ impl std::fmt::Display for Evidence {
     }
 }
 
+/// A duration as people read it: µs below 10 ms, ms above.
+pub fn fmt_duration(ns: u64) -> String {
+    if ns >= 10_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1}us", ns as f64 / 1e3)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Retransmission {
     /// Data packet index (1-based, among first transmissions).
@@ -49,6 +58,25 @@ pub struct Retransmission {
     pub recovery: Recovery,
     /// The reverse-direction packet that triggered a fast retransmission.
     pub trigger: Option<Evidence>,
+}
+
+/// `fast at #22 (+136.5us after #7 drop)`: the one way a retransmission is
+/// written, in summaries and in expectation verdicts.
+impl std::fmt::Display for Retransmission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at {} (+{} after {}",
+            self.recovery.name(),
+            self.at,
+            fmt_duration(self.since_loss_ns),
+            self.previous
+        )?;
+        if self.previous_event != "none" && self.previous_event != "unknown" {
+            write!(f, " {}", self.previous_event)?;
+        }
+        f.write_str(")")
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,16 +1,9 @@
 //! The terminal summary of a run: short by default, `-v` for every row.
 
+use wirelab_analyze::fmt_duration as us;
 use wirelab_analyze::Analysis;
 
 use crate::run::Summary;
-
-fn us(ns: u64) -> String {
-    if ns >= 10_000_000 {
-        format!("{:.1}ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.1}us", ns as f64 / 1e3)
-    }
-}
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
@@ -155,23 +148,7 @@ pub fn print_analysis(a: &Analysis, packets: usize, verbose: bool) {
         );
         let shown = if verbose { usize::MAX } else { 8 };
         for (p, rs) in per_packet.iter().take(shown) {
-            let parts: Vec<String> = rs
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} at {} (+{} after {}{})",
-                        r.recovery.name(),
-                        r.at,
-                        us(r.since_loss_ns),
-                        r.previous,
-                        if r.previous_event == "none" || r.previous_event == "unknown" {
-                            String::new()
-                        } else {
-                            format!(" {}", r.previous_event)
-                        }
-                    )
-                })
-                .collect();
+            let parts: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
             println!(
                 "  retrans    conn {} packet {}: {}x {}",
                 c.id,

@@ -14,12 +14,15 @@ use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn root() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
+/// What every lab test starts with: root (or a skip that says why), the
+/// lock that serialises runs, and a scratch folder removed afterwards.
+fn lab_test() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED: lab tests need root (network namespaces, BPF)");
+        return None;
     }
-    eprintln!("SKIPPED: lab tests need root (network namespaces, BPF)");
-    false
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some((guard, tempfile::tempdir().unwrap()))
 }
 
 fn repo() -> PathBuf {
@@ -119,11 +122,9 @@ fn example_specs() -> Vec<PathBuf> {
 
 #[test]
 fn every_example_spec_passes_with_a_valid_trace_tshark_can_read() {
-    if !root() {
+    let Some((_g, out)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
+    };
     let specs = example_specs();
     assert!(specs.len() >= 5, "the example specs are there: {specs:?}");
     for spec in specs {
@@ -224,11 +225,9 @@ fn fingerprint(s: &Value) -> String {
 
 #[test]
 fn the_same_spec_ten_times_injects_the_same_events_and_retransmissions() {
-    if !root() {
+    let Some((_g, out)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
+    };
     let spec = repo().join("specs/tcp/drop-5th-packet-twice-second-recovery-by-timeout.yaml");
     let mut prints = Vec::new();
     for i in 0..10 {
@@ -268,11 +267,9 @@ const TWO_HOSTS: &str =
 
 #[test]
 fn an_overflowing_capture_ring_makes_the_run_invalid() {
-    if !root() {
+    let Some((_g, dir)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    };
     // 4 KiB of ring holds 21 records; the dumper sleeps through the transfer.
     let spec = write_spec(
         dir.path(),
@@ -299,11 +296,9 @@ fn an_overflowing_capture_ring_makes_the_run_invalid() {
 
 #[test]
 fn a_failed_expectation_exits_1_and_cleans_up() {
-    if !root() {
+    let Some((_g, dir)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    };
     let spec = write_spec(
         dir.path(),
         "wrong-claim.yaml",
@@ -322,11 +317,9 @@ fn a_failed_expectation_exits_1_and_cleans_up() {
 
 #[test]
 fn bad_input_exits_2_names_the_line_and_creates_nothing() {
-    if !root() {
+    let Some((_g, dir)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    };
     let spec = write_spec(
         dir.path(),
         "bad.yaml",
@@ -386,11 +379,9 @@ fn start_long_run(dir: &Path, stderr: std::process::Stdio) -> std::process::Chil
 
 #[test]
 fn sigint_during_a_run_removes_everything() {
-    if !root() {
+    let Some((_g, dir)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    };
     let mut child = start_long_run(dir.path(), std::process::Stdio::piped());
     std::thread::sleep(Duration::from_millis(300));
     nix::sys::signal::kill(
@@ -408,11 +399,9 @@ fn sigint_during_a_run_removes_everything() {
 
 #[test]
 fn clean_removes_what_a_killed_run_left() {
-    if !root() {
+    let Some((_g, dir)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    };
     let mut child = start_long_run(dir.path(), std::process::Stdio::null());
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
@@ -426,11 +415,9 @@ fn clean_removes_what_a_killed_run_left() {
 
 #[test]
 fn two_runs_go_in_parallel() {
-    if !root() {
+    let Some((_g, out)) = lab_test() else {
         return;
-    }
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = tempfile::tempdir().unwrap();
+    };
     let specs = [
         "specs/tcp/drop-5th-packet-recovered-by-fast-retransmit.yaml",
         "specs/tcp/ecn-mark-is-echoed-by-the-receiver.yaml",
