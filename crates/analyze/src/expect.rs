@@ -1,23 +1,13 @@
 //! `expect:` claims of a spec checked against the analysis, the workload's
 //! completions and the kernel counters.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
-use wirelab_spec::{Expect, IndexOrAll};
+use wirelab_spec::{Expect, IndexOrAll, Stat};
 
-use crate::Analysis;
+pub use crate::RunFacts;
+use crate::{fmt_value, Analysis, AnalyzerReport, Kind};
 
-/// What the workload and the hosts reported, beside the trace.
-#[derive(Debug, Default)]
-pub struct RunFacts {
-    /// Connection id -> (messages completed, messages expected).
-    pub completed: BTreeMap<u32, (u32, u32)>,
-    /// Host name -> counter deltas (nstat names).
-    pub counters: BTreeMap<String, BTreeMap<String, i64>>,
-}
-
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Verdict {
     /// The claim, as a sentence.
     pub claim: String,
@@ -39,11 +29,150 @@ fn conns(sel: Option<IndexOrAll>, a: &Analysis, facts: &RunFacts) -> Vec<u32> {
     }
 }
 
-pub fn evaluate(expect: &[Expect], a: &Analysis, facts: &RunFacts) -> Vec<Verdict> {
-    expect.iter().map(|x| evaluate_one(x, a, facts)).collect()
+pub fn evaluate(
+    expect: &[Expect],
+    a: &Analysis,
+    facts: &RunFacts,
+    reports: &[AnalyzerReport],
+) -> Vec<Verdict> {
+    expect
+        .iter()
+        .map(|x| evaluate_one(x, a, facts, reports))
+        .collect()
 }
 
-fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
+fn bounds_text(x: &Expect) -> String {
+    let u = x.unit();
+    let (lo, hi) = x.bounds();
+    match (&x.equals, lo, hi) {
+        (Some(e), _, _) => match &x.tolerance {
+            Some(t) => format!(" = {e} ± {t}"),
+            None => format!(" = {e}"),
+        },
+        (None, Some(l), Some(h)) => format!(" in [{}, {}]", fmt_value(l, u), fmt_value(h, u)),
+        (None, Some(l), None) => format!(" >= {}", fmt_value(l, u)),
+        (None, None, Some(h)) => format!(" <= {}", fmt_value(h, u)),
+        _ => String::new(),
+    }
+}
+
+/// A claim about an analyzer finding: its values (or their statistic, or
+/// how many there are) within the bounds.
+fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict {
+    let unit = x.unit();
+    let stat = x.stat.unwrap_or(Stat::Every);
+    let (analyzer, name) = path.split_once('.').unwrap_or((path, ""));
+    let conn = match x.connection {
+        Some(IndexOrAll::One(i)) => Some(i.0),
+        _ => None,
+    };
+    let mut claim = path.to_string();
+    if let Some(c) = conn {
+        claim.push_str(&format!(" of conn {c}"));
+    }
+    if let Some(p) = x.packet {
+        claim.push_str(&format!(" packet {}", p.0));
+    }
+    if stat != Stat::Every {
+        claim = format!("{stat:?}({claim})").to_lowercase();
+    }
+    claim.push_str(&bounds_text(x));
+    let Some(rep) = reports.iter().find(|r| r.name == analyzer) else {
+        return Verdict {
+            claim,
+            pass: false,
+            observed: format!("analyzer `{analyzer}` did not run"),
+        };
+    };
+    let matching: Vec<_> = rep
+        .findings
+        .iter()
+        .filter(|f| conn.is_none_or(|c| f.connection == Some(c)))
+        .filter(|f| x.packet.is_none_or(|p| f.packet == Some(p.0)))
+        .collect();
+    let (lo, hi) = x.bounds();
+    let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
+    // Violations are counted: by name, or all of them.
+    let counted = name == "violations" || unit == wirelab_spec::Unit::Count && matching.iter().all(|f| f.value.is_none());
+    if counted {
+        let hits: Vec<_> = matching
+            .iter()
+            .filter(|f| {
+                if name == "violations" {
+                    f.kind == Kind::Violation
+                } else {
+                    f.name == name
+                }
+            })
+            .collect();
+        let n = hits.len() as f64;
+        let mut observed = format!("{} {name}", hits.len());
+        if let Some(f) = hits.first() {
+            observed.push_str(&format!(" (first: {})", f.message));
+        }
+        if rep.checks == 0 && name == "violations" {
+            return Verdict {
+                claim,
+                pass: false,
+                observed: format!("{analyzer} had nothing to check"),
+            };
+        }
+        return Verdict {
+            claim,
+            pass: ok(n),
+            observed,
+        };
+    }
+    let values: Vec<f64> = matching
+        .iter()
+        .filter(|f| f.name == name)
+        .flat_map(|f| f.values())
+        .collect();
+    if values.is_empty() && stat != Stat::Count {
+        return Verdict {
+            claim,
+            pass: false,
+            observed: "no such finding in the trace".into(),
+        };
+    }
+    let d = crate::Dist::of(&values);
+    let one = |v: f64| fmt_value(v, unit);
+    let (pass, observed) = match (stat, d) {
+        (Stat::Count, _) => (ok(values.len() as f64), format!("{} values", values.len())),
+        (Stat::Every, Some(d)) => {
+            let bad: Vec<String> = values.iter().filter(|v| !ok(**v)).map(|v| one(*v)).take(5).collect();
+            (
+                bad.is_empty(),
+                if bad.is_empty() {
+                    format!("{} values, from {} to {}", d.count, one(d.min), one(d.max))
+                } else {
+                    format!("{} of {} values outside: {}", values.iter().filter(|v| !ok(**v)).count(), d.count, bad.join(", "))
+                },
+            )
+        }
+        (s, Some(d)) => {
+            let v = match s {
+                Stat::Min => d.min,
+                Stat::Max => d.max,
+                Stat::Mean => d.mean,
+                Stat::P50 => d.p50,
+                _ => d.p99,
+            };
+            (ok(v), format!("{} over {} values", one(v), d.count))
+        }
+        (_, None) => (false, "no values".into()),
+    };
+    Verdict {
+        claim,
+        pass,
+        observed,
+    }
+}
+
+fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts, reports: &[AnalyzerReport]) -> Verdict {
+    if let Some(path) = &x.finding {
+        return finding_claim(x, path, reports);
+    }
     let conn_name = |sel: Option<IndexOrAll>| match sel {
         Some(IndexOrAll::One(i)) => format!("conn {}", i.0),
         _ => "every connection".to_string(),
@@ -143,21 +272,15 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts) -> Verdict {
     }
     if let Some(name) = &x.counter {
         let host = x.host.as_deref().unwrap_or("?");
-        let mut claim = format!("{host} {name}");
-        if let Some(l) = x.at_least {
-            claim.push_str(&format!(" >= {l}"));
-        }
-        if let Some(m) = x.at_most {
-            claim.push_str(&format!(" <= {m}"));
-        }
+        let claim = format!("{host} {name}{}", bounds_text(x));
+        let (lo, hi) = x.bounds();
         let v = facts
             .counters
             .get(host)
             .and_then(|c| c.get(name))
             .copied()
             .unwrap_or(0);
-        let pass =
-            x.at_least.is_none_or(|l| v >= l as i64) && x.at_most.is_none_or(|m| v <= m as i64);
+        let pass = lo.is_none_or(|l| v as f64 >= l) && hi.is_none_or(|h| v as f64 <= h);
         return Verdict {
             claim,
             pass,

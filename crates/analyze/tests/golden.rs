@@ -27,7 +27,7 @@ fn claims(yaml: &str, a: &Analysis) -> Vec<bool> {
         "topology:\n  hosts: [{{name: a}}, {{name: b}}]\ntraffic:\n  connections:\n    - {{from: a, to: b, message_size: 1}}\nexpect:\n{yaml}"
     ))
     .unwrap();
-    evaluate(&spec.expect, a, &RunFacts::default())
+    evaluate(&spec.expect, a, &RunFacts::default(), &[])
         .iter()
         .map(|v| v.pass)
         .collect()

@@ -3,6 +3,7 @@
 //! held on a VALID run, 1 an expectation failed, 2 bad input or an error,
 //! 3 the run was INVALID (the trace is incomplete), 130 interrupted.
 
+mod analyze;
 mod bench;
 mod run;
 mod summary;
@@ -51,15 +52,31 @@ enum Cmd {
         #[arg(required = true)]
         specs: Vec<PathBuf>,
     },
-    /// Analyze a pcap/pcapng trace (ours or anyone's).
+    /// Analyze a pcap/pcapng trace (ours or anyone's: Ethernet, raw IP or
+    /// Linux cooked; IPv4/IPv6; TCP). Beside a run's summary.json, the run's
+    /// counters and workload are used too. Exit 1 if an analyzer finds a
+    /// violation, 2 if the trace cannot be read.
     Analyze {
         trace: PathBuf,
+        /// Print the report as JSON (schema: `wirelab schema --analysis`).
         #[arg(long)]
         json: bool,
+        /// Write the HTML report here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        /// Every finding, not only violations.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Analyzers to run (default: all).
+        #[arg(long, value_delimiter = ',')]
+        analyzers: Vec<String>,
         /// The sender's smallest retransmission timeout (Linux: 200ms, or
         /// the route's rto_min); no timeout fires sooner.
         #[arg(long, default_value = "200ms")]
         min_rto: wirelab_spec::Nanos,
+        /// List the findings `expect:` can name, with their units.
+        #[arg(long, conflicts_with = "json")]
+        findings: bool,
     },
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
@@ -67,8 +84,12 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
-    /// Print the JSON Schema of the spec (for editors).
-    Schema,
+    /// Print the JSON Schema of the spec (for editors), or of the analysis
+    /// report.
+    Schema {
+        #[arg(long)]
+        analysis: bool,
+    },
     /// Benchmarks, printed as ratios against baselines measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -87,6 +108,12 @@ enum BenchCmd {
     },
     /// Highest TCP rate with 100% capture, next to tcpdump's drops.
     Capture,
+    /// Packets per second of the TCP analyzers on a generated trace, against
+    /// `tshark -2 -Y tcp.analysis.flags` on the same file.
+    Analyze {
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+    },
 }
 
 /// Exit codes, as documented above and in the README.
@@ -186,27 +213,19 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Analyze {
             trace,
             json,
+            html,
+            verbose,
+            analyzers,
             min_rto,
+            findings,
         } => {
-            let t = match wirelab_trace::read(&trace) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("wirelab: {e}");
-                    return Ok(code::ERROR);
+            if findings {
+                for (n, u) in wirelab_spec::findings::FINDINGS {
+                    println!("{n:<45} {u:?}");
                 }
-            };
-            let a = wirelab_analyze::analyze_with(
-                &t,
-                wirelab_analyze::Options {
-                    min_rto_ns: min_rto.0,
-                },
-            );
-            if json {
-                println!("{}", serde_json::to_string_pretty(&a)?);
-            } else {
-                summary::print_analysis(&a, t.packets.len(), true);
+                return Ok(code::OK);
             }
-            Ok(code::OK)
+            analyze::run(&trace, json, html.as_deref(), verbose, &analyzers, min_rto.0)
         }
         Cmd::Clean { all } => {
             run::require_root()?;
@@ -226,20 +245,27 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             Ok(code::OK)
         }
         Cmd::Bench { which } => {
-            run::require_root()?;
+            if !matches!(which, BenchCmd::Analyze { .. }) {
+                run::require_root()?;
+            }
             match which {
                 BenchCmd::SwitchOverhead { messages, rounds } => {
                     bench::switch_overhead(abort, messages, rounds)?
                 }
                 BenchCmd::Capture => bench::capture(abort)?,
+                BenchCmd::Analyze { packets } => bench::analyze(packets)?,
             }
             Ok(code::OK)
         }
-        Cmd::Schema => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&wirelab_spec::json_schema())?
-            );
+        Cmd::Schema { analysis } => {
+            if analysis {
+                print!("{}", wirelab_analyze::report::json_schema());
+            } else {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&wirelab_spec::json_schema())?
+                );
+            }
             Ok(code::OK)
         }
     }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use wirelab_analyze::expect::{RunFacts, Verdict};
-use wirelab_analyze::{Analysis, Evidence};
+use wirelab_analyze::report::Report;
+use wirelab_analyze::Evidence;
 use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
 use wirelab_dataplane::{Action, Config, FlowKey, Switch};
 use wirelab_netns::{in_netns, Lab};
@@ -85,7 +86,7 @@ pub struct Summary {
     pub connections: Vec<ConnSummary>,
     pub events: Vec<EventSummary>,
     pub integrity: Integrity,
-    pub analysis: Analysis,
+    pub analysis: Report,
     pub workload: Vec<ConnReport>,
     pub expect: Vec<Verdict>,
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
@@ -299,7 +300,10 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         .map(|h| h.stack.rto_min.map_or(200_000_000, |r| r.0))
         .min()
         .unwrap_or(200_000_000);
-    let analysis = wirelab_analyze::analyze_with(&trace, wirelab_analyze::Options { min_rto_ns });
+    let opts = wirelab_analyze::Options {
+        min_rto_ns,
+        ..Default::default()
+    };
     let mut counters = BTreeMap::new();
     for h in &plan.hosts {
         counters.insert(
@@ -312,9 +316,51 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             .iter()
             .map(|r| (r.id, (r.messages.len() as u32, r.expected_messages)))
             .collect(),
+        mct_ns: reports
+            .iter()
+            .map(|r| (r.id, r.messages.iter().map(|m| m.mct_ns).collect()))
+            .collect(),
         counters: counters.clone(),
+        addresses: plan
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), std::net::IpAddr::V4(h.ip)))
+            .collect(),
     };
-    let verdicts = wirelab_analyze::expect::evaluate(&plan.expect, &analysis, &facts);
+    let report = wirelab_analyze::report::build(
+        &trace_path.display().to_string(),
+        &trace,
+        opts,
+        Some(&facts),
+        &spec.analyzers(),
+        &plan.expect,
+        &|_| {},
+    );
+    let mut verdicts = report.expect.clone();
+    // An analyzer's violations fail the run unless the spec makes a claim
+    // about that analyzer's findings (a test of a stack known to break a
+    // rule says how it breaks it).
+    for an in &report.analyzers {
+        let claimed = plan.expect.iter().any(|x| {
+            x.finding
+                .as_deref()
+                .is_some_and(|f| f.split('.').next() == Some(an.name))
+        });
+        if !claimed && an.findings.iter().any(|f| f.kind == wirelab_analyze::Kind::Violation) {
+            let first = an
+                .findings
+                .iter()
+                .find(|f| f.kind == wirelab_analyze::Kind::Violation)
+                .map_or(String::new(), |f| format!(": {}", f.message));
+            verdicts.push(Verdict {
+                claim: format!("{}: no violations", an.name),
+                pass: false,
+                observed: format!("{} violations{first}", an.violations),
+            });
+        }
+    }
+    let analysis = &report.analysis;
+
 
     let mut events = Vec::new();
     for e in &plan.events {
@@ -396,7 +442,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         connections,
         events,
         integrity,
-        analysis,
+        analysis: report,
         workload: reports,
         expect: verdicts,
         counters,
@@ -409,6 +455,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
 
 fn write_results(dir: &Path, s: &Summary, log: &str, ports: &[PortCounts]) -> Result<()> {
     std::fs::write(dir.join("summary.json"), serde_json::to_vec_pretty(s)?)?;
+    std::fs::write(
+        dir.join("analysis.json"),
+        serde_json::to_vec_pretty(&s.analysis)?,
+    )?;
+    crate::analyze::write_html(&dir.join("report.html"), &s.analysis)?;
     let counters = serde_json::json!({
         "hosts": s.counters,
         "switch_ports": ports,

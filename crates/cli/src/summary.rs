@@ -1,7 +1,6 @@
 //! The terminal summary of a run: short by default, `-v` for every row.
 
 use wirelab_analyze::fmt_duration as us;
-use wirelab_analyze::Analysis;
 
 use crate::run::Summary;
 
@@ -85,7 +84,7 @@ pub fn print(s: &Summary, verbose: bool) {
     for r in &i.reasons {
         println!("             INVALID because {r}");
     }
-    print_analysis(&s.analysis, i.in_trace as usize, verbose);
+    print!("{}", wirelab_report::terminal::render(&s.analysis, verbose));
     for w in &s.workload {
         let mut mct: Vec<u64> = w.messages.iter().map(|m| m.mct_ns).collect();
         mct.sort_unstable();
@@ -117,73 +116,6 @@ pub fn print(s: &Summary, verbose: bool) {
             v.observed
         );
     }
-    println!("  results    {}/", s.results);
+    println!("  results    {}/ (report.html)", s.results);
     println!("{}", s.verdict);
-}
-
-pub fn print_analysis(a: &Analysis, packets: usize, verbose: bool) {
-    if verbose {
-        println!("  vantage    {} ({packets} packets)", a.vantage);
-    }
-    for c in &a.connections {
-        let mut per_packet: std::collections::BTreeMap<u32, Vec<&wirelab_analyze::Retransmission>> =
-            Default::default();
-        for r in &c.retransmissions {
-            per_packet.entry(r.packet).or_default().push(r);
-        }
-        if per_packet.is_empty() && !verbose && c.ce_marks.is_empty() {
-            continue;
-        }
-        println!(
-            "  conn {:<5} {}:{} -> {}:{}: {} data packets, {} first transmissions, {} retransmitted{}",
-            c.id,
-            c.data_src.0,
-            c.data_src.1,
-            c.data_dst.0,
-            c.data_dst.1,
-            c.data_packets,
-            c.first_transmissions,
-            c.retransmissions.len(),
-            c.handshake_rtt_ns.map_or(String::new(), |r| format!(", handshake rtt {}", us(r)))
-        );
-        let shown = if verbose { usize::MAX } else { 8 };
-        for (p, rs) in per_packet.iter().take(shown) {
-            let parts: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
-            println!(
-                "  retrans    conn {} packet {}: {}x {}",
-                c.id,
-                p,
-                rs.len(),
-                parts.join(", ")
-            );
-        }
-        if per_packet.len() > shown {
-            println!(
-                "             ... {} more packets (-v)",
-                per_packet.len() - shown
-            );
-        }
-        if !c.ce_marks.is_empty() {
-            let echoed = c.ce_marks.iter().filter(|m| m.echo.is_some()).count();
-            let cwr = c.ce_marks.iter().filter(|m| m.cwr.is_some()).count();
-            println!(
-                "  ecn        conn {}: {} CE marks, {} echoed (ECE), {} answered by CWR",
-                c.id,
-                c.ce_marks.len(),
-                echoed,
-                cwr
-            );
-        }
-        if !c.iteration_mismatches.is_empty() {
-            println!(
-                "  WARNING    conn {}: switch and analyzer disagree on index/iteration at {} packets (first {})",
-                c.id,
-                c.iteration_mismatches.len(),
-                c.iteration_mismatches[0]
-            );
-        }
-    }
-    for (f, why) in a.malformed.iter().take(5) {
-        println!("  malformed  frame {f}: {why}");
-    }
 }

@@ -6,6 +6,7 @@
 
 mod lines;
 pub mod units;
+pub mod findings;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -13,6 +14,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use findings::{Amount, AnalyzerName, Stat, Unit};
 pub use units::{BitsPerSec, Bytes, Nanos};
 
 /// A spec that failed to parse or validate.
@@ -125,8 +127,20 @@ pub struct Spec {
     pub events: Vec<Event>,
     #[serde(default)]
     pub capture: Capture,
+    /// The analyzers to run after the run (all of them when absent).
+    #[serde(default)]
+    pub analyzers: Option<Vec<AnalyzerName>>,
     #[serde(default)]
     pub expect: Vec<Expect>,
+}
+
+impl Spec {
+    /// The analyzers this spec runs.
+    pub fn analyzers(&self) -> Vec<AnalyzerName> {
+        self.analyzers
+            .clone()
+            .unwrap_or_else(|| AnalyzerName::ALL.to_vec())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -317,6 +331,34 @@ impl Default for Capture {
     }
 }
 
+/// Every amount of a claim reads in the claim's unit.
+fn validate_amounts(x: &Expect, at: &str) -> Result<(), Invalid> {
+    let unit = x.unit();
+    for (name, a) in [
+        ("at_least", &x.at_least),
+        ("at_most", &x.at_most),
+        ("equals", &x.equals),
+    ] {
+        if let Some(a) = a {
+            if let Err(e) = a.value_in(unit) {
+                return err(format!("{at}.{name}"), e);
+            }
+        }
+    }
+    if let Some(t) = &x.tolerance {
+        if x.equals.is_none() {
+            return err(format!("{at}.tolerance"), "`tolerance` goes with `equals`");
+        }
+        if let Err(e) = t.tolerance(unit, 1.0) {
+            return err(format!("{at}.tolerance"), e);
+        }
+    }
+    if x.equals.is_some() && (x.at_least.is_some() || x.at_most.is_some()) {
+        return err(at, "`equals` or `at_least`/`at_most`, not both");
+    }
+    Ok(())
+}
+
 fn default_snap() -> u32 {
     128
 }
@@ -327,23 +369,31 @@ fn default_ring() -> Bytes {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Recovery {
-    /// Triggered by duplicate ACKs / SACK (fast retransmit, RACK).
+    /// Triggered by the receiver's loss signal: duplicate ACKs (RFC 5681),
+    /// SACK (RFC 6675) or RACK (RFC 8985).
     Fast,
-    /// No loss signal from the receiver: retransmission timeout (or a probe).
+    /// A tail loss probe (RFC 8985 §7).
+    Probe,
+    /// The retransmission timer (RFC 6298), or the recovery after it.
     Timeout,
+    /// Nothing on the wire justified it (a conformance violation).
+    Unjustified,
 }
 
 impl Recovery {
     pub fn name(self) -> &'static str {
         match self {
             Recovery::Fast => "fast",
+            Recovery::Probe => "probe",
             Recovery::Timeout => "timeout",
+            Recovery::Unjustified => "unjustified",
         }
     }
 }
 
 /// A claim the run must satisfy. Exactly one claim per entry:
-/// `retransmitted` (with `packet`), `ce_echoed`, `messages_completed` or `counter`.
+/// `retransmitted` (with `packet`), `ce_echoed`, `messages_completed`,
+/// `counter` or `finding` (any analyzer finding, with bounds or a tolerance).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
@@ -368,10 +418,51 @@ pub struct Expect {
     pub counter: Option<String>,
     #[serde(default)]
     pub host: Option<String>,
+    /// An analyzer finding, `analyzer.name` (see `wirelab analyze --findings`).
     #[serde(default)]
-    pub at_least: Option<u64>,
+    pub finding: Option<String>,
+    /// How the finding's values are combined (default: every value).
     #[serde(default)]
-    pub at_most: Option<u64>,
+    pub stat: Option<Stat>,
+    #[serde(default)]
+    pub at_least: Option<Amount>,
+    #[serde(default)]
+    pub at_most: Option<Amount>,
+    /// With `tolerance`: the value must be within it of this.
+    #[serde(default)]
+    pub equals: Option<Amount>,
+    /// Absolute (`5us`) or relative (`10%`).
+    #[serde(default)]
+    pub tolerance: Option<Amount>,
+}
+
+impl Expect {
+    /// The unit `at_least`/`at_most`/`equals` are read in.
+    pub fn unit(&self) -> Unit {
+        if self.counter.is_some() || self.stat == Some(Stat::Count) {
+            return Unit::Count;
+        }
+        self.finding
+            .as_deref()
+            .and_then(findings::unit_of)
+            .unwrap_or(Unit::Count)
+    }
+
+    /// (at least, at most) in the claim's unit; validated, so never fails
+    /// on a parsed spec.
+    pub fn bounds(&self) -> (Option<f64>, Option<f64>) {
+        let u = self.unit();
+        let v = |a: &Option<Amount>| a.as_ref().and_then(|a| a.value_in(u).ok());
+        if let Some(e) = v(&self.equals) {
+            let tol = self
+                .tolerance
+                .as_ref()
+                .and_then(|t| t.tolerance(u, e).ok())
+                .unwrap_or(0.0);
+            return (Some(e - tol), Some(e + tol));
+        }
+        (v(&self.at_least), v(&self.at_most))
+    }
 }
 
 /// Parses and validates a spec. `source` names the file in messages.
@@ -657,13 +748,40 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
             x.ce_echoed.is_some(),
             x.messages_completed.is_some(),
             x.counter.is_some(),
+            x.finding.is_some(),
         ];
         let n = claims.iter().filter(|c| **c).count();
         if n != 1 {
             return err(
                 at,
-                "needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed or counter",
+                "needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed, counter or finding",
             );
+        }
+        validate_amounts(x, &at)?;
+        if let Some(f) = &x.finding {
+            if findings::unit_of(f).is_none() {
+                let known: Vec<&str> = findings::FINDINGS.iter().map(|(n, _)| *n).collect();
+                return err(
+                    format!("{at}.finding"),
+                    format!("unknown finding `{f}` (known: {})", known.join(", ")),
+                );
+            }
+            let analyzer = f.split('.').next().unwrap_or_default();
+            if !s
+                .analyzers()
+                .iter()
+                .any(|a| a.name() == analyzer)
+            {
+                return err(
+                    format!("{at}.finding"),
+                    format!("analyzer `{analyzer}` is not in `analyzers:`"),
+                );
+            }
+            if x.at_least.is_none() && x.at_most.is_none() && x.equals.is_none() {
+                return err(at, "`finding` needs `at_least`, `at_most` or `equals`");
+            }
+        } else if x.stat.is_some() || x.equals.is_some() || x.tolerance.is_some() {
+            return err(at, "`stat`, `equals` and `tolerance` go with `finding`");
         }
         if let Some(IndexOrAll::One(c)) = x.connection {
             if c.0 > total {
@@ -688,10 +806,10 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                     );
                 }
             }
-        } else if x.packet.is_some() {
+        } else if x.packet.is_some() && !claims[4] {
             return err(
                 format!("{at}.packet"),
-                "only `retransmitted`/`recovery` take a packet",
+                "only `retransmitted`/`recovery` and `finding` take a packet",
             );
         }
         if claims[1] || claims[2] {
@@ -710,8 +828,14 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
             if x.at_least.is_none() && x.at_most.is_none() {
                 return err(at, "`counter` needs `at_least` and/or `at_most`");
             }
-        } else if x.host.is_some() || x.at_least.is_some() || x.at_most.is_some() {
-            return err(at, "`host`, `at_least` and `at_most` go with `counter`");
+        } else if !claims[4] && (x.host.is_some() || x.at_least.is_some() || x.at_most.is_some())
+        {
+            return err(
+                at,
+                "`host`, `at_least` and `at_most` go with `counter` or `finding`",
+            );
+        } else if claims[4] && x.host.is_some() {
+            return err(format!("{at}.host"), "`host` goes with `counter`");
         }
     }
     Ok(())

@@ -6,14 +6,13 @@
 pub mod meta;
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::BufReader;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
-use pcap_file::pcapng::Block;
+use pcap_file::pcap::PcapParser;
+use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::DataLink;
 
 pub use meta::Meta;
@@ -27,10 +26,10 @@ pub enum Error {
     },
     #[error("{path}: not a pcap or pcapng file ({detail})")]
     Format { path: String, detail: String },
-    #[error("{path}: block {block}: {detail}")]
+    #[error("{path}: at byte {offset}: {detail}")]
     Block {
         path: String,
-        block: usize,
+        offset: u64,
         detail: String,
     },
 }
@@ -45,14 +44,15 @@ pub struct Packet {
     pub orig_len: u32,
     pub data: Vec<u8>,
     pub interface: u32,
+    pub link: Link,
     pub meta: Option<Meta>,
 }
 
-/// Parsed TCP/IPv4 headers of a packet (what the analyzers need).
+/// Parsed TCP headers of a packet (what the analyzers need), IPv4 or IPv6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tcp {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub sport: u16,
     pub dport: u16,
     pub seq: u32,
@@ -63,21 +63,53 @@ pub struct Tcp {
     pub has_ack: bool,
     pub ece: bool,
     pub cwr: bool,
+    /// Advertised window, unscaled (RFC 5681 §2 compares it for duplicate ACKs).
+    pub window: u16,
     /// IP ECN field: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
     pub ecn: u8,
     /// Payload length from the IP header (not limited by the snap length).
     pub payload_len: u32,
+    /// Offset of the TCP header in the captured frame.
+    pub tcp_offset: u16,
     /// SACK blocks (RFC 2018), as (left, right) edges.
     pub sack: [(u32, u32); 4],
     pub sack_count: u8,
 }
 
+impl Tcp {
+    /// The SACK blocks present.
+    pub fn sacks(&self) -> &[(u32, u32)] {
+        &self.sack[..self.sack_count as usize]
+    }
+}
+
+/// How a capture's frames start (pcap LINKTYPE_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    Ethernet,
+    /// Bare IPv4/IPv6 (LINKTYPE_RAW, _IPV4, _IPV6).
+    RawIp,
+    /// Linux cooked capture v1 (`tcpdump -i any`).
+    LinuxSll,
+}
+
+impl Link {
+    fn of(d: DataLink) -> Option<Link> {
+        match d {
+            DataLink::ETHERNET => Some(Link::Ethernet),
+            DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(Link::RawIp),
+            DataLink::LINUX_SLL => Some(Link::LinuxSll),
+            _ => None,
+        }
+    }
+}
+
 /// Why a packet did not yield TCP headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotTcp {
-    /// Another protocol (ARP, UDP, IPv6 ...).
+    /// Another protocol (ARP, UDP, ICMP ...).
     Other,
-    /// The bytes stop or are wrong at `offset` in `layer`.
+    /// The bytes stop or are wrong at `offset` (in the frame) in `layer`.
     Malformed {
         layer: String,
         offset: usize,
@@ -87,48 +119,98 @@ pub enum NotTcp {
 
 impl Packet {
     pub fn tcp(&self) -> Result<Tcp, NotTcp> {
-        parse_tcp(&self.data)
+        parse(self.link, &self.data)
     }
 }
 
+/// Parses an Ethernet frame.
 pub fn parse_tcp(data: &[u8]) -> Result<Tcp, NotTcp> {
+    parse(Link::Ethernet, data)
+}
+
+fn malformed(layer: &str, offset: usize, detail: impl ToString) -> NotTcp {
+    NotTcp::Malformed {
+        layer: layer.into(),
+        offset,
+        detail: detail.to_string(),
+    }
+}
+
+/// Parses a frame of the given link type. Never panics, whatever the bytes
+/// (fuzzed: fuzz/fuzz_targets/parse_tcp.rs).
+pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
-    let p = LaxSlicedPacket::from_ethernet(data).map_err(|e| NotTcp::Malformed {
-        layer: "ethernet".into(),
-        offset: 0,
-        detail: e.to_string(),
-    })?;
-    let Some(LaxNetSlice::Ipv4(ip)) = &p.net else {
-        if let Some((e, layer)) = &p.stop_err {
-            return Err(NotTcp::Malformed {
-                layer: format!("{layer:?}"),
-                offset: 14,
-                detail: e.to_string(),
-            });
+    let p = match link {
+        Link::Ethernet => {
+            LaxSlicedPacket::from_ethernet(data).map_err(|e| malformed("ethernet", 0, e))?
         }
-        return Err(NotTcp::Other);
+        Link::RawIp => LaxSlicedPacket::from_ip(data).map_err(|e| malformed("ip", 0, e))?,
+        Link::LinuxSll => {
+            // SLL header: 16 bytes, protocol (an EtherType) in the last two.
+            if data.len() < 16 {
+                return Err(malformed(
+                    "linux_sll",
+                    data.len(),
+                    "shorter than the 16-byte header",
+                ));
+            }
+            let et = u16::from_be_bytes([data[14], data[15]]);
+            LaxSlicedPacket::from_ether_type(etherparse::EtherType(et), &data[16..])
+        }
     };
-    let h = ip.header();
+    let at = |s: &[u8]| s.as_ptr() as usize - data.as_ptr() as usize;
+    // (source, destination, ECN, where the IP datagram ends by its own length)
+    let (src, dst, ecn, declared_end, is_tcp) = match &p.net {
+        Some(LaxNetSlice::Ipv4(ip)) => {
+            let h = ip.header();
+            (
+                IpAddr::V4(Ipv4Addr::from(h.source())),
+                IpAddr::V4(Ipv4Addr::from(h.destination())),
+                h.ecn().value(),
+                at(h.slice()) + usize::from(h.total_len()),
+                ip.payload().ip_number == etherparse::IpNumber::TCP,
+            )
+        }
+        Some(LaxNetSlice::Ipv6(ip)) => {
+            let h = ip.header();
+            (
+                IpAddr::V6(h.source_addr()),
+                IpAddr::V6(h.destination_addr()),
+                h.traffic_class() & 3,
+                at(h.slice()) + 40 + usize::from(h.payload_length()),
+                ip.payload().ip_number == etherparse::IpNumber::TCP,
+            )
+        }
+        _ => {
+            return match &p.stop_err {
+                Some((e, layer)) => Err(malformed(&format!("{layer:?}"), 0, e)),
+                None => Err(NotTcp::Other),
+            }
+        }
+    };
     let Some(TransportSlice::Tcp(t)) = &p.transport else {
-        if h.protocol() == etherparse::IpNumber::TCP {
-            let detail = p
-                .stop_err
-                .as_ref()
-                .map(|(e, _)| e.to_string())
-                .unwrap_or_else(|| "TCP header missing".into());
-            return Err(NotTcp::Malformed {
-                layer: "tcp".into(),
-                offset: 14 + h.slice().len(),
-                detail,
-            });
+        if is_tcp {
+            let (detail, offset) = match (&p.stop_err, &p.net) {
+                (Some((e, _)), Some(LaxNetSlice::Ipv4(ip))) => {
+                    (e.to_string(), at(ip.payload().payload))
+                }
+                (Some((e, _)), Some(LaxNetSlice::Ipv6(ip))) => {
+                    (e.to_string(), at(ip.payload().payload))
+                }
+                _ => ("TCP header missing".to_string(), data.len()),
+            };
+            return Err(malformed("tcp", offset, detail));
         }
         return Err(NotTcp::Other);
     };
-    let ip_payload = u32::from(h.total_len()).saturating_sub(h.slice().len() as u32);
-    let payload_len = ip_payload.saturating_sub(t.data_offset() as u32 * 4);
+    let tcp_offset = at(t.slice());
+    let hdr_end = tcp_offset + t.data_offset() as usize * 4;
+    let payload_len = declared_end.saturating_sub(hdr_end) as u32;
     let mut sack = [(0, 0); 4];
     let mut sack_count = 0;
-    for opt in t.options_iterator().flatten() {
+    // An option etherparse does not know (MPTCP, TFO ...) ends the walk;
+    // SACK comes first in Linux's option order anyway.
+    for opt in t.options_iterator().map_while(Result::ok) {
         if let etherparse::TcpOptionElement::SelectiveAcknowledgement(first, rest) = opt {
             sack[0] = first;
             sack_count = 1;
@@ -139,8 +221,8 @@ pub fn parse_tcp(data: &[u8]) -> Result<Tcp, NotTcp> {
         }
     }
     Ok(Tcp {
-        src: Ipv4Addr::from(h.source()),
-        dst: Ipv4Addr::from(h.destination()),
+        src,
+        dst,
         sport: t.source_port(),
         dport: t.destination_port(),
         seq: t.sequence_number(),
@@ -151,8 +233,10 @@ pub fn parse_tcp(data: &[u8]) -> Result<Tcp, NotTcp> {
         has_ack: t.ack(),
         ece: t.ece(),
         cwr: t.cwr(),
-        ecn: h.ecn().value(),
+        window: t.window_size(),
+        ecn,
         payload_len,
+        tcp_offset: tcp_offset as u16,
         sack,
         sack_count,
     })
@@ -164,6 +248,17 @@ pub struct Trace {
     pub packets: Vec<Packet>,
     /// Interface names, by pcapng interface id (switch ports in our traces).
     pub interfaces: Vec<String>,
+    /// The file stops inside a block or record: where, and why. Everything
+    /// before it was read; analyzers report it as a finding.
+    pub truncated: Option<Damage>,
+}
+
+/// Where a file is damaged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset of the block or record that could not be read.
+    pub offset: u64,
+    pub detail: String,
 }
 
 fn tsresol_to_ns(raw: u64, resol: u8) -> u64 {
@@ -177,45 +272,61 @@ fn tsresol_to_ns(raw: u64, resol: u8) -> u64 {
         }
     } else {
         let n = u32::from(resol & 0x7f);
-        ((u128::from(raw) * 1_000_000_000) >> n) as u64
+        ((u128::from(raw) * 1_000_000_000) >> n.min(127)) as u64
     }
 }
 
 /// Reads any pcap or pcapng file.
 pub fn read(path: &Path) -> Result<Trace, Error> {
     let name = path.display().to_string();
-    let open = || {
-        File::open(path)
-            .map(BufReader::new)
-            .map_err(|source| Error::Open {
-                path: name.clone(),
-                source,
-            })
-    };
-    let mut magic = [0u8; 4];
-    {
-        use std::io::Read;
-        open()?.read_exact(&mut magic).map_err(|e| Error::Format {
+    let bytes = std::fs::read(path).map_err(|source| Error::Open {
+        path: name.clone(),
+        source,
+    })?;
+    read_bytes(&bytes).map_err(|(detail, block)| match block {
+        Some(offset) => Error::Block {
             path: name.clone(),
-            detail: format!("shorter than a file header: {e}"),
-        })?;
+            offset,
+            detail,
+        },
+        None => Error::Format { path: name, detail },
+    })
+}
+
+/// Reads a pcap or pcapng file held in memory. Errors are (what, byte
+/// offset) and only for damage before the first packet; later damage ends
+/// the trace there and is recorded in [`Trace::truncated`]. Never panics
+/// (fuzzed: fuzz/fuzz_targets/read_trace.rs).
+pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
+    if bytes.len() < 4 {
+        return Err(("shorter than a file header".into(), None));
     }
+    let off = |rest: &[u8]| (bytes.len() - rest.len()) as u64;
     let mut trace = Trace::default();
-    if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-        let mut r = pcap_file::pcapng::PcapNgReader::new(open()?).map_err(|e| Error::Format {
-            path: name.clone(),
-            detail: e.to_string(),
-        })?;
-        let mut resol: Vec<u8> = Vec::new();
-        let mut block = 1; // the section header was block 0
-        while let Some(b) = r.next_block() {
-            block += 1;
-            let b = b.map_err(|e| Error::Block {
-                path: name.clone(),
-                block,
-                detail: e.to_string(),
-            })?;
-            match b {
+    if bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+        let (mut rest, mut parser) =
+            PcapNgParser::new(bytes).map_err(|e| (format!("pcapng section header: {e}"), None))?;
+        // Per interface: timestamp resolution and link type.
+        let mut ifs: Vec<(u8, Link)> = Vec::new();
+        while !rest.is_empty() {
+            let at = off(rest);
+            let fail = |detail: String, trace: &mut Trace| {
+                if trace.packets.is_empty() {
+                    Err((detail, Some(at)))
+                } else {
+                    trace.truncated = Some(Damage { offset: at, detail });
+                    Ok(())
+                }
+            };
+            let (next, block) = match parser.next_block(rest) {
+                Ok(x) => x,
+                Err(e) => {
+                    fail(e.to_string(), &mut trace)?;
+                    break;
+                }
+            };
+            rest = next;
+            match block {
                 Block::InterfaceDescription(idb) => {
                     let mut res = 6; // pcapng default: microseconds
                     let mut ifname = format!("if{}", trace.interfaces.len());
@@ -226,28 +337,27 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
                             _ => {}
                         }
                     }
-                    if idb.linktype != DataLink::ETHERNET {
-                        return Err(Error::Block {
-                            path: name.clone(),
-                            block,
-                            detail: format!("link type {:?} is not Ethernet", idb.linktype),
-                        });
-                    }
-                    resol.push(res);
+                    let Some(link) = Link::of(idb.linktype) else {
+                        return Err((
+                            format!(
+                                "interface {} has link type {:?}; wirelab reads Ethernet, raw IP and Linux cooked captures",
+                                trace.interfaces.len(),
+                                idb.linktype
+                            ),
+                            Some(at),
+                        ));
+                    };
+                    ifs.push((res, link));
                     trace.interfaces.push(ifname);
                 }
                 Block::EnhancedPacket(epb) => {
-                    let res =
-                        *resol
-                            .get(epb.interface_id as usize)
-                            .ok_or_else(|| Error::Block {
-                                path: name.clone(),
-                                block,
-                                detail: format!(
-                                    "packet on undeclared interface {}",
-                                    epb.interface_id
-                                ),
-                            })?;
+                    let Some(&(res, link)) = ifs.get(epb.interface_id as usize) else {
+                        fail(
+                            format!("packet on undeclared interface {}", epb.interface_id),
+                            &mut trace,
+                        )?;
+                        break;
+                    };
                     // pcap-file hands the raw 64-bit count over as "nanoseconds".
                     let raw = epb.timestamp.as_nanos() as u64;
                     let meta = epb.options.iter().find_map(|o| match o {
@@ -260,16 +370,19 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
                         orig_len: epb.original_len,
                         data: epb.data.into_owned(),
                         interface: epb.interface_id,
+                        link,
                         meta,
                     });
                 }
                 Block::SimplePacket(spb) => {
+                    let link = ifs.first().map_or(Link::Ethernet, |i| i.1);
                     trace.packets.push(Packet {
                         frame: trace.packets.len() as u64 + 1,
                         ts_ns: 0,
                         orig_len: spb.original_len,
                         data: spb.data.into_owned(),
                         interface: 0,
+                        link,
                         meta: None,
                     });
                 }
@@ -277,35 +390,43 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
             }
         }
     } else {
-        let mut r = pcap_file::pcap::PcapReader::new(open()?).map_err(|e| Error::Format {
-            path: name.clone(),
-            detail: e.to_string(),
-        })?;
-        let hdr = r.header();
-        if hdr.datalink != DataLink::ETHERNET {
-            return Err(Error::Format {
-                path: name.clone(),
-                detail: format!("link type {:?} is not Ethernet", hdr.datalink),
-            });
-        }
+        let (mut rest, parser) =
+            PcapParser::new(bytes).map_err(|e| (format!("not a pcap or pcapng file: {e}"), None))?;
+        let hdr = parser.header();
+        let Some(link) = Link::of(hdr.datalink) else {
+            return Err((
+                format!(
+                    "link type {:?}; wirelab reads Ethernet, raw IP and Linux cooked captures",
+                    hdr.datalink
+                ),
+                Some(20),
+            ));
+        };
         trace.interfaces.push("if0".into());
-        let mut n = 0;
-        while let Some(p) = r.next_packet() {
-            n += 1;
-            let p = p.map_err(|e| Error::Block {
-                path: name.clone(),
-                block: n,
-                detail: e.to_string(),
-            })?;
-            trace.packets.push(Packet {
-                frame: n as u64,
-                // pcap-file already scales µs/ns pcap timestamps to a Duration.
-                ts_ns: p.timestamp.as_nanos() as u64,
-                orig_len: p.orig_len,
-                data: p.data.into_owned(),
-                interface: 0,
-                meta: None,
-            });
+        while !rest.is_empty() {
+            let at = off(rest);
+            match parser.next_packet(rest) {
+                Ok((next, p)) => {
+                    rest = next;
+                    trace.packets.push(Packet {
+                        frame: trace.packets.len() as u64 + 1,
+                        // pcap-file already scales µs/ns pcap timestamps.
+                        ts_ns: p.timestamp.as_nanos() as u64,
+                        orig_len: p.orig_len,
+                        data: p.data.into_owned(),
+                        interface: 0,
+                        link,
+                        meta: None,
+                    });
+                }
+                Err(e) => {
+                    trace.truncated = Some(Damage {
+                        offset: at,
+                        detail: format!("record {}: {e}", trace.packets.len() + 1),
+                    });
+                    break;
+                }
+            }
         }
     }
     Ok(trace)

@@ -1,0 +1,117 @@
+//! Kernel counters against what the trace proves (Lumina §6.2.4 did this for
+//! NIC counters and found them wrong). Only for traces taken at the switch of
+//! a run: then every packet of every host crossed the capture point, so the
+//! counts are exact, not bounds.
+
+use std::net::IpAddr;
+
+use wirelab_spec::AnalyzerName;
+
+use crate::{Analyzer, Finding, Input, Reason};
+
+pub struct Counters;
+
+const A: &str = "counters";
+
+/// What the trace shows for one host.
+#[derive(Default)]
+struct Seen {
+    out_segs: i64,
+    in_segs: i64,
+    in_csum_errors: i64,
+    in_ce: i64,
+    retrans: i64,
+    timeouts: i64,
+    probes: i64,
+    fast: i64,
+}
+
+impl Analyzer for Counters {
+    fn name(&self) -> AnalyzerName {
+        AnalyzerName::Counters
+    }
+
+    fn about(&self) -> &'static str {
+        "each host's kernel counter deltas (nstat) equal what the switch trace proves"
+    }
+
+    fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
+        let Some(facts) = input.facts else {
+            return (0, Vec::new());
+        };
+        if !input.analysis.switch_metadata || facts.counters.is_empty() {
+            return (0, Vec::new());
+        }
+        let mut out = Vec::new();
+        let mut checks = 0;
+        for (host, deltas) in &facts.counters {
+            let Some(&addr) = facts.addresses.get(host) else {
+                continue;
+            };
+            let s = seen(input, addr);
+            // (counter, what the trace shows, how)
+            let rows: [(&str, i64, &str); 8] = [
+                ("TcpOutSegs", s.out_segs, "TCP packets the host sent"),
+                ("TcpInSegs", s.in_segs, "TCP packets delivered to the host (the switch's drops excluded; corrupted ones count, RFC 1213 tcpInSegs includes errors)"),
+                ("TcpInCsumErrors", s.in_csum_errors, "packets the switch corrupted on the way to the host"),
+                ("IpExtInCEPkts", s.in_ce, "CE-marked packets delivered to the host"),
+                ("TcpRetransSegs", s.retrans, "retransmissions the host sent"),
+                ("TcpExtTCPTimeouts", s.timeouts, "timeout retransmissions the host sent"),
+                ("TcpExtTCPLossProbes", s.probes, "tail loss probes the host sent"),
+                ("TcpExtTCPFastRetrans", s.fast, "retransmissions on duplicate ACKs, SACK or RACK"),
+            ];
+            for (name, want, how) in rows {
+                let got = deltas.get(name).copied().unwrap_or(0);
+                checks += 1;
+                if got != want {
+                    out.push(
+                        Finding::violation(
+                            A,
+                            "counter-disagrees",
+                            "Lumina §6.2.4",
+                            format!("{host} {name} changed by {got}, the trace shows {want} ({how})"),
+                        ),
+                    );
+                } else {
+                    out.push(Finding::note(
+                        A,
+                        "counter-agrees",
+                        format!("{host} {name} = {got}, as the trace shows"),
+                    ));
+                }
+            }
+        }
+        (checks, out)
+    }
+}
+
+fn seen(input: &Input, addr: IpAddr) -> Seen {
+    let mut s = Seen::default();
+    for c in &input.analysis.connections {
+        for g in &c.segs {
+            let meta = input.trace.packets[g.idx].meta.as_ref();
+            let dropped = meta.is_some_and(|m| m.event == "drop");
+            let corrupted = meta.is_some_and(|m| m.event == "corrupt");
+            if g.tcp.src == addr {
+                s.out_segs += 1;
+            }
+            if g.tcp.dst == addr && !dropped {
+                s.in_segs += 1;
+                s.in_csum_errors += i64::from(corrupted);
+                s.in_ce += i64::from(g.tcp.ecn == 3);
+            }
+        }
+        if c.data_src.0 == addr {
+            for r in &c.retransmissions {
+                s.retrans += 1;
+                match r.reason {
+                    Reason::Timeout => s.timeouts += 1,
+                    Reason::Tlp => s.probes += 1,
+                    Reason::DupAcks | Reason::Sack | Reason::Rack => s.fast += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    s
+}

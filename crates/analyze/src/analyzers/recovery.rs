@@ -1,0 +1,223 @@
+//! Loss-recovery conformance: the rules a correct TCP receiver and sender
+//! follow when packets are lost, checked per connection over the model's
+//! receiver and sender views (Lumina §4 represents Go-back-N as a state
+//! machine and replays the trace through it; the model is that machine for
+//! TCP).
+
+use wirelab_spec::AnalyzerName;
+
+use super::trace_end;
+use crate::{fmt_duration, Analyzer, Finding, Input, Kind, Reason};
+
+pub struct LossRecovery;
+
+const A: &str = "loss-recovery";
+
+impl Analyzer for LossRecovery {
+    fn name(&self) -> AnalyzerName {
+        AnalyzerName::LossRecovery
+    }
+
+    fn about(&self) -> &'static str {
+        "out-of-order data is ACKed at once; every retransmission has a loss signal, a probe or a timeout; timeouts back off; nothing acknowledged is resent"
+    }
+
+    fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
+        let end = trace_end(input);
+        let mut checks = 0;
+        let mut out = Vec::new();
+        for c in &input.analysis.connections {
+            let recv_rtt = c.base_rtt.receiver_side_ns;
+            let send_rtt = c.base_rtt.sender_side_ns;
+            // Receiver: RFC 5681 §4.2 — an immediate (duplicate) ACK for an
+            // out-of-order segment and for one that fills a hole. "Immediate"
+            // is the receiver's side of the round trip (twice, for jitter)
+            // plus Linux's SACK compression bound.
+            let deadline = 2 * recv_rtt + input.opts.ack_allowance_ns;
+            for ar in &c.arrivals {
+                let due = ar.ts_ns + deadline;
+                let late = match ar.answer_ts_ns {
+                    Some(t) => t > due,
+                    None => due <= end,
+                };
+                if ar.answer_ts_ns.is_none() && due > end {
+                    continue; // the trace ends before the answer was due
+                }
+                checks += 1;
+                if late {
+                    let what = match (ar.answer, ar.answer_ts_ns) {
+                        (Some(a), Some(t)) => format!(
+                            "first ACK after it is {a}, {} later",
+                            fmt_duration(t - ar.ts_ns)
+                        ),
+                        _ => "no ACK followed".into(),
+                    };
+                    out.push(
+                        Finding::violation(
+                            A,
+                            "ooo-not-acked",
+                            "RFC 5681 §4.2",
+                            format!(
+                                "{} data packet {} at {} was not answered at once: {what} (allowed {})",
+                                ar.kind,
+                                ar.packet,
+                                ar.at,
+                                fmt_duration(deadline)
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(ar.packet)
+                        .evidence([ar.at].into_iter().chain(ar.answer)),
+                    );
+                }
+            }
+            // Sender.
+            let mut prev_rtx_ts = 0u64;
+            for r in &c.retransmissions {
+                checks += 1;
+                let ev = [r.previous, r.at];
+                if r.reason == Reason::Unjustified {
+                    out.push(
+                        Finding::violation(
+                            A,
+                            "unjustified-retransmission",
+                            "RFC 5681 §3.2, RFC 6675 §4, RFC 8985 §6-7, RFC 6298 §5",
+                            format!(
+                                "packet {} retransmitted at {} {} after {} with no loss signal: fewer than 3 duplicate ACKs, no SACK or delivery of later data, not a tail probe, and before the minimum RTO",
+                                r.packet,
+                                r.at,
+                                fmt_duration(r.since_loss_ns),
+                                r.previous
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence(ev),
+                    );
+                }
+                if r.already_acked {
+                    out.push(
+                        Finding::violation(
+                            A,
+                            "acked-data-retransmitted",
+                            "RFC 6298 §5.4, RFC 5681 §3.2",
+                            format!(
+                                "packet {} retransmitted at {} after the receiver had cumulatively acknowledged it",
+                                r.packet, r.at
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence(ev),
+                    );
+                } else if r.already_sacked {
+                    out.push(
+                        Finding::violation(
+                            A,
+                            "sacked-data-retransmitted",
+                            "RFC 6675 §4 (NextSeg skips SACKed data)",
+                            format!(
+                                "packet {} retransmitted at {} after the receiver had SACKed it",
+                                r.packet, r.at
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence(ev),
+                    );
+                }
+                // A loss signal is acted on within the sender's side of the
+                // round trip, RACK's reordering window (at most an RTT,
+                // RFC 8985 §6.2) and an allowance. Only the first
+                // retransmission after the signal: later ones wait for the
+                // congestion window (RFC 6937 PRR).
+                if let (Some(trig), Some(tts)) = (r.trigger, r.trigger_ts_ns) {
+                    let max_rtt = c.rtt_samples.iter().map(|s| s.1).max().unwrap_or(0);
+                    let allowed = 2 * send_rtt + max_rtt.max(recv_rtt) + input.opts.reaction_allowance_ns;
+                    let took = r.ts_ns.saturating_sub(tts);
+                    if prev_rtx_ts < tts && took > allowed {
+                        out.push(
+                            Finding::violation(
+                                A,
+                                "late-retransmission",
+                                "RFC 5681 §3.2 step 4, RFC 8985 §6.2",
+                                format!(
+                                    "packet {} was lost by {} ({}) but retransmitted only {} later at {} (allowed {})",
+                                    r.packet,
+                                    trig,
+                                    r.reason.name(),
+                                    fmt_duration(took),
+                                    r.at,
+                                    fmt_duration(allowed)
+                                ),
+                            )
+                            .conn(c.id)
+                            .packet(r.packet)
+                            .evidence([trig, r.at]),
+                        );
+                    }
+                }
+                // RFC 6298 §5.5: each expiry of the same outstanding data
+                // doubles the RTO (up to the 60s+ maximum, §2.5; Linux: 120s).
+                if let Some((prev, prev_interval)) = r.backoff_of {
+                    checks += 1;
+                    let want = prev_interval.saturating_mul(2).min(120_000_000_000);
+                    if r.since_loss_ns < want - want / 50 {
+                        out.push(
+                            Finding::violation(
+                                A,
+                                "no-backoff",
+                                "RFC 6298 §5.5",
+                                format!(
+                                    "timeout at {} came {} after the timeout at {}, which had waited {}: the RTO did not double",
+                                    r.at,
+                                    fmt_duration(r.since_loss_ns),
+                                    prev,
+                                    fmt_duration(prev_interval)
+                                ),
+                            )
+                            .conn(c.id)
+                            .packet(r.packet)
+                            .evidence([prev, r.at]),
+                        );
+                    }
+                }
+                if let Some(d) = r.dsack {
+                    out.push(
+                        Finding::note(
+                            A,
+                            "dsack",
+                            format!(
+                                "the receiver reports by DSACK {d} that it had packet {} already: the retransmission at {} was spurious (RFC 2883)",
+                                r.packet, r.at
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence([r.at, d]),
+                    );
+                }
+                prev_rtx_ts = r.ts_ns;
+            }
+        }
+        for m in &input.analysis.malformed {
+            out.push(Finding::note(
+                A,
+                "malformed",
+                format!(
+                    "frame {}: {} at byte {}: {}",
+                    m.frame, m.layer, m.offset, m.detail
+                ),
+            ).evidence([crate::Evidence { frame: m.frame, mirror_seq: None }]));
+        }
+        if let Some((off, why)) = &input.analysis.truncated {
+            out.push(Finding::note(
+                A,
+                "truncated",
+                format!("the trace file is damaged at byte {off} ({why}); the packets before it were analyzed"),
+            ));
+        }
+        debug_assert!(out.iter().all(|f| f.kind != Kind::Measurement));
+        (checks, out)
+    }
+}

@@ -1,0 +1,351 @@
+//! One self-contained HTML page: verdicts, findings with their evidence, a
+//! time–sequence graph per connection (first transmissions, retransmissions,
+//! packets the switch dropped, the cumulative ACK and SACK blocks), latency
+//! breakdown bars per loss and CDFs of MCT and RTT. Plots are inline SVG
+//! (plotters), so the file opens anywhere without a network.
+
+use std::fmt::Write;
+
+use plotters::prelude::*;
+use wirelab_analyze::report::Report;
+use wirelab_analyze::{ConnAnalysis, Finding, Kind};
+
+/// At most this many points per series: a million-packet trace still makes a
+/// page a browser opens (every k-th point is kept; retransmissions and drops
+/// are always kept).
+const MAX_POINTS: usize = 20_000;
+/// Connections drawn (the ones with the most retransmissions first).
+const MAX_CONNS: usize = 8;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+pub fn render(r: &Report) -> String {
+    let a = &r.analysis;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>wirelab: {}</title><style>{}</style></head><body>",
+        esc(&r.source),
+        STYLE
+    );
+    let _ = write!(
+        o,
+        "<h1>wirelab analysis</h1><p><b>{}</b> · {} packets · {} connections</p><p>Vantage point: {}</p>",
+        esc(&r.source),
+        a.packets,
+        a.connections.len(),
+        esc(&a.vantage)
+    );
+    if let Some((off, why)) = &a.truncated {
+        let _ = write!(o, "<p class=bad>The file is damaged at byte {off}: {}. Packets before it were analyzed.</p>", esc(why));
+    }
+    // Verdicts.
+    o.push_str("<h2>Verdicts</h2><table><tr><th>analyzer</th><th>verdict</th><th>checks</th><th>violations</th><th>what it checks</th></tr>");
+    for an in &r.analyzers {
+        let class = match an.verdict {
+            "violation" => "bad",
+            "pass" => "good",
+            _ => "",
+        };
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td class={class}>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            an.name, an.verdict, an.checks, an.violations, esc(an.about)
+        );
+    }
+    o.push_str("</table>");
+    if !r.expect.is_empty() {
+        o.push_str("<h2>Expectations</h2><table><tr><th></th><th>claim</th><th>observed</th></tr>");
+        for v in &r.expect {
+            let _ = write!(
+                o,
+                "<tr><td class={}>{}</td><td>{}</td><td>{}</td></tr>",
+                if v.pass { "good" } else { "bad" },
+                if v.pass { "PASS" } else { "FAIL" },
+                esc(&v.claim),
+                esc(&v.observed)
+            );
+        }
+        o.push_str("</table>");
+    }
+    // Plots.
+    let mut conns: Vec<&ConnAnalysis> = a.connections.iter().collect();
+    conns.sort_by_key(|c| std::cmp::Reverse(c.retransmissions.len()));
+    let t0 = a
+        .connections
+        .iter()
+        .filter_map(|c| c.segs.first().map(|s| s.ts))
+        .min()
+        .unwrap_or(0);
+    o.push_str("<h2>Time–sequence</h2><p>Blue: first transmissions · red: retransmissions · black ×: dropped or corrupted by the switch · green: cumulative ACK · purple: SACK blocks.</p>");
+    for c in conns.iter().take(MAX_CONNS) {
+        let _ = write!(o, "<h3>conn {}</h3>{}", c.id, time_sequence(c, t0));
+    }
+    if conns.len() > MAX_CONNS {
+        let _ = write!(o, "<p>{} more connections are in the JSON report.</p>", conns.len() - MAX_CONNS);
+    }
+    let lat = latency_groups(r);
+    if !lat.is_empty() {
+        o.push_str("<h2>Retransmission latency</h2><p>Per loss: NACK generation (receiver), reaction (sender), timeout, and the total from the lost transmission to the retransmission. Base round trips of the vantage point are removed (see each finding).</p>");
+        o.push_str(&latency_bars(&lat));
+    }
+    for (name, title) in [("mct", "Message completion time"), ("rtt", "RTT at the vantage point")] {
+        let series: Vec<(u32, Vec<f64>)> = r
+            .analyzers
+            .iter()
+            .flat_map(|an| an.findings.iter())
+            .filter(|f| f.analyzer == "flow" && f.name == name && !f.samples.is_empty())
+            .map(|f| (f.connection.unwrap_or(0), f.samples.clone()))
+            .collect();
+        if !series.is_empty() {
+            let _ = write!(o, "<h2>{title} (CDF)</h2>{}", cdf(&series, title));
+        }
+    }
+    // Findings.
+    o.push_str("<h2>Findings</h2>");
+    for an in &r.analyzers {
+        if an.findings.is_empty() {
+            continue;
+        }
+        let _ = write!(o, "<h3>{}</h3><table><tr><th>kind</th><th>conn</th><th>finding</th><th>message</th><th>rule</th><th>evidence</th></tr>", an.name);
+        let mut fs: Vec<&Finding> = an.findings.iter().collect();
+        fs.sort_by_key(|f| f.kind != Kind::Violation);
+        for f in fs.iter().take(2000) {
+            let ev: Vec<String> = f.evidence.iter().map(|e| e.to_string()).collect();
+            let _ = write!(
+                o,
+                "<tr><td class={}>{:?}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if f.kind == Kind::Violation { "bad" } else { "" },
+                f.kind,
+                f.connection.map_or(String::new(), |c| c.to_string()),
+                f.name,
+                esc(&f.message),
+                esc(f.rule.unwrap_or("")),
+                ev.join(" ")
+            );
+        }
+        if fs.len() > 2000 {
+            let _ = write!(o, "<tr><td colspan=6>{} more in the JSON report</td></tr>", fs.len() - 2000);
+        }
+        o.push_str("</table>");
+    }
+    if !a.malformed.is_empty() {
+        o.push_str("<h2>Malformed frames</h2><table><tr><th>frame</th><th>layer</th><th>offset</th><th>detail</th></tr>");
+        for m in a.malformed.iter().take(1000) {
+            let _ = write!(o, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", m.frame, esc(&m.layer), m.offset, esc(&m.detail));
+        }
+        o.push_str("</table>");
+    }
+    o.push_str("</body></html>\n");
+    o
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}.bad{color:#b00;font-weight:bold}.good{color:#070}svg{max-width:100%;height:auto}";
+
+fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
+    let ms = |ts: u64| ts.saturating_sub(t0) as f64 / 1e6;
+    let kb = |rel: u32| f64::from(rel) / 1024.0;
+    let mut first = Vec::new();
+    let mut rtx = Vec::new();
+    let mut lost = Vec::new();
+    let mut acks = Vec::new();
+    let mut sacks = Vec::new();
+    let base = c.isn.unwrap_or(0);
+    for s in &c.segs {
+        if s.data && s.tcp.payload_len > 0 {
+            let p = (ms(s.ts), kb(s.rel));
+            if s.lost {
+                lost.push(p);
+            }
+            if s.first {
+                first.push(p);
+            } else {
+                rtx.push(p);
+            }
+        } else if !s.data && s.tcp.has_ack && c.isn.is_some() && !s.tcp.syn {
+            acks.push((ms(s.ts), kb(s.rel)));
+            for &(l, r) in s.tcp.sacks() {
+                sacks.push((ms(s.ts), kb(l.wrapping_sub(base)), kb(r.wrapping_sub(base))));
+            }
+        }
+    }
+    let thin = |v: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+        let k = v.len().div_ceil(MAX_POINTS).max(1);
+        v.into_iter().step_by(k).collect()
+    };
+    let first = thin(first);
+    let acks = thin(acks);
+    let sack_step = sacks.len().div_ceil(MAX_POINTS).max(1);
+    let xmax = first
+        .iter()
+        .chain(&rtx)
+        .chain(&acks)
+        .map(|p| p.0)
+        .fold(0.0, f64::max)
+        .max(1e-3);
+    let ymax = first
+        .iter()
+        .chain(&rtx)
+        .chain(&acks)
+        .map(|p| p.1)
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let Ok(mut ch) = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax * 1.05)
+        else {
+            return String::new();
+        };
+        let _ = ch
+            .configure_mesh()
+            .x_desc("time (ms)")
+            .y_desc("relative sequence (KiB)")
+            .draw();
+        let _ = ch.draw_series(LineSeries::new(acks.iter().copied(), GREEN.stroke_width(1)));
+        let _ = ch.draw_series(sacks.iter().step_by(sack_step).map(|&(x, l, r)| {
+            PathElement::new(vec![(x, l), (x, r)], MAGENTA.stroke_width(2))
+        }));
+        let _ = ch.draw_series(first.iter().map(|&p| Circle::new(p, 2, BLUE.filled())));
+        let _ = ch.draw_series(rtx.iter().map(|&p| Circle::new(p, 4, RED.filled())));
+        let _ = ch.draw_series(lost.iter().map(|&p| Cross::new(p, 6, BLACK.stroke_width(2))));
+        let _ = root.present();
+    }
+    svg
+}
+
+/// Latency findings of one loss: (label, [(name, ns)]).
+type Group = (String, Vec<(&'static str, f64)>);
+
+fn latency_groups(r: &Report) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    for f in r
+        .analyzers
+        .iter()
+        .filter(|a| a.name == "retransmission-latency")
+        .flat_map(|a| a.findings.iter())
+    {
+        let v = f.value.unwrap_or(0.0);
+        if f.name == "total" {
+            out.push((
+                format!(
+                    "conn {} pkt {}",
+                    f.connection.unwrap_or(0),
+                    f.packet.unwrap_or(0)
+                ),
+                vec![("total", v)],
+            ));
+        } else if let Some(g) = out.last_mut() {
+            g.1.push((f.name, v));
+        }
+    }
+    out.truncate(40);
+    out
+}
+
+fn latency_bars(groups: &[Group]) -> String {
+    let names = ["nack-generation", "reaction", "timeout", "total"];
+    let colors = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(214, 39, 40), RGBColor(120, 120, 120)];
+    let vmax = groups
+        .iter()
+        .flat_map(|g| g.1.iter().map(|x| x.1))
+        .fold(1.0, f64::max)
+        / 1e3;
+    let h = 60 + 28 * groups.len() as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, h)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let Ok(mut ch) = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(120)
+            .build_cartesian_2d(0f64..vmax * 1.05, 0f64..groups.len() as f64)
+        else {
+            return String::new();
+        };
+        let labels: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+        let _ = ch
+            .configure_mesh()
+            .x_desc("latency (us)")
+            .y_labels(groups.len())
+            .y_label_formatter(&|y| {
+                let i = y.floor() as usize;
+                labels.get(i).cloned().unwrap_or_default()
+            })
+            .draw();
+        for (i, g) in groups.iter().enumerate() {
+            for (k, (name, v)) in g.1.iter().enumerate() {
+                let slot = names.iter().position(|n| n == name).unwrap_or(3);
+                let y0 = i as f64 + 0.1 + 0.2 * k as f64;
+                let _ = ch.draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, y0), (v / 1e3, y0 + 0.18)],
+                    colors[slot].filled(),
+                )));
+            }
+        }
+        let _ = root.present();
+    }
+    let legend: Vec<String> = names
+        .iter()
+        .zip(colors)
+        .map(|(n, c)| format!("<span style=\"color:rgb({},{},{})\">■</span> {n}", c.0, c.1, c.2))
+        .collect();
+    format!("<p>{}</p>{svg}", legend.join(" &nbsp; "))
+}
+
+fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .fold(1.0, f64::max)
+        / 1e3;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 360)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let Ok(mut ch) = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..xmax * 1.05, 0f64..1.0)
+        else {
+            return String::new();
+        };
+        let _ = ch
+            .configure_mesh()
+            .x_desc(format!("{title} (us)"))
+            .y_desc("fraction")
+            .draw();
+        for (n, (conn, samples)) in series.iter().take(16).enumerate() {
+            let mut v = samples.clone();
+            v.sort_by(f64::total_cmp);
+            let k = v.len().div_ceil(MAX_POINTS).max(1);
+            let len = v.len() as f64;
+            let pts: Vec<(f64, f64)> = v
+                .iter()
+                .enumerate()
+                .step_by(k)
+                .map(|(i, x)| (x / 1e3, (i + 1) as f64 / len))
+                .collect();
+            let color = Palette99::pick(n).stroke_width(2);
+            if let Ok(s) = ch.draw_series(LineSeries::new(pts, color)) {
+                s.label(format!("conn {conn}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n)));
+            }
+        }
+        let _ = ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw();
+        let _ = root.present();
+    }
+    svg
+}
