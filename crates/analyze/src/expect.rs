@@ -93,7 +93,8 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
     let (lo, hi) = x.bounds();
     let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
     // Violations are counted: by name, or all of them.
-    let counted = name == "violations" || unit == wirelab_spec::Unit::Count && matching.iter().all(|f| f.value.is_none());
+    let counted = name == "violations"
+        || unit == wirelab_spec::Unit::Count && matching.iter().all(|f| f.value.is_none());
     if counted {
         let hits: Vec<_> = matching
             .iter()
@@ -140,13 +141,23 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
     let (pass, observed) = match (stat, d) {
         (Stat::Count, _) => (ok(values.len() as f64), format!("{} values", values.len())),
         (Stat::Every, Some(d)) => {
-            let bad: Vec<String> = values.iter().filter(|v| !ok(**v)).map(|v| one(*v)).take(5).collect();
+            let bad: Vec<String> = values
+                .iter()
+                .filter(|v| !ok(**v))
+                .map(|v| one(*v))
+                .take(5)
+                .collect();
             (
                 bad.is_empty(),
                 if bad.is_empty() {
                     format!("{} values, from {} to {}", d.count, one(d.min), one(d.max))
                 } else {
-                    format!("{} of {} values outside: {}", values.iter().filter(|v| !ok(**v)).count(), d.count, bad.join(", "))
+                    format!(
+                        "{} of {} values outside: {}",
+                        values.iter().filter(|v| !ok(**v)).count(),
+                        d.count,
+                        bad.join(", ")
+                    )
                 },
             )
         }

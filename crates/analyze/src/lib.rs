@@ -74,6 +74,9 @@ pub struct Options {
     /// How long a sender may take to react to a loss signal on top of its
     /// side's round trip and RACK's reordering window.
     pub reaction_allowance_ns: u64,
+    /// The sender uses tail loss probes (Linux: `net.ipv4.tcp_early_retrans`
+    /// 3 or 4, the default; 0-2 turn TLP off).
+    pub tlp: bool,
 }
 
 impl Default for Options {
@@ -82,6 +85,7 @@ impl Default for Options {
             min_rto_ns: 200_000_000,
             ack_allowance_ns: 1_000_000,
             reaction_allowance_ns: 1_000_000,
+            tlp: true,
         }
     }
 }

@@ -134,8 +134,11 @@ pub struct Retransmission {
     pub already_sacked: bool,
     /// The receiver reported it got these bytes twice (DSACK, RFC 2883).
     pub dsack: Option<Evidence>,
+    /// For a timeout: how long the timer ran (from the later of the last
+    /// transmission and the last ACK).
+    pub rto_ns: Option<u64>,
     /// For a timeout: the previous timeout of the same outstanding data with
-    /// no progress in between, and the interval before it (for backoff).
+    /// no progress in between, and how long its timer ran (for backoff).
     pub backoff_of: Option<(Evidence, u64)>,
 }
 
@@ -387,7 +390,11 @@ fn vantage_words(has_meta: bool, conns: &[ConnAnalysis]) -> String {
     }
     // Where the capture sat, from the handshake split of the first
     // connection that has one.
-    let Some(b) = conns.iter().map(|c| c.base_rtt).find(|b| b.source == "handshake") else {
+    let Some(b) = conns
+        .iter()
+        .map(|c| c.base_rtt)
+        .find(|b| b.source == "handshake")
+    else {
         return "capture point of the trace (no handshake seen: its position on the path is unknown)"
             .into();
     };
@@ -509,9 +516,10 @@ impl<'a> Builder<'a> {
         let (Some(s), Some(sa)) = (syn, synack) else {
             return;
         };
-        let Some(a) = p.iter().find(|(i, t, _)| {
-            *i > sa.0 && !t.syn && (t.src, t.sport) == (s.1.src, s.1.sport)
-        }) else {
+        let Some(a) = p
+            .iter()
+            .find(|(i, t, _)| *i > sa.0 && !t.syn && (t.src, t.sport) == (s.1.src, s.1.sport))
+        else {
             return;
         };
         let server_side = sa.2.saturating_sub(s.2);
@@ -792,9 +800,9 @@ impl<'a> Builder<'a> {
                 for m in awaiting_cwr.drain(..) {
                     let mark = &mut self.out.ce_marks[m];
                     mark.cwr = Some(evidence(trace, idx));
-                    mark.cwr_latency_ns = mark.echo_latency_ns.map(|e| {
-                        ts.saturating_sub(mark.ts_ns).saturating_sub(e)
-                    });
+                    mark.cwr_latency_ns = mark
+                        .echo_latency_ns
+                        .map(|e| ts.saturating_sub(mark.ts_ns).saturating_sub(e));
                 }
             }
             // The receiver's side: did this arrival need an immediate ACK?
@@ -875,15 +883,19 @@ impl<'a> Builder<'a> {
                     rto_recovery: rto_recovery_until,
                 };
                 let (reason, trigger, flags) = ctx.classify();
-                let backoff_of = match (reason, last_timeout) {
-                    (Reason::Timeout, Some((e, pts, _, int))) if pts >= s.1.first_ts => {
-                        Some((e, int))
-                    }
+                // The timer runs from the later of the last transmission and
+                // the last ACK (each ACK re-arms it: RFC 6298 §5.3, Linux's
+                // tcp_rearm_rto).
+                let rto_ns = (reason == Reason::Timeout).then(|| {
+                    let last_ack = acks.last().map_or(0, |a| a.ts);
+                    ts.saturating_sub(s.1.last_tx_ts.max(last_ack))
+                });
+                let backoff_of = match (rto_ns, last_timeout) {
+                    (Some(_), Some((e, pts, _, rto))) if pts >= s.1.first_ts => Some((e, rto)),
                     _ => None,
                 };
-                if reason == Reason::Timeout {
-                    let interval = ts.saturating_sub(s.1.last_tx_ts);
-                    last_timeout = Some((self.ev(idx), ts, next_new, interval));
+                if let Some(rto) = rto_ns {
+                    last_timeout = Some((self.ev(idx), ts, next_new, rto));
                     rto_recovery_until = Some((next_new, ts));
                 }
                 if reason == Reason::Tlp {
@@ -908,6 +920,7 @@ impl<'a> Builder<'a> {
                     already_acked: flags.0,
                     already_sacked: flags.1,
                     dsack: None,
+                    rto_ns,
                     backoff_of,
                 });
                 if let Some(st) = segs.get_mut(&s.0) {
@@ -969,9 +982,7 @@ impl Classify<'_> {
             .find(|(t, _)| *t <= sure)
             .map_or(1, |(_, u)| *u);
         let already_acked = seq_le(self.seg.end, una_at_cut);
-        let after_rto = self
-            .rto_recovery
-            .is_some_and(|(_, rto_ts)| since < rto_ts);
+        let after_rto = self.rto_recovery.is_some_and(|(_, rto_ts)| since < rto_ts);
         let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= sure);
         let flags = (already_acked, already_sacked);
         // ACKs the sender could have acted on, since it last sent this.
@@ -984,10 +995,7 @@ impl Classify<'_> {
         // trip or two (RACK's reordering window is at most an RTT, RFC 8985
         // §6.2). A timeout cannot fire sooner than RTO after the transmission
         // it repeats, and Linux keeps RTO >= SRTT + rto_min (RFC 6298 §2.4).
-        let fast_window = self
-            .max_rtt
-            .saturating_mul(2)
-            .max(self.opts.min_rto_ns / 2);
+        let fast_window = self.max_rtt.saturating_mul(2).max(self.opts.min_rto_ns / 2);
         let recent = |a: &AckEv| self.ts.saturating_sub(a.ts) <= fast_window;
         // 1. DupThresh duplicate ACKs at this segment (RFC 5681 §3.2).
         let mut dups = 0;
@@ -1071,13 +1079,12 @@ impl Classify<'_> {
             return (r, Some(a), flags);
         }
         let elapsed = self.ts.saturating_sub(since);
-        // Linux timers fire no earlier than asked; allow 1% for clock skew
-        // between the transmission and the retransmission timestamps.
-        if elapsed >= self.opts.min_rto_ns - self.opts.min_rto_ns / 100 {
-            return (Reason::Timeout, None, flags);
-        }
         // 4. TLP (RFC 8985 §7): the last segment, one probe per episode,
-        //    after a quiet probe timeout (PTO = 2 SRTT, never under one RTT).
+        //    after a quiet probe timeout (PTO = 2 SRTT, never under one RTT;
+        //    with one segment in flight PTO adds the delayed-ACK time, 200ms,
+        //    so a probe can come as late as a timeout: the wire cannot tell
+        //    them apart then, and a sender with TLP on sends the probe, as
+        //    the PTO is capped at the RTO).
         let is_tail = self.seg.end == self.next_new;
         let quiet_since = self
             .acks
@@ -1086,8 +1093,17 @@ impl Classify<'_> {
             .find(|a| a.ts <= cut)
             .map_or(0, |a| a.ts)
             .max(self.last_data_ts);
-        if is_tail && !self.tlp_out && self.ts.saturating_sub(quiet_since) >= self.min_rtt {
+        if self.opts.tlp
+            && is_tail
+            && !self.tlp_out
+            && self.ts.saturating_sub(quiet_since) >= self.min_rtt
+        {
             return (Reason::Tlp, None, flags);
+        }
+        // Linux timers fire no earlier than asked; allow 1% for clock skew
+        // between the transmission and the retransmission timestamps.
+        if elapsed >= self.opts.min_rto_ns - self.opts.min_rto_ns / 100 {
+            return (Reason::Timeout, None, flags);
         }
         (Reason::Unjustified, None, flags)
     }

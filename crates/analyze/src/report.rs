@@ -55,7 +55,12 @@ pub fn build(
         opts,
     };
     let reports = run_analyzers(&input, analyzers);
-    let expect = crate::expect::evaluate(expect, &analysis, facts.unwrap_or(&RunFacts::default()), &reports);
+    let expect = crate::expect::evaluate(
+        expect,
+        &analysis,
+        facts.unwrap_or(&RunFacts::default()),
+        &reports,
+    );
     Report {
         schema: SCHEMA,
         source: source.to_string(),

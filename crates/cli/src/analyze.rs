@@ -11,29 +11,65 @@ use wirelab_spec::AnalyzerName;
 
 use crate::code;
 
-/// Facts and the smallest rto_min of a run whose results folder holds `trace`.
-fn run_context(trace: &Path) -> (Option<RunFacts>, Option<u64>) {
+/// What the analysis may assume, from each host's (rto_min,
+/// net.ipv4.tcp_early_retrans): the smallest rto_min (`default_rto` when no
+/// host sets one), and TLP unless a host turns it off.
+pub fn options(
+    hosts: impl Iterator<Item = (Option<u64>, Option<String>)>,
+    default_rto: Option<u64>,
+) -> Options {
+    let mut o = Options::default();
+    let mut rto = None::<u64>;
+    for (r, early_retrans) in hosts {
+        let r = r.unwrap_or(o.min_rto_ns);
+        rto = Some(rto.map_or(r, |x| x.min(r)));
+        // tcp_early_retrans 3 and 4 enable TLP (ip-sysctl.rst).
+        if early_retrans.is_some_and(|v| !matches!(v.trim(), "3" | "4")) {
+            o.tlp = false;
+        }
+    }
+    o.min_rto_ns = rto.or(default_rto).unwrap_or(o.min_rto_ns);
+    o
+}
+
+/// Facts and analysis options of a run whose results folder holds `trace`.
+fn run_context(trace: &Path, min_rto_ns: u64) -> (Option<RunFacts>, Options) {
     let dir = trace.parent().unwrap_or(Path::new("."));
     let read = |name: &str| -> Option<serde_json::Value> {
         serde_json::from_slice(&std::fs::read(dir.join(name)).ok()?).ok()
     };
-    let min_rto = read("plan.json").and_then(|p| {
-        p["hosts"]
-            .as_array()?
-            .iter()
-            .filter_map(|h| h["stack"]["rto_min"].as_str()?.parse::<wirelab_spec::Nanos>().ok())
-            .map(|n| n.0)
-            .min()
-    });
+    let hosts: Vec<(Option<u64>, Option<String>)> = read("plan.json")
+        .and_then(|p| p["hosts"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            let rto = h["stack"]["rto_min"]
+                .as_str()
+                .and_then(|r| r.parse::<wirelab_spec::Nanos>().ok())
+                .map(|n| n.0);
+            let er = h["stack"]["sysctls"]["net.ipv4.tcp_early_retrans"]
+                .as_str()
+                .map(String::from);
+            (rto, er)
+        })
+        .collect();
+    let opts = if hosts.is_empty() {
+        options(std::iter::empty(), Some(min_rto_ns))
+    } else {
+        options(hosts.into_iter(), None)
+    };
     let Some(s) = read("summary.json") else {
-        return (None, min_rto);
+        return (None, opts);
     };
     if s["schema"] != "wirelab.run/1" {
-        return (None, min_rto);
+        return (None, opts);
     }
     let mut f = RunFacts::default();
     for h in s["hosts"].as_array().into_iter().flatten() {
-        if let (Some(n), Some(ip)) = (h["name"].as_str(), h["ip"].as_str().and_then(|i| i.parse().ok())) {
+        if let (Some(n), Some(ip)) = (
+            h["name"].as_str(),
+            h["ip"].as_str().and_then(|i| i.parse().ok()),
+        ) {
             f.addresses.insert(n.to_string(), ip);
         }
     }
@@ -57,10 +93,13 @@ fn run_context(trace: &Path) -> (Option<RunFacts>, Option<u64>) {
         );
         f.completed.insert(
             id as u32,
-            (msgs.len() as u32, w["expected_messages"].as_u64().unwrap_or(0) as u32),
+            (
+                msgs.len() as u32,
+                w["expected_messages"].as_u64().unwrap_or(0) as u32,
+            ),
         );
     }
-    (Some(f), min_rto)
+    (Some(f), opts)
 }
 
 /// A progress bar on stderr for long traces (hidden when stderr is not a
@@ -71,8 +110,10 @@ pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} packets ({per_sec}, {eta})")
-            .expect("a valid template"),
+        indicatif::ProgressStyle::with_template(
+            "{msg} {bar:40} {pos}/{len} packets ({per_sec}, {eta})",
+        )
+        .expect("a valid template"),
     );
     pb.set_message(what.to_string());
     pb
@@ -92,7 +133,10 @@ pub fn run(
             Some(n) => names.push(n),
             None => {
                 let known: Vec<&str> = AnalyzerName::ALL.iter().map(|a| a.name()).collect();
-                eprintln!("wirelab: --analyzers: unknown analyzer `{a}` (known: {})", known.join(", "));
+                eprintln!(
+                    "wirelab: --analyzers: unknown analyzer `{a}` (known: {})",
+                    known.join(", ")
+                );
                 return Ok(code::ERROR);
             }
         }
@@ -107,11 +151,7 @@ pub fn run(
             return Ok(code::ERROR);
         }
     };
-    let (facts, run_rto) = run_context(trace);
-    let opts = Options {
-        min_rto_ns: run_rto.unwrap_or(min_rto_ns),
-        ..Options::default()
-    };
+    let (facts, opts) = run_context(trace, min_rto_ns);
     let pb = progress_bar(t.packets.len() as u64, "analyzing");
     let report = wirelab_analyze::report::build(
         &trace.display().to_string(),

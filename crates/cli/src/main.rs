@@ -225,7 +225,14 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 }
                 return Ok(code::OK);
             }
-            analyze::run(&trace, json, html.as_deref(), verbose, &analyzers, min_rto.0)
+            analyze::run(
+                &trace,
+                json,
+                html.as_deref(),
+                verbose,
+                &analyzers,
+                min_rto.0,
+            )
         }
         Cmd::Clean { all } => {
             run::require_root()?;

@@ -294,16 +294,18 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
 
     // Analyze the file as written: the same path `wirelab analyze` takes.
     let trace = wirelab_trace::read(&trace_path)?;
-    let min_rto_ns = plan
-        .hosts
-        .iter()
-        .map(|h| h.stack.rto_min.map_or(200_000_000, |r| r.0))
-        .min()
-        .unwrap_or(200_000_000);
-    let opts = wirelab_analyze::Options {
-        min_rto_ns,
-        ..Default::default()
-    };
+    let opts = crate::analyze::options(
+        plan.hosts.iter().map(|h| {
+            let er = h
+                .stack
+                .all_sysctls()
+                .into_iter()
+                .find(|(k, _)| k == "net.ipv4.tcp_early_retrans")
+                .map(|(_, v)| v);
+            (h.stack.rto_min.map(|r| r.0), er)
+        }),
+        None,
+    );
     let mut counters = BTreeMap::new();
     for h in &plan.hosts {
         counters.insert(
@@ -346,7 +348,12 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                 .as_deref()
                 .is_some_and(|f| f.split('.').next() == Some(an.name))
         });
-        if !claimed && an.findings.iter().any(|f| f.kind == wirelab_analyze::Kind::Violation) {
+        if !claimed
+            && an
+                .findings
+                .iter()
+                .any(|f| f.kind == wirelab_analyze::Kind::Violation)
+        {
             let first = an
                 .findings
                 .iter()
@@ -360,7 +367,6 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         }
     }
     let analysis = &report.analysis;
-
 
     let mut events = Vec::new();
     for e in &plan.events {

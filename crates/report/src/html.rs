@@ -55,7 +55,11 @@ pub fn render(r: &Report) -> String {
         let _ = write!(
             o,
             "<tr><td>{}</td><td class={class}>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            an.name, an.verdict, an.checks, an.violations, esc(an.about)
+            an.name,
+            an.verdict,
+            an.checks,
+            an.violations,
+            esc(an.about)
         );
     }
     o.push_str("</table>");
@@ -87,14 +91,21 @@ pub fn render(r: &Report) -> String {
         let _ = write!(o, "<h3>conn {}</h3>{}", c.id, time_sequence(c, t0));
     }
     if conns.len() > MAX_CONNS {
-        let _ = write!(o, "<p>{} more connections are in the JSON report.</p>", conns.len() - MAX_CONNS);
+        let _ = write!(
+            o,
+            "<p>{} more connections are in the JSON report.</p>",
+            conns.len() - MAX_CONNS
+        );
     }
     let lat = latency_groups(r);
     if !lat.is_empty() {
         o.push_str("<h2>Retransmission latency</h2><p>Per loss: NACK generation (receiver), reaction (sender), timeout, and the total from the lost transmission to the retransmission. Base round trips of the vantage point are removed (see each finding).</p>");
         o.push_str(&latency_bars(&lat));
     }
-    for (name, title) in [("mct", "Message completion time"), ("rtt", "RTT at the vantage point")] {
+    for (name, title) in [
+        ("mct", "Message completion time"),
+        ("rtt", "RTT at the vantage point"),
+    ] {
         let series: Vec<(u32, Vec<f64>)> = r
             .analyzers
             .iter()
@@ -130,14 +141,25 @@ pub fn render(r: &Report) -> String {
             );
         }
         if fs.len() > 2000 {
-            let _ = write!(o, "<tr><td colspan=6>{} more in the JSON report</td></tr>", fs.len() - 2000);
+            let _ = write!(
+                o,
+                "<tr><td colspan=6>{} more in the JSON report</td></tr>",
+                fs.len() - 2000
+            );
         }
         o.push_str("</table>");
     }
     if !a.malformed.is_empty() {
         o.push_str("<h2>Malformed frames</h2><table><tr><th>frame</th><th>layer</th><th>offset</th><th>detail</th></tr>");
         for m in a.malformed.iter().take(1000) {
-            let _ = write!(o, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", m.frame, esc(&m.layer), m.offset, esc(&m.detail));
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                m.frame,
+                esc(&m.layer),
+                m.offset,
+                esc(&m.detail)
+            );
         }
         o.push_str("</table>");
     }
@@ -213,12 +235,18 @@ fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
             .y_desc("relative sequence (KiB)")
             .draw();
         let _ = ch.draw_series(LineSeries::new(acks.iter().copied(), GREEN.stroke_width(1)));
-        let _ = ch.draw_series(sacks.iter().step_by(sack_step).map(|&(x, l, r)| {
-            PathElement::new(vec![(x, l), (x, r)], MAGENTA.stroke_width(2))
-        }));
+        let _ = ch.draw_series(
+            sacks
+                .iter()
+                .step_by(sack_step)
+                .map(|&(x, l, r)| PathElement::new(vec![(x, l), (x, r)], MAGENTA.stroke_width(2))),
+        );
         let _ = ch.draw_series(first.iter().map(|&p| Circle::new(p, 2, BLUE.filled())));
         let _ = ch.draw_series(rtx.iter().map(|&p| Circle::new(p, 4, RED.filled())));
-        let _ = ch.draw_series(lost.iter().map(|&p| Cross::new(p, 6, BLACK.stroke_width(2))));
+        let _ = ch.draw_series(
+            lost.iter()
+                .map(|&p| Cross::new(p, 6, BLACK.stroke_width(2))),
+        );
         let _ = root.present();
     }
     svg
@@ -255,7 +283,12 @@ fn latency_groups(r: &Report) -> Vec<Group> {
 
 fn latency_bars(groups: &[Group]) -> String {
     let names = ["nack-generation", "reaction", "timeout", "total"];
-    let colors = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(214, 39, 40), RGBColor(120, 120, 120)];
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(214, 39, 40),
+        RGBColor(120, 120, 120),
+    ];
     let vmax = groups
         .iter()
         .flat_map(|g| g.1.iter().map(|x| x.1))
@@ -299,7 +332,12 @@ fn latency_bars(groups: &[Group]) -> String {
     let legend: Vec<String> = names
         .iter()
         .zip(colors)
-        .map(|(n, c)| format!("<span style=\"color:rgb({},{},{})\">■</span> {n}", c.0, c.1, c.2))
+        .map(|(n, c)| {
+            format!(
+                "<span style=\"color:rgb({},{},{})\">■</span> {n}",
+                c.0, c.1, c.2
+            )
+        })
         .collect();
     format!("<p>{}</p>{svg}", legend.join(" &nbsp; "))
 }
@@ -340,11 +378,16 @@ fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
                 .collect();
             let color = Palette99::pick(n).stroke_width(2);
             if let Ok(s) = ch.draw_series(LineSeries::new(pts, color)) {
-                s.label(format!("conn {conn}"))
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n)));
+                s.label(format!("conn {conn}")).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
+                });
             }
         }
-        let _ = ch.configure_series_labels().border_style(BLACK).background_style(WHITE).draw();
+        let _ = ch
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw();
         let _ = root.present();
     }
     svg

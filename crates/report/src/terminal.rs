@@ -48,7 +48,11 @@ pub fn render(r: &Report, verbose: bool) -> String {
             );
         }
         if per_packet.len() > shown {
-            let _ = writeln!(o, "             ... {} more packets (-v)", per_packet.len() - shown);
+            let _ = writeln!(
+                o,
+                "             ... {} more packets (-v)",
+                per_packet.len() - shown
+            );
         }
         if !c.ce_marks.is_empty() {
             let echoed = c.ce_marks.iter().filter(|m| m.echo.is_some()).count();
@@ -74,11 +78,18 @@ pub fn render(r: &Report, verbose: bool) -> String {
     }
     for an in &r.analyzers {
         let verdict = match an.verdict {
-            "violation" => format!("VIOLATION ({} checks, {} violations)", an.checks, an.violations),
+            "violation" => format!(
+                "VIOLATION ({} checks, {} violations)",
+                an.checks, an.violations
+            ),
             "pass" => format!("pass ({} checks)", an.checks),
             v => v.to_string(),
         };
-        let measures = an.findings.iter().filter(|f| f.kind == Kind::Measurement).count();
+        let measures = an
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::Measurement)
+            .count();
         let extra = if measures > 0 {
             format!(", {measures} measurements")
         } else {
@@ -105,7 +116,11 @@ pub fn render(r: &Report, verbose: bool) -> String {
             let _ = writeln!(o, "             {tag}{conn}{}: {}{rule}", f.name, f.message);
         }
     }
-    for m in a.malformed.iter().take(if verbose { usize::MAX } else { 5 }) {
+    for m in a
+        .malformed
+        .iter()
+        .take(if verbose { usize::MAX } else { 5 })
+    {
         let _ = writeln!(
             o,
             "  malformed  frame {}: {} at byte {}: {}",

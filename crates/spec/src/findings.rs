@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::units::{BitsPerSec, Bytes, Nanos};
 
 /// The analyzers a spec can turn on (`analyzers:`; all by default).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum AnalyzerName {
     /// RFC 5681/6675/8985/6298 conformance of receiver and sender.
@@ -89,7 +91,10 @@ pub const FINDINGS: &[(&str, Unit)] = &[
 ];
 
 pub fn unit_of(finding: &str) -> Option<Unit> {
-    FINDINGS.iter().find(|(n, _)| *n == finding).map(|(_, u)| *u)
+    FINDINGS
+        .iter()
+        .find(|(n, _)| *n == finding)
+        .map(|(_, u)| *u)
 }
 
 /// How the values of a finding are combined before the comparison.

@@ -4,9 +4,9 @@
 //! machine happen when a plan is brought up. Every error names the YAML path
 //! and line, e.g. `events[2].packet: must be >= 1 (line 23)`.
 
+pub mod findings;
 mod lines;
 pub mod units;
-pub mod findings;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -767,11 +767,7 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                 );
             }
             let analyzer = f.split('.').next().unwrap_or_default();
-            if !s
-                .analyzers()
-                .iter()
-                .any(|a| a.name() == analyzer)
-            {
+            if !s.analyzers().iter().any(|a| a.name() == analyzer) {
                 return err(
                     format!("{at}.finding"),
                     format!("analyzer `{analyzer}` is not in `analyzers:`"),
@@ -780,8 +776,13 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
             if x.at_least.is_none() && x.at_most.is_none() && x.equals.is_none() {
                 return err(at, "`finding` needs `at_least`, `at_most` or `equals`");
             }
-        } else if x.stat.is_some() || x.equals.is_some() || x.tolerance.is_some() {
-            return err(at, "`stat`, `equals` and `tolerance` go with `finding`");
+        } else if x.stat.is_some() {
+            return err(format!("{at}.stat"), "`stat` goes with `finding`");
+        } else if x.counter.is_none() && (x.equals.is_some() || x.tolerance.is_some()) {
+            return err(
+                at,
+                "`equals` and `tolerance` go with `counter` or `finding`",
+            );
         }
         if let Some(IndexOrAll::One(c)) = x.connection {
             if c.0 > total {
@@ -825,11 +826,10 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                 }
                 _ => {}
             }
-            if x.at_least.is_none() && x.at_most.is_none() {
-                return err(at, "`counter` needs `at_least` and/or `at_most`");
+            if x.at_least.is_none() && x.at_most.is_none() && x.equals.is_none() {
+                return err(at, "`counter` needs `at_least`, `at_most` or `equals`");
             }
-        } else if !claims[4] && (x.host.is_some() || x.at_least.is_some() || x.at_most.is_some())
-        {
+        } else if !claims[4] && (x.host.is_some() || x.at_least.is_some() || x.at_most.is_some()) {
             return err(
                 at,
                 "`host`, `at_least` and `at_most` go with `counter` or `finding`",

@@ -9,9 +9,9 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
+use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
-use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::DataLink;
 
@@ -390,8 +390,8 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
             }
         }
     } else {
-        let (mut rest, parser) =
-            PcapParser::new(bytes).map_err(|e| (format!("not a pcap or pcapng file: {e}"), None))?;
+        let (mut rest, parser) = PcapParser::new(bytes)
+            .map_err(|e| (format!("not a pcap or pcapng file: {e}"), None))?;
         let hdr = parser.header();
         let Some(link) = Link::of(hdr.datalink) else {
             return Err((

@@ -51,7 +51,7 @@ impl Analyzer for Counters {
             let s = seen(input, addr);
             // (counter, what the trace shows, how)
             let rows: [(&str, i64, &str); 8] = [
-                ("TcpOutSegs", s.out_segs, "TCP packets the host sent"),
+                ("TcpOutSegs", s.out_segs, "TCP packets the host sent, retransmissions excluded (RFC 1213 tcpOutSegs)"),
                 ("TcpInSegs", s.in_segs, "TCP packets delivered to the host (the switch's drops excluded; corrupted ones count, RFC 1213 tcpInSegs includes errors)"),
                 ("TcpInCsumErrors", s.in_csum_errors, "packets the switch corrupted on the way to the host"),
                 ("IpExtInCEPkts", s.in_ce, "CE-marked packets delivered to the host"),
@@ -64,14 +64,12 @@ impl Analyzer for Counters {
                 let got = deltas.get(name).copied().unwrap_or(0);
                 checks += 1;
                 if got != want {
-                    out.push(
-                        Finding::violation(
-                            A,
-                            "counter-disagrees",
-                            "Lumina §6.2.4",
-                            format!("{host} {name} changed by {got}, the trace shows {want} ({how})"),
-                        ),
-                    );
+                    out.push(Finding::violation(
+                        A,
+                        "counter-disagrees",
+                        "Lumina §6.2.4",
+                        format!("{host} {name} changed by {got}, the trace shows {want} ({how})"),
+                    ));
                 } else {
                     out.push(Finding::note(
                         A,
@@ -92,7 +90,10 @@ fn seen(input: &Input, addr: IpAddr) -> Seen {
             let meta = input.trace.packets[g.idx].meta.as_ref();
             let dropped = meta.is_some_and(|m| m.event == "drop");
             let corrupted = meta.is_some_and(|m| m.event == "corrupt");
-            if g.tcp.src == addr {
+            // RFC 1213 tcpOutSegs: "excluding those containing only
+            // retransmitted octets" (Linux counts a segment only if it ends
+            // past snd_nxt or carries no data).
+            if g.tcp.src == addr && (g.first || g.tcp.payload_len == 0 || !g.data) {
                 s.out_segs += 1;
             }
             if g.tcp.dst == addr && !dropped {

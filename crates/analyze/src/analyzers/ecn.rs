@@ -42,7 +42,13 @@ impl Analyzer for Ecn {
                                 "echo-latency",
                                 lat as f64,
                                 Unit::Nanos,
-                                format!("CE mark {} (packet {}) echoed by {} after {}", m.at, m.packet, e, fmt_duration(lat)),
+                                format!(
+                                    "CE mark {} (packet {}) echoed by {} after {}",
+                                    m.at,
+                                    m.packet,
+                                    e,
+                                    fmt_duration(lat)
+                                ),
                             )
                             .conn(c.id)
                             .packet(m.packet)
@@ -57,7 +63,12 @@ impl Analyzer for Ecn {
                                         "cwr-latency",
                                         cl as f64,
                                         Unit::Nanos,
-                                        format!("echo {} answered by CWR on {} after {}", e, w, fmt_duration(cl)),
+                                        format!(
+                                            "echo {} answered by CWR on {} after {}",
+                                            e,
+                                            w,
+                                            fmt_duration(cl)
+                                        ),
                                     )
                                     .conn(c.id)
                                     .packet(m.packet)
@@ -88,7 +99,10 @@ impl Analyzer for Ecn {
                                 A,
                                 "ce-not-echoed",
                                 "RFC 3168 §6.1.3",
-                                format!("CE mark {} (packet {}) was never echoed with ECE", m.at, m.packet),
+                                format!(
+                                    "CE mark {} (packet {}) was never echoed with ECE",
+                                    m.at, m.packet
+                                ),
                             )
                             .conn(c.id)
                             .packet(m.packet)

@@ -122,7 +122,7 @@ impl Analyzer for RetransmissionLatency {
                         if r.backoff_of.is_none() {
                             timeouts.clear();
                         }
-                        timeouts.push(r.since_loss_ns);
+                        timeouts.push(r.rto_ns.unwrap_or(r.since_loss_ns));
                         let seq: Vec<String> = timeouts.iter().map(|t| fmt_duration(*t)).collect();
                         out.push(
                             Finding::measurement(
@@ -131,7 +131,7 @@ impl Analyzer for RetransmissionLatency {
                                 r.since_loss_ns as f64,
                                 Unit::Nanos,
                                 format!(
-                                    "packet {}: last sent {}, timeout retransmission {} after {} (backoff sequence {})",
+                                    "packet {}: last sent {}, timeout retransmission {} after {} (timers ran {})",
                                     r.packet,
                                     r.previous,
                                     r.at,
