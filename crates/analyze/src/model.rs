@@ -175,6 +175,12 @@ pub struct EcnMark {
     pub cwr_latency_ns: Option<u64>,
     /// New data was sent after the echo (so a CWR was due, RFC 3168 §6.1.2).
     pub data_after_echo: bool,
+    /// The first ACK that covers the marked packet (the one that should
+    /// carry ECE, RFC 3168 §6.1.3).
+    pub acked_by: Option<Evidence>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    end_rel: u32,
 }
 
 /// The base round trip split at the vantage point.
@@ -690,6 +696,14 @@ impl<'a> Builder<'a> {
                         dup: seg.dupack,
                     });
                 }
+                if t.has_ack && !t.syn {
+                    for &m in &pending_echo {
+                        let mark = &mut self.out.ce_marks[m];
+                        if mark.acked_by.is_none() && seq_le(mark.end_rel, seg.rel) {
+                            mark.acked_by = Some(evidence(trace, idx));
+                        }
+                    }
+                }
                 if t.ece && !t.syn {
                     for m in pending_echo.drain(..) {
                         let mark = &mut self.out.ce_marks[m];
@@ -788,6 +802,8 @@ impl<'a> Builder<'a> {
                     cwr: None,
                     cwr_latency_ns: None,
                     data_after_echo: false,
+                    acked_by: None,
+                    end_rel: end,
                 });
                 pending_echo.push(self.out.ce_marks.len() - 1);
             }

@@ -1,25 +1,120 @@
-//! Golden traces: real wirelab runs checked in with their findings verified
-//! by hand (and by tshark), plus edits of them where the stack misbehaves and
-//! the analyzer must say so.
+//! Golden traces: real wirelab runs checked in with their findings
+//! (`findings.json`, reviewed by hand) and hand-written assertions, plus
+//! edits of them where the stack misbehaves and an analyzer must say so.
 //!
-//! The goldens are never regenerated to make a test pass. They came from:
-//!   wirelab run specs/tcp/drop-5th-packet-twice-second-recovery-by-timeout.yaml
-//!   wirelab run specs/tcp/ecn-mark-is-echoed-by-the-receiver.yaml
-//! (results/<run>/trace.pcapng copied to tests/golden/).
+//! Regenerating takes an explicit command: `make goldens` (root) reruns the
+//! specs named in scripts/goldens.sh and rewrites findings.json
+//! (`WIRELAB_BLESS=1`); the assertions below are never regenerated.
+//! `drop-5th-packet-twice/` is an older run kept without its run facts.
 
-use std::path::Path;
-use std::process::Command;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use wirelab_analyze::expect::{evaluate, RunFacts};
-use wirelab_analyze::{analyze, Analysis};
-use wirelab_spec::Recovery;
+use wirelab_analyze::report::{build, Report};
+use wirelab_analyze::{analyze, Analysis, Kind, Options, Reason};
+use wirelab_spec::{AnalyzerName, Recovery};
 use wirelab_trace::Trace;
 
-fn golden(name: &str) -> Trace {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
-        .join(name);
-    wirelab_trace::read(&p).unwrap()
+        .join(name)
+}
+
+fn golden(name: &str) -> Trace {
+    wirelab_trace::read(&dir(name).join("trace.pcapng")).unwrap()
+}
+
+/// The run facts saved with a golden (what `wirelab analyze` reads beside a
+/// results folder's trace).
+fn facts(name: &str) -> RunFacts {
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir(name).join("summary.json")).unwrap()).unwrap();
+    let mut f = RunFacts::default();
+    for h in s["hosts"].as_array().unwrap() {
+        f.addresses.insert(
+            h["name"].as_str().unwrap().into(),
+            h["ip"].as_str().unwrap().parse().unwrap(),
+        );
+    }
+    for (host, m) in s["counters"].as_object().unwrap() {
+        let m: BTreeMap<String, i64> = m
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
+            .collect();
+        f.counters.insert(host.clone(), m);
+    }
+    for w in s["workload"].as_array().unwrap() {
+        let id = w["id"].as_u64().unwrap() as u32;
+        let m: Vec<u64> = w["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mct_ns"].as_u64().unwrap())
+            .collect();
+        f.completed.insert(
+            id,
+            (
+                m.len() as u32,
+                w["expected_messages"].as_u64().unwrap() as u32,
+            ),
+        );
+        f.mct_ns.insert(id, m);
+    }
+    f
+}
+
+fn opts(name: &str) -> Options {
+    let p: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir(name).join("plan.json")).unwrap()).unwrap();
+    let rto = p["hosts"][0]["stack"]["rto_min"]
+        .as_str()
+        .map(|r| r.parse::<wirelab_spec::Nanos>().unwrap().0);
+    Options {
+        min_rto_ns: rto.unwrap_or(200_000_000),
+        ..Options::default()
+    }
+}
+
+fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
+    let o = if dir(name).join("plan.json").exists() {
+        opts(name)
+    } else {
+        Options::default()
+    };
+    build(name, t, o, f, &AnalyzerName::ALL, &[], &|_| {})
+}
+
+fn report(name: &str) -> Report {
+    let f = dir(name).join("summary.json").exists().then(|| facts(name));
+    report_with(name, &golden(name), f.as_ref())
+}
+
+/// (analyzer, finding) of every violation.
+fn violations(r: &Report) -> Vec<(String, String)> {
+    r.analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.kind == Kind::Violation)
+        .map(|f| (f.analyzer.to_string(), f.name.to_string()))
+        .collect()
+}
+
+fn verdict(r: &Report, analyzer: &str) -> &'static str {
+    r.analyzers
+        .iter()
+        .find(|a| a.name == analyzer)
+        .unwrap()
+        .verdict
+}
+
+fn renumber(t: &mut Trace) {
+    for (i, p) in t.packets.iter_mut().enumerate() {
+        p.frame = i as u64 + 1;
+    }
 }
 
 fn claims(yaml: &str, a: &Analysis) -> Vec<bool> {
@@ -33,9 +128,94 @@ fn claims(yaml: &str, a: &Analysis) -> Vec<bool> {
         .collect()
 }
 
+const ALL: [&str; 6] = [
+    "drop-5th-packet-twice",
+    "fast-retransmit",
+    "timeouts-back-off",
+    "tail-loss-probe",
+    "ecn",
+    "incast",
+];
+
+/// Every golden's findings, as reviewed: kind, name, connection, packet,
+/// evidence and message (values are in the messages).
+#[test]
+fn findings_are_the_reviewed_ones() {
+    let bless = std::env::var_os("WIRELAB_BLESS").is_some();
+    for name in ALL {
+        let r = report(name);
+        let got: Vec<String> = r
+            .analyzers
+            .iter()
+            .flat_map(|a| a.findings.iter())
+            .map(|f| {
+                let ev: Vec<String> = f.evidence.iter().map(|e| e.to_string()).collect();
+                format!(
+                    "{:?} {}.{} conn {:?} packet {:?} [{}] {}",
+                    f.kind,
+                    f.analyzer,
+                    f.name,
+                    f.connection,
+                    f.packet,
+                    ev.join(" "),
+                    f.message
+                )
+            })
+            .collect();
+        let path = dir(name).join("findings.json");
+        if bless {
+            std::fs::write(&path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
+            continue;
+        }
+        let want: Vec<String> = serde_json::from_slice(
+            &std::fs::read(&path)
+                .unwrap_or_else(|_| panic!("{} missing: make goldens", path.display())),
+        )
+        .unwrap();
+        assert_eq!(
+            got, want,
+            "{name}: findings changed (review, then make goldens)"
+        );
+    }
+}
+
+#[test]
+fn linux_passes_every_analyzer_on_every_golden() {
+    for name in ALL {
+        let r = report(name);
+        assert_eq!(violations(&r), vec![], "{name}");
+        if name != "ecn" {
+            assert_eq!(
+                verdict(&r, "loss-recovery"),
+                "pass",
+                "{name}: losses checked"
+            );
+        }
+        assert!(r
+            .analysis
+            .connections
+            .iter()
+            .all(|c| c.iteration_mismatches.is_empty()));
+    }
+    for name in [
+        "fast-retransmit",
+        "timeouts-back-off",
+        "tail-loss-probe",
+        "ecn",
+        "incast",
+    ] {
+        assert_eq!(
+            verdict(&report(name), "counters"),
+            "pass",
+            "{name}: counters checked"
+        );
+    }
+    assert_eq!(verdict(&report("ecn"), "ecn"), "pass");
+}
+
 #[test]
 fn drop_twice_fast_then_timeout() {
-    let t = golden("drop-5th-packet-twice.pcapng");
+    let t = golden("drop-5th-packet-twice");
     assert_eq!(t.packets.len(), 30);
     let a = analyze(&t);
     assert_eq!(a.connections.len(), 1);
@@ -48,26 +228,25 @@ fn drop_twice_fast_then_timeout() {
     let r = c.retransmissions_of(5);
     assert_eq!(r.len(), 2);
     assert_eq!(
-        (r[0].recovery, r[0].iteration, r[0].at.mirror_seq),
-        (Recovery::Fast, 2, Some(22))
+        (
+            r[0].recovery,
+            r[0].reason,
+            r[0].iteration,
+            r[0].at.mirror_seq
+        ),
+        (Recovery::Fast, Reason::Rack, 2, Some(22))
     );
     assert_eq!(r[0].previous.mirror_seq, Some(7));
     assert_eq!(r[0].previous_event, "drop");
-    assert!(
-        r[0].trigger.is_some(),
-        "the SACK that triggered it is named"
-    );
+    // The first SACK (#17, packet 6 delivered) is the RACK trigger.
+    assert_eq!(r[0].trigger.and_then(|e| e.mirror_seq), Some(17));
     assert_eq!(
         (r[1].recovery, r[1].iteration, r[1].at.mirror_seq),
         (Recovery::Timeout, 3, Some(23))
     );
     assert_eq!(r[1].previous_event, "drop");
     // RTO with rto_min 200ms: more than 200ms, far less than a second.
-    assert!(
-        (200_000_000..1_000_000_000).contains(&r[1].since_loss_ns),
-        "{}",
-        r[1].since_loss_ns
-    );
+    assert!((200_000_000..1_000_000_000).contains(&r[1].since_loss_ns));
     assert!(
         r[0].since_loss_ns < 1_000_000,
         "fast: well under a millisecond"
@@ -85,80 +264,266 @@ fn drop_twice_fast_then_timeout() {
         ),
         vec![true]
     );
+    // Latency breakdown of the first loss: the receiver's SACK for the
+    // out-of-order packet 6, then the sender's reaction to it.
+    let rep = report("drop-5th-packet-twice");
+    let lat = &rep
+        .analyzers
+        .iter()
+        .find(|a| a.name == "retransmission-latency")
+        .unwrap()
+        .findings;
+    let names: Vec<&str> = lat.iter().map(|f| f.name).collect();
+    assert_eq!(
+        names,
+        ["total", "nack-generation", "reaction", "total", "timeout"]
+    );
+    let ns = |n: &str| lat.iter().find(|f| f.name == n).unwrap().value.unwrap();
+    assert!(ns("reaction") < ns("total") && ns("nack-generation") < ns("total"));
 }
 
 #[test]
-fn without_the_sacks_the_first_recovery_is_a_timeout() {
-    // A receiver that never reports the hole: delete every ACK from the
-    // receiver between the first loss and the first retransmission.
-    let mut t = golden("drop-5th-packet-twice.pcapng");
-    let seq_of = |p: &wirelab_trace::Packet| p.meta.as_ref().unwrap().seq;
-    t.packets.retain(|p| {
-        let s = seq_of(p);
-        let from_receiver = p.tcp().map(|x| x.sport == 5001).unwrap_or(false);
-        !(from_receiver && (8..22).contains(&s))
-    });
-    for (i, p) in t.packets.iter_mut().enumerate() {
-        p.frame = i as u64 + 1;
-    }
+fn backed_off_timeouts_and_the_tail_probe_are_told_apart() {
+    let r = report("timeouts-back-off");
+    let c = &r.analysis.connections[0];
+    let reasons: Vec<Reason> = c.retransmissions_of(5).iter().map(|r| r.reason).collect();
+    assert_eq!(reasons.len(), 3);
+    assert_eq!(&reasons[1..], [Reason::Timeout, Reason::Timeout]);
+    let third = c.retransmissions_of(5)[2];
+    let (_, prev) = third
+        .backoff_of
+        .expect("the second timeout backs off the first");
+    assert!(third.rto_ns.unwrap() as f64 >= 1.5 * prev as f64);
+
+    let r = report("tail-loss-probe");
+    let c = &r.analysis.connections[0];
+    assert_eq!(c.retransmissions_of(10)[0].reason, Reason::Tlp);
+    assert_eq!(c.retransmissions_of(9)[0].recovery, Recovery::Fast);
+    assert!(
+        c.retransmissions_of(10)[0].since_loss_ns < 50_000_000,
+        "a probe, not a 200ms RTO"
+    );
+}
+
+/// A receiver that does not report the hole at once: its ACKs between the
+/// loss and the retransmission are deleted and the rest come 40ms late (a
+/// delayed ACK, not an immediate duplicate ACK).
+#[test]
+fn deleted_duplicate_acks_are_caught_on_both_sides() {
+    let mut t = golden("fast-retransmit");
     let a = analyze(&t);
-    let r = a.connections[0].retransmissions_of(5);
-    assert_eq!(
-        r[0].recovery,
-        Recovery::Timeout,
-        "no loss signal, so no fast retransmit"
+    let (lost, rtx) = {
+        let r = &a.connections[0].retransmissions[0];
+        (r.previous.frame, r.at.frame)
+    };
+    let from_receiver =
+        |p: &wirelab_trace::Packet| p.tcp().map(|x| x.sport == 5001).unwrap_or(false);
+    t.packets
+        .retain(|p| !(from_receiver(p) && p.frame > lost && p.frame < rtx));
+    for p in t
+        .packets
+        .iter_mut()
+        .filter(|p| from_receiver(p) && p.frame > rtx)
+    {
+        p.meta.as_mut().unwrap().ts += 40_000_000;
+    }
+    t.packets.sort_by_key(|p| p.meta.as_ref().unwrap().ts);
+    renumber(&mut t);
+    let r = report_with("fast-retransmit", &t, None);
+    let v = violations(&r);
+    assert!(
+        v.contains(&("loss-recovery".into(), "ooo-not-acked".into())),
+        "{v:?}"
+    );
+    assert!(
+        v.contains(&("loss-recovery".into(), "unjustified-retransmission".into())),
+        "{v:?}"
     );
     assert_eq!(
-        claims(
-            "  - {connection: 1, packet: 5, retransmitted: 2, recovery: [fast, timeout]}\n",
-            &a
-        ),
-        vec![false],
-        "the expectation of the correct behaviour now fails"
+        r.analysis.connections[0].retransmissions[0].recovery,
+        Recovery::Unjustified
+    );
+}
+
+/// A sender that sits on the loss signal: its packets from the fast
+/// retransmission on go 30ms later, and so do the receiver's ACKs of them
+/// (those acknowledging the retransmitted hole).
+#[test]
+fn a_delayed_retransmission_is_late() {
+    let mut t = golden("fast-retransmit");
+    let a = analyze(&t);
+    let r0 = &a.connections[0].retransmissions[0];
+    let (rtx, hole_end) = (r0.at.frame, {
+        let s = a.connections[0]
+            .segs
+            .iter()
+            .find(|s| s.idx + 1 == rtx_idx(r0))
+            .unwrap();
+        s.tcp.seq.wrapping_add(s.tcp.payload_len)
+    });
+    for p in t.packets.iter_mut() {
+        let x = p.tcp().unwrap();
+        let later = if x.sport == 5001 {
+            !x.syn && (x.ack.wrapping_sub(hole_end) as i32) >= 0
+        } else {
+            p.frame >= rtx
+        };
+        if later {
+            p.meta.as_mut().unwrap().ts += 30_000_000;
+        }
+    }
+    t.packets.sort_by_key(|p| p.meta.as_ref().unwrap().ts);
+    renumber(&mut t);
+    let r = report_with("fast-retransmit", &t, None);
+    let v = violations(&r);
+    assert_eq!(
+        v,
+        vec![(
+            "loss-recovery".to_string(),
+            "late-retransmission".to_string()
+        )]
+    );
+    let f = &r.analyzers[0].findings[0];
+    let moved = r.analysis.connections[0].retransmissions[0].at;
+    assert_eq!(f.evidence.last(), Some(&moved), "names the retransmission");
+}
+
+fn rtx_idx(r: &wirelab_analyze::Retransmission) -> usize {
+    r.at.frame as usize
+}
+
+/// A sender that does not back off: the third retransmission moved to one
+/// RTO after the second instead of two.
+#[test]
+fn a_timeout_without_backoff_is_caught() {
+    let mut t = golden("timeouts-back-off");
+    let a = wirelab_analyze::analyze_with(&t, opts("timeouts-back-off"));
+    let rs = a.connections[0].retransmissions_of(5);
+    let (second, third) = (rs[1], rs[2]);
+    let rto1 = second.rto_ns.unwrap();
+    let shift = third.ts_ns - (second.ts_ns + rto1);
+    let from = third.at.frame;
+    for p in t.packets.iter_mut().filter(|p| p.frame >= from) {
+        p.ts_ns -= shift;
+        if let Some(m) = &mut p.meta {
+            m.ts -= shift;
+        }
+    }
+    let r = report_with("timeouts-back-off", &t, None);
+    assert_eq!(
+        violations(&r),
+        vec![("loss-recovery".to_string(), "no-backoff".to_string())]
+    );
+}
+
+/// Retransmitting what the receiver already acknowledged: the first data
+/// packet sent again at the end of the trace.
+#[test]
+fn retransmitting_acknowledged_data_is_caught() {
+    let mut t = golden("fast-retransmit");
+    let a = analyze(&t);
+    let first_data = a.connections[0]
+        .segs
+        .iter()
+        .find(|s| s.data && s.first)
+        .unwrap()
+        .idx;
+    let mut dup = t.packets[first_data].clone();
+    let last = t.packets.last().unwrap().clone();
+    dup.ts_ns = last.ts_ns + 1_000_000;
+    if let Some(m) = &mut dup.meta {
+        m.ts = last.meta.as_ref().unwrap().ts + 1_000_000;
+        m.seq = last.meta.as_ref().unwrap().seq + 1;
+    }
+    t.packets.push(dup);
+    renumber(&mut t);
+    let r = report_with("fast-retransmit", &t, None);
+    let v = violations(&r);
+    assert!(
+        v.contains(&("loss-recovery".into(), "acked-data-retransmitted".into())),
+        "{v:?}"
     );
 }
 
 #[test]
 fn ecn_mark_echoed_and_answered() {
-    let a = analyze(&golden("ecn-mark-echoed.pcapng"));
-    let c = &a.connections[0];
+    let r = report("ecn");
+    let c = &r.analysis.connections[0];
     assert_eq!(c.ce_marks.len(), 1);
     let m = &c.ce_marks[0];
-    assert_eq!(m.packet, 3);
     assert!(m.echo.is_some() && m.cwr.is_some());
     assert!(m.echo_latency_ns.unwrap() < 10_000_000);
     assert!(c.retransmissions.is_empty());
     assert_eq!(
-        claims("  - {connection: 1, ce_echoed: true}\n", &a),
+        claims("  - {connection: 1, ce_echoed: true}\n", &r.analysis),
         vec![true]
     );
 }
 
-#[test]
-fn a_receiver_that_ignores_ce_is_caught() {
-    let mut t = golden("ecn-mark-echoed.pcapng");
-    // Clear ECE (byte 13 of the TCP header, bit 0x40) on the receiver's
-    // packets after the handshake: the receiver "forgot" to echo.
+/// Clears ECE (`ece`) or CWR (`cwr`) on every packet of one side.
+fn clear_flag(t: &mut Trace, from_port: u16, bit: u8) {
     for p in &mut t.packets {
         if let Ok(x) = p.tcp() {
-            if x.sport == 5001 && !x.syn {
-                let off = 14 + 20 + 13;
-                p.data[off] &= !0x40;
+            if x.sport == from_port && !x.syn {
+                let off = x.tcp_offset as usize + 13;
+                p.data[off] &= !bit;
             }
         }
     }
-    let a = analyze(&t);
-    let m = &a.connections[0].ce_marks[0];
-    assert!(m.echo.is_none());
+}
+
+#[test]
+fn a_receiver_that_ignores_ce_is_caught() {
+    let mut t = golden("ecn");
+    clear_flag(&mut t, 5001, 0x40);
+    let r = report_with("ecn", &t, None);
+    assert!(r.analysis.connections[0].ce_marks[0].echo.is_none());
     assert_eq!(
-        claims("  - {connection: 1, ce_echoed: true}\n", &a),
+        violations(&r),
+        vec![("ecn".to_string(), "ce-not-echoed".to_string())]
+    );
+    assert_eq!(
+        claims("  - {connection: 1, ce_echoed: true}\n", &r.analysis),
         vec![false]
     );
 }
 
 #[test]
+fn a_sender_that_never_sets_cwr_is_caught() {
+    let mut t = golden("ecn");
+    clear_flag(&mut t, 40001, 0x80);
+    let r = report_with("ecn", &t, None);
+    assert_eq!(
+        violations(&r),
+        vec![("ecn".to_string(), "ece-without-cwr".to_string())]
+    );
+}
+
+#[test]
+fn a_counter_that_disagrees_with_the_trace_is_caught() {
+    let mut f = facts("fast-retransmit");
+    *f.counters
+        .get_mut("requester")
+        .unwrap()
+        .get_mut("TcpRetransSegs")
+        .unwrap() += 1;
+    let r = report_with("fast-retransmit", &golden("fast-retransmit"), Some(&f));
+    let v: Vec<&str> = r.analyzers[3]
+        .findings
+        .iter()
+        .filter(|f| f.kind == Kind::Violation)
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(v.len(), 1);
+    assert!(
+        v[0].starts_with("requester TcpRetransSegs changed by 2, the trace shows 1"),
+        "{v:?}"
+    );
+}
+
+#[test]
 fn a_claim_about_marks_needs_marks() {
-    let a = analyze(&golden("drop-5th-packet-twice.pcapng"));
+    let a = analyze(&golden("drop-5th-packet-twice"));
     assert_eq!(
         claims("  - {connection: 1, ce_echoed: true}\n", &a),
         vec![false],
@@ -166,44 +531,156 @@ fn a_claim_about_marks_needs_marks() {
     );
 }
 
-/// tshark's `tcp.analysis` (written by nobody here) on the same trace.
+/// `expect:` on findings, with statistics and tolerances.
 #[test]
-fn tshark_agrees_on_which_retransmissions_are_fast() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/drop-5th-packet-twice.pcapng");
-    let out = match Command::new("tshark")
-        .args([
-            "-r",
-            p.to_str().unwrap(),
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-            "-e",
-            "tcp.analysis.retransmission",
-            "-e",
-            "tcp.analysis.fast_retransmission",
-        ])
-        .output()
-    {
-        Ok(o) => o,
-        Err(_) => {
-            eprintln!("SKIPPED: tshark is not installed (make deps installs it)");
-            return;
-        }
+fn claims_on_findings() {
+    let name = "drop-5th-packet-twice";
+    let t = golden(name);
+    let spec = |yaml: &str| {
+        wirelab_spec::parse(&format!(
+            "topology:\n  hosts: [{{name: a}}, {{name: b}}]\ntraffic:\n  connections:\n    - {{from: a, to: b, message_size: 1}}\nexpect:\n{yaml}"
+        ))
+        .unwrap()
     };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut theirs = Vec::new();
-    for l in text.lines() {
-        let f: Vec<&str> = l.split('\t').collect();
-        if f.len() == 3 && (!f[1].is_empty() || !f[2].is_empty()) {
-            theirs.push((f[0].parse::<u64>().unwrap(), !f[2].is_empty()));
-        }
-    }
-    let a = analyze(&golden("drop-5th-packet-twice.pcapng"));
-    let ours: Vec<(u64, bool)> = a.connections[0]
+    let run = |yaml: &str| -> Vec<bool> {
+        let s = spec(yaml);
+        build(
+            name,
+            &t,
+            Options::default(),
+            None,
+            &AnalyzerName::ALL,
+            &s.expect,
+            &|_| {},
+        )
+        .expect
+        .iter()
+        .map(|v| v.pass)
+        .collect()
+    };
+    assert_eq!(
+        run("  - {finding: loss-recovery.violations, at_most: 0}\n  - {finding: loss-recovery.violations, at_least: 1}\n"),
+        [true, false]
+    );
+    assert_eq!(
+        run("  - {connection: 1, packet: 5, finding: retransmission-latency.timeout, at_least: 200ms, at_most: 300ms}\n  - {connection: 1, packet: 5, finding: retransmission-latency.timeout, at_most: 100ms}\n"),
+        [true, false]
+    );
+    assert_eq!(
+        run("  - {finding: retransmission-latency.total, stat: count, equals: 2}\n  - {finding: retransmission-latency.total, stat: max, equals: 206ms, tolerance: 5%}\n  - {finding: retransmission-latency.total, stat: max, equals: 100ms, tolerance: 5%}\n"),
+        [true, true, false]
+    );
+    assert_eq!(
+        run("  - {finding: ecn.echo-latency, at_most: 1ms}\n"),
+        [false],
+        "no such finding"
+    );
+}
+
+/// The same trace without our metadata (what tcpdump on a mirror port gives)
+/// and over IPv6: the same retransmissions and reasons.
+#[test]
+fn plain_pcap_and_ipv6_give_the_same_verdicts() {
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    let t = golden("fast-retransmit");
+    let want: Vec<(u32, Reason)> = analyze(&t).connections[0]
         .retransmissions
         .iter()
-        .map(|r| (r.at.frame, r.recovery == Recovery::Fast))
+        .map(|r| (r.packet, r.reason))
         .collect();
-    assert_eq!(ours, theirs, "(frame, fast) for every retransmission");
+    for v6 in [false, true] {
+        let mut buf = Vec::new();
+        {
+            let hdr = PcapHeader {
+                datalink: pcap_file::DataLink::ETHERNET,
+                ts_resolution: pcap_file::TsResolution::NanoSecond,
+                ..Default::default()
+            };
+            let mut w = PcapWriter::with_header(&mut buf, hdr).unwrap();
+            for p in &t.packets {
+                let ts = std::time::Duration::from_nanos(p.meta.as_ref().unwrap().ts);
+                let data = if v6 { to_ipv6(&p.data) } else { p.data.clone() };
+                w.write_packet(&PcapPacket::new(ts, data.len() as u32, &data))
+                    .unwrap();
+            }
+        }
+        let plain = wirelab_trace::read_bytes(&buf).unwrap();
+        let r = report_with("plain", &plain, None);
+        let got: Vec<(u32, Reason)> = r.analysis.connections[0]
+            .retransmissions
+            .iter()
+            .map(|r| (r.packet, r.reason))
+            .collect();
+        assert_eq!(got, want, "ipv6: {v6}");
+        assert_eq!(violations(&r), vec![]);
+        assert!(!r.analysis.switch_metadata);
+        assert!(
+            r.analysis.vantage.contains("mid-path"),
+            "{}",
+            r.analysis.vantage
+        );
+        assert_eq!(r.analysis.connections[0].data_src.0.is_ipv6(), v6);
+    }
+}
+
+/// Rewrites an Ethernet/IPv4/TCP frame as Ethernet/IPv6/TCP (addresses
+/// mapped into 2001:db8::/32, RFC 3849), keeping TCP bytes and ECN.
+fn to_ipv6(frame: &[u8]) -> Vec<u8> {
+    use etherparse::{Ipv6Header, LaxNetSlice, LaxSlicedPacket};
+    let p = LaxSlicedPacket::from_ethernet(frame).unwrap();
+    let Some(LaxNetSlice::Ipv4(ip)) = &p.net else {
+        return frame.to_vec();
+    };
+    let h = ip.header();
+    let ihl = h.slice().len();
+    let declared = usize::from(h.total_len()) - ihl;
+    let map = |a: [u8; 4]| {
+        let mut x = [0u8; 16];
+        x[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        x[12..].copy_from_slice(&a);
+        x
+    };
+    let v6 = Ipv6Header {
+        traffic_class: h.slice()[1],
+        flow_label: Default::default(),
+        payload_length: declared as u16,
+        next_header: h.protocol(),
+        hop_limit: h.ttl(),
+        source: map(h.source()),
+        destination: map(h.destination()),
+    };
+    let mut out = frame[..12].to_vec();
+    out.extend_from_slice(&[0x86, 0xdd]);
+    v6.write(&mut out).unwrap();
+    out.extend_from_slice(&frame[14 + ihl..]);
+    out
+}
+
+/// Damaged input: a frame cut inside its TCP header, and a file cut inside
+/// its last block. Findings name the frame and offset; nothing panics.
+#[test]
+fn damaged_frames_and_files_are_findings() {
+    let mut t = golden("fast-retransmit");
+    t.packets[5].data.truncate(14 + 20 + 8);
+    let r = report_with("fast-retransmit", &t, None);
+    let m = &r.analysis.malformed;
+    assert_eq!(m.len(), 1);
+    assert_eq!(
+        (m[0].frame, m[0].layer.as_str(), m[0].offset),
+        (6, "tcp", 34)
+    );
+    let notes: Vec<&str> = r.analyzers[0].findings.iter().map(|f| f.name).collect();
+    assert!(notes.contains(&"malformed"));
+
+    let bytes = std::fs::read(dir("fast-retransmit").join("trace.pcapng")).unwrap();
+    let cut = &bytes[..bytes.len() - 40];
+    let t = wirelab_trace::read_bytes(cut).unwrap();
+    let off = t.truncated.clone().expect("damage recorded").offset;
+    assert!(off < cut.len() as u64 && off > 0);
+    let r = report_with("cut", &t, None);
+    assert!(r.analysis.truncated.is_some());
+    assert!(r.analyzers[0]
+        .findings
+        .iter()
+        .any(|f| f.name == "truncated"));
 }

@@ -3,7 +3,6 @@
 
 use wirelab_spec::{AnalyzerName, Unit};
 
-use super::trace_end;
 use crate::{fmt_duration, Analyzer, Finding, Input};
 
 pub struct Ecn;
@@ -20,11 +19,9 @@ impl Analyzer for Ecn {
     }
 
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
-        let end = trace_end(input);
         let mut out = Vec::new();
         let mut checks = 0;
         for c in &input.analysis.connections {
-            let due = 2 * c.base_rtt.receiver_side_ns + input.opts.ack_allowance_ns;
             for m in &c.ce_marks {
                 let lost = c
                     .segs
@@ -92,7 +89,9 @@ impl Analyzer for Ecn {
                             _ => {}
                         }
                     }
-                    _ if m.ts_ns + due <= end => {
+                    // Judged once the receiver acknowledged the marked packet:
+                    // that ACK should have carried ECE.
+                    _ if m.acked_by.is_some() => {
                         checks += 1;
                         out.push(
                             Finding::violation(
@@ -100,13 +99,15 @@ impl Analyzer for Ecn {
                                 "ce-not-echoed",
                                 "RFC 3168 §6.1.3",
                                 format!(
-                                    "CE mark {} (packet {}) was never echoed with ECE",
-                                    m.at, m.packet
+                                    "CE mark {} (packet {}) was never echoed with ECE (acknowledged without ECE by {})",
+                                    m.at,
+                                    m.packet,
+                                    m.acked_by.expect("matched")
                                 ),
                             )
                             .conn(c.id)
                             .packet(m.packet)
-                            .evidence([m.at]),
+                            .evidence([m.at].into_iter().chain(m.acked_by)),
                         );
                     }
                     _ => {}
