@@ -6,7 +6,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO_FLAGS := --release --locked
 WIRELAB := ./target/release/wirelab
 
-.PHONY: all deps build demo test bench clean-lab schema
+.PHONY: all deps build demo test bench clean-lab schema goldens fuzz
 
 all: build
 
@@ -26,10 +26,27 @@ test: build
 bench: build
 	$(WIRELAB) bench switch-overhead
 	$(WIRELAB) bench capture
+	$(WIRELAB) bench analyze
+
+# Reruns the specs behind the analyzer goldens and rewrites their reviewed
+# findings (review the diff before committing).
+goldens: build
+	scripts/goldens.sh
+
+# Fuzzes the trace reader and the packet parser (nightly + cargo-fuzz,
+# installed here if missing) for FUZZ_SECONDS each; crashes land in
+# fuzz/artifacts/. The committed corpus also runs in `make test`.
+FUZZ_SECONDS ?= 120
+fuzz: deps
+	rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && cargo +nightly fuzz run -O read_trace corpus/read_trace -- -max_total_time=$(FUZZ_SECONDS)
+	cd fuzz && cargo +nightly fuzz run -O parse_packet corpus/parse_packet -- -max_total_time=$(FUZZ_SECONDS)
 
 # Removes namespaces left by killed runs.
 clean-lab: build
 	$(WIRELAB) clean
 
 schema: build
-	$(WIRELAB) schema > wirelab.schema.json
+	$(WIRELAB) schema > specs/wirelab.schema.json
+	$(WIRELAB) schema --analysis > docs/analysis.schema.json

@@ -9,6 +9,8 @@
 
 pub mod analyzers;
 pub mod expect;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod report;
 

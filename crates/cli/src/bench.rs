@@ -323,8 +323,3 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
     std::fs::create_dir_all(&d)?;
     Ok(d)
 }
-
-/// Placeholder replaced below.
-pub fn analyze(_packets: u64) -> Result<()> {
-    anyhow::bail!("not yet")
-}

@@ -5,6 +5,7 @@
 
 mod analyze;
 mod bench;
+mod bench_analyze;
 mod run;
 mod summary;
 
@@ -260,7 +261,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     bench::switch_overhead(abort, messages, rounds)?
                 }
                 BenchCmd::Capture => bench::capture(abort)?,
-                BenchCmd::Analyze { packets } => bench::analyze(packets)?,
+                BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
             }
             Ok(code::OK)
         }

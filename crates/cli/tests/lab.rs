@@ -198,6 +198,55 @@ fn every_example_spec_passes_with_a_valid_trace_tshark_can_read() {
             String::from_utf8_lossy(&c.stdout).starts_with("wirelab seq=0 "),
             "{name}"
         );
+        // The analyzers ran after the run: every verdict-giving analyzer
+        // found nothing wrong with Linux, the counters were compared, and
+        // the report files are there.
+        let dir = trace.parent().unwrap();
+        let a: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("analysis.json")).unwrap()).unwrap();
+        assert_eq!(a["schema"], "wirelab.analysis/1", "{name}");
+        for an in a["analyzers"].as_array().unwrap() {
+            assert_ne!(an["verdict"], "violation", "{name}: {an}");
+        }
+        let counters = a["analyzers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "counters")
+            .unwrap();
+        assert_eq!(
+            counters["verdict"], "pass",
+            "{name}: kernel counters = trace"
+        );
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(
+            html.contains("<svg") && html.contains("Time–sequence"),
+            "{name}"
+        );
+        // `wirelab analyze` on the results folder reaches the same verdicts.
+        let o = wirelab(&["analyze", trace.to_str().unwrap(), "--json"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let b: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            b["analyzers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x["name"].clone(), x["verdict"].clone(), x["checks"].clone()))
+                .collect::<Vec<_>>(),
+            a["analyzers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| (x["name"].clone(), x["verdict"].clone(), x["checks"].clone()))
+                .collect::<Vec<_>>(),
+            "{name}"
+        );
     }
     assert_nothing_left("after passing runs");
 }

@@ -125,7 +125,7 @@ fn each_rejection_names_path_and_line() {
         (
             "expectation without claim",
             with("expect:\n  - connection: 1\n"),
-            "expect[0]: needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed or counter (line 11)",
+            "expect[0]: needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed, counter or finding (line 11)",
         ),
         (
             "recovery list length",
@@ -135,7 +135,32 @@ fn each_rejection_names_path_and_line() {
         (
             "counter without bounds",
             with("expect:\n  - {host: responder, counter: TcpInCsumErrors}\n"),
-            "expect[0]: `counter` needs `at_least` and/or `at_most` (line 11)",
+            "expect[0]: `counter` needs `at_least`, `at_most` or `equals` (line 11)",
+        ),
+        (
+            "unknown finding",
+            with("expect:\n  - {finding: loss-recovery.oops, at_most: 0}\n"),
+            "expect[0].finding: unknown finding `loss-recovery.oops` (known: loss-recovery.violations, loss-recovery.ooo-not-acked, loss-recovery.unjustified-retransmission, loss-recovery.late-retransmission, loss-recovery.acked-data-retransmitted, loss-recovery.sacked-data-retransmitted, loss-recovery.no-backoff, loss-recovery.dsack, retransmission-latency.nack-generation, retransmission-latency.reaction, retransmission-latency.timeout, retransmission-latency.total, ecn.violations, ecn.ce-not-echoed, ecn.ece-without-cwr, ecn.echo-latency, ecn.cwr-latency, counters.violations, counters.counter-disagrees, flow.mct, flow.goodput, flow.rtt, flow.flight, flow.retransmissions) (line 11)",
+        ),
+        (
+            "a time without a unit",
+            with("expect:\n  - {finding: flow.mct, at_most: 5}\n"),
+            "expect[0].at_most: `5` needs a unit (e.g. 100us, 2ms) (line 11)",
+        ),
+        (
+            "a finding of an analyzer the spec turned off",
+            with("analyzers: [flow]\nexpect:\n  - {finding: ecn.violations, at_most: 0}\n"),
+            "expect[0].finding: analyzer `ecn` is not in `analyzers:` (line 12)",
+        ),
+        (
+            "unknown analyzer",
+            with("analyzers: [flow, tcp-magic]\n"),
+            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow` (line 10)",
+        ),
+        (
+            "a tolerance without equals",
+            with("expect:\n  - {finding: flow.mct, at_most: 5ms, tolerance: 10%}\n"),
+            "expect[0].tolerance: `tolerance` goes with `equals` (line 11)",
         ),
         (
             "one host",

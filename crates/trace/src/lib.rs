@@ -448,3 +448,27 @@ mod tests {
         assert_eq!(tsresol_to_ns(1 << 30, 0x80 | 30), 1_000_000_000);
     }
 }
+
+#[doc(hidden)]
+pub mod fuzzing {
+    //! Body of the parse_packet fuzz target (also run over the committed
+    //! corpus by the stable tests).
+
+    /// The first byte picks the link type; the rest is the frame. Must never
+    /// panic.
+    pub fn parse_any(data: &[u8]) {
+        let Some((&k, frame)) = data.split_first() else {
+            return;
+        };
+        let link = match k % 3 {
+            0 => super::Link::Ethernet,
+            1 => super::Link::RawIp,
+            _ => super::Link::LinuxSll,
+        };
+        if let Ok(t) = super::parse(link, frame) {
+            // Offsets the analyzers and tests index with stay in the frame.
+            assert!(usize::from(t.tcp_offset) + 20 <= frame.len());
+            assert!(t.sack_count <= 4);
+        }
+    }
+}

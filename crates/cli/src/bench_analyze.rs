@@ -1,0 +1,210 @@
+//! `wirelab bench analyze`: packets per second of the full TCP analyzer set
+//! on a generated trace, against `tshark -2 -r trace -Y tcp.analysis.flags`
+//! (tshark's two-pass TCP analysis) on the same file, as a ratio.
+//!
+//! The trace is what a capture at a sender gives: 8 connections interleaved,
+//! data segments of 1448 bytes (frames snapped to 96 bytes, as a header
+//! capture is), an ACK per two segments, and one segment in 500 lost after
+//! the capture point: the receiver answers the following segments with
+//! duplicate ACKs carrying SACK, and the sender retransmits after the third.
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use etherparse::PacketBuilder;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+
+const SNAP: usize = 96;
+const MSS: u32 = 1448;
+const CONNS: u32 = 8;
+
+struct Gen<W: Write> {
+    w: PcapNgWriter<W>,
+    ts: u64,
+    n: u64,
+}
+
+impl<W: Write> Gen<W> {
+    fn emit(
+        &mut self,
+        conn: u32,
+        data: bool,
+        seq: u32,
+        ack: u32,
+        len: u32,
+        sack: Option<(u32, u32)>,
+    ) -> Result<()> {
+        let (a, b) = ([198, 18, 0, 1], [198, 18, 0, 2]);
+        let (sp, dp) = (40000 + conn as u16, 5001);
+        let builder = if data {
+            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4(a, b, 64)
+                .tcp(sp, dp, seq, 512)
+        } else {
+            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+                .ipv4(b, a, 64)
+                .tcp(dp, sp, 1, 512)
+        };
+        let builder = builder.ack(ack);
+        let builder = match sack {
+            Some((l, r)) => builder
+                .options(&[
+                    etherparse::TcpOptionElement::Noop,
+                    etherparse::TcpOptionElement::Noop,
+                    etherparse::TcpOptionElement::SelectiveAcknowledgement(
+                        (l, r),
+                        [None, None, None],
+                    ),
+                ])
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            None => builder,
+        };
+        let payload = vec![0u8; len as usize];
+        let mut frame = Vec::with_capacity(builder.size(payload.len()));
+        builder.write(&mut frame, &payload)?;
+        let orig = frame.len() as u32;
+        frame.truncate(SNAP);
+        self.ts += 1_000;
+        self.n += 1;
+        let epb = EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp: std::time::Duration::from_nanos(self.ts),
+            original_len: orig,
+            data: frame.into(),
+            options: vec![],
+        };
+        self.w.write_pcapng_block(epb)?;
+        Ok(())
+    }
+}
+
+/// Writes about `packets` packets to `path`.
+pub fn generate(path: &std::path::Path, packets: u64) -> Result<u64> {
+    let f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut w = PcapNgWriter::new(f)?;
+    w.write_pcapng_block(InterfaceDescriptionBlock {
+        linktype: DataLink::ETHERNET,
+        snaplen: SNAP as u32,
+        options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+    })?;
+    let mut g = Gen {
+        w,
+        ts: 1_700_000_000_000_000_000,
+        n: 0,
+    };
+    let isn = 1000u32;
+    // Per connection: next segment number (segment k carries bytes from
+    // isn + 1 + k*MSS).
+    let mut next = vec![0u32; CONNS as usize];
+    let seq = |k: u32| isn.wrapping_add(1).wrapping_add(k.wrapping_mul(MSS));
+    while g.n < packets {
+        for c in 0..CONNS {
+            let k = next[c as usize];
+            if k % 500 == 498 {
+                // Segment k is lost after the capture point; k+1..k+3 arrive
+                // out of order and each gets a duplicate ACK with SACK.
+                g.emit(c, true, seq(k), 1, MSS, None)?;
+                for j in 1..=3 {
+                    g.emit(c, true, seq(k + j), 1, MSS, None)?;
+                    g.emit(c, false, 0, seq(k), 0, Some((seq(k + 1), seq(k + j + 1))))?;
+                }
+                g.emit(c, true, seq(k), 1, MSS, None)?; // fast retransmit
+                g.emit(c, false, 0, seq(k + 4), 0, None)?;
+                next[c as usize] = k + 4;
+            } else {
+                g.emit(c, true, seq(k), 1, MSS, None)?;
+                g.emit(c, true, seq(k + 1), 1, MSS, None)?;
+                g.emit(c, false, 0, seq(k + 2), 0, None)?;
+                next[c as usize] = k + 2;
+            }
+        }
+    }
+    g.w.into_inner().flush()?;
+    Ok(g.n)
+}
+
+pub fn run(packets: u64) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = match std::env::var_os("WIRELAB_BENCH_KEEP") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => dir.path().join("bench-analyze.pcapng"),
+    };
+    eprintln!("generating a {packets}-packet trace ...");
+    let n = generate(&path, packets)?;
+    let size = std::fs::metadata(&path)?.len();
+    println!(
+        "trace: {n} packets, {:.1} MB, 8 connections, 1 loss in 500 segments",
+        size as f64 / 1e6
+    );
+
+    let started = Instant::now();
+    let t = wirelab_trace::read(&path)?;
+    let pb = crate::analyze::progress_bar(n, "analyzing");
+    let report = wirelab_analyze::report::build(
+        "bench",
+        &t,
+        wirelab_analyze::Options::default(),
+        None,
+        &wirelab_spec::AnalyzerName::ALL,
+        &[],
+        &|k| pb.set_position(k),
+    );
+    pb.finish_and_clear();
+    let ours = started.elapsed().as_secs_f64();
+    let rtx: usize = report
+        .analysis
+        .connections
+        .iter()
+        .map(|c| c.retransmissions.len())
+        .sum();
+    if report.violations() > 0 || rtx == 0 {
+        bail!(
+            "the generated trace should have retransmissions and no violations ({rtx}, {})",
+            report.violations()
+        );
+    }
+    println!(
+        "wirelab analyze (read + model + all analyzers): {ours:.2}s, {:.0} packets/s ({rtx} retransmissions found)",
+        n as f64 / ours
+    );
+
+    eprintln!("running tshark -2 -Y tcp.analysis.flags (slow) ...");
+    let started = Instant::now();
+    let out = std::process::Command::new("tshark")
+        .args(["-2", "-r"])
+        .arg(&path)
+        .args([
+            "-Y",
+            "tcp.analysis.flags",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ])
+        .output()
+        .context("running tshark (make deps installs it)")?;
+    let theirs = started.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!("tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let flagged = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    println!(
+        "tshark -2 -Y tcp.analysis.flags: {theirs:.2}s, {:.0} packets/s ({flagged} packets flagged)",
+        n as f64 / theirs
+    );
+    println!(
+        "ratio wirelab/tshark: {:.1}x (goal: at least 10x)",
+        theirs / ours
+    );
+    Ok(())
+}
