@@ -296,8 +296,8 @@ pub struct AnalyzerReport {
     /// How many obligations it examined.
     pub checks: u64,
     pub violations: u64,
-    /// "pass" (checked something, no violation), "violation", or
-    /// "nothing to check".
+    /// "pass" (checked something, no violation), "violation", "measured"
+    /// (an analyzer that only measures), or "nothing to check".
     pub verdict: &'static str,
     pub findings: Vec<Finding>,
 }
@@ -323,6 +323,8 @@ pub fn run_analyzers(input: &Input, names: &[AnalyzerName]) -> Vec<AnalyzerRepor
                     "violation"
                 } else if checks > 0 {
                     "pass"
+                } else if findings.iter().any(|f| f.kind == Kind::Measurement) {
+                    "measured"
                 } else {
                     "nothing to check"
                 },

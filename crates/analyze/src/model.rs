@@ -146,11 +146,13 @@ pub struct Retransmission {
 /// written, in summaries and in expectation verdicts.
 impl std::fmt::Display for Retransmission {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.recovery.name())?;
+        if self.reason.name() != self.recovery.name() {
+            write!(f, " ({})", self.reason.name())?;
+        }
         write!(
             f,
-            "{} ({}) at {} (+{} after {}",
-            self.recovery.name(),
-            self.reason.name(),
+            " at {} (+{} after {}",
             self.at,
             crate::fmt_duration(self.since_loss_ns),
             self.previous
@@ -190,8 +192,10 @@ pub struct BaseRtt {
     pub sender_side_ns: u64,
     /// Vantage → receiver → vantage.
     pub receiver_side_ns: u64,
-    /// "handshake" or "data" (no handshake in the trace: the smallest
-    /// data→ACK time, all of it on the receiver's side).
+    /// "handshake", "handshake and data" (the receiver's side from the
+    /// smallest data → ACK time, when smaller: an ACK that covers data is a
+    /// true sample of that side) or "data" (no handshake in the trace: all
+    /// of the smallest data → ACK time on the receiver's side).
     pub source: &'static str,
 }
 
@@ -399,7 +403,7 @@ fn vantage_words(has_meta: bool, conns: &[ConnAnalysis]) -> String {
     let Some(b) = conns
         .iter()
         .map(|c| c.base_rtt)
-        .find(|b| b.source == "handshake")
+        .find(|b| b.source.starts_with("handshake"))
     else {
         return "capture point of the trace (no handshake seen: its position on the path is unknown)"
             .into();
@@ -949,13 +953,26 @@ impl<'a> Builder<'a> {
             self.out.segs.push(seg);
         }
         self.out.first_transmissions = first_tx;
-        if self.out.base_rtt.source != "handshake" && min_data_rtt != u64::MAX {
-            self.out.base_rtt = BaseRtt {
-                sender_side_ns: 0,
-                receiver_side_ns: min_data_rtt,
-                source: "data",
-            };
+        // The receiver's side is also sampled by every data packet and its
+        // ACK; the smallest sample beats the handshake's (a SYN takes the
+        // slow path through the stack).
+        if min_data_rtt != u64::MAX {
+            if self.out.base_rtt.source.is_empty() {
+                self.out.base_rtt = BaseRtt {
+                    sender_side_ns: 0,
+                    receiver_side_ns: min_data_rtt,
+                    source: "data",
+                };
+            } else if min_data_rtt < self.out.base_rtt.receiver_side_ns {
+                self.out.base_rtt.receiver_side_ns = min_data_rtt;
+                self.out.base_rtt.source = "handshake and data";
+            }
         }
+        // The sender's side keeps the handshake's figure: new data that
+        // follows an ACK need not be clocked out by it, so data-path samples
+        // can be arbitrarily small, and the classifier relies on this side
+        // not being underestimated (an ACK counts as known to the sender
+        // only a sender-side round trip after it passed).
         self.out
     }
 }

@@ -360,7 +360,7 @@ fn a_failed_expectation_exits_1_and_cleans_up() {
     assert!(r.summary["expect"][0]["observed"]
         .as_str()
         .unwrap()
-        .contains("fast at #"));
+        .contains("fast ("));
     assert_nothing_left("after a failed expectation");
 }
 

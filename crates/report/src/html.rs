@@ -190,6 +190,10 @@ fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
                 rtx.push(p);
             }
         } else if !s.data && s.tcp.has_ack && c.isn.is_some() && !s.tcp.syn {
+            // A step: the cumulative ACK holds until the next one.
+            if let Some(&(_, prev)) = acks.last() {
+                acks.push((ms(s.ts), prev));
+            }
             acks.push((ms(s.ts), kb(s.rel)));
             for &(l, r) in s.tcp.sacks() {
                 sacks.push((ms(s.ts), kb(l.wrapping_sub(base)), kb(r.wrapping_sub(base))));
@@ -267,7 +271,8 @@ fn latency_groups(r: &Report) -> Vec<Group> {
         if f.name == "total" {
             out.push((
                 format!(
-                    "conn {} pkt {}",
+                    "{}: conn {} pkt {}",
+                    out.len() + 1,
                     f.connection.unwrap_or(0),
                     f.packet.unwrap_or(0)
                 ),
@@ -289,10 +294,12 @@ fn latency_bars(groups: &[Group]) -> String {
         RGBColor(214, 39, 40),
         RGBColor(120, 120, 120),
     ];
+    // Microseconds on a log axis: a 20us reaction and a 200ms timeout in
+    // one picture.
     let vmax = groups
         .iter()
         .flat_map(|g| g.1.iter().map(|x| x.1))
-        .fold(1.0, f64::max)
+        .fold(10_000.0, f64::max)
         / 1e3;
     let h = 60 + 28 * groups.len() as u32;
     let mut svg = String::new();
@@ -303,18 +310,23 @@ fn latency_bars(groups: &[Group]) -> String {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(120)
-            .build_cartesian_2d(0f64..vmax * 1.05, 0f64..groups.len() as f64)
+            .build_cartesian_2d((0.1f64..vmax * 1.5).log_scale(), 0f64..groups.len() as f64)
         else {
             return String::new();
         };
         let labels: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
         let _ = ch
             .configure_mesh()
-            .x_desc("latency (us)")
-            .y_labels(groups.len())
+            .x_desc("latency (us, log scale)")
+            .y_labels(groups.len() + 1)
             .y_label_formatter(&|y| {
-                let i = y.floor() as usize;
-                labels.get(i).cloned().unwrap_or_default()
+                // Labels sit at integer ticks; a loss's bars fill [i, i+1).
+                let i = y.round() as usize;
+                if (y - y.round()).abs() < 1e-6 {
+                    labels.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
             .draw();
         for (i, g) in groups.iter().enumerate() {
@@ -322,7 +334,7 @@ fn latency_bars(groups: &[Group]) -> String {
                 let slot = names.iter().position(|n| n == name).unwrap_or(3);
                 let y0 = i as f64 + 0.1 + 0.2 * k as f64;
                 let _ = ch.draw_series(std::iter::once(Rectangle::new(
-                    [(0.0, y0), (v / 1e3, y0 + 0.18)],
+                    [(0.1, y0), ((v / 1e3).max(0.1), y0 + 0.18)],
                     colors[slot].filled(),
                 )));
             }

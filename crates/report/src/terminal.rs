@@ -83,6 +83,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 an.checks, an.violations
             ),
             "pass" => format!("pass ({} checks)", an.checks),
+            "measured" => "measured".to_string(),
             v => v.to_string(),
         };
         let measures = an
@@ -91,7 +92,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
             .filter(|f| f.kind == Kind::Measurement)
             .count();
         let extra = if measures > 0 {
-            format!(", {measures} measurements")
+            format!(" ({measures} measurements)")
         } else {
             String::new()
         };
