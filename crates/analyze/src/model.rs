@@ -465,7 +465,6 @@ struct Builder<'a> {
     pkts: &'a [(usize, Tcp, u64)],
     opts: Options,
     out: ConnAnalysis,
-    is_data: Box<dyn Fn(&Tcp) -> bool + 'a>,
 }
 
 impl<'a> Builder<'a> {
@@ -486,7 +485,6 @@ impl<'a> Builder<'a> {
             trace,
             pkts,
             opts,
-            is_data: Box::new(move |t: &Tcp| (t.src, t.sport) == src),
             out: ConnAnalysis {
                 id,
                 data_src: src,
@@ -514,6 +512,11 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// From the data sender.
+    fn is_data(&self, t: &Tcp) -> bool {
+        (t.src, t.sport) == self.out.data_src
+    }
+
     fn ev(&self, i: usize) -> Evidence {
         evidence(self.trace, i)
     }
@@ -535,7 +538,7 @@ impl<'a> Builder<'a> {
         let server_side = sa.2.saturating_sub(s.2);
         let client_side = a.2.saturating_sub(sa.2);
         self.out.handshake_rtt_ns = Some(server_side + client_side);
-        let sender_is_client = (self.is_data)(&s.1);
+        let sender_is_client = self.is_data(&s.1);
         self.out.base_rtt = if sender_is_client {
             BaseRtt {
                 sender_side_ns: client_side,
@@ -585,7 +588,7 @@ impl<'a> Builder<'a> {
         let mut awaiting_cwr: Vec<usize> = Vec::new();
         for &(idx, t, ts) in self.pkts {
             let meta = trace.packets[idx].meta.as_ref();
-            let data = (self.is_data)(&t);
+            let data = self.is_data(&t);
             let mut seg = Seg {
                 idx,
                 ts,

@@ -128,14 +128,8 @@ fn claims(yaml: &str, a: &Analysis) -> Vec<bool> {
         .collect()
 }
 
-const ALL: [&str; 6] = [
-    "drop-5th-packet-twice",
-    "fast-retransmit",
-    "timeouts-back-off",
-    "tail-loss-probe",
-    "ecn",
-    "incast",
-];
+mod common;
+use common::GOLDENS as ALL;
 
 /// Every golden's findings, as reviewed: kind, name, connection, packet,
 /// evidence and message (values are in the messages).

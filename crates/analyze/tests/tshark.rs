@@ -10,6 +10,8 @@ use std::process::Command;
 
 use wirelab_analyze::{analyze_with, Options, Reason};
 
+mod common;
+
 /// Per packet: (retransmission, fast retransmission, duplicate ACK).
 type Flags = (bool, bool, bool);
 

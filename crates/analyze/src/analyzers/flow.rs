@@ -4,7 +4,7 @@
 
 use wirelab_spec::{AnalyzerName, Unit};
 
-use crate::{fmt_duration, fmt_value, Analyzer, Finding, Input};
+use crate::{fmt_duration, fmt_value, Analyzer, Dist, Finding, Input};
 
 pub struct Flow;
 
@@ -23,23 +23,16 @@ impl Analyzer for Flow {
         let mut out = Vec::new();
         for c in &input.analysis.connections {
             if let Some(mct) = input.facts.and_then(|f| f.mct_ns.get(&c.id)) {
-                if !mct.is_empty() {
-                    let s: Vec<f64> = mct.iter().map(|v| *v as f64).collect();
-                    let f = Finding::measurement(A, "mct", 0.0, Unit::Nanos, String::new())
-                        .conn(c.id)
-                        .samples(s);
-                    let d = f.distribution.expect("samples");
-                    out.push(Finding {
-                        message: format!(
-                            "{} messages: MCT median {}, p99 {}, max {}",
-                            d.count,
-                            fmt_duration(d.p50 as u64),
-                            fmt_duration(d.p99 as u64),
-                            fmt_duration(d.max as u64)
-                        ),
-                        ..f
-                    });
-                }
+                let s = mct.iter().map(|v| *v as f64).collect();
+                out.extend(distribution(c.id, "mct", Unit::Nanos, s, |d| {
+                    format!(
+                        "{} messages: MCT median {}, p99 {}, max {}",
+                        d.count,
+                        fmt_duration(d.p50 as u64),
+                        fmt_duration(d.p99 as u64),
+                        fmt_duration(d.max as u64)
+                    )
+                }));
             }
             if let (Some(t0), Some(t1)) = (c.first_data_ts_ns, c.last_ack_ts_ns) {
                 if t1 > t0 && c.bytes_acked > 0 {
@@ -61,37 +54,23 @@ impl Analyzer for Flow {
                     );
                 }
             }
-            if !c.rtt_samples.is_empty() {
-                let s: Vec<f64> = c.rtt_samples.iter().map(|x| x.1 as f64).collect();
-                let f = Finding::measurement(A, "rtt", 0.0, Unit::Nanos, String::new())
-                    .conn(c.id)
-                    .samples(s);
-                let d = f.distribution.expect("samples");
-                out.push(Finding {
-                    message: format!(
-                        "{} RTT samples (data → ACK at the vantage point, Karn's rule): min {}, median {}, p99 {}",
-                        d.count,
-                        fmt_duration(d.min as u64),
-                        fmt_duration(d.p50 as u64),
-                        fmt_duration(d.p99 as u64)
-                    ),
-                    ..f
-                });
-            }
-            if !c.flight.is_empty() {
-                let s: Vec<f64> = c.flight.iter().map(|x| f64::from(x.1)).collect();
-                let f = Finding::measurement(A, "flight", 0.0, Unit::Bytes, String::new())
-                    .conn(c.id)
-                    .samples(s);
-                let d = f.distribution.expect("samples");
-                out.push(Finding {
-                    message: format!(
-                        "bytes in flight at each data packet (the congestion window where the sender is window-limited): median {:.0}, max {:.0}",
-                        d.p50, d.max
-                    ),
-                    ..f
-                });
-            }
+            let s = c.rtt_samples.iter().map(|x| x.1 as f64).collect();
+            out.extend(distribution(c.id, "rtt", Unit::Nanos, s, |d| {
+                format!(
+                    "{} RTT samples (data → ACK at the vantage point, Karn's rule): min {}, median {}, p99 {}",
+                    d.count,
+                    fmt_duration(d.min as u64),
+                    fmt_duration(d.p50 as u64),
+                    fmt_duration(d.p99 as u64)
+                )
+            }));
+            let s = c.flight.iter().map(|x| f64::from(x.1)).collect();
+            out.extend(distribution(c.id, "flight", Unit::Bytes, s, |d| {
+                format!(
+                    "bytes in flight at each data packet (the congestion window where the sender is window-limited): median {:.0}, max {:.0}",
+                    d.p50, d.max
+                )
+            }));
             out.push(
                 Finding::measurement(
                     A,
@@ -109,4 +88,23 @@ impl Analyzer for Flow {
         }
         (0, out)
     }
+}
+
+/// A measurement over samples (none when there are none), its message made
+/// from their summary.
+fn distribution(
+    conn: u32,
+    name: &'static str,
+    unit: Unit,
+    samples: Vec<f64>,
+    message: impl Fn(&Dist) -> String,
+) -> Option<Finding> {
+    let f = Finding::measurement(A, name, 0.0, unit, String::new())
+        .conn(conn)
+        .samples(samples);
+    let d = f.distribution?;
+    Some(Finding {
+        message: message(&d),
+        ..f
+    })
 }
