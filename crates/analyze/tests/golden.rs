@@ -67,24 +67,8 @@ fn facts(name: &str) -> RunFacts {
     f
 }
 
-fn opts(name: &str) -> Options {
-    let p: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir(name).join("plan.json")).unwrap()).unwrap();
-    let rto = p["hosts"][0]["stack"]["rto_min"]
-        .as_str()
-        .map(|r| r.parse::<wirelab_spec::Nanos>().unwrap().0);
-    Options {
-        min_rto_ns: rto.unwrap_or(200_000_000),
-        ..Options::default()
-    }
-}
-
 fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
-    let o = if dir(name).join("plan.json").exists() {
-        opts(name)
-    } else {
-        Options::default()
-    };
+    let o = common::options(name);
     build(name, t, o, f, &AnalyzerName::ALL, &[], &|_| {})
 }
 
@@ -391,7 +375,7 @@ fn rtx_idx(r: &wirelab_analyze::Retransmission) -> usize {
 #[test]
 fn a_timeout_without_backoff_is_caught() {
     let mut t = golden("timeouts-back-off");
-    let a = wirelab_analyze::analyze_with(&t, opts("timeouts-back-off"));
+    let a = wirelab_analyze::analyze_with(&t, common::options("timeouts-back-off"));
     let rs = a.connections[0].retransmissions_of(5);
     let (second, third) = (rs[1], rs[2]);
     let rto1 = second.rto_ns.unwrap();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use wirelab_analyze::{analyze_with, Options, Reason};
+use wirelab_analyze::{analyze_with, Reason};
 
 mod common;
 
@@ -77,32 +77,14 @@ fn tshark_agrees_on_99_percent_of_packets() {
     let mut total = 0usize;
     let mut agree = 0usize;
     let mut why: BTreeMap<&str, usize> = BTreeMap::new();
-    for g in [
-        "drop-5th-packet-twice",
-        "fast-retransmit",
-        "timeouts-back-off",
-        "tail-loss-probe",
-        "ecn",
-        "incast",
-    ] {
+    for g in common::GOLDENS {
         let path = root.join(g).join("trace.pcapng");
         let Some(theirs) = tshark(&path) else {
             eprintln!("SKIPPED: tshark is not installed (make deps installs it)");
             return;
         };
         let trace = wirelab_trace::read(&path).unwrap();
-        let rto = if g == "timeouts-back-off" {
-            20_000_000
-        } else {
-            200_000_000
-        };
-        let a = analyze_with(
-            &trace,
-            Options {
-                min_rto_ns: rto,
-                ..Options::default()
-            },
-        );
+        let a = analyze_with(&trace, common::options(g));
         let mut ours: BTreeMap<u64, (Flags, Option<Reason>)> = BTreeMap::new();
         for c in &a.connections {
             let reasons: BTreeMap<u64, Reason> = c
