@@ -86,7 +86,7 @@ pub fn render(r: &Report) -> String {
         .filter_map(|c| c.segs.first().map(|s| s.ts))
         .min()
         .unwrap_or(0);
-    o.push_str("<h2>Time–sequence</h2><p>Blue: first transmissions · red: retransmissions · black ×: dropped or corrupted by the switch · green: cumulative ACK · purple: SACK blocks.</p>");
+    o.push_str("<h2>Time–sequence</h2><p>Blue: first transmissions · red: retransmissions · black ×: dropped or corrupted by the switch · orange ▲: CE-marked · green: cumulative ACK · purple: SACK blocks.</p>");
     for c in conns.iter().take(MAX_CONNS) {
         let _ = write!(o, "<h3>conn {}</h3>{}", c.id, time_sequence(c, t0));
     }
@@ -175,6 +175,7 @@ fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
     let mut first = Vec::new();
     let mut rtx = Vec::new();
     let mut lost = Vec::new();
+    let mut ce = Vec::new();
     let mut acks = Vec::new();
     let mut sacks = Vec::new();
     let base = c.isn.unwrap_or(0);
@@ -183,6 +184,9 @@ fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
             let p = (ms(s.ts), kb(s.rel));
             if s.lost {
                 lost.push(p);
+            }
+            if s.tcp.ecn == 3 {
+                ce.push(p);
             }
             if s.first {
                 first.push(p);
@@ -250,6 +254,11 @@ fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
         let _ = ch.draw_series(
             lost.iter()
                 .map(|&p| Cross::new(p, 6, BLACK.stroke_width(2))),
+        );
+        let orange = RGBColor(255, 140, 0);
+        let _ = ch.draw_series(
+            ce.iter()
+                .map(|&p| TriangleMarker::new(p, 7, orange.filled())),
         );
         let _ = root.present();
     }
