@@ -13,6 +13,7 @@ pub mod expect;
 pub mod fuzzing;
 pub mod model;
 pub mod report;
+pub mod results;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

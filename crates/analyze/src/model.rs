@@ -55,8 +55,6 @@ pub struct Seg {
     pub lost: bool,
     /// RFC 5681 §2 duplicate acknowledgment.
     pub dupack: bool,
-    /// RFC 2883 duplicate SACK (the receiver got these bytes twice).
-    pub dsack: bool,
 }
 
 /// What justified a retransmission, per the specifications a sender follows.
@@ -600,7 +598,6 @@ impl<'a> Builder<'a> {
                 first: false,
                 lost: meta.is_some_and(|m| m.event == "drop" || m.event == "corrupt"),
                 dupack: false,
-                dsack: false,
             };
             if !data {
                 let base = isn.unwrap_or(0);
@@ -666,7 +663,6 @@ impl<'a> Builder<'a> {
                                         && seq_le(r, r2.wrapping_sub(base))
                                 }));
                         if is_dsack {
-                            seg.dsack = true;
                             self.out.dsacks.push(evidence(trace, idx));
                             let packet = segs.range(..=l).next_back().map(|(_, s)| s.index);
                             if let Some(r) = self

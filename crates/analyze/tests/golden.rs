@@ -7,7 +7,6 @@
 //! (`WIRELAB_BLESS=1`); the assertions below are never regenerated.
 //! `drop-5th-packet-twice/` is an older run kept without its run facts.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use wirelab_analyze::expect::{evaluate, RunFacts};
@@ -29,42 +28,7 @@ fn golden(name: &str) -> Trace {
 /// The run facts saved with a golden (what `wirelab analyze` reads beside a
 /// results folder's trace).
 fn facts(name: &str) -> RunFacts {
-    let s: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir(name).join("summary.json")).unwrap()).unwrap();
-    let mut f = RunFacts::default();
-    for h in s["hosts"].as_array().unwrap() {
-        f.addresses.insert(
-            h["name"].as_str().unwrap().into(),
-            h["ip"].as_str().unwrap().parse().unwrap(),
-        );
-    }
-    for (host, m) in s["counters"].as_object().unwrap() {
-        let m: BTreeMap<String, i64> = m
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
-            .collect();
-        f.counters.insert(host.clone(), m);
-    }
-    for w in s["workload"].as_array().unwrap() {
-        let id = w["id"].as_u64().unwrap() as u32;
-        let m: Vec<u64> = w["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["mct_ns"].as_u64().unwrap())
-            .collect();
-        f.completed.insert(
-            id,
-            (
-                m.len() as u32,
-                w["expected_messages"].as_u64().unwrap() as u32,
-            ),
-        );
-        f.mct_ns.insert(id, m);
-    }
-    f
+    wirelab_analyze::results::facts(&dir(name)).expect("a golden with run facts")
 }
 
 fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {

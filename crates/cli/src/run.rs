@@ -294,7 +294,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
 
     // Analyze the file as written: the same path `wirelab analyze` takes.
     let trace = wirelab_trace::read(&trace_path)?;
-    let opts = crate::analyze::options(
+    let opts = wirelab_analyze::Options::for_hosts(
         plan.hosts.iter().map(|h| {
             let er = h
                 .stack

@@ -1,0 +1,103 @@
+//! A run's results folder as analysis input: the run facts in
+//! `summary.json` (schema `wirelab.run/1`) and the options its `plan.json`
+//! implies. `wirelab analyze` uses these next to a results folder's trace,
+//! and so do the golden tests.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::{Options, RunFacts};
+
+impl Options {
+    /// What the analysis may assume, from each host's (rto_min,
+    /// net.ipv4.tcp_early_retrans): the smallest rto_min (`default_rto` when
+    /// no host is given), and TLP unless a host turns it off.
+    pub fn for_hosts(
+        hosts: impl Iterator<Item = (Option<u64>, Option<String>)>,
+        default_rto: Option<u64>,
+    ) -> Options {
+        let mut o = Options::default();
+        let mut rto = None::<u64>;
+        for (r, early_retrans) in hosts {
+            let r = r.unwrap_or(o.min_rto_ns);
+            rto = Some(rto.map_or(r, |x| x.min(r)));
+            // tcp_early_retrans 3 and 4 enable TLP (ip-sysctl.rst).
+            if early_retrans.is_some_and(|v| !matches!(v.trim(), "3" | "4")) {
+                o.tlp = false;
+            }
+        }
+        o.min_rto_ns = rto.or(default_rto).unwrap_or(o.min_rto_ns);
+        o
+    }
+}
+
+fn read(dir: &Path, name: &str) -> Option<Value> {
+    serde_json::from_slice(&std::fs::read(dir.join(name)).ok()?).ok()
+}
+
+/// The options a run's plan.json implies; `default_rto` without one.
+pub fn options(dir: &Path, default_rto: u64) -> Options {
+    let hosts: Vec<(Option<u64>, Option<String>)> = read(dir, "plan.json")
+        .and_then(|p| p["hosts"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            let rto = h["stack"]["rto_min"]
+                .as_str()
+                .and_then(|r| r.parse::<wirelab_spec::Nanos>().ok())
+                .map(|n| n.0);
+            let er = h["stack"]["sysctls"]["net.ipv4.tcp_early_retrans"]
+                .as_str()
+                .map(String::from);
+            (rto, er)
+        })
+        .collect();
+    if hosts.is_empty() {
+        Options::for_hosts(std::iter::empty(), Some(default_rto))
+    } else {
+        Options::for_hosts(hosts.into_iter(), None)
+    }
+}
+
+/// The run facts in a results folder's summary.json, if it has one.
+pub fn facts(dir: &Path) -> Option<RunFacts> {
+    let s = read(dir, "summary.json")?;
+    if s["schema"] != "wirelab.run/1" {
+        return None;
+    }
+    let mut f = RunFacts::default();
+    for h in s["hosts"].as_array().into_iter().flatten() {
+        if let (Some(n), Some(ip)) = (
+            h["name"].as_str(),
+            h["ip"].as_str().and_then(|i| i.parse().ok()),
+        ) {
+            f.addresses.insert(n.to_string(), ip);
+        }
+    }
+    for (host, m) in s["counters"].as_object().into_iter().flatten() {
+        let m = m
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
+            .collect();
+        f.counters.insert(host.clone(), m);
+    }
+    for w in s["workload"].as_array().into_iter().flatten() {
+        let Some(id) = w["id"].as_u64() else { continue };
+        let msgs = w["messages"].as_array().cloned().unwrap_or_default();
+        f.mct_ns.insert(
+            id as u32,
+            msgs.iter().filter_map(|m| m["mct_ns"].as_u64()).collect(),
+        );
+        f.completed.insert(
+            id as u32,
+            (
+                msgs.len() as u32,
+                w["expected_messages"].as_u64().unwrap_or(0) as u32,
+            ),
+        );
+    }
+    Some(f)
+}
