@@ -6,6 +6,7 @@
 
 pub mod findings;
 mod lines;
+pub mod roce;
 pub mod units;
 
 use std::collections::BTreeMap;
@@ -467,7 +468,16 @@ impl Expect {
 
 /// Parses and validates a spec. `source` names the file in messages.
 pub fn parse(text: &str) -> Result<Spec, SpecError> {
-    let spec: Spec = serde_yaml::from_str(text).map_err(|e| {
+    parse_yaml(text, validate)
+}
+
+/// Deserialises any wirelab YAML document, then runs its cross-field
+/// checks; either kind of error names the YAML path and line.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    validate: impl FnOnce(&T) -> Result<(), Invalid>,
+) -> Result<T, SpecError> {
+    let value: T = serde_yaml::from_str(text).map_err(|e| {
         let line = e.location().map(|l| l.line());
         let mut message = e.to_string();
         // serde_yaml appends " at line L column C"; the line goes at the end.
@@ -489,12 +499,12 @@ pub fn parse(text: &str) -> Result<Spec, SpecError> {
         }
     })?;
     let index = lines::LineIndex::build(text);
-    validate(&spec).map_err(|(path, message)| SpecError {
+    validate(&value).map_err(|(path, message)| SpecError {
         line: index.line_of(&path),
         path,
         message,
     })?;
-    Ok(spec)
+    Ok(value)
 }
 
 /// Reads and parses a spec file; the error names the file.
@@ -530,7 +540,8 @@ pub fn json_schema() -> serde_json::Value {
     serde_json::to_value(schema).expect("schema serialises")
 }
 
-type Invalid = (String, String);
+/// A cross-field error: (YAML path, message).
+pub type Invalid = (String, String);
 
 fn err<T>(path: impl Into<String>, msg: impl Into<String>) -> Result<T, Invalid> {
     Err((path.into(), msg.into()))

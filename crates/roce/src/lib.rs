@@ -1,0 +1,16 @@
+//! wirelab's RoCEv2 RC transport, sans I/O: the caller hands in datagrams
+//! and the time, and takes out datagrams, completions and the next deadline
+//! (DESIGN.md: "handle_packet(now, bytes), handle_timeout(now),
+//! poll_transmit(now)"). The lab driver runs it over UDP sockets in the host
+//! namespaces; tests run it on virtual time.
+
+pub mod dcqcn;
+pub mod device;
+pub mod packet;
+pub mod psn;
+
+pub use device::{
+    Completion, Counters, Device, DeviceConfig, PostError, QpConfig, Rx, Status, Tx, Verb,
+    WorkRequest,
+};
+pub use wirelab_spec::roce::{load_profile, CnpScope, Profile};

@@ -1,0 +1,681 @@
+//! The transport on virtual time: two devices joined by a link with a fixed
+//! one-way delay and a hook that drops, CE-marks or corrupts chosen packets.
+
+use std::net::Ipv4Addr;
+
+use wirelab_roce::packet::{self, op, Packet, Syndrome};
+use wirelab_roce::{
+    load_profile, Completion, Device, DeviceConfig, QpConfig, Rx, Status, Verb, WorkRequest,
+};
+
+const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const DELAY: u64 = 2_000;
+
+#[derive(Debug, Clone)]
+struct Seen {
+    t: u64,
+    from_a: bool,
+    opcode: u8,
+    psn: u32,
+    dqpn: u32,
+    ack_req: bool,
+    migreq: bool,
+    syndrome: Option<Syndrome>,
+    reth: Option<packet::Reth>,
+    len: usize,
+    fate: Fate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fate {
+    Pass,
+    Drop,
+    Mark,
+    Corrupt,
+}
+
+struct Lab {
+    a: Device,
+    b: Device,
+    now: u64,
+    flight: Vec<(u64, bool, wirelab_roce::Tx, u8)>,
+    log: Vec<Seen>,
+    hook: Box<dyn FnMut(&Seen, &[Seen]) -> Fate>,
+    done: Vec<(bool, Completion)>,
+}
+
+fn cfg(profile: &str) -> DeviceConfig {
+    let mut c = DeviceConfig::new(load_profile(profile).unwrap());
+    c.dcqcn_rp = false;
+    c.line_rate_bps = 10e9;
+    c
+}
+
+fn qp(
+    qpn: u32,
+    remote_qpn: u32,
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+    ipsn: u32,
+    remote_ipsn: u32,
+) -> QpConfig {
+    QpConfig {
+        qpn,
+        remote_qpn,
+        local,
+        remote,
+        sport: 49152 + qpn as u16,
+        ipsn,
+        remote_ipsn,
+        mtu: 1024,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        ack_req_every: 0,
+    }
+}
+
+impl Lab {
+    fn new(ca: DeviceConfig, cb: DeviceConfig, ipsn_a: u32, ipsn_b: u32) -> Lab {
+        let mut a = Device::new(ca);
+        let mut b = Device::new(cb);
+        a.create_qp(qp(0x11, 0x22, A, B, ipsn_a, ipsn_b));
+        b.create_qp(qp(0x22, 0x11, B, A, ipsn_b, ipsn_a));
+        Lab {
+            a,
+            b,
+            now: 0,
+            flight: Vec::new(),
+            log: Vec::new(),
+            hook: Box::new(|_, _| Fate::Pass),
+            done: Vec::new(),
+        }
+    }
+
+    fn hook(mut self, f: impl FnMut(&Seen, &[Seen]) -> Fate + 'static) -> Lab {
+        self.hook = Box::new(f);
+        self
+    }
+
+    fn post(&mut self, id: u64, verb: Verb, len: u32) {
+        self.a
+            .post_send(
+                0x11,
+                WorkRequest {
+                    id,
+                    verb,
+                    len,
+                    remote_va: 0x10000 * id,
+                    rkey: 7,
+                },
+            )
+            .unwrap();
+    }
+
+    /// Runs until nothing is left to do or `limit` ns of virtual time pass.
+    fn run(&mut self, limit: u64) {
+        loop {
+            for from_a in [true, false] {
+                loop {
+                    let dev = if from_a { &mut self.a } else { &mut self.b };
+                    let Some(tx) = dev.poll_transmit(self.now) else {
+                        break;
+                    };
+                    let p = Packet::parse(&tx.bytes).unwrap();
+                    let mut seen = Seen {
+                        t: self.now,
+                        from_a,
+                        opcode: p.bth.opcode,
+                        psn: p.bth.psn,
+                        dqpn: p.bth.dqpn,
+                        ack_req: p.bth.ack_req,
+                        migreq: p.bth.migreq,
+                        syndrome: p.aeth.map(|a| a.0),
+                        reth: p.reth,
+                        len: p.payload.len(),
+                        fate: Fate::Pass,
+                    };
+                    seen.fate = (self.hook)(&seen, &self.log);
+                    self.log.push(seen.clone());
+                    let mut tx = tx;
+                    let mut ecn = tx.ecn;
+                    match seen.fate {
+                        Fate::Drop => continue,
+                        Fate::Mark => ecn = 3,
+                        Fate::Corrupt => {
+                            let n = tx.bytes.len();
+                            tx.bytes[n - 6] ^= 1;
+                        }
+                        Fate::Pass => {}
+                    }
+                    self.flight.push((self.now + DELAY, !from_a, tx, ecn));
+                }
+            }
+            while let Some(c) = self.a.poll_completion() {
+                self.done.push((true, c));
+            }
+            while let Some(c) = self.b.poll_completion() {
+                self.done.push((false, c));
+            }
+            let next = [
+                self.flight.iter().map(|f| f.0).min(),
+                self.a.poll_timeout(),
+                self.b.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let Some(next) = next else { return };
+            if next > limit {
+                return;
+            }
+            self.now = next.max(self.now);
+            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flight)
+                .into_iter()
+                .partition(|f| f.0 <= self.now);
+            self.flight = rest;
+            for (_, to_a, tx, ecn) in due {
+                let rx = Rx {
+                    src: tx.src,
+                    dst: tx.dst,
+                    sport: tx.sport,
+                    ecn,
+                    bytes: &tx.bytes,
+                };
+                if to_a {
+                    self.a.handle_datagram(self.now, rx);
+                } else {
+                    self.b.handle_datagram(self.now, rx);
+                }
+            }
+            self.a.handle_timeout(self.now);
+            self.b.handle_timeout(self.now);
+        }
+    }
+
+    fn sent_by_a(&self) -> Vec<(u8, u32)> {
+        self.log
+            .iter()
+            .filter(|s| s.from_a)
+            .map(|s| (s.opcode, s.psn))
+            .collect()
+    }
+
+    fn requester_done(&self) -> Vec<(u64, Status)> {
+        self.done
+            .iter()
+            .filter(|(a, c)| *a && !c.recv)
+            .map(|(_, c)| (c.wr_id, c.status))
+            .collect()
+    }
+}
+
+#[test]
+fn write_is_segmented_at_the_mtu_and_acked_once() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 100, 500);
+    lab.post(1, Verb::Write, 3000);
+    lab.run(1_000_000_000);
+    assert_eq!(
+        lab.sent_by_a(),
+        vec![
+            (op::WRITE_FIRST, 100),
+            (op::WRITE_MIDDLE, 101),
+            (op::WRITE_LAST, 102)
+        ]
+    );
+    let first = &lab.log[0];
+    assert_eq!(
+        first.reth,
+        Some(packet::Reth {
+            va: 0x10000,
+            rkey: 7,
+            len: 3000
+        })
+    );
+    assert_eq!(
+        (first.len, lab.log[1].len, lab.log[2].len),
+        (1024, 1024, 952)
+    );
+    assert!(
+        !first.ack_req && lab.log[2].ack_req,
+        "AckReq on the last packet only"
+    );
+    assert!(first.migreq, "MigReq = 1 (IBTA §9.2.4)");
+    let acks: Vec<_> = lab.log.iter().filter(|s| !s.from_a).collect();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(
+        (acks[0].opcode, acks[0].psn, acks[0].dqpn),
+        (op::ACKNOWLEDGE, 102, 0x11)
+    );
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+    assert_eq!(lab.b.counters().get("rx_write_requests"), 1);
+    assert_eq!(lab.a.counters().get("tx_roce_packets"), 3);
+}
+
+#[test]
+fn every_packet_type_is_produced() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0);
+    lab.b.post_recv(0x22, 2).unwrap();
+    lab.post(1, Verb::Send, 100);
+    lab.post(2, Verb::Send, 2500);
+    lab.post(3, Verb::Write, 10);
+    lab.post(4, Verb::Read, 1024);
+    lab.post(5, Verb::Read, 3000);
+    lab.run(1_000_000_000);
+    let mut ops: Vec<u8> = lab.log.iter().map(|s| s.opcode).collect();
+    ops.sort();
+    ops.dedup();
+    assert_eq!(
+        ops,
+        vec![
+            op::SEND_FIRST,
+            op::SEND_MIDDLE,
+            op::SEND_LAST,
+            op::SEND_ONLY,
+            op::WRITE_ONLY,
+            op::READ_REQUEST,
+            op::READ_RESPONSE_FIRST,
+            op::READ_RESPONSE_MIDDLE,
+            op::READ_RESPONSE_LAST,
+            op::READ_RESPONSE_ONLY,
+            op::ACKNOWLEDGE
+        ]
+    );
+    let ids: Vec<u64> = lab.requester_done().iter().map(|c| c.0).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+    let recvs = lab.done.iter().filter(|(_, c)| c.recv).count();
+    assert_eq!(recvs, 2);
+    // Read requests consume one PSN per response packet (IBTA §9.7.1).
+    let reads: Vec<u32> = lab
+        .log
+        .iter()
+        .filter(|s| s.opcode == op::READ_REQUEST)
+        .map(|s| s.psn)
+        .collect();
+    assert_eq!(reads, vec![5, 6]);
+    let resp: Vec<u32> = lab
+        .log
+        .iter()
+        .filter(|s| packet::kind(s.opcode) == packet::Kind::ReadResponse)
+        .map(|s| s.psn)
+        .collect();
+    assert_eq!(resp, vec![5, 6, 7, 8]);
+}
+
+#[test]
+fn psns_wrap_at_24_bits() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0xff_fffe, 0);
+    lab.post(1, Verb::Write, 4 * 1024);
+    lab.post(2, Verb::Read, 2 * 1024);
+    lab.run(1_000_000_000);
+    let psns: Vec<u32> = lab.sent_by_a().iter().map(|x| x.1).collect();
+    assert_eq!(psns, vec![0xff_fffe, 0xff_ffff, 0, 1, 2]);
+    assert_eq!(
+        lab.requester_done(),
+        vec![(1, Status::Success), (2, Status::Success)]
+    );
+}
+
+#[test]
+fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 1000, 0).hook(|s, log| {
+        if s.from_a && s.psn == 1003 && !log.iter().any(|x| x.from_a && x.psn == 1003) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 10 * 1024);
+    lab.run(1_000_000_000);
+    let naks: Vec<_> = lab
+        .log
+        .iter()
+        .filter(|s| matches!(s.syndrome, Some(Syndrome::Nak(_))))
+        .collect();
+    assert_eq!(naks.len(), 1, "one NAK per sequence error (C9-106)");
+    assert_eq!(naks[0].psn, 1003);
+    let psns: Vec<u32> = lab.sent_by_a().iter().map(|x| x.1).collect();
+    // The burst up to the NAK's arrival, then go-back-N from the NAKed PSN.
+    let back = psns.iter().skip(4).position(|&p| p == 1003).unwrap() + 4;
+    let last_before = psns[back - 1];
+    assert!(last_before > 1004, "{psns:?}");
+    assert_eq!(
+        psns[..back].to_vec(),
+        (1000..=last_before).collect::<Vec<_>>()
+    );
+    assert_eq!(psns[back..].to_vec(), (1003..=1009).collect::<Vec<_>>());
+    let nak_arrival = naks[0].t + DELAY;
+    assert!(lab.log.iter().filter(|s| s.from_a).nth(back).unwrap().t >= nak_arrival);
+    // The retransmitted 1003 is a middle packet of the same write.
+    assert_eq!(
+        lab.log
+            .iter()
+            .filter(|s| s.from_a && s.psn == 1003)
+            .map(|s| s.opcode)
+            .collect::<Vec<_>>(),
+        vec![op::WRITE_MIDDLE; 2]
+    );
+    assert_eq!(
+        lab.b.counters().get("out_of_sequence"),
+        (last_before - 1003) as u64
+    );
+    assert_eq!(lab.a.counters().get("packet_seq_err"), 1);
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 0);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+#[test]
+fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 50, 0).hook(|s, log| {
+        let again = log
+            .iter()
+            .any(|x| x.psn == 52 && x.opcode == op::READ_RESPONSE_MIDDLE);
+        if !s.from_a && s.psn == 52 && !again {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Read, 5 * 1024);
+    lab.run(1_000_000_000);
+    let reqs: Vec<_> = lab
+        .log
+        .iter()
+        .filter(|s| s.opcode == op::READ_REQUEST)
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].psn, 52);
+    assert_eq!(
+        reqs[1].reth,
+        Some(packet::Reth {
+            va: 0x10000 + 2 * 1024,
+            rkey: 7,
+            len: 3 * 1024
+        })
+    );
+    let resp: Vec<(u8, u32)> = lab
+        .log
+        .iter()
+        .filter(|s| !s.from_a)
+        .map(|s| (s.opcode, s.psn))
+        .collect();
+    assert_eq!(
+        resp,
+        vec![
+            (op::READ_RESPONSE_FIRST, 50),
+            (op::READ_RESPONSE_MIDDLE, 51),
+            (op::READ_RESPONSE_MIDDLE, 52),
+            (op::READ_RESPONSE_MIDDLE, 53),
+            (op::READ_RESPONSE_LAST, 54),
+            (op::READ_RESPONSE_FIRST, 52),
+            (op::READ_RESPONSE_MIDDLE, 53),
+            (op::READ_RESPONSE_LAST, 54)
+        ]
+    );
+    assert_eq!(lab.a.counters().get("implied_nak_seq_err"), 1);
+    // The re-issued read is a duplicate request at the responder (§9.7.5.1.1).
+    assert_eq!(lab.b.counters().get("duplicate_request"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+#[test]
+fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
+        if s.from_a && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.from_a) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 3 * 1024);
+    lab.run(10_000_000_000);
+    assert_eq!(lab.log.iter().filter(|s| s.from_a && s.psn == 2).count(), 2);
+    // timeout = 14: 4.096 µs × 2^14 = 67.108864 ms after the first packet was
+    // sent (nothing was acknowledged since), go-back-N resends from PSN 0.
+    let psn0: Vec<u64> = lab
+        .log
+        .iter()
+        .filter(|s| s.from_a && s.psn == 0)
+        .map(|s| s.t)
+        .collect();
+    assert_eq!(psn0.len(), 2);
+    assert_eq!(psn0[1] - psn0[0], 4096 << 14);
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+#[test]
+fn retries_run_out_with_an_error_completion() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, _| {
+        if s.from_a && s.psn == 1 {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 2 * 1024);
+    lab.post(2, Verb::Write, 100);
+    lab.run(100_000_000_000);
+    // The first transmission, one after the NAK that the second write's
+    // packet triggers, and 7 retries (retry_cnt 7); the 8th timeout fails.
+    assert_eq!(lab.log.iter().filter(|s| s.from_a && s.psn == 1).count(), 9);
+    assert_eq!(
+        lab.requester_done(),
+        vec![(1, Status::RetryExceeded), (2, Status::Flushed)]
+    );
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 8);
+    assert_eq!(lab.a.counters().get("req_cqe_error"), 1);
+    assert!(lab
+        .a
+        .post_send(
+            0x11,
+            WorkRequest {
+                id: 3,
+                verb: Verb::Write,
+                len: 1,
+                remote_va: 0,
+                rkey: 0
+            }
+        )
+        .is_err());
+}
+
+#[test]
+fn lost_acks_naks_and_read_requests_are_recovered() {
+    // The only ACK of a write.
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
+        if s.opcode == op::ACKNOWLEDGE && !log.iter().any(|x| x.opcode == op::ACKNOWLEDGE) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 1024);
+    lab.run(10_000_000_000);
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.b.counters().get("duplicate_request"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+
+    // A NAK: the requester times out and resends from the oldest unacked PSN.
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
+        let first_try = !log.iter().any(|x| x.from_a && x.psn == 1);
+        if (s.from_a && s.psn == 1 && first_try) || matches!(s.syndrome, Some(Syndrome::Nak(_))) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 4 * 1024);
+    lab.run(10_000_000_000);
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+
+    // A read request.
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
+        if s.opcode == op::READ_REQUEST && !log.iter().any(|x| x.opcode == op::READ_REQUEST) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Read, 2048);
+    lab.run(10_000_000_000);
+    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+#[test]
+fn a_corrupted_packet_fails_the_icrc_and_is_naked() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
+        if s.from_a && s.psn == 1 && !log.iter().any(|x| x.from_a && x.psn == 1) {
+            Fate::Corrupt
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 3 * 1024);
+    lab.run(10_000_000_000);
+    assert_eq!(lab.b.counters().get("rx_icrc_encapsulated"), 1);
+    assert_eq!(lab.a.counters().get("packet_seq_err"), 1);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+#[test]
+fn a_send_without_a_receive_gets_an_rnr_nak_and_is_retried() {
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0);
+    lab.post(1, Verb::Send, 100);
+    lab.run(50_000);
+    let rnr = lab
+        .log
+        .iter()
+        .find(|s| matches!(s.syndrome, Some(Syndrome::RnrNak { .. })))
+        .expect("RNR NAK");
+    assert_eq!(rnr.psn, 0);
+    let rnrs = lab.b.counters().get("out_of_buffer");
+    assert!(rnrs >= 2, "retried while no receive was posted");
+    lab.b.post_recv(0x22, 1).unwrap();
+    lab.run(1_000_000_000);
+    let sends: Vec<u64> = lab
+        .log
+        .iter()
+        .filter(|s| s.opcode == op::SEND_ONLY)
+        .map(|s| s.t)
+        .collect();
+    assert_eq!(sends.len() as u64, rnrs + 1);
+    // Each retry waits out the RNR timer the responder asked for (code 1 = 10 µs).
+    assert!(
+        sends.windows(2).all(|w| w[1] - w[0] == 10_000 + 2 * DELAY),
+        "{sends:?}"
+    );
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+}
+
+fn dcqcn(profile: &str) -> DeviceConfig {
+    let mut c = cfg(profile);
+    c.dcqcn_rp = true;
+    c.line_rate_bps = 10e9;
+    c.min_time_between_cnps_ns = 4_000;
+    c
+}
+
+#[test]
+fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
+    let mut lab = Lab::new(dcqcn("default"), dcqcn("default"), 0, 0).hook(|s, _| {
+        if s.from_a && packet::kind(s.opcode) == packet::Kind::Data {
+            Fate::Mark
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 100 * 1024);
+    lab.run(150_000);
+    let rp = lab.a.rp(0x11).unwrap();
+    assert!(rp.rc < 10e9 / 2.0, "rate while marked: {}", rp.rc);
+    lab.run(1_000_000_000);
+    let cnps: Vec<u64> = lab
+        .log
+        .iter()
+        .filter(|s| s.opcode == op::CNP)
+        .map(|s| s.t)
+        .collect();
+    assert!(cnps.len() > 2);
+    assert!(cnps.windows(2).all(|w| w[1] - w[0] >= 4_000), "{cnps:?}");
+    assert_eq!(lab.b.counters().get("np_ecn_marked_roce_packets"), 100);
+    assert_eq!(lab.b.counters().get("np_cnp_sent"), cnps.len() as u64);
+    assert_eq!(lab.a.counters().get("rp_cnp_handled"), cnps.len() as u64);
+    // Once the marks stop, fast recovery and increases bring it back.
+    assert_eq!(lab.a.rp(0x11).unwrap().rc, 10e9);
+    assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
+    // Paced: the data took longer than at line rate.
+    let data: Vec<u64> = lab.log.iter().filter(|s| s.from_a).map(|s| s.t).collect();
+    let at_line = 100.0 * (1024.0 + 16.0 + 46.0) * 8.0 / 10e9 * 1e9;
+    assert!((data[data.len() - 1] - data[0]) as f64 > 2.0 * at_line);
+}
+
+#[test]
+fn profiles_change_what_the_wire_shows() {
+    // Slow NACK reaction: the first retransmission comes 400 µs after the NAK.
+    let mut lab = Lab::new(cfg("slow-nack-reaction"), cfg("default"), 0, 0).hook(|s, log| {
+        if s.from_a && s.psn == 1 && !log.iter().any(|x| x.from_a && x.psn == 1) {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 4 * 1024);
+    lab.run(1_000_000_000);
+    let nak = lab
+        .log
+        .iter()
+        .find(|s| matches!(s.syndrome, Some(Syndrome::Nak(_))))
+        .unwrap()
+        .t;
+    let resent = lab
+        .log
+        .iter()
+        .filter(|s| s.from_a && s.psn == 1)
+        .nth(1)
+        .unwrap()
+        .t;
+    assert_eq!(resent - (nak + DELAY), 400_000);
+
+    // Clears MigReq.
+    let mut lab = Lab::new(cfg("clears-migreq"), cfg("default"), 0, 0);
+    lab.post(1, Verb::Write, 1024);
+    lab.run(1_000_000_000);
+    assert!(lab.log.iter().filter(|s| s.from_a).all(|s| !s.migreq));
+    assert!(lab.log.iter().filter(|s| !s.from_a).all(|s| s.migreq));
+
+    // A counter that does not count.
+    let mut lab = Lab::new(dcqcn("default"), dcqcn("cnp-sent-not-counted"), 0, 0).hook(|s, _| {
+        if s.from_a && s.opcode != op::CNP {
+            Fate::Mark
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.post(1, Verb::Write, 1024);
+    lab.run(1_000_000_000);
+    assert_eq!(lab.log.iter().filter(|s| s.opcode == op::CNP).count(), 1);
+    assert_eq!(lab.b.counters().get("np_cnp_sent"), 0);
+
+    // Adaptive retransmission ignores the configured timeout.
+    let mut c = cfg("adaptive-retransmission");
+    c.adaptive_retransmission = true;
+    let mut lab =
+        Lab::new(c, cfg("default"), 0, 0)
+            .hook(|s, _| if s.from_a { Fate::Drop } else { Fate::Pass });
+    lab.post(1, Verb::Write, 1024);
+    lab.run(100_000_000_000);
+    let t: Vec<u64> = lab.log.iter().filter(|s| s.from_a).map(|s| s.t).collect();
+    let gaps: Vec<u64> = t.windows(2).map(|w| (w[1] - w[0]) / 100_000).collect();
+    assert_eq!(
+        gaps,
+        vec![56, 41, 84, 167, 251, 671, 1342, 1342, 1342, 1342],
+        "{t:?}"
+    );
+    assert_eq!(lab.requester_done(), vec![(1, Status::RetryExceeded)]);
+    assert_eq!(lab.a.counters().get("roce_adp_retrans"), 11);
+}
