@@ -10,6 +10,7 @@
 #include <linux/ip.h>
 #include <linux/in.h>
 #include <linux/tcp.h>
+#include <linux/udp.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -103,13 +104,44 @@ struct pkt {
 	__u32 payload_off;
 	__u32 payload_len;
 	__u8 is_tcp;
+	__u8 is_roce;
 	__u8 tcp_flags;
 	__u8 tos;
 	__u32 seq;
 	struct wl_flow_key key;
 };
 
-/* Stage 1: parse Ethernet / IPv4 / TCP. Anything else is forwarded as is. */
+/*
+ * RoCEv2 data packets (IBTA Table 38): requests that carry message data
+ * (send/write, opcodes 0x00-0x0b) and read responses (0x0d-0x10). Read
+ * requests, ACKs and CNPs are not data (Lumina §3.3 injects on data only).
+ */
+static __always_inline int roce_is_data(__u8 opcode)
+{
+	return opcode <= 0x0b || (opcode >= 0x0d && opcode <= 0x10);
+}
+
+/* RoCEv2 over UDP 4791 (IBTA Annex A17): the BTH follows the UDP header. */
+static __always_inline int parse_roce(struct __sk_buff *skb, struct pkt *p, struct iphdr *ip,
+				      __u32 ihl)
+{
+	__u8 bth[12];
+
+	p->l4_off = p->l3_off + ihl;
+	if (bpf_skb_load_bytes(skb, p->l4_off + sizeof(struct udphdr), bth, sizeof(bth)))
+		return 0;
+	p->is_roce = 1;
+	p->payload_off = p->l4_off + sizeof(struct udphdr) + sizeof(bth);
+	p->payload_len = roce_is_data(bth[0]);
+	p->seq = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
+	p->key.saddr = ip->saddr;
+	p->key.daddr = ip->daddr;
+	p->key.proto = IPPROTO_UDP | ((__u32)bth[5] << 24) | ((__u32)bth[6] << 16) |
+		       ((__u32)bth[7] << 8);
+	return 1;
+}
+
+/* Stage 1: parse Ethernet / IPv4 / TCP or RoCEv2. Anything else is forwarded as is. */
 static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
 	void *data = (void *)(long)skb->data;
@@ -117,6 +149,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	struct ethhdr *eth = data;
 	struct iphdr *ip;
 	struct tcphdr *tcp;
+	struct udphdr *udp;
 	__u32 ihl, doff, tot;
 
 	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -129,7 +162,15 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		return 0;
 	p->l3_off = sizeof(*eth);
 	p->tos = ip->tos;
-	if (ip->protocol != IPPROTO_TCP || (ip->frag_off & bpf_htons(0x3fff)))
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return 0;
+	if (ip->protocol == IPPROTO_UDP) {
+		udp = (void *)ip + ihl;
+		if ((void *)(udp + 1) > end || udp->dest != bpf_htons(WL_ROCE_PORT))
+			return 0;
+		return parse_roce(skb, p, ip, ihl);
+	}
+	if (ip->protocol != IPPROTO_TCP)
 		return 0;
 	p->l4_off = p->l3_off + ihl;
 	tcp = data + p->l4_off;
@@ -154,15 +195,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 
 #define TCP_FLAG_SYN 0x02
 
-/*
- * Stage 2: classify the data direction of a connection and track its data
- * packet index and iteration. Lumina §3.3: "If its PSN is not larger than
- * Last_PSN, the event injector identifies this as a new round of
- * transmissions and increases ITER by 1 ... Regardless of the comparison
- * result, the event injector always updates Last_PSN". For TCP the PSN is the
- * segment's sequence number relative to the ISN, and the packet index counts
- * first transmissions (segments that start at or beyond the highest byte sent).
- */
+/* Slot of data packet `idx` of `conn` in seg_start. */
 static __always_inline __u32 seg_slot(__u32 conn, __u32 idx)
 {
 	return conn * WL_SEG_WINDOW + (idx & (WL_SEG_WINDOW - 1));
@@ -199,6 +232,42 @@ static __always_inline __u32 index_of(__u32 conn, __u32 rel, __u32 first_tx)
 }
 
 /*
+ * RoCE: the data packet index is the relative PSN + 1 (Lumina §3.3: "relative
+ * QPNs and PSNs"; Fig. 2 maps the 4th packet to IPSN + 3), so no window of
+ * first transmissions is needed. ITER follows the same Last_PSN rule; PSNs
+ * are compared relative to the initial PSN, so a 24-bit wrap inside a
+ * connection does not start a new iteration.
+ */
+static __always_inline void track_roce(struct pkt *p, struct wl_conn_state *st,
+				       struct wl_mirror_hdr *m)
+{
+	__u32 rel, first = 0, iter;
+
+	if (!p->payload_len)
+		return;
+	bpf_spin_lock(&st->lock);
+	if (!st->synced) {
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	rel = (p->seq - st->isn) & 0xffffff;
+	if (st->seen_data && rel <= st->last_rel)
+		st->iter++;
+	st->seen_data = 1;
+	st->last_rel = rel;
+	if (rel >= st->next_new) {
+		first = 1;
+		st->first_tx++;
+		st->next_new = rel + 1;
+	}
+	iter = st->iter;
+	bpf_spin_unlock(&st->lock);
+	m->index = rel + 1;
+	m->iter = iter;
+	m->first_tx = first;
+}
+
+/*
  * Stage 2: classify the data direction of a connection and track its data
  * packet index and iteration. Lumina §3.3: "If its PSN is not larger than
  * Last_PSN, the event injector identifies this as a new round of
@@ -214,6 +283,10 @@ static __always_inline void track(struct pkt *p, __u32 conn, struct wl_mirror_hd
 
 	if (!st)
 		return;
+	if (p->is_roce) {
+		track_roce(p, st, m);
+		return;
+	}
 	if (p->tcp_flags & TCP_FLAG_SYN) {
 		bpf_spin_lock(&st->lock);
 		st->synced = 1;

@@ -44,7 +44,10 @@ struct wl_fwd {
 	__u32 port;
 };
 
-/* One direction of a TCP connection, as the control plane armed it. */
+/* One direction of a connection, as the control plane armed it. TCP:
+ * addresses, ports, proto 6. RoCEv2 (UDP 4791): addresses, ports 0 and
+ * proto = 17 | destination QPN << 8, because a QP, not a UDP port pair,
+ * is the connection (Lumina Fig. 2 matches srcIP, dstIP, dstQPN). */
 struct wl_flow_key {
 	__u32 saddr; /* network byte order */
 	__u32 daddr;
@@ -52,6 +55,8 @@ struct wl_flow_key {
 	__u16 dport;
 	__u32 proto;
 };
+
+#define WL_ROCE_PORT 4791
 
 struct wl_flow {
 	__u32 conn;     /* 1-based connection index from the spec */
@@ -68,6 +73,7 @@ struct wl_conn_state {
 	__u32 next_new;  /* relative seq of the first byte never sent (snd_nxt max) */
 	__u32 iter;      /* ITER: rounds of (re)transmissions, starts at 1 */
 	__u32 first_tx;  /* data packets transmitted for the first time so far */
+	__u32 roce;      /* RoCEv2: isn is the initial PSN, set by the control plane */
 };
 
 /* First transmissions remembered per connection to index retransmissions:

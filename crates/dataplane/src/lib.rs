@@ -272,6 +272,46 @@ impl Switch {
             dport: key.dport.to_be(),
             proto: 6,
         };
+        self.insert_flow(k, conn, data_dir)
+    }
+
+    /// Arms one direction of a RoCEv2 connection: packets from `saddr` to
+    /// `daddr` for queue pair `dqpn` (wirelab.h `wl_flow_key`). For the data
+    /// direction, `ipsn` is the PSN of its first data packet, which the
+    /// workload reports before traffic starts (Lumina §3.3 hand-off).
+    pub fn add_roce_flow(
+        &self,
+        saddr: std::net::Ipv4Addr,
+        daddr: std::net::Ipv4Addr,
+        dqpn: u32,
+        conn: u32,
+        data_dir: Option<u32>,
+    ) -> Result<(), Error> {
+        let k = types::wl_flow_key {
+            saddr: u32::from_ne_bytes(saddr.octets()),
+            daddr: u32::from_ne_bytes(daddr.octets()),
+            sport: 0,
+            dport: 0,
+            proto: 17 | (dqpn & 0xff_ffff) << 8,
+        };
+        if let Some(ipsn) = data_dir {
+            let st = types::wl_conn_state {
+                synced: 1,
+                isn: ipsn & 0xff_ffff,
+                iter: 1,
+                roce: 1,
+                ..Default::default()
+            };
+            self.skel
+                .maps
+                .conn_state
+                .update(&conn.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
+                .map_err(map_err(format!("arming RoCE connection {conn}")))?;
+        }
+        self.insert_flow(k, conn, data_dir.is_some())
+    }
+
+    fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: bool) -> Result<(), Error> {
         let v = types::wl_flow {
             conn,
             data_dir: data_dir as u32,
