@@ -90,6 +90,12 @@ pub struct Summary {
     pub workload: Vec<ConnReport>,
     pub expect: Vec<Verdict>,
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
+    /// RoCE: the QPNs and initial PSNs each connection used.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roce: Vec<wirelab_workload::roce::RoceMeta>,
+    /// RoCE: each host's device counters before and after the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_counters: Vec<wirelab_workload::roce::DeviceCounters>,
     pub error: Option<String>,
 }
 
@@ -150,7 +156,8 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
         switch.add_port(ifindex, h.port)?;
         switch.add_fwd(h.mac, ifindex, h.port)?;
     }
-    for c in &plan.conns {
+    // RoCE connections are armed once their QPs exist (arm_roce_flows).
+    for c in plan.conns.iter().filter(|c| c.roce.is_none()) {
         let (rq, rs) = (&plan.hosts[c.requester], &plan.hosts[c.responder]);
         let fwd = FlowKey {
             saddr: rq.ip,
@@ -179,6 +186,24 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
         Ok(())
     })??;
     Ok(switch)
+}
+
+/// Arms RoCE connections from the QPNs and initial PSNs the workload chose
+/// (Lumina §3.3, Fig. 2: srcIP, dstIP, dstQPN identify a QP connection).
+pub fn arm_roce_flows(
+    plan: &Plan,
+    switch: &Switch,
+    meta: &[wirelab_workload::roce::RoceMeta],
+) -> Result<()> {
+    for (c, m) in plan.conns.iter().zip(meta) {
+        let (rq, rs) = (plan.hosts[c.requester].ip, plan.hosts[c.responder].ip);
+        // Data flows towards the responder for send/write, and back for read,
+        // numbered from the requester's initial PSN either way.
+        let write = c.data_sender() == c.requester;
+        switch.add_roce_flow(rq, rs, m.responder_qpn, c.id, write.then_some(m.ipsn))?;
+        switch.add_roce_flow(rs, rq, m.requester_qpn, c.id, (!write).then_some(m.ipsn))?;
+    }
+    Ok(())
 }
 
 /// Arms the plan's events with the runtime MSS of each connection.
@@ -230,7 +255,42 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         deadline: Instant::now() + opts.timeout,
         limit: opts.timeout,
     };
+    let mut roce_meta = Vec::new();
+    let mut device_counters = Vec::new();
     let workload = (|| -> Result<(Vec<wirelab_workload::ConnMeta>, Vec<ConnReport>)> {
+        if plan.conns.iter().any(|c| c.roce.is_some()) {
+            let prepared = wirelab_workload::roce::prepare(&plan)?;
+            roce_meta = prepared.meta.clone();
+            arm_roce_flows(&plan, &switch, &roce_meta)?;
+            let meta: Vec<wirelab_workload::ConnMeta> = plan
+                .conns
+                .iter()
+                .zip(&roce_meta)
+                .map(|(c, m)| {
+                    let r = c.roce.expect("RoCE connection");
+                    log.push_str(&format!(
+                        "conn {}: QPN {:#x} -> {:#x}, IPSN {:#x}, path MTU {}\n",
+                        c.id, m.requester_qpn, m.responder_qpn, m.ipsn, r.mtu
+                    ));
+                    wirelab_workload::ConnMeta {
+                        id: c.id,
+                        requester: std::net::SocketAddrV4::new(
+                            plan.hosts[c.requester].ip,
+                            r.requester_sport,
+                        ),
+                        responder: std::net::SocketAddrV4::new(plan.hosts[c.responder].ip, 4791),
+                        // One PSN per path-MTU payload: message-relative events
+                        // resolve exactly as with a TCP MSS.
+                        data_mss: r.mtu,
+                    }
+                })
+                .collect();
+            arm_events(&plan, &switch, &meta, &mut log)?;
+            check_abort(&opts.abort)?;
+            let (reports, counters) = wirelab_workload::roce::run(&plan, prepared, &stop);
+            device_counters = counters;
+            return Ok((meta, reports));
+        }
         let prepared = wirelab_workload::prepare(&plan)?;
         check_abort(&opts.abort)?;
         let connected = wirelab_workload::connect(&plan, prepared)?;
@@ -452,6 +512,8 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         workload: reports,
         expect: verdicts,
         counters,
+        roce: roce_meta,
+        device_counters,
         error: workload_failed,
     };
     write_results(&dir, &summary, &log, &port_counts)?;

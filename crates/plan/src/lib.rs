@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use serde::Serialize;
-use wirelab_spec::{BitsPerSec, Bytes, CongestionControl, Expect, IndexOrAll, Nanos, Spec, Verb};
+use wirelab_spec::{
+    BitsPerSec, Bytes, CongestionControl, Expect, IndexOrAll, Nanos, Spec, Transport, Verb,
+};
 
 /// Every namespace wirelab creates starts with this, so `wirelab clean`
 /// can find leftovers of killed runs.
@@ -80,6 +82,7 @@ pub struct StackPlan {
     pub rto_min: Option<Nanos>,
     pub quickack: bool,
     pub sysctls: BTreeMap<String, String>,
+    pub roce: RocePlan,
 }
 
 impl StackPlan {
@@ -112,19 +115,44 @@ pub struct ConnPlan {
     pub messages: u32,
     pub message_size: Bytes,
     pub tx_depth: u32,
+    pub transport: Transport,
+    /// RoCE settings of this connection's QPs.
+    pub roce: Option<RoceConnPlan>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RoceConnPlan {
+    pub mtu: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    /// UDP source port of the requester's and the responder's QP.
+    pub requester_sport: u16,
+    pub responder_sport: u16,
+}
+
+/// A host's RoCE device, resolved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RocePlan {
+    pub profile: String,
+    pub dcqcn_rp: bool,
+    pub dcqcn_np: bool,
+    pub min_time_between_cnps: Nanos,
+    pub adaptive_retransmission: bool,
+    pub slow_restart: bool,
+    pub line_rate: BitsPerSec,
 }
 
 impl ConnPlan {
     /// Host index that sends the messages (the data direction).
     pub fn data_sender(&self) -> usize {
         match self.verb {
-            Verb::Write => self.requester,
+            Verb::Write | Verb::Send => self.requester,
             Verb::Read => self.responder,
         }
     }
     pub fn data_receiver(&self) -> usize {
         match self.verb {
-            Verb::Write => self.responder,
+            Verb::Write | Verb::Send => self.responder,
             Verb::Read => self.requester,
         }
     }
@@ -198,6 +226,28 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 rto_min: own.rto_min.or(defaults.rto_min),
                 quickack: own.quickack.or(defaults.quickack).unwrap_or(false),
                 sysctls,
+                roce: {
+                    let d = defaults.roce.clone().unwrap_or_default();
+                    let o = own.roce.clone().unwrap_or_default();
+                    RocePlan {
+                        profile: o.profile.or(d.profile).unwrap_or_else(|| "default".into()),
+                        dcqcn_rp: o.dcqcn_rp.or(d.dcqcn_rp).unwrap_or(true),
+                        dcqcn_np: o.dcqcn_np.or(d.dcqcn_np).unwrap_or(true),
+                        min_time_between_cnps: o
+                            .min_time_between_cnps
+                            .or(d.min_time_between_cnps)
+                            .unwrap_or(Nanos(4_000)),
+                        adaptive_retransmission: o
+                            .adaptive_retransmission
+                            .or(d.adaptive_retransmission)
+                            .unwrap_or(false),
+                        slow_restart: o.slow_restart.or(d.slow_restart).unwrap_or(false),
+                        line_rate: o
+                            .line_rate
+                            .or(d.line_rate)
+                            .unwrap_or(BitsPerSec(10_000_000_000)),
+                    }
+                },
             };
             HostPlan {
                 name: h.name.clone(),
@@ -233,6 +283,15 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 messages: g.messages.0,
                 message_size: g.message_size,
                 tx_depth: g.tx_depth.0,
+                transport: spec.traffic.transport,
+                roce: (spec.traffic.transport == Transport::Roce).then(|| RoceConnPlan {
+                    mtu: g.mtu.unwrap_or(1024),
+                    timeout: g.min_retransmit_timeout.unwrap_or(14),
+                    retry_cnt: g.max_retransmit_retry.unwrap_or(7),
+                    // Per-QP source ports give ECMP entropy, as RNICs do (Annex A17.5).
+                    requester_sport: 49152 + 2 * id as u16,
+                    responder_sport: 49153 + 2 * id as u16,
+                }),
             });
         }
     }

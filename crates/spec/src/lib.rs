@@ -218,11 +218,42 @@ pub struct Stack {
     /// Further sysctls (names under net.ipv4. or net.core.) set in the host namespace.
     #[serde(default)]
     pub sysctls: BTreeMap<String, String>,
+    /// The host's RoCE device (Lumina's `roce-parameters`), for `transport: roce`.
+    #[serde(default)]
+    pub roce: Option<RoceStack>,
+}
+
+/// A host's RoCE device settings; every field optional so a host can
+/// override one. Defaults: profile `default`, DCQCN RP and NP on,
+/// min_time_between_cnps 4us, no adaptive retransmission, no slow restart,
+/// line rate 10gbit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoceStack {
+    /// A built-in device profile (`profiles/roce/`) or a path to a YAML file.
+    #[serde(default)]
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub dcqcn_rp: Option<bool>,
+    #[serde(default)]
+    pub dcqcn_np: Option<bool>,
+    #[serde(default)]
+    pub min_time_between_cnps: Option<Nanos>,
+    #[serde(default)]
+    pub adaptive_retransmission: Option<bool>,
+    #[serde(default)]
+    pub slow_restart: Option<bool>,
+    /// The rate data is paced at when DCQCN is not limiting it.
+    #[serde(default)]
+    pub line_rate: Option<BitsPerSec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Traffic {
+    /// `tcp` (kernel sockets) or `roce` (wirelab's RoCEv2 RC transport over UDP 4791).
+    #[serde(default)]
+    pub transport: Transport,
     /// Start round r+1 only when every connection completed round r
     /// (Lumina §3.2); a round is `tx_depth` messages on each connection.
     #[serde(default)]
@@ -231,9 +262,19 @@ pub struct Traffic {
     pub connections: Vec<ConnGroup>,
 }
 
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Roce,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verb {
+    /// RoCE only: the requester sends each message into a receive the responder posted.
+    Send,
     /// The requester sends each message; the responder answers with a small completion.
     Write,
     /// The requester sends a small request; the responder sends the message.
@@ -257,6 +298,15 @@ pub struct ConnGroup {
     /// Outstanding messages per connection.
     #[serde(default = "one")]
     pub tx_depth: Index,
+    /// RoCE: path MTU (256, 512, 1024, 2048 or 4096; default 1024).
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// RoCE: local ACK timeout exponent, 4.096us × 2^n (IBTA; default 14, 0 = never).
+    #[serde(default)]
+    pub min_retransmit_timeout: Option<u8>,
+    /// RoCE: retries after a timeout, 0..7 (default 7).
+    #[serde(default)]
+    pub max_retransmit_retry: Option<u8>,
 }
 
 fn one() -> Index {
@@ -547,11 +597,104 @@ fn err<T>(path: impl Into<String>, msg: impl Into<String>) -> Result<T, Invalid>
     Err((path.into(), msg.into()))
 }
 
+/// Headers around a RoCE payload on the wire, within the link MTU: IPv4 20,
+/// UDP 8, BTH 12, RETH 16 (first packet of a write), ICRC 4.
+pub const ROCE_OVERHEAD: u32 = 60;
+
+fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> {
+    let roce = s.traffic.transport == Transport::Roce;
+    if !roce {
+        if g.verb == Verb::Send {
+            return err(
+                format!("{at}.verb"),
+                "`send` needs `traffic.transport: roce`",
+            );
+        }
+        for (field, set) in [
+            ("mtu", g.mtu.is_some()),
+            ("min_retransmit_timeout", g.min_retransmit_timeout.is_some()),
+            ("max_retransmit_retry", g.max_retransmit_retry.is_some()),
+        ] {
+            if set {
+                return err(
+                    format!("{at}.{field}"),
+                    "is a RoCE setting; set `traffic.transport: roce`",
+                );
+            }
+        }
+        return Ok(());
+    }
+    let mtu = g.mtu.unwrap_or(1024);
+    if ![256, 512, 1024, 2048, 4096].contains(&mtu) {
+        return err(
+            format!("{at}.mtu"),
+            format!("must be 256, 512, 1024, 2048 or 4096 (IBTA path MTU), got {mtu}"),
+        );
+    }
+    if mtu + ROCE_OVERHEAD > s.topology.mtu {
+        return err(
+            format!("{at}.mtu"),
+            format!(
+                "a {mtu}-byte RoCE payload needs a link MTU of at least {}; topology.mtu is {}",
+                mtu + ROCE_OVERHEAD,
+                s.topology.mtu
+            ),
+        );
+    }
+    if let Some(t) = g.min_retransmit_timeout.filter(|&t| t > 31) {
+        return err(
+            format!("{at}.min_retransmit_timeout"),
+            format!("must be 0..31, got {t}"),
+        );
+    }
+    if let Some(r) = g.max_retransmit_retry.filter(|&r| r > 7) {
+        return err(
+            format!("{at}.max_retransmit_retry"),
+            format!("must be 0..7 (a 3-bit field), got {r}"),
+        );
+    }
+    if g.message_size.0 > (1 << 31) {
+        return err(
+            format!("{at}.message_size"),
+            "RoCE messages are at most 2GiB",
+        );
+    }
+    Ok(())
+}
+
+fn validate_roce_stack(r: &RoceStack, at: &str) -> Result<(), Invalid> {
+    if let Some(p) = &r.profile {
+        let builtin = roce::BUILTIN.iter().any(|(n, _)| n == p);
+        if !builtin && !(p.contains('/') || p.ends_with(".yaml")) {
+            let names: Vec<&str> = roce::BUILTIN.iter().map(|(n, _)| *n).collect();
+            return err(
+                format!("{at}.profile"),
+                format!(
+                    "unknown profile `{p}`: give a path to a YAML file or one of {}",
+                    names.join(", ")
+                ),
+            );
+        }
+    }
+    if let Some(l) = r.line_rate {
+        if l.0 < 1_000_000 {
+            return err(
+                format!("{at}.line_rate"),
+                format!("must be at least 1mbit, got {l}"),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Largest number of hosts: switch ports in `wirelab.h` less one spare.
 pub const MAX_HOSTS: usize = 62;
 pub const MAX_CONNECTIONS: u32 = 1024;
 
 fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
+    if let Some(r) = &s.roce {
+        validate_roce_stack(r, &format!("{at}.roce"))?;
+    }
     if let Some(r) = s.rto_min {
         // The kernel keeps rto_min in jiffies (ip-route(8)); below 1ms it
         // rounds to nothing useful, above 120s it exceeds TCP_RTO_MAX.
@@ -666,6 +809,7 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
         if g.from == g.to {
             return err(format!("{at}.to"), "a connection needs two different hosts");
         }
+        validate_transport(s, g, &at)?;
         if g.message_size.0 == 0 || g.message_size.0 > (1 << 30) {
             return err(
                 format!("{at}.message_size"),
@@ -715,7 +859,8 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                     ),
                 );
             }
-            if g.tx_depth.0 != 1 {
+            // RoCE assigns each message its PSNs when posted, so any depth works.
+            if g.tx_depth.0 != 1 && s.traffic.transport == Transport::Tcp {
                 return err(
                     format!("{at}.message"),
                     "message-relative packets need tx_depth: 1 (otherwise messages share segments)",

@@ -11,6 +11,8 @@
 //! 5-tuples the plan already fixed; `connect` completes the handshakes and
 //! returns runtime metadata (MSS); `run` sends the messages.
 
+pub mod roce;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -196,7 +198,7 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
         }
         resp.set_nodelay(true).map_err(ioe(id, "TCP_NODELAY"))?;
         let data_mss = match c.verb {
-            Verb::Write => mss_of(&req, id)?,
+            Verb::Write | Verb::Send => mss_of(&req, id)?,
             Verb::Read => mss_of(&resp, id)?,
         };
         meta.push(ConnMeta {
@@ -342,7 +344,7 @@ fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
     let mut buf = vec![0u8; size as usize];
     for m in 1..=c.messages {
         match c.verb {
-            Verb::Write => {
+            Verb::Write | Verb::Send => {
                 read_full(&mut s, &mut buf, c.id, stop)?;
                 write_full(&mut s, &u64::from(m).to_be_bytes(), c.id, stop)?;
             }
@@ -389,7 +391,7 @@ fn requester(
      -> Result<(), Error> {
         posted.push_back((m, now_ns()));
         match c.verb {
-            Verb::Write => write_full(s, &pattern(size, m), c.id, stop),
+            Verb::Write | Verb::Send => write_full(s, &pattern(size, m), c.id, stop),
             Verb::Read => write_full(s, &u64::from(m).to_be_bytes(), c.id, stop),
         }
     };
@@ -397,7 +399,7 @@ fn requester(
                         posted: &mut std::collections::VecDeque<(u32, u64)>|
      -> Result<(), Error> {
         match c.verb {
-            Verb::Write => {
+            Verb::Write | Verb::Send => {
                 let mut ack = [0u8; 8];
                 read_full(s, &mut ack, c.id, stop)?;
             }
