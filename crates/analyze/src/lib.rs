@@ -14,6 +14,7 @@ pub mod fuzzing;
 pub mod model;
 pub mod report;
 pub mod results;
+pub mod roce;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -114,6 +115,10 @@ pub struct RunFacts {
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
     /// Host name -> its address in the lab.
     pub addresses: BTreeMap<String, IpAddr>,
+    /// Host name -> RoCE device counter deltas.
+    pub device_counters: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Host name -> the min_time_between_cnps its RoCE device was given.
+    pub cnp_interval_ns: BTreeMap<String, u64>,
 }
 
 /// What a finding is.

@@ -84,6 +84,36 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
             .collect();
         f.counters.insert(host.clone(), m);
     }
+    for d in s["device_counters"].as_array().into_iter().flatten() {
+        let Some(host) = d["host"].as_str() else {
+            continue;
+        };
+        let m = d["after"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.clone(),
+                    v.as_i64()? - d["before"][k].as_i64().unwrap_or(0),
+                ))
+            })
+            .collect();
+        f.device_counters.insert(host.to_string(), m);
+    }
+    if let Some(plan) = read(dir, "plan.json") {
+        for h in plan["hosts"].as_array().into_iter().flatten() {
+            let (Some(n), Some(t)) = (
+                h["name"].as_str(),
+                h["stack"]["roce"]["min_time_between_cnps"].as_str(),
+            ) else {
+                continue;
+            };
+            if let Ok(t) = t.parse::<wirelab_spec::Nanos>() {
+                f.cnp_interval_ns.insert(n.to_string(), t.0);
+            }
+        }
+    }
     for w in s["workload"].as_array().into_iter().flatten() {
         let Some(id) = w["id"].as_u64() else { continue };
         let msgs = w["messages"].as_array().cloned().unwrap_or_default();

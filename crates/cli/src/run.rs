@@ -388,6 +388,12 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             .iter()
             .map(|h| (h.name.clone(), std::net::IpAddr::V4(h.ip)))
             .collect(),
+        device_counters: wirelab_workload::roce::deltas(&device_counters),
+        cnp_interval_ns: plan
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.stack.roce.min_time_between_cnps.0))
+            .collect(),
     };
     let report = wirelab_analyze::report::build(
         &trace_path.display().to_string(),

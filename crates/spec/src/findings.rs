@@ -24,15 +24,27 @@ pub enum AnalyzerName {
     Counters,
     /// MCT, goodput, RTT samples, flight size.
     Flow,
+    /// RoCE: Lumina's go-back-N FSM for requester and responder, with reads.
+    RoceGoBackN,
+    /// RoCE: per loss, NACK generation and reaction, and timeouts (Lumina Figs. 5, 8, 9).
+    RoceRetransmissionLatency,
+    /// RoCE: CNPs against each limiter scope and the configured interval (Lumina §6.3).
+    RoceCnp,
+    /// RoCE: device counters against what the trace proves (Lumina §6.2.4).
+    RoceCounters,
 }
 
 impl AnalyzerName {
-    pub const ALL: [AnalyzerName; 5] = [
+    pub const ALL: [AnalyzerName; 9] = [
         AnalyzerName::LossRecovery,
         AnalyzerName::RetransmissionLatency,
         AnalyzerName::Ecn,
         AnalyzerName::Counters,
         AnalyzerName::Flow,
+        AnalyzerName::RoceGoBackN,
+        AnalyzerName::RoceRetransmissionLatency,
+        AnalyzerName::RoceCnp,
+        AnalyzerName::RoceCounters,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +54,10 @@ impl AnalyzerName {
             AnalyzerName::Ecn => "ecn",
             AnalyzerName::Counters => "counters",
             AnalyzerName::Flow => "flow",
+            AnalyzerName::RoceGoBackN => "roce-go-back-n",
+            AnalyzerName::RoceRetransmissionLatency => "roce-retransmission-latency",
+            AnalyzerName::RoceCnp => "roce-cnp",
+            AnalyzerName::RoceCounters => "roce-counters",
         }
     }
 
@@ -88,6 +104,29 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("flow.rtt", Unit::Nanos),
     ("flow.flight", Unit::Bytes),
     ("flow.retransmissions", Unit::Count),
+    ("roce-go-back-n.violations", Unit::Count),
+    ("roce-go-back-n.nak-missing", Unit::Count),
+    ("roce-go-back-n.nak-wrong-psn", Unit::Count),
+    ("roce-go-back-n.nak-repeated", Unit::Count),
+    ("roce-go-back-n.nak-unjustified", Unit::Count),
+    ("roce-go-back-n.wrong-restart", Unit::Count),
+    ("roce-go-back-n.resend-skipped", Unit::Count),
+    ("roce-go-back-n.read-not-reissued", Unit::Count),
+    ("roce-go-back-n.migreq-clear", Unit::Count),
+    ("roce-retransmission-latency.nack-generation", Unit::Nanos),
+    (
+        "roce-retransmission-latency.read-nack-generation",
+        Unit::Nanos,
+    ),
+    ("roce-retransmission-latency.nack-reaction", Unit::Nanos),
+    ("roce-retransmission-latency.timeout", Unit::Nanos),
+    ("roce-cnp.violations", Unit::Count),
+    ("roce-cnp.cnp-missing", Unit::Count),
+    ("roce-cnp.cnp-excess", Unit::Count),
+    ("roce-cnp.cnps", Unit::Count),
+    ("roce-cnp.interval", Unit::Nanos),
+    ("roce-counters.violations", Unit::Count),
+    ("roce-counters.counter-disagrees", Unit::Count),
 ];
 
 pub fn unit_of(finding: &str) -> Option<Unit> {

@@ -216,6 +216,16 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
             let rx = UdpSocket::bind(SocketAddrV4::new(ip, ROCEV2_PORT))
                 .map_err(ioe(0, "binding UDP 4791"))?;
             rx.set_nonblocking(true).map_err(ioe(0, "O_NONBLOCK"))?;
+            // A deep receive queue, as an RNIC's RX buffer: with the default
+            // 208 KiB a burst of marked traffic overflows it, and those losses
+            // happen where the switch cannot see them (UdpRcvbufErrors).
+            setsockopt_int(
+                rx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                32 << 20,
+            )
+            .map_err(ioe(0, "SO_RCVBUFFORCE"))?;
             setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
                 .map_err(ioe(0, "IP_RECVTOS"))?;
             Ok(rx)
@@ -364,19 +374,7 @@ fn drive(
             }
         }
         h.dev.handle_timeout(now);
-        while let Some(tx) = h.dev.poll_transmit(now) {
-            let Some((s, tos)) = h.tx.get_mut(&tx.sport) else {
-                continue;
-            };
-            if *tos != tx.ecn {
-                let _ =
-                    setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, tx.ecn as i32);
-                *tos = tx.ecn;
-            }
-            let to = SocketAddr::V4(SocketAddrV4::new(tx.dst, ROCEV2_PORT));
-            // A full socket buffer is a loss the transport recovers from.
-            let _ = s.send_to(&tx.bytes, &to.into());
-        }
+        flush(&mut h, now);
         while let Some(done) = h.dev.poll_completion() {
             if done.recv {
                 continue;
@@ -452,7 +450,11 @@ fn drive(
                 ecn: tos & 3,
                 bytes: &buf[..n],
             };
-            h.dev.handle_datagram(now_ns(), rx);
+            let t = now_ns();
+            h.dev.handle_datagram(t, rx);
+            // ACKs, NAKs and CNPs leave as soon as they are decided, not after
+            // the whole burst is read: the trace times them at the switch.
+            flush(&mut h, t);
         }
     }
     let counters = DeviceCounters {
@@ -462,6 +464,22 @@ fn drive(
         after: h.dev.counters().clone(),
     };
     (conns, counters)
+}
+
+/// Sends everything the device has ready at `now`.
+fn flush(h: &mut HostDev, now: u64) {
+    while let Some(tx) = h.dev.poll_transmit(now) {
+        let Some((s, tos)) = h.tx.get_mut(&tx.sport) else {
+            continue;
+        };
+        if *tos != tx.ecn {
+            let _ = setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_TOS, tx.ecn as i32);
+            *tos = tx.ecn;
+        }
+        let to = SocketAddr::V4(SocketAddrV4::new(tx.dst, ROCEV2_PORT));
+        // A full socket buffer is a loss the transport recovers from.
+        let _ = s.send_to(&tx.bytes, &to.into());
+    }
 }
 
 /// Posts every message and runs the devices until all requesters are done

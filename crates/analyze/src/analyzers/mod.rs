@@ -5,6 +5,7 @@ mod ecn;
 mod flow;
 mod latency;
 mod recovery;
+mod roce;
 
 use crate::Analyzer;
 
@@ -22,6 +23,10 @@ pub fn all() -> Vec<Box<dyn Analyzer>> {
         Box::new(Ecn),
         Box::new(Counters),
         Box::new(Flow),
+        Box::new(roce::GoBackN),
+        Box::new(roce::RetransmissionLatency),
+        Box::new(roce::Cnp),
+        Box::new(roce::Counters),
     ]
 }
 

@@ -1,0 +1,507 @@
+//! The RoCEv2 view of a trace: every RoCE packet with its BTH fields, split
+//! into QP connections, and one pass of Lumina's go-back-N FSM (§4) over
+//! each connection that the RoCE analyzers read. Works on wirelab traces
+//! (switch metadata says which packets the switch dropped or corrupted) and
+//! on anyone's capture (then every captured packet counts as delivered).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use wirelab_roce::packet::{self, op, Kind, NakCode, Syndrome};
+use wirelab_roce::psn;
+use wirelab_trace::{Link, Trace};
+
+use crate::Evidence;
+
+#[derive(Debug, Clone)]
+pub struct RPkt {
+    pub frame: u64,
+    pub mirror_seq: Option<u64>,
+    pub ts: u64,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub opcode: u8,
+    pub dqpn: u32,
+    pub psn: u32,
+    pub migreq: bool,
+    pub syndrome: Option<Syndrome>,
+    /// RETH DMA length (first write packet, read request), when captured.
+    pub dma_len: Option<u32>,
+    pub payload_len: u32,
+    pub ecn: u8,
+    /// Reached its receiver: not dropped by the switch.
+    pub delivered: bool,
+    /// The switch corrupted it: the receiver's ICRC check drops it.
+    pub corrupted: bool,
+    /// The switch's connection index (wirelab traces), else 0.
+    pub conn: u32,
+}
+
+impl RPkt {
+    pub fn evidence(&self) -> Evidence {
+        Evidence {
+            frame: self.frame,
+            mirror_seq: self.mirror_seq,
+        }
+    }
+    pub fn kind(&self) -> Kind {
+        packet::kind(self.opcode)
+    }
+    /// Reached the receiver's transport (not dropped, ICRC intact).
+    pub fn accepted(&self) -> bool {
+        self.delivered && !self.corrupted
+    }
+}
+
+/// Parses the RoCEv2 headers of one captured frame; tolerant of snap
+/// length (the BTH must be there, the rest only if captured).
+pub fn parse(link: Link, data: &[u8], orig_len: u32) -> Option<RPkt> {
+    let l3 = match link {
+        Link::Ethernet => {
+            if data.len() < 14 || data[12..14] != [0x08, 0x00] {
+                return None;
+            }
+            14
+        }
+        Link::RawIp => 0,
+        Link::LinuxSll => {
+            if data.len() < 16 || data[14..16] != [0x08, 0x00] {
+                return None;
+            }
+            16
+        }
+    };
+    let ip = data.get(l3..)?;
+    if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 17 {
+        return None;
+    }
+    let ihl = (ip[0] & 0xf) as usize * 4;
+    let udp = ip.get(ihl..)?;
+    if udp.len() < 8 + packet::BTH_LEN
+        || u16::from_be_bytes([udp[2], udp[3]]) != packet::ROCEV2_PORT
+    {
+        return None;
+    }
+    let b = packet::Bth::parse(&udp[8..])?;
+    let rest = &udp[8 + packet::BTH_LEN..];
+    let has_reth = matches!(
+        b.opcode,
+        op::WRITE_FIRST | op::WRITE_ONLY | op::WRITE_ONLY_IMM | op::READ_REQUEST
+    );
+    let dma_len = if has_reth && rest.len() >= 16 {
+        Some(u32::from_be_bytes(rest[12..16].try_into().ok()?))
+    } else {
+        None
+    };
+    let aeth_at = if has_reth { 16 } else { 0 };
+    let syndrome = matches!(
+        b.opcode,
+        op::ACKNOWLEDGE | op::READ_RESPONSE_FIRST | op::READ_RESPONSE_LAST | op::READ_RESPONSE_ONLY
+    )
+    .then(|| rest.get(aeth_at).map(|s| Syndrome::from_byte(*s)))
+    .flatten();
+    let ip_total = u16::from_be_bytes([ip[2], ip[3]]) as u32;
+    let _ = orig_len;
+    let hdrs = ihl as u32
+        + 8
+        + packet::BTH_LEN as u32
+        + packet::ICRC_LEN as u32
+        + if has_reth { 16 } else { 0 }
+        + if syndrome.is_some() { 4 } else { 0 }
+        + if b.opcode == op::CNP { 16 } else { 0 };
+    Some(RPkt {
+        frame: 0,
+        mirror_seq: None,
+        ts: 0,
+        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        opcode: b.opcode,
+        dqpn: b.dqpn,
+        psn: b.psn,
+        migreq: b.migreq,
+        syndrome,
+        dma_len,
+        payload_len: ip_total.saturating_sub(hdrs).saturating_sub(b.pad as u32),
+        ecn: ip[1] & 3,
+        delivered: true,
+        corrupted: false,
+        conn: 0,
+    })
+}
+
+/// A measured latency with its packets.
+#[derive(Debug, Clone)]
+pub struct Latency {
+    pub ns: u64,
+    pub psn_rel: u32,
+    pub read: bool,
+    pub evidence: Vec<Evidence>,
+}
+
+/// A go-back-N rule broken.
+#[derive(Debug, Clone)]
+pub struct Broken {
+    pub name: &'static str,
+    pub rule: &'static str,
+    pub message: String,
+    pub evidence: Vec<Evidence>,
+}
+
+/// One QP connection and what the FSM found in it.
+#[derive(Debug, Default)]
+pub struct RConn {
+    pub id: u32,
+    pub requester: Option<Ipv4Addr>,
+    pub responder: Option<Ipv4Addr>,
+    pub pkts: Vec<RPkt>,
+    pub first_psn: Option<u32>,
+    /// Path MTU seen: the largest data payload.
+    pub mtu: u32,
+    pub checks: u64,
+    pub broken: Vec<Broken>,
+    pub nack_generation: Vec<Latency>,
+    pub nack_reaction: Vec<Latency>,
+    /// Time from the last request packet to a retransmission round nothing
+    /// asked for (the local ACK timer).
+    pub timeouts: Vec<Latency>,
+    /// Counts the FSM derives, per role, for the counter analyzer.
+    pub out_of_sequence: i64,
+    pub naks_delivered: i64,
+    pub implied_naks: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct RoceView {
+    pub conns: Vec<RConn>,
+    /// Every RoCE packet, in trace order (CNPs included).
+    pub all: Vec<RPkt>,
+    pub switch_metadata: bool,
+}
+
+impl RoceView {
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+}
+
+pub fn build(trace: &Trace) -> RoceView {
+    let mut all = Vec::new();
+    let mut meta = false;
+    for p in &trace.packets {
+        let Some(mut r) = parse(p.link, &p.data, p.orig_len) else {
+            continue;
+        };
+        r.frame = p.frame;
+        r.ts = p.ts_ns;
+        if let Some(m) = &p.meta {
+            meta = true;
+            r.mirror_seq = Some(m.seq);
+            r.ts = m.ts;
+            r.conn = m.conn;
+            r.delivered = m.event != "drop";
+            r.corrupted = m.event == "corrupt";
+        }
+        all.push(r);
+    }
+    // Connections: the switch's index when present; otherwise one per
+    // (address pair, requester's destination QPN), paired with the reverse
+    // direction in order of appearance.
+    let mut by_key: BTreeMap<(u32, Ipv4Addr, Ipv4Addr, u32), usize> = BTreeMap::new();
+    let mut conns: Vec<RConn> = Vec::new();
+    let mut reverse_of: BTreeMap<(Ipv4Addr, Ipv4Addr, u32), usize> = BTreeMap::new();
+    for p in all.iter().filter(|p| p.opcode != op::CNP) {
+        let request = matches!(p.kind(), Kind::Data | Kind::ReadRequest);
+        let idx = if p.conn != 0 {
+            *by_key
+                .entry((p.conn, Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, 0))
+                .or_insert_with(|| {
+                    conns.push(RConn {
+                        id: p.conn,
+                        ..Default::default()
+                    });
+                    conns.len() - 1
+                })
+        } else if request {
+            *by_key.entry((0, p.src, p.dst, p.dqpn)).or_insert_with(|| {
+                conns.push(RConn {
+                    id: conns.len() as u32 + 1,
+                    ..Default::default()
+                });
+                reverse_of
+                    .entry((p.dst, p.src, u32::MAX))
+                    .or_insert(conns.len() - 1);
+                conns.len() - 1
+            })
+        } else {
+            match reverse_of
+                .get(&(p.src, p.dst, p.dqpn))
+                .or_else(|| reverse_of.get(&(p.src, p.dst, u32::MAX)))
+            {
+                Some(&i) => {
+                    reverse_of.insert((p.src, p.dst, p.dqpn), i);
+                    i
+                }
+                None => continue,
+            }
+        };
+        let c = &mut conns[idx];
+        if request {
+            c.requester.get_or_insert(p.src);
+            c.responder.get_or_insert(p.dst);
+            if p.kind() == Kind::Data {
+                c.mtu = c.mtu.max(p.payload_len);
+            }
+        } else if p.kind() == Kind::ReadResponse {
+            c.mtu = c.mtu.max(p.payload_len);
+        }
+        c.pkts.push(p.clone());
+    }
+    for c in &mut conns {
+        fsm(c);
+    }
+    conns.sort_by_key(|c| c.id);
+    RoceView {
+        conns,
+        all,
+        switch_metadata: meta,
+    }
+}
+
+fn npkts(len: u32, mtu: u32) -> u32 {
+    if mtu == 0 {
+        1
+    } else {
+        len.div_ceil(mtu).max(1)
+    }
+}
+
+/// Lumina §4: the go-back-N specification as a state machine run over the
+/// reconstructed trace, for the responder (NAK the first missing PSN, once,
+/// IBTA §9.7.5.1.2 / C9-106) and the requester (resend from the NAKed PSN,
+/// in order, §9.7.5.2.2), with the read variant (a gap in read responses is
+/// answered by a new read request from the missing PSN).
+fn fsm(c: &mut RConn) {
+    let Some(req) = c.requester else { return };
+    let mtu = c.mtu;
+    let mut epsn: Option<u32> = None;
+    // (expected PSN, time of the first packet past the gap, its evidence, NAKed)
+    let mut gap: Option<(u32, u64, Evidence, bool)> = None;
+    let mut next_new: Option<u32> = None;
+    let mut last_req_ts: Option<u64> = None;
+    let mut last_req_psn: Option<u32> = None;
+    // A NAK that reached the requester: (PSN, time, evidence).
+    let mut restart: Option<(u32, u64, Evidence)> = None;
+    let mut resend_next: Option<u32> = None;
+    // Reads: outstanding response ranges, the next expected response, and an
+    // open implied NAK (expected PSN, time, evidence).
+    let mut reads: Vec<(u32, u32)> = Vec::new();
+    let mut rexp: Option<u32> = None;
+    let mut read_gap: Option<(u32, u64, Evidence)> = None;
+    // The expected response PSN of a gap not yet filled: one implied NAK per
+    // gap, however many later responses arrive before the fill.
+    let mut read_gap_open: Option<u32> = None;
+    let first = c.pkts.iter().find(|p| p.src == req).map(|p| p.psn);
+    c.first_psn = first;
+    let base = first.unwrap_or(0);
+    let rel = |p: u32| psn::diff(p, base).max(0) as u32 + 1;
+    let pkts = std::mem::take(&mut c.pkts);
+    for p in &pkts {
+        if p.opcode != op::CNP && !p.migreq {
+            // Lumina §6.2.3: IBTA §9.2.4 says MigReq is 1 in the migrated state,
+            // where an RC QP starts; E810 sent 0 and a CX5 peer discarded packets.
+            if !c
+                .broken
+                .iter()
+                .any(|b| b.name == "migreq-clear" && b.message.contains(&p.src.to_string()))
+            {
+                c.broken.push(Broken {
+                    name: "migreq-clear",
+                    rule: "IBTA §9.2.4: MigReq shall be 1 (an RC QP starts in the Migrated state)",
+                    message: format!("{} sends packets with MigReq = 0", p.src),
+                    evidence: vec![p.evidence()],
+                });
+            }
+        }
+        c.checks += 1;
+        let from_req = p.src == req;
+        match (from_req, p.kind()) {
+            (true, Kind::Data) | (true, Kind::ReadRequest) => {
+                let n = if p.kind() == Kind::ReadRequest {
+                    npkts(p.dma_len.unwrap_or(0), mtu)
+                } else {
+                    1
+                };
+                let is_new = next_new.is_none_or(|nn| psn::le(nn, p.psn));
+                // Requester: after a NAK, the first resent packet is the NAKed one.
+                if !is_new {
+                    if let Some((r, t, ev)) = restart.take() {
+                        if p.psn == r {
+                            c.nack_reaction.push(Latency {
+                                ns: p.ts.saturating_sub(t),
+                                psn_rel: rel(r),
+                                read: false,
+                                evidence: vec![ev, p.evidence()],
+                            });
+                        } else {
+                            c.broken.push(Broken {
+                                name: "wrong-restart",
+                                rule: "IBTA §9.7.5.2.2: on a NAK sequence error the requester resends from the PSN the NAK carries",
+                                message: format!("NAK for relative PSN {} but the requester resent {} first", rel(r), rel(p.psn)),
+                                evidence: vec![ev, p.evidence()],
+                            });
+                        }
+                        resend_next = Some(psn::add(p.psn, n));
+                    } else if p.kind() == Kind::ReadRequest
+                        && read_gap.as_ref().is_some_and(|g| g.0 == p.psn)
+                    {
+                        let (e, t, ev) = read_gap.take().unwrap();
+                        c.nack_generation.push(Latency {
+                            ns: p.ts.saturating_sub(t),
+                            psn_rel: rel(e),
+                            read: true,
+                            evidence: vec![ev, p.evidence()],
+                        });
+                        resend_next = Some(psn::add(p.psn, n));
+                    } else if let Some(want) = resend_next.filter(|w| psn::lt(*w, p.psn)) {
+                        c.broken.push(Broken {
+                            name: "resend-skipped",
+                            rule: "IBTA §9.7.5.2.2 (go-back-N): every packet from the restart PSN on is resent, in order",
+                            message: format!("resent relative PSN {} after skipping {}", rel(p.psn), rel(want)),
+                            evidence: vec![p.evidence()],
+                        });
+                        resend_next = Some(psn::add(p.psn, n));
+                    } else if resend_next == Some(p.psn) {
+                        resend_next = Some(psn::add(p.psn, n));
+                    } else if last_req_psn.is_some_and(|l| psn::le(p.psn, l)) {
+                        // A new round nothing asked for: the local ACK timer.
+                        if let Some(t) = last_req_ts {
+                            c.timeouts.push(Latency {
+                                ns: p.ts.saturating_sub(t),
+                                psn_rel: rel(p.psn),
+                                read: p.kind() == Kind::ReadRequest,
+                                evidence: vec![p.evidence()],
+                            });
+                        }
+                        resend_next = Some(psn::add(p.psn, n));
+                    }
+                } else {
+                    next_new = Some(psn::add(p.psn, n));
+                    if p.kind() == Kind::ReadRequest {
+                        reads.push((p.psn, psn::add(p.psn, n)));
+                    }
+                }
+                last_req_ts = Some(p.ts);
+                last_req_psn = Some(p.psn);
+                // Responder: in-order, out-of-sequence or duplicate.
+                if p.accepted() {
+                    let e = *epsn.get_or_insert(p.psn);
+                    let d = psn::diff(p.psn, e);
+                    if d == 0 {
+                        epsn = Some(psn::add(p.psn, n));
+                        if let Some((ge, _, ev, naked)) = gap.take() {
+                            if !naked {
+                                c.broken.push(Broken {
+                                    name: "nak-missing",
+                                    rule: "IBTA §9.7.5.1.2: a request past the expected PSN is answered by a NAK sequence error",
+                                    message: format!("relative PSN {} went missing and the responder never NAKed it", rel(ge)),
+                                    evidence: vec![ev, p.evidence()],
+                                });
+                            }
+                        }
+                    } else if d > 0 {
+                        c.out_of_sequence += 1;
+                        if gap.is_none() {
+                            gap = Some((e, p.ts, p.evidence(), false));
+                        }
+                    }
+                }
+            }
+            (false, Kind::Ack) => match p.syndrome {
+                Some(Syndrome::Nak(NakCode::SequenceError)) => {
+                    match &mut gap {
+                        Some((e, t, ev, naked)) if !*naked => {
+                            if p.psn == *e {
+                                c.nack_generation.push(Latency { ns: p.ts.saturating_sub(*t), psn_rel: rel(*e), read: false, evidence: vec![ev.clone(), p.evidence()] });
+                            } else {
+                                c.broken.push(Broken {
+                                    name: "nak-wrong-psn",
+                                    rule: "IBTA §9.7.5.1.2: the NAK carries the expected PSN",
+                                    message: format!("NAK for relative PSN {} but the responder expected {}", rel(p.psn), rel(*e)),
+                                    evidence: vec![ev.clone(), p.evidence()],
+                                });
+                            }
+                            *naked = true;
+                        }
+                        Some(_) => {
+                            c.broken.push(Broken {
+                                name: "nak-repeated",
+                                rule: "IBTA C9-106: one NAK per sequence error, until the expected request arrives",
+                                message: format!("a second NAK for relative PSN {}", rel(p.psn)),
+                                evidence: vec![p.evidence()],
+                            });
+                        }
+                        None => c.broken.push(Broken {
+                            name: "nak-unjustified",
+                            rule: "IBTA §9.7.5.1.2: a NAK sequence error answers a request past the expected PSN",
+                            message: format!("NAK for relative PSN {} with no sequence error at the responder", rel(p.psn)),
+                            evidence: vec![p.evidence()],
+                        }),
+                    }
+                    if p.accepted() {
+                        c.naks_delivered += 1;
+                        restart = Some((p.psn, p.ts, p.evidence()));
+                    }
+                }
+                _ => {}
+            },
+            (false, Kind::ReadResponse) if p.accepted() => {
+                let mut e = match rexp {
+                    Some(e) => e,
+                    None => match reads.first() {
+                        Some(r) => r.0,
+                        None => continue,
+                    },
+                };
+                // Skip to the read range that holds the expected PSN.
+                if !reads.iter().any(|r| psn::le(r.0, e) && psn::lt(e, r.1)) {
+                    if let Some(r) = reads.iter().find(|r| psn::le(e, r.0)) {
+                        e = r.0;
+                    }
+                }
+                let d = psn::diff(p.psn, e);
+                if d == 0 {
+                    rexp = Some(psn::add(e, 1));
+                    read_gap = None;
+                    read_gap_open = None;
+                } else if d > 0 {
+                    rexp = Some(e);
+                    if read_gap_open != Some(e) {
+                        c.implied_naks += 1;
+                        read_gap_open = Some(e);
+                        read_gap = Some((e, p.ts, p.evidence()));
+                    }
+                } else {
+                    rexp = Some(e);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some((ge, _, ev, false)) = gap {
+        c.broken.push(Broken {
+            name: "nak-missing",
+            rule: "IBTA §9.7.5.1.2: a request past the expected PSN is answered by a NAK sequence error",
+            message: format!("relative PSN {} went missing and no NAK followed before the trace ended", rel(ge)),
+            evidence: vec![ev],
+        });
+    }
+    if let Some((e, _, ev)) = read_gap {
+        c.broken.push(Broken {
+            name: "read-not-reissued",
+            rule: "IBTA §9.7.5.2.2: a gap in read responses is answered by a read request from the missing PSN",
+            message: format!("read response at relative PSN {} went missing and the read was not re-issued", rel(e)),
+            evidence: vec![ev],
+        });
+    }
+    c.pkts = pkts;
+}
