@@ -499,3 +499,105 @@ fn two_runs_go_in_parallel() {
     assert_eq!(run_ids.len(), 2, "each run has its own names");
     assert_nothing_left("after parallel runs");
 }
+
+/// RoCEv2 through the lab: wirelab's transport in the host namespaces,
+/// events by relative PSN, the RoCE analyzers and the device counters.
+#[test]
+fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/roce/write-drop-5th-packet-go-back-n.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let s = &r.summary;
+    assert_eq!(s["verdict"], "PASS");
+    assert_eq!(s["integrity"]["valid"], true);
+    assert_eq!(s["events"][0]["hits"], 1);
+    let analyzer = |name: &str| {
+        s["analysis"]["analyzers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("analyzer {name}"))
+    };
+    let gbn = analyzer("roce-go-back-n");
+    assert_eq!(gbn["verdict"], "pass");
+    assert!(gbn["checks"].as_u64().unwrap() >= 20);
+    let lat = analyzer("roce-retransmission-latency");
+    let names: BTreeSet<&str> = lat["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert!(
+        names.contains("nack-generation") && names.contains("nack-reaction"),
+        "{names:?}"
+    );
+    assert_eq!(analyzer("roce-counters")["verdict"], "pass");
+    // Device counters, dumped before and after like NIC counters.
+    let dc = s["device_counters"].as_array().unwrap();
+    let get = |host: &str, c: &str| {
+        let d = dc.iter().find(|d| d["host"] == host).unwrap();
+        d["after"][c].as_i64().unwrap() - d["before"][c].as_i64().unwrap()
+    };
+    assert_eq!(get("requester", "packet_seq_err"), 1);
+    assert!(get("responder", "out_of_sequence") >= 1);
+    assert_eq!(get("requester", "local_ack_timeout_err"), 0);
+    // tshark's InfiniBand dissector reads the trace as RoCEv2: one NAK
+    // (syndrome 0x60) for the dropped packet's PSN, no malformed packet.
+    let trace = Path::new(s["results"].as_str().unwrap()).join("trace.pcapng");
+    let t = Command::new("tshark")
+        .args([
+            "-r",
+            trace.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.aeth.syndrome",
+            "-e",
+            "_ws.malformed",
+        ])
+        .output()
+        .expect("tshark runs");
+    let text = String::from_utf8_lossy(&t.stdout);
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    assert!(
+        rows.len() > 20 && rows.iter().all(|r| r.len() >= 3 && !r[0].is_empty()),
+        "{text}"
+    );
+    assert!(
+        rows.iter().all(|r| r.get(3).is_none_or(|m| m.is_empty())),
+        "malformed: {text}"
+    );
+    let first_psn: u32 = rows[0][1].parse().unwrap();
+    let naks: Vec<u32> = rows
+        .iter()
+        .filter(|r| r[2] == "96")
+        .map(|r| r[1].parse().unwrap())
+        .collect();
+    assert_eq!(
+        naks,
+        vec![(first_psn + 4) & 0xff_ffff],
+        "one NAK, for the 5th packet"
+    );
+
+    let spec = repo().join("specs/roce/read-drop-3rd-response-reissued.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let dc = r.summary["device_counters"].as_array().unwrap().clone();
+    let d = dc.iter().find(|d| d["host"] == "requester").unwrap();
+    assert_eq!(
+        d["after"]["implied_nak_seq_err"].as_i64().unwrap()
+            - d["before"]["implied_nak_seq_err"].as_i64().unwrap(),
+        1
+    );
+    assert_nothing_left("roce runs");
+}
