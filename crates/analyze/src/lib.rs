@@ -283,6 +283,8 @@ pub struct Input<'a> {
     /// Present for wirelab runs (and `wirelab analyze` on a results folder).
     pub facts: Option<&'a RunFacts>,
     pub opts: Options,
+    /// The RoCEv2 view of the same trace, built once for every analyzer.
+    pub roce: &'a roce::RoceView,
 }
 
 /// A pure function from the model to findings.

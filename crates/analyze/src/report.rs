@@ -48,11 +48,13 @@ pub fn build(
     progress: &dyn Fn(u64),
 ) -> Report {
     let analysis = model::build(trace, opts, progress);
+    let roce = crate::roce::build(trace);
     let input = Input {
         trace,
         analysis: &analysis,
         facts,
         opts,
+        roce: &roce,
     };
     let reports = run_analyzers(&input, analyzers);
     let expect = crate::expect::evaluate(

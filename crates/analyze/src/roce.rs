@@ -55,7 +55,7 @@ impl RPkt {
 
 /// Parses the RoCEv2 headers of one captured frame; tolerant of snap
 /// length (the BTH must be there, the rest only if captured).
-pub fn parse(link: Link, data: &[u8], orig_len: u32) -> Option<RPkt> {
+pub fn parse(link: Link, data: &[u8]) -> Option<RPkt> {
     let l3 = match link {
         Link::Ethernet => {
             if data.len() < 14 || data[12..14] != [0x08, 0x00] {
@@ -101,7 +101,6 @@ pub fn parse(link: Link, data: &[u8], orig_len: u32) -> Option<RPkt> {
     .then(|| rest.get(aeth_at).map(|s| Syndrome::from_byte(*s)))
     .flatten();
     let ip_total = u16::from_be_bytes([ip[2], ip[3]]) as u32;
-    let _ = orig_len;
     let hdrs = ihl as u32
         + 8
         + packet::BTH_LEN as u32
@@ -188,7 +187,7 @@ pub fn build(trace: &Trace) -> RoceView {
     let mut all = Vec::new();
     let mut meta = false;
     for p in &trace.packets {
-        let Some(mut r) = parse(p.link, &p.data, p.orig_len) else {
+        let Some(mut r) = parse(p.link, &p.data) else {
             continue;
         };
         r.frame = p.frame;

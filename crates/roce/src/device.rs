@@ -224,6 +224,9 @@ struct Qp {
     recv_posted: u64,
     reads: VecDeque<ReadResp>,
     // Both.
+    /// ACKs, NAKs and CNPs: (due time, packet, IP ECN field). ACKs and NAKs
+    /// go out ECT(0) (2), CNPs Not-ECT (0); the transmit path also uses the
+    /// field to tell them apart.
     ctrl: VecDeque<(u64, Vec<u8>, u8)>,
     rp: Rp,
     pace_next: u64,
@@ -278,14 +281,7 @@ impl Device {
     }
 
     pub fn create_qp(&mut self, c: QpConfig) {
-        let retries = c.retry_cnt as u32
-            + match (
-                &self.cfg.profile.adaptive_retransmission,
-                self.cfg.adaptive_retransmission,
-            ) {
-                (Some(a), true) => a.extra_retries,
-                _ => 0,
-            };
+        let retries = self.retry_budget(&c);
         let qp = Qp {
             sq: VecDeque::new(),
             next_psn: c.ipsn & psn::MASK,
@@ -562,7 +558,7 @@ impl Device {
     fn acked_before(&mut self, now: u64, qpn: u32, upto: u32) {
         let read_delay = self.cfg.profile.read_nack_generation.0;
         let timeout = self.timeout_for(&self.qps[&qpn]);
-        let budget = self.retry_budget(qpn);
+        let budget = self.retry_budget(&self.qps[&qpn].c);
         let qp = self.qps.get_mut(&qpn).unwrap();
         // Anything up to the highest PSN ever assigned may be acknowledged,
         // also after a go-back-N rewound tx_psn below it.
@@ -594,8 +590,9 @@ impl Device {
         self.complete_front(now, qpn);
     }
 
-    fn retry_budget(&self, qpn: u32) -> u32 {
-        let c = &self.qps[&qpn].c;
+    /// Retries after local ACK timeouts: the configured count, plus what an
+    /// adaptive-retransmission profile adds when the host turns it on.
+    fn retry_budget(&self, c: &QpConfig) -> u32 {
         c.retry_cnt as u32
             + match (
                 &self.cfg.profile.adaptive_retransmission,
@@ -929,7 +926,6 @@ impl Device {
 
     fn request(&mut self, now: u64, qpn: u32) -> Vec<u8> {
         let timeout = self.timeout_for(&self.qps[&qpn]);
-        let migreq_bth = |o, d, p, a| self.bth(o, d, p, a);
         let qp = &self.qps[&qpn];
         let mtu = qp.c.mtu;
         let w = qp
@@ -950,7 +946,7 @@ impl Device {
                 len: remaining,
             };
             let b = packet::build(
-                migreq_bth(op::READ_REQUEST, qp.c.remote_qpn, qp.tx_psn, true),
+                self.bth(op::READ_REQUEST, qp.c.remote_qpn, qp.tx_psn, true),
                 Some(reth),
                 None,
                 0,
@@ -981,7 +977,7 @@ impl Device {
             });
             let len = remaining.min(mtu) as usize;
             let b = packet::build(
-                migreq_bth(opcode, qp.c.remote_qpn, qp.tx_psn, ack_req),
+                self.bth(opcode, qp.c.remote_qpn, qp.tx_psn, ack_req),
                 reth,
                 None,
                 len,

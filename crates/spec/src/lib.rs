@@ -664,8 +664,7 @@ fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> 
 
 fn validate_roce_stack(r: &RoceStack, at: &str) -> Result<(), Invalid> {
     if let Some(p) = &r.profile {
-        let builtin = roce::BUILTIN.iter().any(|(n, _)| n == p);
-        if !builtin && !(p.contains('/') || p.ends_with(".yaml")) {
+        if !roce::is_profile_ref(p) {
             let names: Vec<&str> = roce::BUILTIN.iter().map(|(n, _)| *n).collect();
             return err(
                 format!("{at}.profile"),

@@ -190,13 +190,22 @@ pub enum ProfileError {
     Invalid(String, SpecError),
 }
 
-/// A built-in profile by name, or a YAML file by path (anything with a `/`
-/// or ending in `.yaml`).
+/// Whether `name_or_path` names a profile: a built-in one, or a file (anything
+/// with a `/` or ending in `.yaml`; read only when the run loads it).
+pub fn is_profile_ref(name_or_path: &str) -> bool {
+    BUILTIN.iter().any(|(n, _)| *n == name_or_path) || is_path(name_or_path)
+}
+
+fn is_path(p: &str) -> bool {
+    p.contains('/') || p.ends_with(".yaml")
+}
+
+/// A built-in profile by name, or a YAML file by path.
 pub fn load_profile(name_or_path: &str) -> Result<Profile, ProfileError> {
     if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
         return parse_profile(text).map_err(|e| ProfileError::Invalid(name_or_path.into(), e));
     }
-    if name_or_path.contains('/') || name_or_path.ends_with(".yaml") {
+    if is_path(name_or_path) {
         let text = std::fs::read_to_string(name_or_path)
             .map_err(|e| ProfileError::Read(name_or_path.into(), e))?;
         return parse_profile(&text).map_err(|e| ProfileError::Invalid(name_or_path.into(), e));

@@ -79,6 +79,40 @@ pub struct ConnReport {
     pub error: Option<String>,
 }
 
+impl ConnReport {
+    /// A connection's report from its completed messages: goodput is the
+    /// message bytes over the time from the first post to the last completion.
+    pub fn new(
+        id: u32,
+        expected_messages: u32,
+        message_size: u64,
+        mut messages: Vec<MessageReport>,
+        error: Option<String>,
+    ) -> ConnReport {
+        messages.sort_by_key(|m| m.message);
+        let bytes = messages.len() as u64 * message_size;
+        let span = match (
+            messages.iter().map(|m| m.posted_ns).min(),
+            messages.iter().map(|m| m.completed_ns).max(),
+        ) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        ConnReport {
+            id,
+            expected_messages,
+            bytes,
+            goodput_bps: if span > 0 {
+                bytes * 8 * 1_000_000_000 / span
+            } else {
+                0
+            },
+            messages,
+            error,
+        }
+    }
+}
+
 fn ioe(conn: u32, what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         conn,
@@ -498,28 +532,7 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
                     (Ok(m), Err(e)) => (m, Some(format!("responder: {e}"))),
                     (Err(e), _) => (Vec::new(), Some(e.to_string())),
                 };
-                let bytes = messages.len() as u64 * c.message_size.0;
-                let span = match (messages.first(), messages.last()) {
-                    (Some(a), Some(b)) => messages
-                        .iter()
-                        .map(|m| m.completed_ns)
-                        .max()
-                        .unwrap_or(b.completed_ns)
-                        .saturating_sub(a.posted_ns),
-                    _ => 0,
-                };
-                ConnReport {
-                    id: c.id,
-                    expected_messages: c.messages,
-                    bytes,
-                    goodput_bps: if span > 0 {
-                        bytes * 8 * 1_000_000_000 / span
-                    } else {
-                        0
-                    },
-                    messages,
-                    error,
-                }
+                ConnReport::new(c.id, c.messages, c.message_size.0, messages, error)
             })
             .collect()
     });

@@ -506,28 +506,13 @@ pub fn run(plan: &Plan, p: Prepared, stop: &Stop) -> (Vec<ConnReport>, Vec<Devic
     for (conns, c) in results {
         counters.push(c);
         for c in conns {
-            let bytes = c.done.len() as u64 * c.size as u64;
-            let span = match (
-                c.done.iter().map(|m| m.posted_ns).min(),
-                c.done.iter().map(|m| m.completed_ns).max(),
-            ) {
-                (Some(a), Some(b)) => b.saturating_sub(a),
-                _ => 0,
-            };
-            let mut messages = c.done;
-            messages.sort_by_key(|m| m.message);
-            reports.push(ConnReport {
-                id: c.id,
-                expected_messages: c.messages,
-                bytes,
-                goodput_bps: if span > 0 {
-                    bytes * 8 * 1_000_000_000 / span
-                } else {
-                    0
-                },
-                messages,
-                error: c.error,
-            });
+            reports.push(ConnReport::new(
+                c.id,
+                c.messages,
+                c.size as u64,
+                c.done,
+                c.error,
+            ));
         }
     }
     reports.sort_by_key(|r| r.id);

@@ -116,7 +116,8 @@ fn seen(input: &Input, addr: IpAddr) -> Seen {
     }
     // IpExtInCEPkts counts every CE-marked IP packet, RoCEv2 over UDP too.
     if let IpAddr::V4(v4) = addr {
-        s.in_ce += crate::roce::build(input.trace)
+        s.in_ce += input
+            .roce
             .all
             .iter()
             .filter(|p| p.dst == v4 && p.delivered && p.ecn == 3)

@@ -8,12 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use wirelab_roce::packet::{op, Kind};
 use wirelab_spec::{AnalyzerName, Unit};
 
-use crate::roce::{self, RPkt, RoceView};
+use crate::roce::RPkt;
 use crate::{Analyzer, Finding, Input};
-
-fn view(input: &Input) -> RoceView {
-    roce::build(input.trace)
-}
 
 pub struct GoBackN;
 
@@ -25,7 +21,7 @@ impl Analyzer for GoBackN {
         "RoCE go-back-N (Lumina's FSM): NAK the first missing PSN once, resend from it in order; reads re-issued from the missing response; MigReq = 1"
     }
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
-        let v = view(input);
+        let v = input.roce;
         let mut out = Vec::new();
         let mut checks = 0;
         for c in &v.conns {
@@ -52,7 +48,7 @@ impl Analyzer for RetransmissionLatency {
         "RoCE per loss (Lumina Figs. 5, 8, 9): NACK generation (responder; requester for read), NACK reaction, timeouts"
     }
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
-        let v = view(input);
+        let v = input.roce;
         let mut out = Vec::new();
         for c in &v.conns {
             for l in &c.nack_generation {
@@ -184,7 +180,7 @@ impl Analyzer for Cnp {
         "RoCE CNPs (DCQCN NP, Lumina §6.3): which limiter scope and interval the device follows, and whether it sends what min_time_between_cnps allows"
     }
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
-        let v = view(input);
+        let v = input.roce;
         let mut out = Vec::new();
         let mut checks = 0;
         // Conn of a data packet's sender, by (sender, receiver's QPN).
@@ -219,7 +215,7 @@ impl Analyzer for Cnp {
                     .map(|(n, _)| n.clone())
             })
         };
-        for (_, (marks, _)) in nps.iter_mut() {
+        for (marks, _) in nps.values_mut() {
             marks.sort();
         }
         for (np, (marks, cnps)) in &nps {
@@ -321,7 +317,7 @@ impl Analyzer for Counters {
         let Some(facts) = input.facts else {
             return (0, Vec::new());
         };
-        let v = view(input);
+        let v = input.roce;
         if !v.switch_metadata || facts.device_counters.is_empty() {
             return (0, Vec::new());
         }
