@@ -113,6 +113,23 @@ fn each_rejection_names_path_and_line() {
             "events[1]: the same packet and iteration is already addressed by an earlier event (line 12)",
         ),
         (
+            "send over TCP",
+            with("").replace("message_size: 14480", "message_size: 14480\n      verb: send"),
+            "traffic.connections[0].verb: `send` needs `traffic.transport: roce` (line 10)",
+        ),
+        (
+            "RoCE path MTU larger than the link allows",
+            with("")
+                .replace("connections:", "transport: roce\n  connections:")
+                .replace("message_size: 14480", "message_size: 14480\n      mtu: 2048"),
+            "traffic.connections[0].mtu: a 2048-byte RoCE payload needs a link MTU of at least 2108; topology.mtu is 1500 (line 11)",
+        ),
+        (
+            "unknown RoCE profile",
+            with("").replace("topology:", "stack:\n  roce: {profile: cx9}\ntopology:"),
+            "stack.roce.profile: unknown profile `cx9`: give a path to a YAML file or one of default, slow-nack-reaction, slow-read-nack, cnp-hidden-interval, cnp-per-ip, cnp-per-port, cnp-sent-not-counted, implied-nak-not-counted, clears-migreq, adaptive-retransmission (line 2)",
+        ),
+        (
             "snap length",
             with("capture:\n  snap_len: 10\n"),
             "capture.snap_len: must be between 64 and 1518, got 10 (line 11)",
@@ -140,7 +157,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown finding",
             with("expect:\n  - {finding: loss-recovery.oops, at_most: 0}\n"),
-            "expect[0].finding: unknown finding `loss-recovery.oops` (known: loss-recovery.violations, loss-recovery.ooo-not-acked, loss-recovery.unjustified-retransmission, loss-recovery.late-retransmission, loss-recovery.acked-data-retransmitted, loss-recovery.sacked-data-retransmitted, loss-recovery.no-backoff, loss-recovery.dsack, retransmission-latency.nack-generation, retransmission-latency.reaction, retransmission-latency.timeout, retransmission-latency.total, ecn.violations, ecn.ce-not-echoed, ecn.ece-without-cwr, ecn.echo-latency, ecn.cwr-latency, counters.violations, counters.counter-disagrees, flow.mct, flow.goodput, flow.rtt, flow.flight, flow.retransmissions) (line 11)",
+            "expect[0].finding: unknown finding `loss-recovery.oops` (known: loss-recovery.violations, loss-recovery.ooo-not-acked, loss-recovery.unjustified-retransmission, loss-recovery.late-retransmission, loss-recovery.acked-data-retransmitted, loss-recovery.sacked-data-retransmitted, loss-recovery.no-backoff, loss-recovery.dsack, retransmission-latency.nack-generation, retransmission-latency.reaction, retransmission-latency.timeout, retransmission-latency.total, ecn.violations, ecn.ce-not-echoed, ecn.ece-without-cwr, ecn.echo-latency, ecn.cwr-latency, counters.violations, counters.counter-disagrees, flow.mct, flow.goodput, flow.rtt, flow.flight, flow.retransmissions, roce-go-back-n.violations, roce-go-back-n.nak-missing, roce-go-back-n.nak-wrong-psn, roce-go-back-n.nak-repeated, roce-go-back-n.nak-unjustified, roce-go-back-n.wrong-restart, roce-go-back-n.resend-skipped, roce-go-back-n.read-not-reissued, roce-go-back-n.migreq-clear, roce-retransmission-latency.nack-generation, roce-retransmission-latency.read-nack-generation, roce-retransmission-latency.nack-reaction, roce-retransmission-latency.timeout, roce-cnp.violations, roce-cnp.cnp-missing, roce-cnp.cnp-excess, roce-cnp.cnps, roce-cnp.interval, roce-counters.violations, roce-counters.counter-disagrees) (line 11)",
         ),
         (
             "a time without a unit",
@@ -155,7 +172,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown analyzer",
             with("analyzers: [flow, tcp-magic]\n"),
-            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow` (line 10)",
+            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow`, `roce-go-back-n`, `roce-retransmission-latency`, `roce-cnp`, `roce-counters` (line 10)",
         ),
         (
             "a tolerance without equals",
