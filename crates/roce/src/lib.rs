@@ -8,6 +8,7 @@ pub mod dcqcn;
 pub mod device;
 pub mod packet;
 pub mod psn;
+pub mod sim;
 
 pub use device::{
     Completion, Counters, Device, DeviceConfig, PostError, QpConfig, Rx, Status, Tx, Verb,

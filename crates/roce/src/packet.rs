@@ -418,6 +418,30 @@ impl Ipv4Udp {
             frag: 0x4000,
         }
     }
+
+    /// The IPv4 (no options, TTL 64) and UDP headers of a packet carrying
+    /// `roce_len` bytes of RoCE, with a valid IP header checksum and no UDP
+    /// checksum (RoCEv2 may leave it 0, Annex A17.3). Built with etherparse.
+    pub fn header(&self, ecn: u8, roce_len: usize) -> Vec<u8> {
+        use etherparse::{IpEcn, IpNumber, Ipv4Header, UdpHeader};
+        let mut ip = Ipv4Header::new(
+            (8 + roce_len) as u16,
+            64,
+            IpNumber::UDP,
+            self.src.octets(),
+            self.dst.octets(),
+        )
+        .expect("a RoCE packet fits in an IPv4 packet");
+        ip.ecn = IpEcn::try_new(ecn & 3).expect("two bits");
+        ip.identification = self.ip_id;
+        ip.dont_fragment = self.frag & 0x4000 != 0;
+        ip.header_checksum = ip.calc_header_checksum();
+        let udp = UdpHeader::without_ipv4_checksum(self.sport, self.dport, roce_len)
+            .expect("a RoCE packet fits in a UDP datagram");
+        let mut out = ip.to_bytes().to_vec();
+        out.extend_from_slice(&udp.to_bytes());
+        out
+    }
 }
 
 /// The invariant CRC of a RoCEv2 packet over IPv4 (IBTA Annex A17.8,

@@ -1,48 +1,45 @@
-//! The transport on virtual time: two devices joined by a link with a fixed
-//! one-way delay and a hook that drops, CE-marks or corrupts chosen packets.
+//! The transport on virtual time (wirelab_roce::sim): two devices joined by
+//! a link with a fixed one-way delay and a hook that drops, CE-marks or
+//! corrupts chosen packets.
 
 use std::net::Ipv4Addr;
 
-use wirelab_roce::packet::{self, op, Packet, Syndrome};
+use wirelab_roce::packet::{self, op, Syndrome};
+use wirelab_roce::sim::{Fate, Seen, Sim};
 use wirelab_roce::{
-    load_profile, Completion, Device, DeviceConfig, QpConfig, Rx, Status, Verb, WorkRequest,
+    load_profile, Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest,
 };
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const DELAY: u64 = 2_000;
 
-#[derive(Debug, Clone)]
-struct Seen {
-    t: u64,
-    from_a: bool,
-    opcode: u8,
-    psn: u32,
-    dqpn: u32,
-    ack_req: bool,
-    migreq: bool,
-    syndrome: Option<Syndrome>,
-    reth: Option<packet::Reth>,
-    len: usize,
-    fate: Fate,
+/// The first device is A (the requester), the second B.
+trait FromA {
+    fn from_a(&self) -> bool;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Fate {
-    Pass,
-    Drop,
-    Mark,
-    Corrupt,
+impl FromA for Seen {
+    fn from_a(&self) -> bool {
+        self.from == 0
+    }
 }
 
 struct Lab {
-    a: Device,
-    b: Device,
-    now: u64,
-    flight: Vec<(u64, bool, wirelab_roce::Tx, u8)>,
-    log: Vec<Seen>,
-    hook: Box<dyn FnMut(&Seen, &[Seen]) -> Fate>,
-    done: Vec<(bool, Completion)>,
+    sim: Sim,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = Sim;
+    fn deref(&self) -> &Sim {
+        &self.sim
+    }
+}
+
+impl std::ops::DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut Sim {
+        &mut self.sim
+    }
 }
 
 fn cfg(profile: &str) -> DeviceConfig {
@@ -83,24 +80,19 @@ impl Lab {
         let mut b = Device::new(cb);
         a.create_qp(qp(0x11, 0x22, A, B, ipsn_a, ipsn_b));
         b.create_qp(qp(0x22, 0x11, B, A, ipsn_b, ipsn_a));
-        Lab {
-            a,
-            b,
-            now: 0,
-            flight: Vec::new(),
-            log: Vec::new(),
-            hook: Box::new(|_, _| Fate::Pass),
-            done: Vec::new(),
-        }
+        let mut sim = Sim::new(DELAY);
+        sim.add(a, &[A]);
+        sim.add(b, &[B]);
+        Lab { sim }
     }
 
     fn hook(mut self, f: impl FnMut(&Seen, &[Seen]) -> Fate + 'static) -> Lab {
-        self.hook = Box::new(f);
+        self.sim.set_hook(f);
         self
     }
 
     fn post(&mut self, id: u64, verb: Verb, len: u32) {
-        self.a
+        self.devs[0]
             .post_send(
                 0x11,
                 WorkRequest {
@@ -114,91 +106,10 @@ impl Lab {
             .unwrap();
     }
 
-    /// Runs until nothing is left to do or `limit` ns of virtual time pass.
-    fn run(&mut self, limit: u64) {
-        loop {
-            for from_a in [true, false] {
-                loop {
-                    let dev = if from_a { &mut self.a } else { &mut self.b };
-                    let Some(tx) = dev.poll_transmit(self.now) else {
-                        break;
-                    };
-                    let p = Packet::parse(&tx.bytes).unwrap();
-                    let mut seen = Seen {
-                        t: self.now,
-                        from_a,
-                        opcode: p.bth.opcode,
-                        psn: p.bth.psn,
-                        dqpn: p.bth.dqpn,
-                        ack_req: p.bth.ack_req,
-                        migreq: p.bth.migreq,
-                        syndrome: p.aeth.map(|a| a.0),
-                        reth: p.reth,
-                        len: p.payload.len(),
-                        fate: Fate::Pass,
-                    };
-                    seen.fate = (self.hook)(&seen, &self.log);
-                    self.log.push(seen.clone());
-                    let mut tx = tx;
-                    let mut ecn = tx.ecn;
-                    match seen.fate {
-                        Fate::Drop => continue,
-                        Fate::Mark => ecn = 3,
-                        Fate::Corrupt => {
-                            let n = tx.bytes.len();
-                            tx.bytes[n - 6] ^= 1;
-                        }
-                        Fate::Pass => {}
-                    }
-                    self.flight.push((self.now + DELAY, !from_a, tx, ecn));
-                }
-            }
-            while let Some(c) = self.a.poll_completion() {
-                self.done.push((true, c));
-            }
-            while let Some(c) = self.b.poll_completion() {
-                self.done.push((false, c));
-            }
-            let next = [
-                self.flight.iter().map(|f| f.0).min(),
-                self.a.poll_timeout(),
-                self.b.poll_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let Some(next) = next else { return };
-            if next > limit {
-                return;
-            }
-            self.now = next.max(self.now);
-            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.flight)
-                .into_iter()
-                .partition(|f| f.0 <= self.now);
-            self.flight = rest;
-            for (_, to_a, tx, ecn) in due {
-                let rx = Rx {
-                    src: tx.src,
-                    dst: tx.dst,
-                    sport: tx.sport,
-                    ecn,
-                    bytes: &tx.bytes,
-                };
-                if to_a {
-                    self.a.handle_datagram(self.now, rx);
-                } else {
-                    self.b.handle_datagram(self.now, rx);
-                }
-            }
-            self.a.handle_timeout(self.now);
-            self.b.handle_timeout(self.now);
-        }
-    }
-
     fn sent_by_a(&self) -> Vec<(u8, u32)> {
         self.log
             .iter()
-            .filter(|s| s.from_a)
+            .filter(|s| s.from_a())
             .map(|s| (s.opcode, s.psn))
             .collect()
     }
@@ -206,7 +117,7 @@ impl Lab {
     fn requester_done(&self) -> Vec<(u64, Status)> {
         self.done
             .iter()
-            .filter(|(a, c)| *a && !c.recv)
+            .filter(|(d, c)| *d == 0 && !c.recv)
             .map(|(_, c)| (c.wr_id, c.status))
             .collect()
     }
@@ -243,21 +154,21 @@ fn write_is_segmented_at_the_mtu_and_acked_once() {
         "AckReq on the last packet only"
     );
     assert!(first.migreq, "MigReq = 1 (IBTA §9.2.4)");
-    let acks: Vec<_> = lab.log.iter().filter(|s| !s.from_a).collect();
+    let acks: Vec<_> = lab.log.iter().filter(|s| !s.from_a()).collect();
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert_eq!(
         (acks[0].opcode, acks[0].psn, acks[0].dqpn),
         (op::ACKNOWLEDGE, 102, 0x11)
     );
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
-    assert_eq!(lab.b.counters().get("rx_write_requests"), 1);
-    assert_eq!(lab.a.counters().get("tx_roce_packets"), 3);
+    assert_eq!(lab.devs[1].counters().get("rx_write_requests"), 1);
+    assert_eq!(lab.devs[0].counters().get("tx_roce_packets"), 3);
 }
 
 #[test]
 fn every_packet_type_is_produced() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0);
-    lab.b.post_recv(0x22, 2).unwrap();
+    lab.devs[1].post_recv(0x22, 2).unwrap();
     lab.post(1, Verb::Send, 100);
     lab.post(2, Verb::Send, 2500);
     lab.post(3, Verb::Write, 10);
@@ -321,7 +232,7 @@ fn psns_wrap_at_24_bits() {
 #[test]
 fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 1000, 0).hook(|s, log| {
-        if s.from_a && s.psn == 1003 && !log.iter().any(|x| x.from_a && x.psn == 1003) {
+        if s.from_a() && s.psn == 1003 && !log.iter().any(|x| x.from_a() && x.psn == 1003) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -347,22 +258,22 @@ fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
     );
     assert_eq!(psns[back..].to_vec(), (1003..=1009).collect::<Vec<_>>());
     let nak_arrival = naks[0].t + DELAY;
-    assert!(lab.log.iter().filter(|s| s.from_a).nth(back).unwrap().t >= nak_arrival);
+    assert!(lab.log.iter().filter(|s| s.from_a()).nth(back).unwrap().t >= nak_arrival);
     // The retransmitted 1003 is a middle packet of the same write.
     assert_eq!(
         lab.log
             .iter()
-            .filter(|s| s.from_a && s.psn == 1003)
+            .filter(|s| s.from_a() && s.psn == 1003)
             .map(|s| s.opcode)
             .collect::<Vec<_>>(),
         vec![op::WRITE_MIDDLE; 2]
     );
     assert_eq!(
-        lab.b.counters().get("out_of_sequence"),
+        lab.devs[1].counters().get("out_of_sequence"),
         (last_before - 1003) as u64
     );
-    assert_eq!(lab.a.counters().get("packet_seq_err"), 1);
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 0);
+    assert_eq!(lab.devs[0].counters().get("packet_seq_err"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 0);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 }
 
@@ -372,7 +283,7 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
         let again = log
             .iter()
             .any(|x| x.psn == 52 && x.opcode == op::READ_RESPONSE_MIDDLE);
-        if !s.from_a && s.psn == 52 && !again {
+        if !s.from_a() && s.psn == 52 && !again {
             Fate::Drop
         } else {
             Fate::Pass
@@ -398,7 +309,7 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
     let resp: Vec<(u8, u32)> = lab
         .log
         .iter()
-        .filter(|s| !s.from_a)
+        .filter(|s| !s.from_a())
         .map(|s| (s.opcode, s.psn))
         .collect();
     assert_eq!(
@@ -414,16 +325,16 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
             (op::READ_RESPONSE_LAST, 54)
         ]
     );
-    assert_eq!(lab.a.counters().get("implied_nak_seq_err"), 1);
+    assert_eq!(lab.devs[0].counters().get("implied_nak_seq_err"), 1);
     // The re-issued read is a duplicate request at the responder (§9.7.5.1.1).
-    assert_eq!(lab.b.counters().get("duplicate_request"), 1);
+    assert_eq!(lab.devs[1].counters().get("duplicate_request"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 }
 
 #[test]
 fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.from_a) {
+        if s.from_a() && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.from_a()) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -431,25 +342,25 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     });
     lab.post(1, Verb::Write, 3 * 1024);
     lab.run(10_000_000_000);
-    assert_eq!(lab.log.iter().filter(|s| s.from_a && s.psn == 2).count(), 2);
+    assert_eq!(lab.log.iter().filter(|s| s.from_a() && s.psn == 2).count(), 2);
     // timeout = 14: 4.096 µs × 2^14 = 67.108864 ms after the first packet was
     // sent (nothing was acknowledged since), go-back-N resends from PSN 0.
     let psn0: Vec<u64> = lab
         .log
         .iter()
-        .filter(|s| s.from_a && s.psn == 0)
+        .filter(|s| s.from_a() && s.psn == 0)
         .map(|s| s.t)
         .collect();
     assert_eq!(psn0.len(), 2);
     assert_eq!(psn0[1] - psn0[0], 4096 << 14);
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 }
 
 #[test]
 fn retries_run_out_with_an_error_completion() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, _| {
-        if s.from_a && s.psn == 1 {
+        if s.from_a() && s.psn == 1 {
             Fate::Drop
         } else {
             Fate::Pass
@@ -460,15 +371,15 @@ fn retries_run_out_with_an_error_completion() {
     lab.run(100_000_000_000);
     // The first transmission, one after the NAK that the second write's
     // packet triggers, and 7 retries (retry_cnt 7); the 8th timeout fails.
-    assert_eq!(lab.log.iter().filter(|s| s.from_a && s.psn == 1).count(), 9);
+    assert_eq!(lab.log.iter().filter(|s| s.from_a() && s.psn == 1).count(), 9);
     assert_eq!(
         lab.requester_done(),
         vec![(1, Status::RetryExceeded), (2, Status::Flushed)]
     );
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 8);
-    assert_eq!(lab.a.counters().get("req_cqe_error"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 8);
+    assert_eq!(lab.devs[0].counters().get("req_cqe_error"), 1);
     assert!(lab
-        .a
+        .devs[0]
         .post_send(
             0x11,
             WorkRequest {
@@ -494,14 +405,14 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
     });
     lab.post(1, Verb::Write, 1024);
     lab.run(10_000_000_000);
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
-    assert_eq!(lab.b.counters().get("duplicate_request"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.devs[1].counters().get("duplicate_request"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 
     // A NAK: the requester times out and resends from the oldest unacked PSN.
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        let first_try = !log.iter().any(|x| x.from_a && x.psn == 1);
-        if (s.from_a && s.psn == 1 && first_try) || matches!(s.syndrome, Some(Syndrome::Nak(_))) {
+        let first_try = !log.iter().any(|x| x.from_a() && x.psn == 1);
+        if (s.from_a() && s.psn == 1 && first_try) || matches!(s.syndrome, Some(Syndrome::Nak(_))) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -509,7 +420,7 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
     });
     lab.post(1, Verb::Write, 4 * 1024);
     lab.run(10_000_000_000);
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 
     // A read request.
@@ -522,14 +433,14 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
     });
     lab.post(1, Verb::Read, 2048);
     lab.run(10_000_000_000);
-    assert_eq!(lab.a.counters().get("local_ack_timeout_err"), 1);
+    assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 }
 
 #[test]
 fn a_corrupted_packet_fails_the_icrc_and_is_naked() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a && s.psn == 1 && !log.iter().any(|x| x.from_a && x.psn == 1) {
+        if s.from_a() && s.psn == 1 && !log.iter().any(|x| x.from_a() && x.psn == 1) {
             Fate::Corrupt
         } else {
             Fate::Pass
@@ -537,8 +448,8 @@ fn a_corrupted_packet_fails_the_icrc_and_is_naked() {
     });
     lab.post(1, Verb::Write, 3 * 1024);
     lab.run(10_000_000_000);
-    assert_eq!(lab.b.counters().get("rx_icrc_encapsulated"), 1);
-    assert_eq!(lab.a.counters().get("packet_seq_err"), 1);
+    assert_eq!(lab.devs[1].counters().get("rx_icrc_encapsulated"), 1);
+    assert_eq!(lab.devs[0].counters().get("packet_seq_err"), 1);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
 }
 
@@ -553,9 +464,9 @@ fn a_send_without_a_receive_gets_an_rnr_nak_and_is_retried() {
         .find(|s| matches!(s.syndrome, Some(Syndrome::RnrNak { .. })))
         .expect("RNR NAK");
     assert_eq!(rnr.psn, 0);
-    let rnrs = lab.b.counters().get("out_of_buffer");
+    let rnrs = lab.devs[1].counters().get("out_of_buffer");
     assert!(rnrs >= 2, "retried while no receive was posted");
-    lab.b.post_recv(0x22, 1).unwrap();
+    lab.devs[1].post_recv(0x22, 1).unwrap();
     lab.run(1_000_000_000);
     let sends: Vec<u64> = lab
         .log
@@ -583,7 +494,7 @@ fn dcqcn(profile: &str) -> DeviceConfig {
 #[test]
 fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
     let mut lab = Lab::new(dcqcn("default"), dcqcn("default"), 0, 0).hook(|s, _| {
-        if s.from_a && packet::kind(s.opcode) == packet::Kind::Data {
+        if s.from_a() && packet::kind(s.opcode) == packet::Kind::Data {
             Fate::Mark
         } else {
             Fate::Pass
@@ -591,7 +502,7 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
     });
     lab.post(1, Verb::Write, 100 * 1024);
     lab.run(150_000);
-    let rp = lab.a.rp(0x11).unwrap();
+    let rp = lab.devs[0].rp(0x11).unwrap();
     assert!(rp.rc < 10e9 / 2.0, "rate while marked: {}", rp.rc);
     lab.run(1_000_000_000);
     let cnps: Vec<u64> = lab
@@ -602,14 +513,14 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
         .collect();
     assert!(cnps.len() > 2);
     assert!(cnps.windows(2).all(|w| w[1] - w[0] >= 4_000), "{cnps:?}");
-    assert_eq!(lab.b.counters().get("np_ecn_marked_roce_packets"), 100);
-    assert_eq!(lab.b.counters().get("np_cnp_sent"), cnps.len() as u64);
-    assert_eq!(lab.a.counters().get("rp_cnp_handled"), cnps.len() as u64);
+    assert_eq!(lab.devs[1].counters().get("np_ecn_marked_roce_packets"), 100);
+    assert_eq!(lab.devs[1].counters().get("np_cnp_sent"), cnps.len() as u64);
+    assert_eq!(lab.devs[0].counters().get("rp_cnp_handled"), cnps.len() as u64);
     // Once the marks stop, fast recovery and increases bring it back.
-    assert_eq!(lab.a.rp(0x11).unwrap().rc, 10e9);
+    assert_eq!(lab.devs[0].rp(0x11).unwrap().rc, 10e9);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
     // Paced: the data took longer than at line rate.
-    let data: Vec<u64> = lab.log.iter().filter(|s| s.from_a).map(|s| s.t).collect();
+    let data: Vec<u64> = lab.log.iter().filter(|s| s.from_a()).map(|s| s.t).collect();
     let at_line = 100.0 * (1024.0 + 16.0 + 46.0) * 8.0 / 10e9 * 1e9;
     assert!((data[data.len() - 1] - data[0]) as f64 > 2.0 * at_line);
 }
@@ -618,7 +529,7 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
 fn profiles_change_what_the_wire_shows() {
     // Slow NACK reaction: the first retransmission comes 400 µs after the NAK.
     let mut lab = Lab::new(cfg("slow-nack-reaction"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a && s.psn == 1 && !log.iter().any(|x| x.from_a && x.psn == 1) {
+        if s.from_a() && s.psn == 1 && !log.iter().any(|x| x.from_a() && x.psn == 1) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -635,7 +546,7 @@ fn profiles_change_what_the_wire_shows() {
     let resent = lab
         .log
         .iter()
-        .filter(|s| s.from_a && s.psn == 1)
+        .filter(|s| s.from_a() && s.psn == 1)
         .nth(1)
         .unwrap()
         .t;
@@ -645,12 +556,12 @@ fn profiles_change_what_the_wire_shows() {
     let mut lab = Lab::new(cfg("clears-migreq"), cfg("default"), 0, 0);
     lab.post(1, Verb::Write, 1024);
     lab.run(1_000_000_000);
-    assert!(lab.log.iter().filter(|s| s.from_a).all(|s| !s.migreq));
-    assert!(lab.log.iter().filter(|s| !s.from_a).all(|s| s.migreq));
+    assert!(lab.log.iter().filter(|s| s.from_a()).all(|s| !s.migreq));
+    assert!(lab.log.iter().filter(|s| !s.from_a()).all(|s| s.migreq));
 
     // A counter that does not count.
     let mut lab = Lab::new(dcqcn("default"), dcqcn("cnp-sent-not-counted"), 0, 0).hook(|s, _| {
-        if s.from_a && s.opcode != op::CNP {
+        if s.from_a() && s.opcode != op::CNP {
             Fate::Mark
         } else {
             Fate::Pass
@@ -659,17 +570,17 @@ fn profiles_change_what_the_wire_shows() {
     lab.post(1, Verb::Write, 1024);
     lab.run(1_000_000_000);
     assert_eq!(lab.log.iter().filter(|s| s.opcode == op::CNP).count(), 1);
-    assert_eq!(lab.b.counters().get("np_cnp_sent"), 0);
+    assert_eq!(lab.devs[1].counters().get("np_cnp_sent"), 0);
 
     // Adaptive retransmission ignores the configured timeout.
     let mut c = cfg("adaptive-retransmission");
     c.adaptive_retransmission = true;
     let mut lab =
         Lab::new(c, cfg("default"), 0, 0)
-            .hook(|s, _| if s.from_a { Fate::Drop } else { Fate::Pass });
+            .hook(|s, _| if s.from_a() { Fate::Drop } else { Fate::Pass });
     lab.post(1, Verb::Write, 1024);
     lab.run(100_000_000_000);
-    let t: Vec<u64> = lab.log.iter().filter(|s| s.from_a).map(|s| s.t).collect();
+    let t: Vec<u64> = lab.log.iter().filter(|s| s.from_a()).map(|s| s.t).collect();
     let gaps: Vec<u64> = t.windows(2).map(|w| (w[1] - w[0]) / 100_000).collect();
     assert_eq!(
         gaps,
@@ -677,5 +588,5 @@ fn profiles_change_what_the_wire_shows() {
         "{t:?}"
     );
     assert_eq!(lab.requester_done(), vec![(1, Status::RetryExceeded)]);
-    assert_eq!(lab.a.counters().get("roce_adp_retrans"), 11);
+    assert_eq!(lab.devs[0].counters().get("roce_adp_retrans"), 11);
 }
