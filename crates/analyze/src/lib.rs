@@ -81,7 +81,25 @@ pub struct Options {
     /// The sender uses tail loss probes (Linux: `net.ipv4.tcp_early_retrans`
     /// 3 or 4, the default; 0-2 turn TLP off).
     pub tlp: bool,
+    /// A RoCE NACK generated or reacted to later than this took a slow path.
+    /// Lumina §6.1: CX5 and CX6 Dx generate NACKs in ~2 µs and react in
+    /// 2-6 µs, CX4 Lx reacts in ~200 µs (~100 base RTTs) and E810 re-issues
+    /// reads after ~83 ms; 150 µs separates the two groups.
+    pub roce_slow_path_ns: u64,
+    /// How far apart the switch's and the device's clocks may see one
+    /// packet (the CNP limiter checks allow this much): ~1 µs on a hardware
+    /// testbed; wirelab's user-space device reads its socket tens of µs late.
+    pub roce_timing_slack_ns: u64,
 }
+
+/// The slow-path bound for wirelab's own RoCE device, a user-space process
+/// whose socket queues and scheduling add tens of µs to every answer (one
+/// measured NACK reaction: 53 µs); its slow profiles add 400 µs or more.
+pub const ROCE_SLOW_PATH_USERSPACE_NS: u64 = 300_000;
+
+/// The timing slack of wirelab's own RoCE device (see
+/// [`Options::roce_timing_slack_ns`]).
+pub const ROCE_TIMING_SLACK_USERSPACE_NS: u64 = 10_000;
 
 impl Default for Options {
     fn default() -> Self {
@@ -90,6 +108,8 @@ impl Default for Options {
             ack_allowance_ns: 1_000_000,
             reaction_allowance_ns: 1_000_000,
             tlp: true,
+            roce_slow_path_ns: 150_000,
+            roce_timing_slack_ns: 1_000,
         }
     }
 }
@@ -115,10 +135,40 @@ pub struct RunFacts {
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
     /// Host name -> its address in the lab.
     pub addresses: BTreeMap<String, IpAddr>,
+    /// Host name -> every address its RoCE device answers on (its GIDs),
+    /// when it has more than its lab address.
+    pub gids: BTreeMap<String, Vec<IpAddr>>,
     /// Host name -> RoCE device counter deltas.
     pub device_counters: BTreeMap<String, BTreeMap<String, i64>>,
     /// Host name -> the min_time_between_cnps its RoCE device was given.
     pub cnp_interval_ns: BTreeMap<String, u64>,
+    /// RoCE connection id -> (minimum local ACK timeout 4.096 µs × 2^timeout,
+    /// retry_cnt) its requester QP was given.
+    pub roce_retransmit: BTreeMap<u32, (u64, u32)>,
+}
+
+impl RunFacts {
+    /// Every address of `host`: its GIDs, else its lab address.
+    pub fn addresses_of(&self, host: &str) -> Vec<IpAddr> {
+        match self.gids.get(host) {
+            Some(g) if !g.is_empty() => g.clone(),
+            _ => self.addresses.get(host).copied().into_iter().collect(),
+        }
+    }
+
+    /// The host that owns `ip`, among lab addresses and GIDs.
+    pub fn host_of(&self, ip: IpAddr) -> Option<&str> {
+        self.addresses
+            .iter()
+            .find(|(_, a)| **a == ip)
+            .map(|(n, _)| n.as_str())
+            .or_else(|| {
+                self.gids
+                    .iter()
+                    .find(|(_, g)| g.contains(&ip))
+                    .map(|(n, _)| n.as_str())
+            })
+    }
 }
 
 /// What a finding is.

@@ -12,7 +12,8 @@ use crate::{Options, RunFacts};
 impl Options {
     /// What the analysis may assume, from each host's (rto_min,
     /// net.ipv4.tcp_early_retrans): the smallest rto_min (`default_rto` when
-    /// no host is given), and TLP unless a host turns it off.
+    /// no host is given), TLP unless a host turns it off, and the RoCE
+    /// slow-path bound of wirelab's user-space device when there are hosts.
     pub fn for_hosts(
         hosts: impl Iterator<Item = (Option<u64>, Option<String>)>,
         default_rto: Option<u64>,
@@ -20,6 +21,9 @@ impl Options {
         let mut o = Options::default();
         let mut rto = None::<u64>;
         for (r, early_retrans) in hosts {
+            // Hosts of a wirelab plan: their RoCE device is wirelab's own.
+            o.roce_slow_path_ns = crate::ROCE_SLOW_PATH_USERSPACE_NS;
+            o.roce_timing_slack_ns = crate::ROCE_TIMING_SLACK_USERSPACE_NS;
             let r = r.unwrap_or(o.min_rto_ns);
             rto = Some(rto.map_or(r, |x| x.min(r)));
             // tcp_early_retrans 3 and 4 enable TLP (ip-sysctl.rst).
@@ -102,6 +106,18 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
         f.device_counters.insert(host.to_string(), m);
     }
     if let Some(plan) = read(dir, "plan.json") {
+        for c in plan["conns"].as_array().into_iter().flatten() {
+            let (Some(id), Some(t), Some(r)) = (
+                c["id"].as_u64(),
+                c["roce"]["timeout"].as_u64(),
+                c["roce"]["retry_cnt"].as_u64(),
+            ) else {
+                continue;
+            };
+            if let Some(t) = wirelab_roce::local_ack_timeout_ns(t as u8) {
+                f.roce_retransmit.insert(id as u32, (t, r as u32));
+            }
+        }
         for h in plan["hosts"].as_array().into_iter().flatten() {
             let (Some(n), Some(t)) = (
                 h["name"].as_str(),

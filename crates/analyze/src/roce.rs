@@ -384,6 +384,16 @@ fn fsm(c: &mut RConn) {
                         resend_next = Some(psn::add(p.psn, n));
                     }
                 } else {
+                    // A new request ends a resend round, which must have
+                    // reached it.
+                    if let Some(want) = resend_next.take().filter(|w| *w != p.psn) {
+                        c.broken.push(Broken {
+                            name: "resend-skipped",
+                            rule: "IBTA §9.7.5.2.2 (go-back-N): every packet from the restart PSN on is resent, in order",
+                            message: format!("sent new relative PSN {} before resending {}", rel(p.psn), rel(want)),
+                            evidence: vec![p.evidence()],
+                        });
+                    }
                     next_new = Some(psn::add(p.psn, n));
                     if p.kind() == Kind::ReadRequest {
                         reads.push((p.psn, psn::add(p.psn, n)));

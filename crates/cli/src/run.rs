@@ -388,11 +388,21 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             .iter()
             .map(|h| (h.name.clone(), std::net::IpAddr::V4(h.ip)))
             .collect(),
+        gids: Default::default(),
         device_counters: wirelab_workload::roce::deltas(&device_counters),
         cnp_interval_ns: plan
             .hosts
             .iter()
             .map(|h| (h.name.clone(), h.stack.roce.min_time_between_cnps.0))
+            .collect(),
+        roce_retransmit: plan
+            .conns
+            .iter()
+            .filter_map(|c| {
+                let r = c.roce?;
+                let t = wirelab_roce::local_ack_timeout_ns(r.timeout)?;
+                Some((c.id, (t, r.retry_cnt as u32)))
+            })
             .collect(),
     };
     let report = wirelab_analyze::report::build(

@@ -166,8 +166,14 @@ pub struct QpConfig {
 
 impl QpConfig {
     pub fn timeout_ns(&self) -> Option<u64> {
-        (self.timeout != 0).then(|| 4096u64 << self.timeout.min(31))
+        local_ack_timeout_ns(self.timeout)
     }
+}
+
+/// IBTA §9.7.6.1.3: the local ACK timeout is 4.096 µs × 2^timeout, and
+/// timeout 0 means the timer is off.
+pub fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
+    (timeout != 0).then(|| 4096u64 << timeout.min(31))
 }
 
 struct Wqe {

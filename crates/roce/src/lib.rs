@@ -11,7 +11,7 @@ pub mod psn;
 pub mod sim;
 
 pub use device::{
-    Completion, Counters, Device, DeviceConfig, PostError, QpConfig, Rx, Status, Tx, Verb,
-    WorkRequest,
+    local_ack_timeout_ns, Completion, Counters, Device, DeviceConfig, PostError, QpConfig, Rx,
+    Status, Tx, Verb, WorkRequest,
 };
 pub use wirelab_spec::roce::{load_profile, CnpScope, Profile};

@@ -6,9 +6,7 @@ use std::net::Ipv4Addr;
 
 use wirelab_roce::packet::{self, op, Syndrome};
 use wirelab_roce::sim::{Fate, Seen, Sim};
-use wirelab_roce::{
-    load_profile, Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest,
-};
+use wirelab_roce::{load_profile, Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest};
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -342,7 +340,10 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     });
     lab.post(1, Verb::Write, 3 * 1024);
     lab.run(10_000_000_000);
-    assert_eq!(lab.log.iter().filter(|s| s.from_a() && s.psn == 2).count(), 2);
+    assert_eq!(
+        lab.log.iter().filter(|s| s.from_a() && s.psn == 2).count(),
+        2
+    );
     // timeout = 14: 4.096 µs × 2^14 = 67.108864 ms after the first packet was
     // sent (nothing was acknowledged since), go-back-N resends from PSN 0.
     let psn0: Vec<u64> = lab
@@ -371,15 +372,17 @@ fn retries_run_out_with_an_error_completion() {
     lab.run(100_000_000_000);
     // The first transmission, one after the NAK that the second write's
     // packet triggers, and 7 retries (retry_cnt 7); the 8th timeout fails.
-    assert_eq!(lab.log.iter().filter(|s| s.from_a() && s.psn == 1).count(), 9);
+    assert_eq!(
+        lab.log.iter().filter(|s| s.from_a() && s.psn == 1).count(),
+        9
+    );
     assert_eq!(
         lab.requester_done(),
         vec![(1, Status::RetryExceeded), (2, Status::Flushed)]
     );
     assert_eq!(lab.devs[0].counters().get("local_ack_timeout_err"), 8);
     assert_eq!(lab.devs[0].counters().get("req_cqe_error"), 1);
-    assert!(lab
-        .devs[0]
+    assert!(lab.devs[0]
         .post_send(
             0x11,
             WorkRequest {
@@ -513,9 +516,15 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
         .collect();
     assert!(cnps.len() > 2);
     assert!(cnps.windows(2).all(|w| w[1] - w[0] >= 4_000), "{cnps:?}");
-    assert_eq!(lab.devs[1].counters().get("np_ecn_marked_roce_packets"), 100);
+    assert_eq!(
+        lab.devs[1].counters().get("np_ecn_marked_roce_packets"),
+        100
+    );
     assert_eq!(lab.devs[1].counters().get("np_cnp_sent"), cnps.len() as u64);
-    assert_eq!(lab.devs[0].counters().get("rp_cnp_handled"), cnps.len() as u64);
+    assert_eq!(
+        lab.devs[0].counters().get("rp_cnp_handled"),
+        cnps.len() as u64
+    );
     // Once the marks stop, fast recovery and increases bring it back.
     assert_eq!(lab.devs[0].rp(0x11).unwrap().rc, 10e9);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);

@@ -120,6 +120,27 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ),
     ("roce-retransmission-latency.nack-reaction", Unit::Nanos),
     ("roce-retransmission-latency.timeout", Unit::Nanos),
+    ("roce-retransmission-latency.violations", Unit::Count),
+    (
+        "roce-retransmission-latency.slow-nack-generation",
+        Unit::Count,
+    ),
+    (
+        "roce-retransmission-latency.slow-read-nack-generation",
+        Unit::Count,
+    ),
+    (
+        "roce-retransmission-latency.slow-nack-reaction",
+        Unit::Count,
+    ),
+    (
+        "roce-retransmission-latency.timeout-below-minimum",
+        Unit::Count,
+    ),
+    (
+        "roce-retransmission-latency.retries-exceed-retry-cnt",
+        Unit::Count,
+    ),
     ("roce-cnp.violations", Unit::Count),
     ("roce-cnp.cnp-missing", Unit::Count),
     ("roce-cnp.cnp-excess", Unit::Count),

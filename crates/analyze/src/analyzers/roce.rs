@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use wirelab_roce::packet::{op, Kind};
 use wirelab_spec::{AnalyzerName, Unit};
 
-use crate::roce::RPkt;
+use crate::roce::{Latency, RPkt};
 use crate::{Analyzer, Finding, Input};
 
 pub struct GoBackN;
@@ -40,27 +40,59 @@ impl Analyzer for GoBackN {
 
 pub struct RetransmissionLatency;
 
+/// A loss answered later than `bound`: a slow path (Lumina §6.1).
+fn slow_path(
+    name: &'static str,
+    what: &str,
+    bound: u64,
+    conn: u32,
+    l: &Latency,
+) -> Option<Finding> {
+    (l.ns > bound).then(|| {
+        Finding::violation(
+            "roce-retransmission-latency",
+            name,
+            "Lumina §6.1: an RNIC answers a loss in microseconds (CX5/CX6 Dx: 2-8 µs); hundreds of µs is a slow path",
+            format!(
+                "relative PSN {}: {what} took {:.1}us, above the {:.0}us slow-path bound",
+                l.psn_rel,
+                l.ns as f64 / 1e3,
+                bound as f64 / 1e3
+            ),
+        )
+        .conn(conn)
+        .packet(l.psn_rel)
+        .evidence(l.evidence.clone())
+    })
+}
+
+/// Timeouts closer to the configured minimum than this are not below it:
+/// the trace times the last request at the switch, the device starts its
+/// timer when it sends it.
+const TIMEOUT_SLACK_NS: u64 = 10_000;
+
 impl Analyzer for RetransmissionLatency {
     fn name(&self) -> AnalyzerName {
         AnalyzerName::RoceRetransmissionLatency
     }
     fn about(&self) -> &'static str {
-        "RoCE per loss (Lumina Figs. 5, 8, 9): NACK generation (responder; requester for read), NACK reaction, timeouts"
+        "RoCE per loss (Lumina Figs. 5, 8, 9): NACK generation (responder; requester for read), NACK reaction, timeouts; slow paths, timeouts below the configured minimum, retries beyond retry_cnt"
     }
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
         let v = input.roce;
+        let bound = input.opts.roce_slow_path_ns;
         let mut out = Vec::new();
+        let mut checks = 0;
         for c in &v.conns {
             for l in &c.nack_generation {
-                let name = if l.read {
-                    "read-nack-generation"
+                let (name, slow_name, who) = if l.read {
+                    (
+                        "read-nack-generation",
+                        "slow-read-nack-generation",
+                        "requester re-issued the read",
+                    )
                 } else {
-                    "nack-generation"
-                };
-                let who = if l.read {
-                    "requester re-issued the read"
-                } else {
-                    "responder NAKed"
+                    ("nack-generation", "slow-nack-generation", "responder NAKed")
                 };
                 out.push(
                     Finding::measurement(
@@ -78,6 +110,13 @@ impl Analyzer for RetransmissionLatency {
                     .packet(l.psn_rel)
                     .evidence(l.evidence.clone()),
                 );
+                checks += 1;
+                let what = if l.read {
+                    "re-issuing the read"
+                } else {
+                    "the NAK"
+                };
+                out.extend(slow_path(slow_name, what, bound, c.id, l));
             }
             for l in &c.nack_reaction {
                 out.push(
@@ -96,7 +135,21 @@ impl Analyzer for RetransmissionLatency {
                     .packet(l.psn_rel)
                     .evidence(l.evidence.clone()),
                 );
+                checks += 1;
+                out.extend(slow_path(
+                    "slow-nack-reaction",
+                    "the reaction to the NAK",
+                    bound,
+                    c.id,
+                    l,
+                ));
             }
+            let configured = input
+                .facts
+                .and_then(|f| f.roce_retransmit.get(&c.id).copied());
+            // Timeouts in a row on one PSN are the retries of one request.
+            let mut run: Option<(u32, u32, Vec<crate::Evidence>)> = None;
+            let mut runs = Vec::new();
             for l in &c.timeouts {
                 out.push(
                     Finding::measurement(
@@ -114,18 +167,67 @@ impl Analyzer for RetransmissionLatency {
                     .packet(l.psn_rel)
                     .evidence(l.evidence.clone()),
                 );
+                let Some((min, _)) = configured else { continue };
+                checks += 1;
+                if l.ns + TIMEOUT_SLACK_NS < min {
+                    out.push(
+                        Finding::violation(
+                            "roce-retransmission-latency",
+                            "timeout-below-minimum",
+                            "IBTA §9.7.6.1.3: the local ACK timeout is at least 4.096 µs × 2^timeout",
+                            format!(
+                                "relative PSN {}: resent by timeout after {:.3}ms, below the configured {:.3}ms",
+                                l.psn_rel,
+                                l.ns as f64 / 1e6,
+                                min as f64 / 1e6
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(l.psn_rel)
+                        .evidence(l.evidence.clone()),
+                    );
+                }
+                match &mut run {
+                    Some((p, n, ev)) if *p == l.psn_rel => {
+                        *n += 1;
+                        ev.extend(l.evidence.iter().cloned());
+                    }
+                    _ => {
+                        runs.extend(run.take());
+                        run = Some((l.psn_rel, 1, l.evidence.clone()));
+                    }
+                }
+            }
+            runs.extend(run);
+            let Some((_, retry_cnt)) = configured else {
+                continue;
+            };
+            for (psn_rel, n, ev) in runs {
+                checks += 1;
+                if n > retry_cnt {
+                    out.push(
+                        Finding::violation(
+                            "roce-retransmission-latency",
+                            "retries-exceed-retry-cnt",
+                            "IBTA §9.7.6.1.3: after retry_cnt timeouts in a row the request completes in error",
+                            format!("relative PSN {psn_rel}: retried {n} times on timeout with retry_cnt {retry_cnt}"),
+                        )
+                        .conn(c.id)
+                        .packet(psn_rel)
+                        .evidence(ev),
+                    );
+                }
             }
         }
-        (0, out)
+        (checks, out)
     }
 }
 
 /// Timing slack of the CNP limiter check: the NP times packets when it
-/// reads them, the trace when they cross the switch. wirelab's own NP is a
-/// user-space process whose socket queue adds tens of µs, so the slack is
-/// 10 µs or a quarter of the interval, whichever is larger.
-fn cnp_slack(interval: u64) -> u64 {
-    (interval / 4).max(10_000)
+/// reads them, the trace when they cross the switch; a quarter of the
+/// interval, or the clocks' slack if that is larger (Options).
+fn cnp_slack(interval: u64, opts: &crate::Options) -> u64 {
+    (interval / 4).max(opts.roce_timing_slack_ns)
 }
 
 pub struct Cnp;
@@ -208,12 +310,9 @@ impl Analyzer for Cnp {
             nps.entry(p.src).or_default().1.push(p);
         }
         let host_of = |ip: Ipv4Addr| {
-            input.facts.and_then(|f| {
-                f.addresses
-                    .iter()
-                    .find(|(_, a)| **a == IpAddr::V4(ip))
-                    .map(|(n, _)| n.clone())
-            })
+            input
+                .facts
+                .and_then(|f| f.host_of(IpAddr::V4(ip)).map(String::from))
         };
         for (marks, _) in nps.values_mut() {
             marks.sort();
@@ -278,16 +377,18 @@ impl Analyzer for Cnp {
                 continue;
             };
             checks += 1;
-            let at_least = expected(marks, scope, cfg + cnp_slack(cfg));
+            // The published NP keeps one limiter per flow (QP): a coarser
+            // scope or a longer hidden interval sends fewer CNPs than that.
+            let at_least = expected(marks, Scope::Qp, cfg + cnp_slack(cfg, &input.opts));
             if actual < at_least {
                 out.push(Finding::violation(
                     "roce-cnp",
                     "cnp-missing",
-                    "DCQCN NP (§3.1): a CNP for a CE-marked packet whenever min_time_between_cnps has passed on the limiter",
-                    format!("{name} sent {actual} CNPs; a {} limiter of {:.1}us allows at least {at_least} for these marks (a hidden interval of ~{:.0}us?)", scope.name(), cfg as f64 / 1e3, gap as f64 / 1e3),
+                    "DCQCN NP (Zhu et al. §3.1): a CNP for a QP's CE-marked packet whenever no CNP went to that QP for min_time_between_cnps",
+                    format!("{name} sent {actual} CNPs; a per-QP limiter of {:.1}us allows at least {at_least} for these marks; the device limits {} with ~{:.1}us between CNPs", cfg as f64 / 1e3, scope.name(), gap as f64 / 1e3),
                 ).evidence(cnps.iter().take(2).map(|p| p.evidence())));
             }
-            if gap + cnp_slack(cfg) < cfg {
+            if gap + cnp_slack(cfg, &input.opts) < cfg {
                 out.push(Finding::violation(
                     "roce-cnp",
                     "cnp-excess",
@@ -324,31 +425,25 @@ impl Analyzer for Counters {
         let mut out = Vec::new();
         let mut checks = 0;
         for (host, deltas) in &facts.device_counters {
-            let Some(IpAddr::V4(ip)) = facts.addresses.get(host).copied() else {
+            let ips: Vec<Ipv4Addr> = facts
+                .addresses_of(host)
+                .into_iter()
+                .filter_map(|a| match a {
+                    IpAddr::V4(a) => Some(a),
+                    IpAddr::V6(_) => None,
+                })
+                .collect();
+            if ips.is_empty() {
                 continue;
-            };
-            let cnps_from = v
-                .all
-                .iter()
-                .filter(|p| p.opcode == op::CNP && p.src == ip)
-                .count() as i64;
-            let cnps_to = v
-                .all
-                .iter()
-                .filter(|p| p.opcode == op::CNP && p.dst == ip && p.accepted())
-                .count() as i64;
-            let marked_to = v
-                .all
-                .iter()
-                .filter(|p| p.dst == ip && p.accepted() && p.ecn == 3)
-                .count() as i64;
-            let corrupted_to = v
-                .all
-                .iter()
-                .filter(|p| p.dst == ip && p.delivered && p.corrupted)
-                .count() as i64;
-            let resp = v.conns.iter().filter(|c| c.responder == Some(ip));
-            let req = v.conns.iter().filter(|c| c.requester == Some(ip));
+            }
+            let mine = |a: Ipv4Addr| ips.contains(&a);
+            let count = |f: &dyn Fn(&RPkt) -> bool| v.all.iter().filter(|p| f(p)).count() as i64;
+            let cnps_from = count(&|p| p.opcode == op::CNP && mine(p.src));
+            let cnps_to = count(&|p| p.opcode == op::CNP && mine(p.dst) && p.accepted());
+            let marked_to = count(&|p| mine(p.dst) && p.accepted() && p.ecn == 3);
+            let corrupted_to = count(&|p| mine(p.dst) && p.delivered && p.corrupted);
+            let resp = v.conns.iter().filter(|c| c.responder.is_some_and(mine));
+            let req = v.conns.iter().filter(|c| c.requester.is_some_and(mine));
             let oos: i64 = resp.map(|c| c.out_of_sequence).sum();
             let naks: i64 = req.clone().map(|c| c.naks_delivered).sum();
             let implied: i64 = req.map(|c| c.implied_naks).sum();
