@@ -157,7 +157,18 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown finding",
             with("expect:\n  - {finding: loss-recovery.oops, at_most: 0}\n"),
-            "expect[0].finding: unknown finding `loss-recovery.oops` (known: loss-recovery.violations, loss-recovery.ooo-not-acked, loss-recovery.unjustified-retransmission, loss-recovery.late-retransmission, loss-recovery.acked-data-retransmitted, loss-recovery.sacked-data-retransmitted, loss-recovery.no-backoff, loss-recovery.dsack, retransmission-latency.nack-generation, retransmission-latency.reaction, retransmission-latency.timeout, retransmission-latency.total, ecn.violations, ecn.ce-not-echoed, ecn.ece-without-cwr, ecn.echo-latency, ecn.cwr-latency, counters.violations, counters.counter-disagrees, flow.mct, flow.goodput, flow.rtt, flow.flight, flow.retransmissions, roce-go-back-n.violations, roce-go-back-n.nak-missing, roce-go-back-n.nak-wrong-psn, roce-go-back-n.nak-repeated, roce-go-back-n.nak-unjustified, roce-go-back-n.wrong-restart, roce-go-back-n.resend-skipped, roce-go-back-n.read-not-reissued, roce-go-back-n.migreq-clear, roce-retransmission-latency.nack-generation, roce-retransmission-latency.read-nack-generation, roce-retransmission-latency.nack-reaction, roce-retransmission-latency.timeout, roce-cnp.violations, roce-cnp.cnp-missing, roce-cnp.cnp-excess, roce-cnp.cnps, roce-cnp.interval, roce-counters.violations, roce-counters.counter-disagrees) (line 11)",
+            // The message lists every finding `expect:` knows.
+            Box::leak(
+                format!(
+                    "expect[0].finding: unknown finding `loss-recovery.oops` (known: {}) (line 11)",
+                    wirelab_spec::findings::FINDINGS
+                        .iter()
+                        .map(|f| f.0)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+                .into_boxed_str(),
+            ),
         ),
         (
             "a time without a unit",
