@@ -14,8 +14,9 @@ need_root "${MAKECMDGOALS:-}"
 # clang/llvm/libbpf-dev/libelf-dev/zlib/pkg-config: compiling the BPF switch
 # and libbpf-sys; iproute2 + ethtool: the lab; tshark/tcpdump/iperf3:
 # cross-checks and benchmark baselines; procps: sysctl.
+# python3-venv: a virtualenv for the PyPI tools the cross-checks use.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
-      tshark tcpdump iperf3 procps bpftool linux-libc-dev)
+      tshark tcpdump iperf3 procps bpftool linux-libc-dev python3 python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -45,3 +46,13 @@ rust_ok || { echo "wirelab: no Rust >= 1.85 after installing rustc-web/cargo-web
 
 # The BPF filesystem is where libbpf expects it (some minimal images lack it).
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+
+# PyPI tools, pinned in scripts/requirements.txt, in a virtualenv under
+# target/ (scapy's scapy.contrib.roce recomputes ICRCs in the lab tests).
+here=$(cd "$(dirname "$0")/.." && pwd)
+py="$here/target/py"
+if ! "$py/bin/python" -c 'import scapy.contrib.roce' 2>/dev/null; then
+  echo "wirelab: installing scripts/requirements.txt into target/py"
+  python3 -m venv "$py"
+  "$py/bin/pip" install -q --disable-pip-version-check -r "$here/scripts/requirements.txt"
+fi

@@ -84,18 +84,14 @@ pub struct Options {
     /// A RoCE NACK generated or reacted to later than this took a slow path.
     /// Lumina §6.1: CX5 and CX6 Dx generate NACKs in ~2 µs and react in
     /// 2-6 µs, CX4 Lx reacts in ~200 µs (~100 base RTTs) and E810 re-issues
-    /// reads after ~83 ms; 150 µs separates the two groups.
-    pub roce_slow_path_ns: u64,
+    /// reads after ~83 ms; 150 µs separates the two groups. None: measure
+    /// only (wirelab's own device, see [`Options::for_hosts`]).
+    pub roce_slow_path_ns: Option<u64>,
     /// How far apart the switch's and the device's clocks may see one
     /// packet (the CNP limiter checks allow this much): ~1 µs on a hardware
     /// testbed; wirelab's user-space device reads its socket tens of µs late.
     pub roce_timing_slack_ns: u64,
 }
-
-/// The slow-path bound for wirelab's own RoCE device, a user-space process
-/// whose socket queues and scheduling add tens of µs to every answer (one
-/// measured NACK reaction: 53 µs); its slow profiles add 400 µs or more.
-pub const ROCE_SLOW_PATH_USERSPACE_NS: u64 = 300_000;
 
 /// The timing slack of wirelab's own RoCE device (see
 /// [`Options::roce_timing_slack_ns`]).
@@ -108,7 +104,7 @@ impl Default for Options {
             ack_allowance_ns: 1_000_000,
             reaction_allowance_ns: 1_000_000,
             tlp: true,
-            roce_slow_path_ns: 150_000,
+            roce_slow_path_ns: Some(150_000),
             roce_timing_slack_ns: 1_000,
         }
     }

@@ -12,8 +12,8 @@ use crate::{Options, RunFacts};
 impl Options {
     /// What the analysis may assume, from each host's (rto_min,
     /// net.ipv4.tcp_early_retrans): the smallest rto_min (`default_rto` when
-    /// no host is given), TLP unless a host turns it off, and the RoCE
-    /// slow-path bound of wirelab's user-space device when there are hosts.
+    /// no host is given), TLP unless a host turns it off, and for wirelab's
+    /// own RoCE device no slow-path bound and a wider timing slack.
     pub fn for_hosts(
         hosts: impl Iterator<Item = (Option<u64>, Option<String>)>,
         default_rto: Option<u64>,
@@ -21,8 +21,12 @@ impl Options {
         let mut o = Options::default();
         let mut rto = None::<u64>;
         for (r, early_retrans) in hosts {
-            // Hosts of a wirelab plan: their RoCE device is wirelab's own.
-            o.roce_slow_path_ns = crate::ROCE_SLOW_PATH_USERSPACE_NS;
+            // Hosts of a wirelab plan: their RoCE device is wirelab's own, a
+            // user-space process sharing two cores with the lab, whose
+            // answers took 72 µs to 2.2 ms in five runs of the same spec:
+            // a latency bound would judge the scheduler, so latencies are
+            // only measured (specs bound them with `expect:`).
+            o.roce_slow_path_ns = None;
             o.roce_timing_slack_ns = crate::ROCE_TIMING_SLACK_USERSPACE_NS;
             let r = r.unwrap_or(o.min_rto_ns);
             rto = Some(rto.map_or(r, |x| x.min(r)));

@@ -601,3 +601,56 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
     );
     assert_nothing_left("roce runs");
 }
+
+/// The ICRC of every packet of a whole-packet capture verifies with scapy's
+/// `scapy.contrib.roce` (from PyPI, installed by scripts/deps.sh), an
+/// implementation nobody here wrote, except the one the switch corrupted.
+#[test]
+fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let python = repo().join("target/py/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: scripts/deps.sh (make test) installs scapy there",
+        python.display()
+    );
+    let spec = repo().join("specs/roce/write-corrupt-3rd-packet-only-icrc-catches-it.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.summary["events"][0]["hits"], 1);
+    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+    let o = Command::new(&python)
+        .arg(repo().join("scripts/icrc_check.py"))
+        .arg(&trace)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // frame, opcode, PSN, verdict
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    let packets = r.summary["integrity"]["in_trace"].as_u64().unwrap();
+    assert_eq!(rows.len() as u64, packets, "every packet is RoCE: {text}");
+    let first_psn: u32 = rows[0][2].parse().unwrap();
+    let bad: Vec<(&str, u32)> = rows
+        .iter()
+        .filter(|r| r[3] != "ok")
+        .map(|r| (r[3], r[2].parse().unwrap()))
+        .collect();
+    assert_eq!(
+        bad,
+        vec![("bad", (first_psn + 2) & 0xff_ffff)],
+        "only the corrupted 3rd packet fails: {text}"
+    );
+    // The responder's device saw the same: one ICRC error, one NAK.
+    let dc = r.summary["device_counters"].as_array().unwrap();
+    let d = dc.iter().find(|d| d["host"] == "responder").unwrap();
+    let delta = |c: &str| d["after"][c].as_i64().unwrap() - d["before"][c].as_i64().unwrap();
+    assert_eq!(delta("rx_icrc_encapsulated"), 1);
+    assert_nothing_left("roce corrupt run");
+}

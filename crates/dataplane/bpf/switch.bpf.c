@@ -131,7 +131,10 @@ static __always_inline int parse_roce(struct __sk_buff *skb, struct pkt *p, stru
 	if (bpf_skb_load_bytes(skb, p->l4_off + sizeof(struct udphdr), bth, sizeof(bth)))
 		return 0;
 	p->is_roce = 1;
-	p->payload_off = p->l4_off + sizeof(struct udphdr) + sizeof(bth);
+	/* For RoCE the byte a corruption flips: the last one before the ICRC,
+	 * payload for every data packet, so only the ICRC (IBTA Annex A17.8)
+	 * can catch it, as with Lumina's corruption event (§3.3). */
+	p->payload_off = p->l3_off + bpf_ntohs(ip->tot_len) - 4 - 1;
 	p->payload_len = roce_is_data(bth[0]);
 	p->seq = ((__u32)bth[9] << 16) | ((__u32)bth[10] << 8) | bth[11];
 	p->key.saddr = ip->saddr;
@@ -387,8 +390,9 @@ static __always_inline int mark_ce(struct __sk_buff *skb, struct pkt *p)
 }
 
 /*
- * A bit error in the first payload byte, checksums left as they were, so the
- * receiver's TCP checksum verification (RFC 793 §3.1) must discard it.
+ * A bit error in one payload byte (TCP: the first; RoCE: the last before the
+ * ICRC), checksums left as they were, so the receiver's TCP checksum (RFC 793
+ * §3.1) or ICRC check must discard it.
  */
 static __always_inline void corrupt(struct __sk_buff *skb, struct pkt *p)
 {
@@ -480,16 +484,17 @@ int wl_switch(struct __sk_buff *skb)
 			m.action = WL_EV_ECN_NOT_ECT;
 	}
 
-	/* The trace shows the packet as the receiver gets it for ECN, and as the
-	 * sender sent it for a corruption (as Lumina's dumper restores it). */
+	/* The trace shows the packet as the receiver gets it: CE set, a bit
+	 * flipped, so anyone recomputing a checksum or ICRC on the capture sees
+	 * what the receiver saw. */
+	if (m.action == WL_EV_CORRUPT)
+		corrupt(skb, &p);
 	mirror(skb, &m, c);
 
 	if (m.action == WL_EV_DROP) {
 		c->event_drops++;
 		return TC_ACT_SHOT;
 	}
-	if (m.action == WL_EV_CORRUPT)
-		corrupt(skb, &p);
 
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;

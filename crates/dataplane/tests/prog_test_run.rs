@@ -367,7 +367,11 @@ fn corrupt_flips_one_payload_bit_and_leaves_checksums() {
     assert_eq!(input[54] ^ out[54], 1, "by one bit");
     let (m, data) = m.unwrap();
     assert_eq!(Action::from_u32(m.action), Some(Action::Corrupt));
-    assert_eq!(data[..], input[..128], "the trace keeps the bytes as sent");
+    assert_eq!(
+        data[..],
+        out[..128],
+        "the trace shows the bytes as received"
+    );
 }
 
 #[test]

@@ -92,6 +92,11 @@ pub struct Rx<'a> {
     pub sport: u16,
     pub ecn: u8,
     pub bytes: &'a [u8],
+    /// When the port received it, if earlier than `now`: a NIC stamps
+    /// packets on arrival, and its CNP limiter counts intervals between
+    /// arrivals, however late the pipeline gets to them. The lab passes
+    /// the kernel's receive timestamp.
+    pub arrived: Option<u64>,
 }
 
 /// Device counters, under the names NVIDIA's `hw_counters` use.
@@ -412,7 +417,8 @@ impl Device {
         // DCQCN notification point (§3.1): CE-marked RoCE packets.
         if rx.ecn == 3 {
             self.count("np_ecn_marked_roce_packets");
-            if self.cfg.dcqcn_np && self.limiter.on_marked(now, qpn, rx.src) {
+            let at = rx.arrived.map_or(now, |a| a.min(now));
+            if self.cfg.dcqcn_np && self.limiter.on_marked(at, qpn, rx.src) {
                 let qp = &self.qps[&qpn];
                 let mut b = self.bth(op::CNP, qp.c.remote_qpn, 0, false);
                 // Annex A17.9.3: a CNP has its BECN bit set and P_Key as the QP's.

@@ -200,6 +200,7 @@ impl Sim {
                         sport: tx.sport,
                         ecn,
                         bytes: &tx.bytes,
+                        arrived: None,
                     },
                 );
             }

@@ -228,6 +228,10 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
             .map_err(ioe(0, "SO_RCVBUFFORCE"))?;
             setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
                 .map_err(ioe(0, "IP_RECVTOS"))?;
+            // The kernel's receive time of each datagram: the device's CNP
+            // limiter judges intervals between arrivals, like a NIC's.
+            setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+                .map_err(ioe(0, "SO_TIMESTAMPNS"))?;
             Ok(rx)
         })??;
         hosts.push(HostDev {
@@ -241,22 +245,32 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
     Ok(Prepared { hosts, meta })
 }
 
-/// recvmsg with the IP TOS byte from IP_RECVTOS; None when nothing waits.
-fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, SocketAddrV4, u8)>> {
+/// A datagram read from the RoCE socket.
+struct Received {
+    len: usize,
+    from: SocketAddrV4,
+    /// The IP TOS byte (IP_RECVTOS).
+    tos: u8,
+    /// The kernel's receive time (SO_TIMESTAMPNS), CLOCK_REALTIME ns.
+    realtime_ns: Option<u64>,
+}
+
+/// recvmsg with the IP TOS byte and the receive time; None when nothing waits.
+fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
     let mut from: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    let mut cbuf = [0u8; 64];
-    // SAFETY: msghdr points at live buffers of the stated sizes for the call.
+    let mut cbuf = [0u64; 16]; // room for IP_TOS and SCM_TIMESTAMPNS, aligned
+                               // SAFETY: msghdr points at live buffers of the stated sizes for the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = (&mut from as *mut libc::sockaddr_in).cast();
     msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = cbuf.len();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
         let e = std::io::Error::last_os_error();
@@ -267,21 +281,40 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, SocketA
         };
     }
     let mut tos = 0u8;
+    let mut realtime_ns = None;
     // SAFETY: walking the control messages the kernel wrote into cbuf.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
             if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
                 tos = *libc::CMSG_DATA(c);
+            } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                realtime_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    let addr = SocketAddrV4::new(
+    let from = SocketAddrV4::new(
         Ipv4Addr::from(u32::from_be(from.sin_addr.s_addr)),
         u16::from_be(from.sin_port),
     );
-    Ok(Some((n as usize, addr, tos)))
+    Ok(Some(Received {
+        len: n as usize,
+        from,
+        tos,
+        realtime_ns,
+    }))
+}
+
+/// CLOCK_MONOTONIC minus CLOCK_REALTIME, to put kernel receive timestamps
+/// on the clock the device and the switch use.
+fn realtime_to_monotonic() -> i128 {
+    let real = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)
+        .map(|t| t.tv_sec() as i128 * 1_000_000_000 + t.tv_nsec() as i128)
+        .unwrap_or(0);
+    now_ns() as i128 - real
 }
 
 /// Shared progress of the requesters, for the barrier and for knowing when
@@ -442,13 +475,15 @@ fn drive(
             // SAFETY: one valid pollfd and a timespec, no signal mask.
             unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         }
-        while let Ok(Some((n, from, tos))) = recv_tos(fd, &mut buf) {
+        let offset = realtime_to_monotonic();
+        while let Ok(Some(r)) = recv_tos(fd, &mut buf) {
             let rx = Rx {
-                src: *from.ip(),
+                src: *r.from.ip(),
                 dst: host.ip,
-                sport: from.port(),
-                ecn: tos & 3,
-                bytes: &buf[..n],
+                sport: r.from.port(),
+                ecn: r.tos & 3,
+                bytes: &buf[..r.len],
+                arrived: r.realtime_ns.map(|t| (t as i128 + offset).max(0) as u64),
             };
             let t = now_ns();
             h.dev.handle_datagram(t, rx);
