@@ -94,7 +94,11 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
     let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
     // Violations are counted: by name, or all of them.
     let counted = name == "violations"
-        || unit == wirelab_spec::Unit::Count && matching.iter().all(|f| f.value.is_none());
+        || unit == wirelab_spec::Unit::Count
+            && matching
+                .iter()
+                .filter(|f| f.name == name)
+                .all(|f| f.value.is_none());
     if counted {
         let hits: Vec<_> = matching
             .iter()

@@ -503,3 +503,25 @@ fn the_go_back_n_fsm_flags_each_rule_a_device_breaks() {
     });
     assert!(names(&v).contains(&"nak-unjustified"), "{v:?}");
 }
+
+#[test]
+fn a_device_that_ignores_the_cnp_interval_is_flagged() {
+    // Every CNP sent twice: more than a per-QP limiter allows.
+    let Run {
+        mut trace, facts, ..
+    } = run("default");
+    let cnps: Vec<Packet> = trace
+        .packets
+        .iter()
+        .filter(|p| bth(p).opcode == packet::op::CNP)
+        .cloned()
+        .collect();
+    assert!(!cnps.is_empty());
+    trace.packets.extend(cnps);
+    trace.packets.sort_by_key(|p| p.ts_ns);
+    let v = violations(&analyze(&trace, &facts));
+    assert!(
+        v.iter().any(|v| v.0 == "roce-cnp" && v.1 == "cnp-excess"),
+        "{v:?}"
+    );
+}

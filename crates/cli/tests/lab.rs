@@ -108,8 +108,12 @@ fn assert_nothing_left(what: &str) {
 }
 
 fn example_specs() -> Vec<PathBuf> {
+    specs_in("specs/tcp")
+}
+
+fn specs_in(dir: &str) -> Vec<PathBuf> {
     let mut seen = BTreeSet::new();
-    let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join("specs/tcp"))
+    let mut v: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -653,4 +657,25 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet() {
     let delta = |c: &str| d["after"][c].as_i64().unwrap() - d["before"][c].as_i64().unwrap();
     assert_eq!(delta("rx_icrc_encapsulated"), 1);
     assert_nothing_left("roce corrupt run");
+}
+
+/// Every spec under specs/roce/ (Lumina's experiments) passes its own
+/// expectations with a valid trace, and leaves nothing behind.
+#[test]
+fn every_roce_spec_passes_its_expectations() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let specs = specs_in("specs/roce");
+    assert!(specs.len() >= 7, "the RoCE specs are there: {specs:?}");
+    for spec in specs {
+        let r = run_spec(&spec, out.path());
+        let name = spec.file_name().unwrap().to_string_lossy();
+        assert_eq!(r.code, 0, "{name}\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.summary["verdict"], "PASS", "{name}");
+        assert_eq!(r.summary["integrity"]["valid"], true, "{name}");
+        let claims = r.summary["expect"].as_array().unwrap();
+        assert!(claims.len() >= 2, "{name}: claims {claims:?}");
+    }
+    assert_nothing_left("roce specs");
 }
