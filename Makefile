@@ -27,6 +27,7 @@ bench: build
 	$(WIRELAB) bench switch-overhead
 	$(WIRELAB) bench capture
 	$(WIRELAB) bench analyze
+	$(WIRELAB) bench roce
 
 # Reruns the specs behind the analyzer goldens and rewrites their reviewed
 # findings (review the diff before committing).

@@ -39,7 +39,7 @@ impl Datapath {
     }
 }
 
-fn bench_plan(yaml: &str) -> Result<Plan> {
+pub(crate) fn bench_plan(yaml: &str) -> Result<Plan> {
     let mut spec = wirelab_spec::parse(yaml).context("benchmark spec")?;
     spec.name = Some("bench".into());
     let r: u32 = rand::random();

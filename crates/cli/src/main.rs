@@ -6,6 +6,7 @@
 mod analyze;
 mod bench;
 mod bench_analyze;
+mod bench_roce;
 mod run;
 mod summary;
 
@@ -109,6 +110,9 @@ enum BenchCmd {
     },
     /// Highest TCP rate with 100% capture, next to tcpdump's drops.
     Capture,
+    /// RoCE goodput and message rate of 1 and 16 QPs through the switch,
+    /// against iperf3's UDP goodput on the same path.
+    Roce,
     /// Packets per second of the TCP analyzers on a generated trace, against
     /// `tshark -2 -Y tcp.analysis.flags` on the same file.
     Analyze {
@@ -261,6 +265,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     bench::switch_overhead(abort, messages, rounds)?
                 }
                 BenchCmd::Capture => bench::capture(abort)?,
+                BenchCmd::Roce => bench_roce::run(abort)?,
                 BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
             }
             Ok(code::OK)
