@@ -160,8 +160,8 @@ pub struct RConn {
     pub broken: Vec<Broken>,
     pub nack_generation: Vec<Latency>,
     pub nack_reaction: Vec<Latency>,
-    /// Time from the last request packet to a retransmission round nothing
-    /// asked for (the local ACK timer).
+    /// Retransmission rounds nothing asked for (the local ACK timer), timed
+    /// from when that timer started.
     pub timeouts: Vec<Latency>,
     /// Counts the FSM derives, per role, for the counter analyzer.
     pub out_of_sequence: i64,
@@ -287,6 +287,10 @@ fn fsm(c: &mut RConn) {
     let mut gap: Option<(u32, u64, Evidence, bool)> = None;
     let mut next_new: Option<u32> = None;
     let mut last_req_ts: Option<u64> = None;
+    // When the requester's local ACK timer started, as IBTA §9.7.6.1.3 runs
+    // it: at a request sent with the timer idle, again at every ACK or read
+    // response, and at each timeout's retransmission.
+    let mut timer_from: Option<u64> = None;
     let mut last_req_psn: Option<u32> = None;
     // A NAK that reached the requester: (PSN, time, evidence).
     let mut restart: Option<(u32, u64, Evidence)> = None;
@@ -323,6 +327,9 @@ fn fsm(c: &mut RConn) {
         }
         c.checks += 1;
         let from_req = p.src == req;
+        if !from_req && p.accepted() && matches!(p.kind(), Kind::Ack | Kind::ReadResponse) {
+            timer_from = Some(p.ts);
+        }
         match (from_req, p.kind()) {
             (true, Kind::Data) | (true, Kind::ReadRequest) => {
                 let n = if p.kind() == Kind::ReadRequest {
@@ -373,7 +380,7 @@ fn fsm(c: &mut RConn) {
                         resend_next = Some(psn::add(p.psn, n));
                     } else if last_req_psn.is_some_and(|l| psn::le(p.psn, l)) {
                         // A new round nothing asked for: the local ACK timer.
-                        if let Some(t) = last_req_ts {
+                        if let Some(t) = timer_from.or(last_req_ts) {
                             c.timeouts.push(Latency {
                                 ns: p.ts.saturating_sub(t),
                                 psn_rel: rel(p.psn),
@@ -382,6 +389,7 @@ fn fsm(c: &mut RConn) {
                             });
                         }
                         resend_next = Some(psn::add(p.psn, n));
+                        timer_from = Some(p.ts);
                     }
                 } else {
                     // A new request ends a resend round, which must have
@@ -401,6 +409,7 @@ fn fsm(c: &mut RConn) {
                 }
                 last_req_ts = Some(p.ts);
                 last_req_psn = Some(p.psn);
+                timer_from.get_or_insert(p.ts);
                 // Responder: in-order, out-of-sequence or duplicate.
                 if p.accepted() {
                     let e = *epsn.get_or_insert(p.psn);

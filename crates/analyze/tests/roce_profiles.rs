@@ -334,11 +334,11 @@ fn the_default_profile_passes_every_roce_analyzer_and_each_measures_something() 
     assert_eq!(measured(&r, "nack-reaction").len(), 1);
     let timeouts = measured(&r, "timeout");
     assert_eq!(timeouts.len(), RETRY_CNT as usize, "{timeouts:?}");
-    // Timed from the last request sent, so a little under the timer, which
-    // runs from the oldest unacknowledged one.
+    // Timed from when the local ACK timer started: exactly the timeout on
+    // virtual time.
     let min = wirelab_roce::local_ack_timeout_ns(TIMEOUT).unwrap() as f64;
     assert!(
-        timeouts.iter().all(|t| t.value.unwrap() >= min * 0.999),
+        timeouts.iter().all(|t| t.value.unwrap() == min),
         "{timeouts:?}"
     );
     let cnps = measured(&r, "cnps");

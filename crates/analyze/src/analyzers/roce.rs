@@ -69,8 +69,8 @@ fn slow_path(
 }
 
 /// Timeouts closer to the configured minimum than this are not below it:
-/// the trace times the last request at the switch, the device starts its
-/// timer when it sends it.
+/// the trace times the timer's start (a send, an ACK) at the switch, a
+/// little off the device's own clock.
 const TIMEOUT_SLACK_NS: u64 = 10_000;
 
 impl Analyzer for RetransmissionLatency {
@@ -160,7 +160,7 @@ impl Analyzer for RetransmissionLatency {
                         l.ns as f64,
                         Unit::Nanos,
                         format!(
-                            "relative PSN {}: resent by timeout {:.3}ms after the last request",
+                            "relative PSN {}: resent by timeout {:.3}ms after the local ACK timer started",
                             l.psn_rel,
                             l.ns as f64 / 1e6
                         ),
