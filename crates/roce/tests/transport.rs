@@ -14,11 +14,11 @@ const DELAY: u64 = 2_000;
 
 /// The first device is A (the requester), the second B.
 trait FromA {
-    fn from_a(&self) -> bool;
+    fn is_from_a(&self) -> bool;
 }
 
 impl FromA for Seen {
-    fn from_a(&self) -> bool {
+    fn is_from_a(&self) -> bool {
         self.from == 0
     }
 }
@@ -107,7 +107,7 @@ impl Lab {
     fn sent_by_a(&self) -> Vec<(u8, u32)> {
         self.log
             .iter()
-            .filter(|s| s.from_a())
+            .filter(|s| s.is_from_a())
             .map(|s| (s.opcode, s.psn))
             .collect()
     }
@@ -152,7 +152,7 @@ fn write_is_segmented_at_the_mtu_and_acked_once() {
         "AckReq on the last packet only"
     );
     assert!(first.migreq, "MigReq = 1 (IBTA §9.2.4)");
-    let acks: Vec<_> = lab.log.iter().filter(|s| !s.from_a()).collect();
+    let acks: Vec<_> = lab.log.iter().filter(|s| !s.is_from_a()).collect();
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert_eq!(
         (acks[0].opcode, acks[0].psn, acks[0].dqpn),
@@ -230,7 +230,7 @@ fn psns_wrap_at_24_bits() {
 #[test]
 fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 1000, 0).hook(|s, log| {
-        if s.from_a() && s.psn == 1003 && !log.iter().any(|x| x.from_a() && x.psn == 1003) {
+        if s.is_from_a() && s.psn == 1003 && !log.iter().any(|x| x.is_from_a() && x.psn == 1003) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -256,12 +256,20 @@ fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
     );
     assert_eq!(psns[back..].to_vec(), (1003..=1009).collect::<Vec<_>>());
     let nak_arrival = naks[0].t + DELAY;
-    assert!(lab.log.iter().filter(|s| s.from_a()).nth(back).unwrap().t >= nak_arrival);
+    assert!(
+        lab.log
+            .iter()
+            .filter(|s| s.is_from_a())
+            .nth(back)
+            .unwrap()
+            .t
+            >= nak_arrival
+    );
     // The retransmitted 1003 is a middle packet of the same write.
     assert_eq!(
         lab.log
             .iter()
-            .filter(|s| s.from_a() && s.psn == 1003)
+            .filter(|s| s.is_from_a() && s.psn == 1003)
             .map(|s| s.opcode)
             .collect::<Vec<_>>(),
         vec![op::WRITE_MIDDLE; 2]
@@ -281,7 +289,7 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
         let again = log
             .iter()
             .any(|x| x.psn == 52 && x.opcode == op::READ_RESPONSE_MIDDLE);
-        if !s.from_a() && s.psn == 52 && !again {
+        if !s.is_from_a() && s.psn == 52 && !again {
             Fate::Drop
         } else {
             Fate::Pass
@@ -307,7 +315,7 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
     let resp: Vec<(u8, u32)> = lab
         .log
         .iter()
-        .filter(|s| !s.from_a())
+        .filter(|s| !s.is_from_a())
         .map(|s| (s.opcode, s.psn))
         .collect();
     assert_eq!(
@@ -332,7 +340,7 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
 #[test]
 fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a() && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.from_a()) {
+        if s.is_from_a() && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.is_from_a()) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -341,7 +349,10 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     lab.post(1, Verb::Write, 3 * 1024);
     lab.run(10_000_000_000);
     assert_eq!(
-        lab.log.iter().filter(|s| s.from_a() && s.psn == 2).count(),
+        lab.log
+            .iter()
+            .filter(|s| s.is_from_a() && s.psn == 2)
+            .count(),
         2
     );
     // timeout = 14: 4.096 µs × 2^14 = 67.108864 ms after the first packet was
@@ -349,7 +360,7 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     let psn0: Vec<u64> = lab
         .log
         .iter()
-        .filter(|s| s.from_a() && s.psn == 0)
+        .filter(|s| s.is_from_a() && s.psn == 0)
         .map(|s| s.t)
         .collect();
     assert_eq!(psn0.len(), 2);
@@ -361,7 +372,7 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
 #[test]
 fn retries_run_out_with_an_error_completion() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, _| {
-        if s.from_a() && s.psn == 1 {
+        if s.is_from_a() && s.psn == 1 {
             Fate::Drop
         } else {
             Fate::Pass
@@ -373,7 +384,10 @@ fn retries_run_out_with_an_error_completion() {
     // The first transmission, one after the NAK that the second write's
     // packet triggers, and 7 retries (retry_cnt 7); the 8th timeout fails.
     assert_eq!(
-        lab.log.iter().filter(|s| s.from_a() && s.psn == 1).count(),
+        lab.log
+            .iter()
+            .filter(|s| s.is_from_a() && s.psn == 1)
+            .count(),
         9
     );
     assert_eq!(
@@ -414,8 +428,10 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
 
     // A NAK: the requester times out and resends from the oldest unacked PSN.
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        let first_try = !log.iter().any(|x| x.from_a() && x.psn == 1);
-        if (s.from_a() && s.psn == 1 && first_try) || matches!(s.syndrome, Some(Syndrome::Nak(_))) {
+        let first_try = !log.iter().any(|x| x.is_from_a() && x.psn == 1);
+        if (s.is_from_a() && s.psn == 1 && first_try)
+            || matches!(s.syndrome, Some(Syndrome::Nak(_)))
+        {
             Fate::Drop
         } else {
             Fate::Pass
@@ -443,7 +459,7 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
 #[test]
 fn a_corrupted_packet_fails_the_icrc_and_is_naked() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a() && s.psn == 1 && !log.iter().any(|x| x.from_a() && x.psn == 1) {
+        if s.is_from_a() && s.psn == 1 && !log.iter().any(|x| x.is_from_a() && x.psn == 1) {
             Fate::Corrupt
         } else {
             Fate::Pass
@@ -497,7 +513,7 @@ fn dcqcn(profile: &str) -> DeviceConfig {
 #[test]
 fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
     let mut lab = Lab::new(dcqcn("default"), dcqcn("default"), 0, 0).hook(|s, _| {
-        if s.from_a() && packet::kind(s.opcode) == packet::Kind::Data {
+        if s.is_from_a() && packet::kind(s.opcode) == packet::Kind::Data {
             Fate::Mark
         } else {
             Fate::Pass
@@ -529,7 +545,12 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
     assert_eq!(lab.devs[0].rp(0x11).unwrap().rc, 10e9);
     assert_eq!(lab.requester_done(), vec![(1, Status::Success)]);
     // Paced: the data took longer than at line rate.
-    let data: Vec<u64> = lab.log.iter().filter(|s| s.from_a()).map(|s| s.t).collect();
+    let data: Vec<u64> = lab
+        .log
+        .iter()
+        .filter(|s| s.is_from_a())
+        .map(|s| s.t)
+        .collect();
     let at_line = 100.0 * (1024.0 + 16.0 + 46.0) * 8.0 / 10e9 * 1e9;
     assert!((data[data.len() - 1] - data[0]) as f64 > 2.0 * at_line);
 }
@@ -538,7 +559,7 @@ fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
 fn profiles_change_what_the_wire_shows() {
     // Slow NACK reaction: the first retransmission comes 400 µs after the NAK.
     let mut lab = Lab::new(cfg("slow-nack-reaction"), cfg("default"), 0, 0).hook(|s, log| {
-        if s.from_a() && s.psn == 1 && !log.iter().any(|x| x.from_a() && x.psn == 1) {
+        if s.is_from_a() && s.psn == 1 && !log.iter().any(|x| x.is_from_a() && x.psn == 1) {
             Fate::Drop
         } else {
             Fate::Pass
@@ -555,7 +576,7 @@ fn profiles_change_what_the_wire_shows() {
     let resent = lab
         .log
         .iter()
-        .filter(|s| s.from_a() && s.psn == 1)
+        .filter(|s| s.is_from_a() && s.psn == 1)
         .nth(1)
         .unwrap()
         .t;
@@ -565,12 +586,12 @@ fn profiles_change_what_the_wire_shows() {
     let mut lab = Lab::new(cfg("clears-migreq"), cfg("default"), 0, 0);
     lab.post(1, Verb::Write, 1024);
     lab.run(1_000_000_000);
-    assert!(lab.log.iter().filter(|s| s.from_a()).all(|s| !s.migreq));
-    assert!(lab.log.iter().filter(|s| !s.from_a()).all(|s| s.migreq));
+    assert!(lab.log.iter().filter(|s| s.is_from_a()).all(|s| !s.migreq));
+    assert!(lab.log.iter().filter(|s| !s.is_from_a()).all(|s| s.migreq));
 
     // A counter that does not count.
     let mut lab = Lab::new(dcqcn("default"), dcqcn("cnp-sent-not-counted"), 0, 0).hook(|s, _| {
-        if s.from_a() && s.opcode != op::CNP {
+        if s.is_from_a() && s.opcode != op::CNP {
             Fate::Mark
         } else {
             Fate::Pass
@@ -584,12 +605,21 @@ fn profiles_change_what_the_wire_shows() {
     // Adaptive retransmission ignores the configured timeout.
     let mut c = cfg("adaptive-retransmission");
     c.adaptive_retransmission = true;
-    let mut lab =
-        Lab::new(c, cfg("default"), 0, 0)
-            .hook(|s, _| if s.from_a() { Fate::Drop } else { Fate::Pass });
+    let mut lab = Lab::new(c, cfg("default"), 0, 0).hook(|s, _| {
+        if s.is_from_a() {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
     lab.post(1, Verb::Write, 1024);
     lab.run(100_000_000_000);
-    let t: Vec<u64> = lab.log.iter().filter(|s| s.from_a()).map(|s| s.t).collect();
+    let t: Vec<u64> = lab
+        .log
+        .iter()
+        .filter(|s| s.is_from_a())
+        .map(|s| s.t)
+        .collect();
     let gaps: Vec<u64> = t.windows(2).map(|w| (w[1] - w[0]) / 100_000).collect();
     assert_eq!(
         gaps,
