@@ -262,8 +262,9 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    let mut cbuf = [0u64; 16]; // room for IP_TOS and SCM_TIMESTAMPNS, aligned
-                               // SAFETY: msghdr points at live buffers of the stated sizes for the call.
+    // Room for IP_TOS and SCM_TIMESTAMPNS, aligned for cmsghdr.
+    let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr points at live buffers of the stated sizes for the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = (&mut from as *mut libc::sockaddr_in).cast();
     msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
