@@ -65,19 +65,11 @@ fn qp(
     req: bool,
 ) -> QpConfig {
     QpConfig {
-        qpn,
-        remote_qpn,
-        local,
-        remote,
-        sport: 49152 + qpn as u16,
         ipsn: ipsn(conn, req),
         remote_ipsn: ipsn(conn, !req),
-        mtu: 1024,
         timeout: TIMEOUT,
         retry_cnt: RETRY_CNT,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        ack_req_every: 0,
+        ..QpConfig::new(qpn, remote_qpn, local, remote)
     }
 }
 

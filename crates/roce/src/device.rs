@@ -170,6 +170,28 @@ pub struct QpConfig {
 }
 
 impl QpConfig {
+    /// An RC QP between `local` and `remote` with Lumina's defaults: path MTU
+    /// 1024, timeout 14, retry_cnt 7, infinite RNR retries, the shortest RNR
+    /// timer, AckReq on the last packet only, PSNs from 0, UDP source port
+    /// 49152 + QPN.
+    pub fn new(qpn: u32, remote_qpn: u32, local: Ipv4Addr, remote: Ipv4Addr) -> QpConfig {
+        QpConfig {
+            qpn,
+            remote_qpn,
+            local,
+            remote,
+            sport: 49152u16.wrapping_add(qpn as u16),
+            ipsn: 0,
+            remote_ipsn: 0,
+            mtu: 1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            ack_req_every: 0,
+        }
+    }
+
     pub fn timeout_ns(&self) -> Option<u64> {
         local_ack_timeout_ns(self.timeout)
     }

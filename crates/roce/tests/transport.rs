@@ -56,19 +56,9 @@ fn qp(
     remote_ipsn: u32,
 ) -> QpConfig {
     QpConfig {
-        qpn,
-        remote_qpn,
-        local,
-        remote,
-        sport: 49152 + qpn as u16,
         ipsn,
         remote_ipsn,
-        mtu: 1024,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        ack_req_every: 0,
+        ..QpConfig::new(qpn, remote_qpn, local, remote)
     }
 }
 

@@ -191,19 +191,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                 };
                 tx.insert(sport, (tx_socket(ip, sport, c.id)?, 2));
                 dev.create_qp(QpConfig {
-                    qpn: local_qpn,
-                    remote_qpn,
-                    local: ip,
-                    remote: plan.hosts[peer].ip,
                     sport,
                     ipsn,
                     remote_ipsn,
                     mtu: r.mtu,
                     timeout: r.timeout,
                     retry_cnt: r.retry_cnt,
-                    rnr_retry: 7,
-                    min_rnr_timer: 1,
-                    ack_req_every: 0,
+                    ..QpConfig::new(local_qpn, remote_qpn, ip, plan.hosts[peer].ip)
                 });
                 if req {
                     requests.push((c.id, local_qpn));
