@@ -47,6 +47,41 @@ struct Run {
     stderr: String,
 }
 
+impl Run {
+    /// What a failed assertion shows first: CI keeps only the head of a
+    /// failing test's output, and the full summary is thousands of lines.
+    fn why(&self) -> String {
+        let s = &self.summary;
+        let mut w = format!(
+            "exit {} verdict {} error {}\n",
+            self.code, s["verdict"], s["error"]
+        );
+        for e in s["expect"].as_array().into_iter().flatten() {
+            w += &format!(
+                "expect pass={} {} | {}\n",
+                e["pass"], e["claim"], e["observed"]
+            );
+        }
+        for c in s["analysis"]["connections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for r in c["retransmissions"].as_array().into_iter().flatten() {
+                w += &format!(
+                    "retx conn {} packet {} #{} {} ({}) +{} ns\n",
+                    c["id"], r["packet"], r["nth"], r["recovery"], r["reason"], r["since_loss_ns"]
+                );
+            }
+        }
+        w += &format!(
+            "integrity reasons {}\nstderr:\n{}\nsummary:\n{}",
+            s["integrity"]["reasons"], self.stderr, self.stdout
+        );
+        w
+    }
+}
+
 fn run_spec(spec: &Path, out: &Path) -> Run {
     let o = wirelab(&[
         "run",
@@ -134,7 +169,7 @@ fn every_example_spec_passes_with_a_valid_trace_tshark_can_read() {
     for spec in specs {
         let r = run_spec(&spec, out.path());
         let name = spec.file_name().unwrap().to_string_lossy();
-        assert_eq!(r.code, 0, "{name}: exit code\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.code, 0, "{name}: exit code\n{}", r.why());
         assert_eq!(r.summary["verdict"], "PASS", "{name}");
         assert_eq!(r.summary["integrity"]["valid"], true, "{name}");
         assert!(
@@ -285,7 +320,7 @@ fn the_same_spec_ten_times_injects_the_same_events_and_retransmissions() {
     let mut prints = Vec::new();
     for i in 0..10 {
         let r = run_spec(&spec, out.path());
-        assert_eq!(r.code, 0, "run {i}\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.code, 0, "run {i}\n{}", r.why());
         prints.push(fingerprint(&r.summary));
     }
     assert!(
@@ -330,11 +365,7 @@ fn an_overflowing_capture_ring_makes_the_run_invalid() {
         &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 256KiB}}\ncapture:\n  ring_size: 4KiB\n  stall_dumper: 300ms\nexpect:\n  - {{connection: all, messages_completed: true}}\n"),
     );
     let r = run_spec(&spec, dir.path());
-    assert_eq!(
-        r.code, 3,
-        "INVALID has its own exit code\n{}\n{}",
-        r.stdout, r.stderr
-    );
+    assert_eq!(r.code, 3, "INVALID has its own exit code\n{}", r.why());
     assert_eq!(r.summary["verdict"], "INVALID");
     let reasons = r.summary["integrity"]["reasons"].to_string();
     assert!(reasons.contains("capture ring was full"), "{reasons}");
@@ -358,7 +389,7 @@ fn a_failed_expectation_exits_1_and_cleans_up() {
         &format!("{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 64KiB}}\nevents:\n  - {{connection: 1, packet: 5, action: drop}}\nexpect:\n  - {{connection: 1, packet: 5, retransmitted: 1, recovery: [timeout]}}\n"),
     );
     let r = run_spec(&spec, dir.path());
-    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "{}", r.why());
     assert_eq!(r.summary["verdict"], "FAIL");
     assert_eq!(r.summary["expect"][0]["pass"], false);
     assert!(r.summary["expect"][0]["observed"]
@@ -513,7 +544,7 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
     };
     let spec = repo().join("specs/roce/write-drop-5th-packet-go-back-n.yaml");
     let r = run_spec(&spec, out.path());
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{}", r.why());
     let s = &r.summary;
     assert_eq!(s["verdict"], "PASS");
     assert_eq!(s["integrity"]["valid"], true);
@@ -595,7 +626,7 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
 
     let spec = repo().join("specs/roce/read-drop-3rd-response-reissued.yaml");
     let r = run_spec(&spec, out.path());
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{}", r.why());
     let dc = r.summary["device_counters"].as_array().unwrap().clone();
     let d = dc.iter().find(|d| d["host"] == "requester").unwrap();
     assert_eq!(
@@ -622,7 +653,7 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet() {
     );
     let spec = repo().join("specs/roce/write-corrupt-3rd-packet-only-icrc-catches-it.yaml");
     let r = run_spec(&spec, out.path());
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 0, "{}", r.why());
     assert_eq!(r.summary["events"][0]["hits"], 1);
     let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
     let o = Command::new(&python)
@@ -671,7 +702,7 @@ fn every_roce_spec_passes_its_expectations() {
     for spec in specs {
         let r = run_spec(&spec, out.path());
         let name = spec.file_name().unwrap().to_string_lossy();
-        assert_eq!(r.code, 0, "{name}\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.code, 0, "{name}\n{}", r.why());
         assert_eq!(r.summary["verdict"], "PASS", "{name}");
         assert_eq!(r.summary["integrity"]["valid"], true, "{name}");
         let claims = r.summary["expect"].as_array().unwrap();
