@@ -141,6 +141,8 @@ pub struct RunFacts {
     /// RoCE connection id -> (minimum local ACK timeout 4.096 µs × 2^timeout,
     /// retry_cnt) its requester QP was given.
     pub roce_retransmit: BTreeMap<u32, (u64, u32)>,
+    /// Host name -> the device profile its RoCE device ran.
+    pub roce_profile: BTreeMap<String, String>,
 }
 
 impl RunFacts {
@@ -150,6 +152,15 @@ impl RunFacts {
             Some(g) if !g.is_empty() => g.clone(),
             _ => self.addresses.get(host).copied().into_iter().collect(),
         }
+    }
+
+    /// How findings name the device at `ip`: `host (profile)`.
+    pub fn device_at(&self, ip: IpAddr) -> Option<String> {
+        let h = self.host_of(ip)?;
+        Some(match self.roce_profile.get(h) {
+            Some(p) => format!("{h} ({p})"),
+            None => h.to_string(),
+        })
     }
 
     /// The host that owns `ip`, among lab addresses and GIDs.
@@ -190,6 +201,15 @@ pub struct Finding {
     pub connection: Option<u32>,
     /// Data packet index the finding is about.
     pub packet: Option<u32>,
+    /// The device whose behaviour a measurement times (the RoCE endpoint
+    /// that NAKs, re-issues or resends): `host (profile)` in a wirelab run,
+    /// its address in a capture from elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// RoCE losses: the lost packet's position in its message (1 = first),
+    /// the relative PSN Lumina plots NACK latencies against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_message: Option<u32>,
     pub value: Option<f64>,
     pub unit: Option<Unit>,
     /// The specification text the verdict rests on.
@@ -242,6 +262,8 @@ impl Finding {
             kind,
             connection: None,
             packet: None,
+            device: None,
+            in_message: None,
             value: None,
             unit: None,
             rule: None,
@@ -308,6 +330,16 @@ impl Finding {
 
     pub fn packet(mut self, p: u32) -> Self {
         self.packet = Some(p).filter(|p| *p > 0);
+        self
+    }
+
+    pub fn in_message(mut self, n: u32) -> Self {
+        self.in_message = Some(n).filter(|n| *n > 0);
+        self
+    }
+
+    pub fn device(mut self, d: Option<String>) -> Self {
+        self.device = d;
         self
     }
 

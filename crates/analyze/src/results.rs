@@ -123,6 +123,10 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
             }
         }
         for h in plan["hosts"].as_array().into_iter().flatten() {
+            if let (Some(n), Some(p)) = (h["name"].as_str(), h["stack"]["roce"]["profile"].as_str())
+            {
+                f.roce_profile.insert(n.to_string(), p.to_string());
+            }
             let (Some(n), Some(t)) = (
                 h["name"].as_str(),
                 h["stack"]["roce"]["min_time_between_cnps"].as_str(),

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use wirelab_roce::packet::{self, op, Kind, NakCode, Syndrome};
+use wirelab_roce::packet::{self, op, Kind, NakCode, Position, Syndrome};
 use wirelab_roce::psn;
 use wirelab_trace::{Link, Trace};
 
@@ -133,6 +133,9 @@ pub fn parse(link: Link, data: &[u8]) -> Option<RPkt> {
 pub struct Latency {
     pub ns: u64,
     pub psn_rel: u32,
+    /// The lost packet's position in its message (1 = its first packet):
+    /// the relative PSN Lumina's Figs. 8 and 9 plot latencies against.
+    pub in_message: u32,
     pub read: bool,
     pub evidence: Vec<Evidence>,
 }
@@ -307,6 +310,12 @@ fn fsm(c: &mut RConn) {
     c.first_psn = first;
     let base = first.unwrap_or(0);
     let rel = |p: u32| psn::diff(p, base).max(0) as u32 + 1;
+    // Relative PSNs where messages start (first transmissions of a FIRST or
+    // ONLY packet, or a read request), increasing.
+    let mut starts: Vec<u32> = Vec::new();
+    let in_message = |starts: &[u32], r: u32| {
+        r + 1 - starts.iter().rev().find(|s| **s <= r).copied().unwrap_or(1)
+    };
     let pkts = std::mem::take(&mut c.pkts);
     for p in &pkts {
         if p.opcode != op::CNP && !p.migreq {
@@ -345,6 +354,7 @@ fn fsm(c: &mut RConn) {
                             c.nack_reaction.push(Latency {
                                 ns: p.ts.saturating_sub(t),
                                 psn_rel: rel(r),
+                                in_message: in_message(&starts, rel(r)),
                                 read: false,
                                 evidence: vec![ev, p.evidence()],
                             });
@@ -364,6 +374,7 @@ fn fsm(c: &mut RConn) {
                         c.nack_generation.push(Latency {
                             ns: p.ts.saturating_sub(t),
                             psn_rel: rel(e),
+                            in_message: in_message(&starts, rel(e)),
                             read: true,
                             evidence: vec![ev, p.evidence()],
                         });
@@ -384,6 +395,7 @@ fn fsm(c: &mut RConn) {
                             c.timeouts.push(Latency {
                                 ns: p.ts.saturating_sub(t),
                                 psn_rel: rel(p.psn),
+                                in_message: in_message(&starts, rel(p.psn)),
                                 read: p.kind() == Kind::ReadRequest,
                                 evidence: vec![p.evidence()],
                             });
@@ -403,6 +415,11 @@ fn fsm(c: &mut RConn) {
                         });
                     }
                     next_new = Some(psn::add(p.psn, n));
+                    if p.kind() == Kind::ReadRequest
+                        || matches!(packet::position(p.opcode), Position::First | Position::Only)
+                    {
+                        starts.push(rel(p.psn));
+                    }
                     if p.kind() == Kind::ReadRequest {
                         reads.push((p.psn, psn::add(p.psn, n)));
                     }
@@ -412,7 +429,9 @@ fn fsm(c: &mut RConn) {
                 timer_from.get_or_insert(p.ts);
                 // Responder: in-order, out-of-sequence or duplicate.
                 if p.accepted() {
-                    let e = *epsn.get_or_insert(p.psn);
+                    // The responder expects the requester's first PSN: a
+                    // lost first packet opens a gap like any other.
+                    let e = *epsn.get_or_insert(base);
                     let d = psn::diff(p.psn, e);
                     if d == 0 {
                         epsn = Some(psn::add(p.psn, n));
@@ -439,7 +458,7 @@ fn fsm(c: &mut RConn) {
                     match &mut gap {
                         Some((e, t, ev, naked)) if !*naked => {
                             if p.psn == *e {
-                                c.nack_generation.push(Latency { ns: p.ts.saturating_sub(*t), psn_rel: rel(*e), read: false, evidence: vec![ev.clone(), p.evidence()] });
+                                c.nack_generation.push(Latency { ns: p.ts.saturating_sub(*t), psn_rel: rel(*e), in_message: in_message(&starts, rel(*e)), read: false, evidence: vec![ev.clone(), p.evidence()] });
                             } else {
                                 c.broken.push(Broken {
                                     name: "nak-wrong-psn",

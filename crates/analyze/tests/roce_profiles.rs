@@ -206,6 +206,7 @@ fn run(profile: &str) -> Run {
                 )
             })
             .collect(),
+        roce_profile: [("a".into(), profile.into()), ("b".into(), profile.into())].into(),
         ..Default::default()
     };
     Run {
@@ -322,7 +323,15 @@ fn the_default_profile_passes_every_roce_analyzer_and_each_measures_something() 
     let gen = measured(&r, "nack-generation");
     assert_eq!(gen.len(), 1, "{gen:?}");
     assert_eq!(gen[0].packet, Some(5));
-    assert_eq!(measured(&r, "read-nack-generation").len(), 1);
+    assert_eq!(gen[0].in_message, Some(5));
+    assert_eq!(gen[0].device.as_deref(), Some("b (default)"));
+    let read = measured(&r, "read-nack-generation");
+    assert_eq!(read.len(), 1);
+    // Relative PSN 3 of the read's responses, the requester re-issues.
+    assert_eq!(
+        (read[0].in_message, read[0].device.as_deref()),
+        (Some(3), Some("a (default)"))
+    );
     assert_eq!(measured(&r, "nack-reaction").len(), 1);
     let timeouts = measured(&r, "timeout");
     assert_eq!(timeouts.len(), RETRY_CNT as usize, "{timeouts:?}");
@@ -484,6 +493,14 @@ fn the_go_back_n_fsm_flags_each_rule_a_device_breaks() {
         });
     });
     assert!(names(&v).contains(&"read-not-reissued"), "{v:?}");
+
+    // A responder that never NAKs a lost first packet: the gap is at the
+    // requester's first PSN, not at the first PSN the responder received.
+    let v = edited(|ps| {
+        let i = nth(ps, 4, 0, |p| packet::kind(bth(p).opcode) == PKind::Data);
+        ps[i].meta.as_mut().unwrap().event = "drop".into();
+    });
+    assert!(names(&v).contains(&"nak-missing"), "{v:?}");
 
     // A NAK with nothing missing.
     let v = edited(|ps| {

@@ -404,6 +404,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                 Some((c.id, (t, r.retry_cnt as u32)))
             })
             .collect(),
+        roce_profile: plan
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.stack.roce.profile.clone()))
+            .collect(),
     };
     let report = wirelab_analyze::report::build(
         &trace_path.display().to_string(),

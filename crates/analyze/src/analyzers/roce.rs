@@ -40,6 +40,17 @@ impl Analyzer for GoBackN {
 
 pub struct RetransmissionLatency;
 
+/// The device at `ip`, as findings name it (`host (profile)` in a run).
+fn device(input: &Input, ip: Option<Ipv4Addr>) -> Option<String> {
+    let ip = ip?;
+    Some(
+        input
+            .facts
+            .and_then(|f| f.device_at(IpAddr::V4(ip)))
+            .unwrap_or_else(|| ip.to_string()),
+    )
+}
+
 /// A loss answered later than `bound`: a slow path (Lumina §6.1). No
 /// bound: only measured.
 fn slow_path(
@@ -90,6 +101,7 @@ impl Analyzer for RetransmissionLatency {
         let mut out = Vec::new();
         let mut checks = 0;
         for c in &v.conns {
+            let requester = device(input, c.requester);
             for l in &c.nack_generation {
                 let (name, slow_name, who) = if l.read {
                     (
@@ -107,13 +119,20 @@ impl Analyzer for RetransmissionLatency {
                         l.ns as f64,
                         Unit::Nanos,
                         format!(
-                            "relative PSN {}: {who} {:.1}us after the first packet past the gap",
+                            "relative PSN {} (packet {} of its message): {who} {:.1}us after the first packet past the gap",
                             l.psn_rel,
+                            l.in_message,
                             l.ns as f64 / 1e3
                         ),
                     )
                     .conn(c.id)
                     .packet(l.psn_rel)
+                    .in_message(l.in_message)
+                    .device(if l.read {
+                        requester.clone()
+                    } else {
+                        device(input, c.responder)
+                    })
                     .evidence(l.evidence.clone()),
                 );
                 checks += u64::from(bound.is_some());
@@ -132,13 +151,16 @@ impl Analyzer for RetransmissionLatency {
                         l.ns as f64,
                         Unit::Nanos,
                         format!(
-                            "relative PSN {}: resent {:.1}us after the NAK",
+                            "relative PSN {} (packet {} of its message): resent {:.1}us after the NAK",
                             l.psn_rel,
+                            l.in_message,
                             l.ns as f64 / 1e3
                         ),
                     )
                     .conn(c.id)
                     .packet(l.psn_rel)
+                    .in_message(l.in_message)
+                    .device(requester.clone())
                     .evidence(l.evidence.clone()),
                 );
                 checks += u64::from(bound.is_some());
@@ -171,6 +193,8 @@ impl Analyzer for RetransmissionLatency {
                     )
                     .conn(c.id)
                     .packet(l.psn_rel)
+                    .in_message(l.in_message)
+                    .device(requester.clone())
                     .evidence(l.evidence.clone()),
                 );
                 let Some((min, _)) = configured else { continue };
