@@ -698,7 +698,7 @@ fn every_roce_spec_passes_its_expectations() {
         return;
     };
     let specs = specs_in("specs/roce");
-    assert!(specs.len() >= 7, "the RoCE specs are there: {specs:?}");
+    assert!(specs.len() >= 10, "the RoCE specs are there: {specs:?}");
     for spec in specs {
         let r = run_spec(&spec, out.path());
         let name = spec.file_name().unwrap().to_string_lossy();
@@ -707,6 +707,19 @@ fn every_roce_spec_passes_its_expectations() {
         assert_eq!(r.summary["integrity"]["valid"], true, "{name}");
         let claims = r.summary["expect"].as_array().unwrap();
         assert!(claims.len() >= 2, "{name}: claims {claims:?}");
+        if name.contains("drop-position-sweep") {
+            // The sweep's plot: one series per device and measurement.
+            let dir = Path::new(r.summary["results"].as_str().unwrap());
+            let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+            assert!(
+                html.contains("loss latency against the lost packet"),
+                "{name}"
+            );
+            assert!(
+                html.contains("(default)") && html.contains("(slow-"),
+                "{name}"
+            );
+        }
     }
     assert_nothing_left("roce specs");
 }

@@ -102,6 +102,11 @@ pub fn render(r: &Report) -> String {
         o.push_str("<h2>Retransmission latency</h2><p>Per loss: NACK generation (receiver), reaction (sender), timeout, and the total from the lost transmission to the retransmission. Base round trips of the vantage point are removed (see each finding).</p>");
         o.push_str(&latency_bars(&lat));
     }
+    let sweep = roce_sweep_series(r);
+    if !sweep.is_empty() {
+        o.push_str("<h2>RoCE: loss latency against the lost packet's relative PSN</h2><p>Lumina Figs. 5, 8 and 9: per device, how long the NAK (or the re-issued read) and the resend took, against the lost packet's position in its message. One colour per device; ● NACK generation, ▲ read NACK generation, × NACK reaction.</p>");
+        o.push_str(&roce_sweep(&sweep));
+    }
     for (name, title) in [
         ("mct", "Message completion time"),
         ("rtt", "RTT at the vantage point"),
@@ -361,6 +366,106 @@ fn latency_bars(groups: &[Group]) -> String {
         })
         .collect();
     format!("<p>{}</p>{svg}", legend.join(" &nbsp; "))
+}
+
+/// RoCE loss latencies: ((measurement, device), [(relative PSN in the
+/// message, µs)]), from the roce-retransmission-latency findings.
+type SweepSeries = Vec<((&'static str, String), Vec<(u32, f64)>)>;
+
+fn roce_sweep_series(r: &Report) -> SweepSeries {
+    let mut m: std::collections::BTreeMap<(&'static str, String), Vec<(u32, f64)>> =
+        Default::default();
+    for f in r
+        .analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| {
+            f.analyzer == "roce-retransmission-latency"
+                && f.kind == Kind::Measurement
+                && matches!(
+                    f.name,
+                    "nack-generation" | "read-nack-generation" | "nack-reaction"
+                )
+        })
+    {
+        let (Some(x), Some(v)) = (f.in_message.or(f.packet), f.value) else {
+            continue;
+        };
+        let dev = f.device.clone().unwrap_or_else(|| "?".into());
+        m.entry((f.name, dev)).or_default().push((x, v / 1e3));
+    }
+    m.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            (k, v)
+        })
+        .collect()
+}
+
+fn roce_sweep(series: &SweepSeries) -> String {
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let xmax = pts.clone().map(|p| p.0).max().unwrap_or(1).max(2);
+    let ymax = pts.clone().map(|p| p.1).fold(1.0, f64::max);
+    let ymin = pts.map(|p| p.1).fold(f64::INFINITY, f64::min).max(0.1);
+    let devices: Vec<&String> = {
+        let mut d: Vec<&String> = series.iter().map(|s| &s.0 .1).collect();
+        d.sort();
+        d.dedup();
+        d
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 420)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        // Log scale: a default device answers in tens of µs, the slow paths
+        // Lumina found take hundreds of µs to tens of ms.
+        let Ok(mut ch) = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0u32..xmax + 1, (ymin / 2.0..ymax * 8.0).log_scale())
+        else {
+            return String::new();
+        };
+        let _ = ch
+            .configure_mesh()
+            .x_desc("relative PSN of the lost packet in its message")
+            .y_desc("latency (us)")
+            .draw();
+        for ((name, dev), v) in series {
+            let n = devices.iter().position(|d| *d == dev).unwrap_or(0);
+            let color = Palette99::pick(n);
+            let label = format!("{name}, {dev}");
+            let _ = match *name {
+                "nack-reaction" => ch.draw_series(
+                    v.iter()
+                        .map(|&(x, y)| Cross::new((x, y), 5, color.stroke_width(2))),
+                ),
+                "read-nack-generation" => ch.draw_series(
+                    v.iter()
+                        .map(|&(x, y)| TriangleMarker::new((x, y), 5, color.filled())),
+                ),
+                _ => ch.draw_series(
+                    v.iter()
+                        .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+                ),
+            };
+            if let Ok(l) = ch.draw_series(LineSeries::new(v.iter().copied(), color.stroke_width(1)))
+            {
+                l.label(label).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
+                });
+            }
+        }
+        let _ = ch
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw();
+        let _ = root.present();
+    }
+    svg
 }
 
 fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {

@@ -61,3 +61,55 @@ fn terminal_names_retransmissions_and_verdicts() {
     let v = wirelab_report::terminal::render(&report("drop-5th-packet-twice"), true);
     assert!(v.contains("nack-generation"), "{v}");
 }
+
+#[test]
+fn html_plots_roce_loss_latency_against_relative_psn_per_device() {
+    use wirelab_analyze::{AnalyzerReport, Finding};
+    use wirelab_spec::Unit;
+    let mut r = report("ecn");
+    assert!(!wirelab_report::html::render(&r).contains("relative PSN"));
+    let m = |name, dev: &str, k: u32, us: f64| {
+        Finding::measurement(
+            "roce-retransmission-latency",
+            name,
+            us * 1e3,
+            Unit::Nanos,
+            String::new(),
+        )
+        .conn(1)
+        .packet(16 * (k - 1) + k)
+        .in_message(k)
+        .device(Some(dev.into()))
+    };
+    let mut findings = Vec::new();
+    for k in 1..=3 {
+        findings.push(m("nack-generation", "b (default)", k, 20.0));
+        findings.push(m("nack-reaction", "a (default)", k, 30.0));
+        findings.push(m("nack-reaction", "c (slow-nack-reaction)", k, 500.0));
+    }
+    r.analyzers.push(AnalyzerReport {
+        name: "roce-retransmission-latency",
+        about: "",
+        checks: 0,
+        violations: 0,
+        verdict: "measured",
+        findings,
+    });
+    let h = wirelab_report::html::render(&r);
+    assert!(
+        h.contains("RoCE: loss latency against the lost packet"),
+        "the section"
+    );
+    for label in [
+        "nack-generation, b (default)",
+        "nack-reaction, a (default)",
+        "nack-reaction, c (slow-nack-reaction)",
+    ] {
+        assert!(h.contains(label), "legend names {label}");
+    }
+    // Three devices, three markers each: circles for generation, crosses
+    // (two strokes) for reaction.
+    let sweep = &h[h.find("RoCE: loss latency").unwrap()..];
+    let sweep = &sweep[..sweep.find("</svg>").unwrap()];
+    assert_eq!(sweep.matches("<circle").count(), 3, "{sweep}");
+}
