@@ -134,11 +134,16 @@ fn target_text(t: Target) -> String {
     }
 }
 
-fn dp_action(a: wirelab_spec::Action) -> Action {
+fn dp_action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Action {
     match a {
         wirelab_spec::Action::Drop => Action::Drop,
         wirelab_spec::Action::Ecn => Action::Ecn,
         wirelab_spec::Action::Corrupt => Action::Corrupt,
+        // Validation made sure an edit names its field.
+        wirelab_spec::Action::Edit => match edit.map(|e| e.migreq) {
+            Some(0) => Action::MigReqClear,
+            _ => Action::MigReqSet,
+        },
     }
 }
 
@@ -213,11 +218,23 @@ pub fn arm_events(
     meta: &[wirelab_workload::ConnMeta],
     log: &mut String,
 ) -> Result<()> {
+    if plan.events.iter().any(|e| e.edit.is_some()) {
+        let deltas: Vec<u32> = (0..wirelab_dataplane::ICRC_SHIFTS)
+            .map(wirelab_roce::packet::migreq_icrc_delta)
+            .collect();
+        switch.set_icrc_migreq_table(&deltas)?;
+    }
     for e in &plan.events {
         let conn = &plan.conns[e.conn as usize - 1];
         let mss = meta[e.conn as usize - 1].data_mss;
         let index = e.resolve_index(conn, mss);
-        switch.add_event(e.conn, index, e.iteration, dp_action(e.action), e.id)?;
+        switch.add_event(
+            e.conn,
+            index,
+            e.iteration,
+            dp_action(e.action, e.edit),
+            e.id,
+        )?;
         log.push_str(&format!(
             "event {} armed: conn {} index {} iteration {} {}\n",
             e.id,

@@ -641,7 +641,7 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
 /// `scapy.contrib.roce` (from PyPI, installed by scripts/deps.sh), an
 /// implementation nobody here wrote, except the one the switch corrupted.
 #[test]
-fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet() {
+fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() {
     let Some((_g, out)) = lab_test() else {
         return;
     };
@@ -687,7 +687,38 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet() {
     let d = dc.iter().find(|d| d["host"] == "responder").unwrap();
     let delta = |c: &str| d["after"][c].as_i64().unwrap() - d["before"][c].as_i64().unwrap();
     assert_eq!(delta("rx_icrc_encapsulated"), 1);
-    assert_nothing_left("roce corrupt run");
+
+    // The `edit` action sets MigReq and patches the ICRC: every packet
+    // still verifies, and the edited QP's data packets carry MigReq = 1
+    // while the other QP's keep the 0 its device sent.
+    let spec = repo().join("specs/roce/write-sender-clears-migreq-switch-edit-sets-it.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+    let o = Command::new(&python)
+        .arg(repo().join("scripts/icrc_check.py"))
+        .arg(&trace)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.lines().all(|l| l.ends_with(" ok")), "{text}");
+    let t = wirelab_trace::read(&trace).unwrap();
+    let (mut edited, mut cleared) = (0, 0);
+    for p in &t.packets {
+        let m = p.meta.as_ref().unwrap();
+        let bth1 = p.data[14 + 20 + 8 + 1];
+        if m.event == "edit:migreq=1" {
+            assert_ne!(bth1 & 0x40, 0, "frame {}", p.frame);
+            edited += 1;
+        } else if m.conn == 2 && m.data_dir {
+            assert_eq!(bth1 & 0x40, 0, "frame {}", p.frame);
+            cleared += 1;
+        }
+    }
+    assert_eq!(edited, r.summary["events"][0]["hits"].as_u64().unwrap());
+    assert!(edited >= 32 && cleared >= 32, "{edited} {cleared}");
+    assert_nothing_left("roce corrupt and edit runs");
 }
 
 /// Every spec under specs/roce/ (Lumina's experiments) passes its own

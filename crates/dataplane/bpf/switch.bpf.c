@@ -95,6 +95,17 @@ struct {
 	__uint(max_entries, 1 << 24); /* resized by the control plane */
 } ring SEC(".maps");
 
+/* icrc_migreq[k]: what flipping MigReq changes in the ICRC of a packet with
+ * k covered bytes after the BTH byte that holds it. Filled by the control
+ * plane (wirelab_roce::packet::migreq_icrc_delta) before an edit event is
+ * armed; 0 means not filled, and the edit is refused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_ICRC_SHIFTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} icrc_migreq SEC(".maps");
+
 /* Makes the record header part of the BTF so the skeleton exports its type. */
 struct wl_mirror_hdr mirror_hdr_abi = {};
 
@@ -404,6 +415,45 @@ static __always_inline void corrupt(struct __sk_buff *skb, struct pkt *p)
 	bpf_skb_store_bytes(skb, p->payload_off, &b, 1, 0);
 }
 
+/*
+ * Lumina §6.2.3's edit: MigReq (BTH byte 1, bit 0x40; IBTA §9.2.4) set or
+ * cleared, and the ICRC patched rather than recomputed. CRC-32 is linear:
+ * for messages of one length crc(m ^ d) = crc(m) ^ crc(d) ^ crc(0), and
+ * crc(d) ^ crc(0) for a one-bit d depends only on how many bytes follow
+ * that bit, so a table lookup replaces a pass over up to 4 KiB. Returns 0
+ * when the packet was left as it was (not RoCE, table not filled).
+ */
+static __always_inline int edit_migreq(struct __sk_buff *skb, struct pkt *p, int set)
+{
+	__u32 bth1 = p->l4_off + sizeof(struct udphdr) + 1, icrc_off, k, icrc, *delta;
+	__u8 b;
+
+	if (!p->is_roce)
+		return 0;
+	if (bpf_skb_load_bytes(skb, bth1, &b, 1))
+		return 0;
+	if (!!(b & 0x40) == set)
+		return 1; /* already so */
+	/* parse_roce put payload_off on the last byte before the ICRC. */
+	icrc_off = p->payload_off + 1;
+	k = icrc_off - bth1 - 1;
+	delta = bpf_map_lookup_elem(&icrc_migreq, &k);
+	if (!delta || !*delta)
+		return 0;
+	if (bpf_skb_load_bytes(skb, icrc_off, &icrc, sizeof(icrc)))
+		return 0;
+	/* The ICRC goes least significant byte first (Annex A17.8). */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	icrc ^= __builtin_bswap32(*delta);
+#else
+	icrc ^= *delta;
+#endif
+	b ^= 0x40;
+	bpf_skb_store_bytes(skb, bth1, &b, 1, 0);
+	bpf_skb_store_bytes(skb, icrc_off, &icrc, sizeof(icrc), 0);
+	return 1;
+}
+
 /* Stage 4: mirror into the capture ring, before any drop (Lumina §3.4). */
 static __always_inline void mirror(struct __sk_buff *skb, struct wl_mirror_hdr *m,
 				   struct wl_counters *c)
@@ -489,6 +539,9 @@ int wl_switch(struct __sk_buff *skb)
 	 * what the receiver saw. */
 	if (m.action == WL_EV_CORRUPT)
 		corrupt(skb, &p);
+	else if ((m.action == WL_EV_MIGREQ_SET || m.action == WL_EV_MIGREQ_CLEAR) &&
+		 !edit_migreq(skb, &p, m.action == WL_EV_MIGREQ_SET))
+		m.action = WL_EV_NONE;
 	mirror(skb, &m, c);
 
 	if (m.action == WL_EV_DROP) {

@@ -31,7 +31,15 @@ enum wl_action {
 	 * §5 forbids setting CE on it, so the switch forwards it unchanged and
 	 * says so in the trace. */
 	WL_EV_ECN_NOT_ECT = 4,
+	/* `edit` events on RoCE (Lumina §6.2.3): set or clear MigReq, the ICRC
+	 * patched so the packet stays valid. */
+	WL_EV_MIGREQ_SET = 5,
+	WL_EV_MIGREQ_CLEAR = 6,
 };
+
+/* Entries of icrc_migreq: one per count of ICRC-covered bytes after the
+ * BTH's MigReq byte (path MTU 4096 + RETH + immediate + pad, rounded up). */
+#define WL_ICRC_SHIFTS 4224
 
 /* A switch port, keyed by the ifindex of its device in the switch namespace. */
 struct wl_port {

@@ -20,6 +20,8 @@ use skel::{types, SwitchSkel, SwitchSkelBuilder};
 
 /// Largest snap length the program accepts (`WL_MAX_SNAP` in `wirelab.h`).
 pub const MAX_SNAP: u32 = 1518;
+/// Entries of the ICRC table a MigReq edit uses (`WL_ICRC_SHIFTS`).
+pub const ICRC_SHIFTS: usize = 4224;
 /// Maximum number of switch ports and connections (`wirelab.h`).
 pub const MAX_PORTS: u32 = 64;
 pub const MAX_CONNS: u32 = 1024;
@@ -60,6 +62,10 @@ pub enum Action {
     Corrupt = 3,
     /// An `ecn` event hit a Not-ECT packet; RFC 3168 §5 forbids marking it.
     EcnNotEct = 4,
+    /// `edit: {migreq: 1}` on RoCE (ICRC patched).
+    MigReqSet = 5,
+    /// `edit: {migreq: 0}`.
+    MigReqClear = 6,
 }
 
 impl Action {
@@ -70,6 +76,8 @@ impl Action {
             2 => Action::Ecn,
             3 => Action::Corrupt,
             4 => Action::EcnNotEct,
+            5 => Action::MigReqSet,
+            6 => Action::MigReqClear,
             _ => return None,
         })
     }
@@ -80,6 +88,8 @@ impl Action {
             Action::Ecn => "ecn",
             Action::Corrupt => "corrupt",
             Action::EcnNotEct => "ecn-not-ect",
+            Action::MigReqSet => "edit:migreq=1",
+            Action::MigReqClear => "edit:migreq=0",
         }
     }
 }
@@ -321,6 +331,32 @@ impl Switch {
             .flows
             .update(bytes_of(&k), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("adding connection {conn}")))
+    }
+
+    /// Fills the table MigReq edits patch the ICRC from: `deltas[k]` is what
+    /// flipping MigReq changes in the ICRC of a packet with k covered bytes
+    /// after the BTH byte that holds it (wirelab_roce computes it; this
+    /// crate stays free of protocol code). Needed before an edit is armed.
+    pub fn set_icrc_migreq_table(&self, deltas: &[u32]) -> Result<(), Error> {
+        if deltas.len() != ICRC_SHIFTS {
+            return Err(Error::Config(format!(
+                "the MigReq ICRC table has {ICRC_SHIFTS} entries, got {}",
+                deltas.len()
+            )));
+        }
+        let keys: Vec<u8> = (0..ICRC_SHIFTS as u32).flat_map(u32::to_ne_bytes).collect();
+        let values: Vec<u8> = deltas.iter().flat_map(|d| d.to_ne_bytes()).collect();
+        self.skel
+            .maps
+            .icrc_migreq
+            .update_batch(
+                &keys,
+                &values,
+                ICRC_SHIFTS as u32,
+                MapFlags::ANY,
+                MapFlags::ANY,
+            )
+            .map_err(map_err("filling the MigReq ICRC table".to_string()))
     }
 
     /// Arms an event. `index`/`iter` 0 are the wildcards (`packet: all`,

@@ -188,3 +188,63 @@ fn roce_events_follow_relative_psn_and_iteration() {
     let (_, _, m) = run(&sw, &other);
     assert_eq!(m.conn, 0);
 }
+
+fn migreq(frame: &[u8]) -> bool {
+    frame[14 + 20 + 8 + 1] & 0x40 != 0
+}
+
+fn armed_switch(table: bool) -> Switch {
+    let sw = Switch::load(Config::default()).unwrap();
+    sw.add_port(LO_IFINDEX, 1).unwrap();
+    sw.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
+    sw.add_roce_flow(A, B, QP_B, 1, Some(IPSN)).unwrap();
+    if table {
+        let deltas: Vec<u32> = (0..wirelab_dataplane::ICRC_SHIFTS)
+            .map(packet::migreq_icrc_delta)
+            .collect();
+        sw.set_icrc_migreq_table(&deltas).unwrap();
+    }
+    sw.add_event(1, 1, 1, Action::MigReqClear, 1).unwrap();
+    sw.add_event(1, 2, 1, Action::MigReqSet, 2).unwrap();
+    sw
+}
+
+#[test]
+fn edit_rewrites_migreq_and_patches_the_icrc() {
+    if !have_bpf() {
+        return;
+    }
+    let psn = |rel: u32| (IPSN + rel) & 0xff_ffff;
+    let sw = armed_switch(true);
+    // Packet 1: MigReq cleared; only the BTH byte and the ICRC change, and
+    // the ICRC is valid for the new header (Lumina §6.2.3).
+    let input = frame(true, op::WRITE_FIRST, psn(0));
+    let (v, out, m) = run(&sw, &input);
+    assert_eq!(v, verdict::REDIRECT);
+    assert_eq!(Action::from_u32(m.action), Some(Action::MigReqClear));
+    assert!(migreq(&input) && !migreq(&out));
+    assert!(icrc_ok(&out), "the ICRC was patched");
+    let diff: Vec<usize> = (0..input.len()).filter(|&i| input[i] != out[i]).collect();
+    let n = input.len();
+    let bth1 = 14 + 20 + 8 + 1;
+    assert!(
+        diff.iter().all(|&i| i == bth1 || i >= n - 4) && diff.contains(&bth1),
+        "{diff:?}"
+    );
+    // Packet 2: already MigReq = 1, so setting it changes nothing.
+    let input = frame(true, op::WRITE_MIDDLE, psn(1));
+    let (_, out, m) = run(&sw, &input);
+    assert_eq!(Action::from_u32(m.action), Some(Action::MigReqSet));
+    assert_eq!(out, input);
+    assert_eq!(sw.event_hits(1, 1, 1).unwrap(), 1);
+
+    // Without the ICRC table the switch refuses to edit: the packet goes
+    // through intact and the trace shows no event.
+    let sw = armed_switch(false);
+    let input = frame(true, op::WRITE_FIRST, psn(0));
+    let (_, out, m) = run(&sw, &input);
+    assert_eq!(
+        (Action::from_u32(m.action), out),
+        (Some(Action::None), input)
+    );
+}

@@ -181,6 +181,9 @@ pub struct EventPlan {
     /// 0 = any iteration.
     pub iteration: u32,
     pub action: wirelab_spec::Action,
+    /// With `Action::Edit`: what it rewrites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<wirelab_spec::Edit>,
 }
 
 impl EventPlan {
@@ -315,6 +318,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 IndexOrAll::One(i) => i.0,
             },
             action: e.action,
+            edit: e.edit,
         })
         .collect();
     Plan {

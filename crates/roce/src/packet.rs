@@ -486,6 +486,18 @@ pub fn icrc_ipv4(h: &Ipv4Udp, roce: &[u8]) -> u32 {
     crc.finalize()
 }
 
+/// What flipping MigReq (BTH byte 1, bit 0x40) changes in the ICRC of a
+/// packet with `k` covered bytes after that byte. CRC-32 is linear over
+/// messages of one length, crc(m ^ d) = crc(m) ^ crc(d) ^ crc(0), so the
+/// change depends only on the flipped bit's distance from the end: the
+/// switch's `edit` patches the ICRC with this instead of recomputing it.
+pub fn migreq_icrc_delta(k: usize) -> u32 {
+    let mut d = vec![0u8; k + 1];
+    let zero = crc32fast::hash(&d);
+    d[0] = 0x40;
+    crc32fast::hash(&d) ^ zero
+}
+
 /// Writes the ICRC into the last four bytes of a built packet.
 pub fn seal_ipv4(h: &Ipv4Udp, roce: &mut [u8]) {
     let c = icrc_ipv4(h, roce);
@@ -625,6 +637,50 @@ mod tests {
             assert_eq!(parsed.aeth, aeth);
             assert_eq!(parsed.payload.len(), payload);
             assert_eq!(parsed.bth.pad as usize, (4 - payload % 4) % 4);
+        }
+    }
+
+    #[test]
+    fn flipping_migreq_changes_the_icrc_by_the_delta_for_its_distance() {
+        let h = Ipv4Udp::lab(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            49152,
+        );
+        for (opcode, reth, len) in [
+            (op::SEND_ONLY, false, 0),
+            (op::WRITE_FIRST, true, 1024),
+            (op::WRITE_MIDDLE, false, 4096),
+            (op::SEND_LAST, false, 37),
+        ] {
+            let bth = Bth {
+                opcode,
+                se: false,
+                migreq: false,
+                pad: 0,
+                tver: 0,
+                pkey: DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dqpn: 3,
+                ack_req: true,
+                psn: 7,
+            };
+            let reth = reth.then_some(Reth {
+                va: 0x1000,
+                rkey: 9,
+                len: 4096,
+            });
+            let mut p = build(bth, reth, None, len, |i| i as u8);
+            seal_ipv4(&h, &mut p);
+            let n = p.len();
+            let icrc = u32::from_le_bytes(p[n - 4..].try_into().unwrap());
+            let k = n - ICRC_LEN - 2;
+            p[1] |= 0x40;
+            assert!(!icrc_ok_ipv4(&h, &p));
+            let patched = icrc ^ migreq_icrc_delta(k);
+            p[n - 4..].copy_from_slice(&patched.to_le_bytes());
+            assert!(icrc_ok_ipv4(&h, &p), "opcode {opcode:#x}, {len} bytes");
         }
     }
 

@@ -324,6 +324,9 @@ pub enum Action {
     Ecn,
     /// Flip a payload bit; the receiver's checksum must catch it.
     Corrupt,
+    /// Rewrite a header field (the event's `edit`), keeping the packet
+    /// valid: RoCE's ICRC is patched (Lumina §6.2.3 set MigReq).
+    Edit,
 }
 
 impl Action {
@@ -332,6 +335,7 @@ impl Action {
             Action::Drop => "drop",
             Action::Ecn => "ecn",
             Action::Corrupt => "corrupt",
+            Action::Edit => "edit",
         }
     }
 }
@@ -350,6 +354,19 @@ pub struct Event {
     #[serde(default = "iter_one")]
     pub iteration: IndexOrAll,
     pub action: Action,
+    /// With `action: edit`: the field to rewrite and its new value.
+    #[serde(default)]
+    pub edit: Option<Edit>,
+}
+
+/// A header field an `edit` event rewrites. RoCE only for now: MigReq (BTH,
+/// IBTA §9.2.4), which Lumina §6.2.3 set to 1 on an E810's packets to show
+/// a CX5 dropped them for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// 0 or 1.
+    pub migreq: u8,
 }
 
 fn iter_one() -> IndexOrAll {
@@ -871,6 +888,35 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                     "`all` cannot be combined with `message`",
                 );
             }
+        }
+        match (e.action, e.edit) {
+            (Action::Edit, None) => {
+                return err(
+                    format!("{at}.edit"),
+                    "`action: edit` needs `edit:` naming the field, e.g. `edit: {migreq: 1}`",
+                )
+            }
+            (Action::Edit, Some(ed)) => {
+                if ed.migreq > 1 {
+                    return err(
+                        format!("{at}.edit.migreq"),
+                        format!("MigReq is one bit: 0 or 1, got {}", ed.migreq),
+                    );
+                }
+                if s.traffic.transport != Transport::Roce {
+                    return err(
+                        format!("{at}.edit"),
+                        "MigReq is a RoCE header field: `edit` needs `transport: roce`",
+                    );
+                }
+            }
+            (_, Some(_)) => {
+                return err(
+                    format!("{at}.edit"),
+                    format!("`edit` goes with `action: edit`, not `{}`", e.action.name()),
+                )
+            }
+            (_, None) => {}
         }
         let key = (e.connection, e.message, e.packet, e.iteration);
         if !seen.insert(format!("{key:?}")) {

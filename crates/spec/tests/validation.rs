@@ -49,12 +49,41 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown field",
             with("events:\n  - connection: 1\n    packet: 1\n    acton: drop\n"),
-            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `message`, `iteration`, `action` (line 13)",
+            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `message`, `iteration`, `action`, `edit` (line 13)",
         ),
         (
             "unknown action",
             with("events:\n  - {connection: 1, packet: 1, action: delay}\n"),
-            "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt` (line 11)",
+            "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt`, `edit` (line 11)",
+        ),
+        (
+            "edit without a field",
+            with("events:\n  - {connection: 1, packet: 1, action: edit}\n")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "events[0].edit: `action: edit` needs `edit:` naming the field, e.g. `edit: {migreq: 1}` (line 12)",
+        ),
+        (
+            "edit of a field the switch does not know",
+            with("events:\n  - {connection: 1, packet: 1, action: edit, edit: {se: 1}}\n")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "events[0].edit: unknown field `se`, expected `migreq` (line 12)",
+        ),
+        (
+            "MigReq is one bit",
+            with("events:\n  - {connection: 1, packet: 1, action: edit, edit: {migreq: 2}}\n")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "events[0].edit.migreq: MigReq is one bit: 0 or 1, got 2 (line 12)",
+        ),
+        (
+            "MigReq on TCP",
+            with("events:\n  - {connection: 1, packet: 1, action: edit, edit: {migreq: 1}}\n"),
+            "events[0].edit: MigReq is a RoCE header field: `edit` needs `transport: roce` (line 11)",
+        ),
+        (
+            "edit with another action",
+            with("events:\n  - {connection: 1, packet: 1, action: drop, edit: {migreq: 1}}\n")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "events[0].edit: `edit` goes with `action: edit`, not `drop` (line 12)",
         ),
         (
             "connection out of range",
