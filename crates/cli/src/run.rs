@@ -201,7 +201,7 @@ pub fn arm_roce_flows(
     meta: &[wirelab_workload::roce::RoceMeta],
 ) -> Result<()> {
     for (c, m) in plan.conns.iter().zip(meta) {
-        let (rq, rs) = (plan.hosts[c.requester].ip, plan.hosts[c.responder].ip);
+        let (rq, rs) = (c.requester_ip, c.responder_ip);
         // Data flows towards the responder for send/write, and back for read,
         // numbered from the requester's initial PSN either way.
         let write = c.data_sender() == c.requester;
@@ -291,11 +291,8 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                     ));
                     wirelab_workload::ConnMeta {
                         id: c.id,
-                        requester: std::net::SocketAddrV4::new(
-                            plan.hosts[c.requester].ip,
-                            r.requester_sport,
-                        ),
-                        responder: std::net::SocketAddrV4::new(plan.hosts[c.responder].ip, 4791),
+                        requester: std::net::SocketAddrV4::new(c.requester_ip, r.requester_sport),
+                        responder: std::net::SocketAddrV4::new(c.responder_ip, 4791),
                         // One PSN per path-MTU payload: message-relative events
                         // resolve exactly as with a TCP MSS.
                         data_mss: r.mtu,
@@ -405,7 +402,15 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             .iter()
             .map(|h| (h.name.clone(), std::net::IpAddr::V4(h.ip)))
             .collect(),
-        gids: Default::default(),
+        gids: plan
+            .hosts
+            .iter()
+            .filter(|h| h.gids.len() > 1)
+            .map(|h| {
+                let g = h.gids.iter().map(|g| std::net::IpAddr::V4(*g)).collect();
+                (h.name.clone(), g)
+            })
+            .collect(),
         device_counters: wirelab_workload::roce::deltas(&device_counters),
         cnp_interval_ns: plan
             .hosts
@@ -498,8 +503,8 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             let st = switch.conn_state(c.id).ok();
             ConnSummary {
                 id: c.id,
-                requester: format!("{}:{}", plan.hosts[c.requester].ip, c.sport),
-                responder: format!("{}:{}", plan.hosts[c.responder].ip, c.dport),
+                requester: format!("{}:{}", c.requester_ip, c.sport),
+                responder: format!("{}:{}", c.responder_ip, c.dport),
                 verb: format!("{:?}", c.verb).to_lowercase(),
                 messages: c.messages,
                 message_size: c.message_size.0,

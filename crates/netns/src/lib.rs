@@ -169,6 +169,11 @@ impl Lab {
             let addr = format!("{}/{}", h.ip, PREFIX_LEN);
             run("ip", &["-n", &h.ns, "link", "set", "lo", "up"])?;
             run("ip", &["-n", &h.ns, "addr", "add", &addr, "dev", &h.ifname])?;
+            // Further GIDs of its RoCE device, in the namespace only.
+            for g in h.gids.iter().filter(|g| **g != h.ip) {
+                let a = format!("{g}/{PREFIX_LEN}");
+                run("ip", &["-n", &h.ns, "addr", "add", &a, "dev", &h.ifname])?;
+            }
             run("ip", &["-n", &h.ns, "link", "set", &h.ifname, "up"])?;
             // Wire-sized frames at the switch (no TSO/GSO/GRO), and checksums
             // computed in software and verified by the receiver, so that a
@@ -183,7 +188,12 @@ impl Lab {
             steer_rx(&h.ns, &h.ifname, cpu)?;
             // Static neighbours: no ARP in the trace, and the switch forwards
             // on destination MAC.
-            for peer in plan.hosts.iter().filter(|p| p.port != h.port) {
+            for (peer, ip) in plan
+                .hosts
+                .iter()
+                .filter(|p| p.port != h.port)
+                .flat_map(|p| p.gids.iter().map(move |g| (p, g)))
+            {
                 run(
                     "ip",
                     &[
@@ -191,7 +201,7 @@ impl Lab {
                         &h.ns,
                         "neigh",
                         "replace",
-                        &peer.ip.to_string(),
+                        &ip.to_string(),
                         "lladdr",
                         &fmt_mac(&peer.mac),
                         "dev",

@@ -20,7 +20,14 @@ pub const NS_PREFIX: &str = "wl-";
 pub fn host_ip(port: u32) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 0, port as u8)
 }
-pub const PREFIX_LEN: u8 = 24;
+/// The lab subnet, 198.18.0.0/16 (RFC 2544 benchmarking space): a host's
+/// first address is 198.18.0.<port>, its further GIDs 198.18.<g>.<port>.
+pub const PREFIX_LEN: u8 = 16;
+
+/// GID `g` (0 = the host's lab address) of the host on `port`.
+pub fn gid_ip(port: u32, g: u32) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, g as u8, port as u8)
+}
 
 /// Locally administered unicast MAC (IEEE 802: bit 1 of the first octet).
 pub fn host_mac(port: u32) -> [u8; 6] {
@@ -58,6 +65,9 @@ pub struct HostPlan {
     /// Switch port number (1-based); also the last octet of IP and MAC.
     pub port: u32,
     pub ip: Ipv4Addr,
+    /// Every address the host's RoCE device answers on (its GIDs); the
+    /// first is `ip`.
+    pub gids: Vec<Ipv4Addr>,
     pub mac: [u8; 6],
     /// The host's interface, inside its namespace.
     pub ifname: String,
@@ -109,6 +119,10 @@ pub struct ConnPlan {
     /// Host indices into `Plan::hosts`.
     pub requester: usize,
     pub responder: usize,
+    /// The requester's and the responder's address for this connection
+    /// (a GID of each for RoCE; the lab address for TCP).
+    pub requester_ip: Ipv4Addr,
+    pub responder_ip: Ipv4Addr,
     pub sport: u16,
     pub dport: u16,
     pub verb: Verb,
@@ -257,6 +271,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 ns: format!("{NS_PREFIX}{run_id}-{}", h.name),
                 port,
                 ip: host_ip(port),
+                gids: (0..h.gids.unwrap_or(1)).map(|g| gid_ip(port, g)).collect(),
                 mac: host_mac(port),
                 ifname: "eth0".to_string(),
                 switch_ifname: format!("p{port}"),
@@ -274,12 +289,16 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
     let host_index = |n: &str| hosts.iter().position(|h| h.name == n).expect("validated");
     let mut conns = Vec::new();
     for g in &spec.traffic.connections {
-        for _ in 0..g.count.0 {
+        let (rq, rs) = (host_index(&g.from), host_index(&g.to));
+        for k in 0..g.count.0 as usize {
             let id = conns.len() as u32 + 1;
+            let gid = |h: usize| hosts[h].gids[k % hosts[h].gids.len()];
             conns.push(ConnPlan {
                 id,
-                requester: host_index(&g.from),
-                responder: host_index(&g.to),
+                requester: rq,
+                responder: rs,
+                requester_ip: gid(rq),
+                responder_ip: gid(rs),
                 sport: source_port(id),
                 dport: SERVICE_PORT,
                 verb: g.verb,

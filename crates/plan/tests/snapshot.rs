@@ -70,3 +70,37 @@ fn names_are_unique_per_run() {
     }
     assert_ne!(a.switch_ns, b.switch_ns);
 }
+
+#[test]
+fn roce_connections_take_the_gids_of_their_hosts_in_turn() {
+    let spec = wirelab_spec::parse(
+        "topology:
+  hosts:
+    - {name: a, gids: 2}
+    - {name: b, gids: 3}
+traffic:
+  transport: roce
+  connections:
+    - {from: a, to: b, count: 4, message_size: 4KiB}
+",
+    )
+    .unwrap();
+    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let ips: Vec<(String, String)> = plan
+        .conns
+        .iter()
+        .map(|c| (c.requester_ip.to_string(), c.responder_ip.to_string()))
+        .collect();
+    let want = [
+        ("198.18.0.1", "198.18.0.2"),
+        ("198.18.1.1", "198.18.1.2"),
+        ("198.18.0.1", "198.18.2.2"),
+        ("198.18.1.1", "198.18.0.2"),
+    ];
+    assert_eq!(
+        ips,
+        want.map(|(a, b)| (a.to_string(), b.to_string())).to_vec()
+    );
+    assert_eq!(plan.hosts[1].gids.len(), 3);
+    assert_eq!(plan.hosts[1].gids[0], plan.hosts[1].ip);
+}

@@ -146,6 +146,9 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("roce-cnp.cnp-excess", Unit::Count),
     ("roce-cnp.cnps", Unit::Count),
     ("roce-cnp.interval", Unit::Nanos),
+    ("roce-cnp.limiter-per-qp", Unit::Count),
+    ("roce-cnp.limiter-per-ip", Unit::Count),
+    ("roce-cnp.limiter-per-port", Unit::Count),
     ("roce-counters.violations", Unit::Count),
     ("roce-counters.counter-disagrees", Unit::Count),
 ];

@@ -158,6 +158,9 @@ fn default_mtu() -> u32 {
     1500
 }
 
+/// Most GIDs a host's RoCE device may have.
+pub const MAX_GIDS: u32 = 8;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Host {
@@ -169,6 +172,11 @@ pub struct Host {
     /// Buffer of that bottleneck queue.
     #[serde(default)]
     pub bottleneck_buffer: Option<Bytes>,
+    /// RoCE: how many addresses (GIDs) the host's device answers on, 1..=8
+    /// (Lumina's multiple GIDs per host). The k-th connection of a group
+    /// uses GID k mod n of its requester and of its responder.
+    #[serde(default)]
+    pub gids: Option<u32>,
     #[serde(default)]
     pub stack: Option<Stack>,
 }
@@ -800,6 +808,20 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                 format!("topology.hosts[{i}].bottleneck_buffer"),
                 "needs `bottleneck`",
             );
+        }
+        if let Some(n) = h.gids {
+            if !(1..=MAX_GIDS).contains(&n) {
+                return err(
+                    format!("topology.hosts[{i}].gids"),
+                    format!("must be between 1 and {MAX_GIDS}, got {n}"),
+                );
+            }
+            if n > 1 && s.traffic.transport != Transport::Roce {
+                return err(
+                    format!("topology.hosts[{i}].gids"),
+                    "GIDs are RoCE device addresses: needs `traffic.transport: roce`",
+                );
+            }
         }
         if let Some(st) = &h.stack {
             validate_stack(st, &format!("topology.hosts[{i}].stack"))?;

@@ -57,6 +57,17 @@ fn each_rejection_names_path_and_line() {
             "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt`, `edit` (line 11)",
         ),
         (
+            "too many GIDs",
+            with("").replace("- name: requester", "- name: requester\n      gids: 9")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "topology.hosts[0].gids: must be between 1 and 8, got 9 (line 4)",
+        ),
+        (
+            "GIDs on TCP",
+            with("").replace("- name: requester", "- name: requester\n      gids: 2"),
+            "topology.hosts[0].gids: GIDs are RoCE device addresses: needs `traffic.transport: roce` (line 4)",
+        ),
+        (
             "edit without a field",
             with("events:\n  - {connection: 1, packet: 1, action: edit}\n")
                 .replace("connections:", "transport: roce\n  connections:"),

@@ -164,20 +164,21 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
         let mut dev = Device::new(device_config(h)?);
         let mut tx = HashMap::new();
         let mut requests = Vec::new();
-        let ip = h.ip;
         let rx = wirelab_netns::in_netns(&h.ns, || -> Result<UdpSocket, Error> {
             for c in &mine {
                 let r = c.roce.expect("RoCE connection");
                 let m = &meta[c.id as usize - 1];
                 let req = c.requester == hi;
-                let (sport, local_qpn, remote_qpn, ipsn, remote_ipsn, peer) = if req {
+                // Each end on the GID the plan gave this connection.
+                let (sport, local_qpn, remote_qpn, ipsn, remote_ipsn, local, remote) = if req {
                     (
                         r.requester_sport,
                         m.requester_qpn,
                         m.responder_qpn,
                         m.ipsn,
                         m.responder_ipsn,
-                        c.responder,
+                        c.requester_ip,
+                        c.responder_ip,
                     )
                 } else {
                     (
@@ -186,10 +187,11 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                         m.requester_qpn,
                         m.responder_ipsn,
                         m.ipsn,
-                        c.requester,
+                        c.responder_ip,
+                        c.requester_ip,
                     )
                 };
-                tx.insert(sport, (tx_socket(ip, sport, c.id)?, 2));
+                tx.insert(sport, (tx_socket(local, sport, c.id)?, 2));
                 dev.create_qp(QpConfig {
                     sport,
                     ipsn,
@@ -197,7 +199,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                     mtu: r.mtu,
                     timeout: r.timeout,
                     retry_cnt: r.retry_cnt,
-                    ..QpConfig::new(local_qpn, remote_qpn, ip, plan.hosts[peer].ip)
+                    ..QpConfig::new(local_qpn, remote_qpn, local, remote)
                 });
                 if req {
                     requests.push((c.id, local_qpn));
@@ -207,8 +209,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                         .expect("QP exists");
                 }
             }
-            let rx = UdpSocket::bind(SocketAddrV4::new(ip, ROCEV2_PORT))
+            // Every GID of the host: the wildcard address (the namespace has
+            // only lab addresses), with IP_PKTINFO telling which one a
+            // datagram was sent to.
+            let rx = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, ROCEV2_PORT))
                 .map_err(ioe(0, "binding UDP 4791"))?;
+            setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_PKTINFO, 1)
+                .map_err(ioe(0, "IP_PKTINFO"))?;
             rx.set_nonblocking(true).map_err(ioe(0, "O_NONBLOCK"))?;
             // A deep receive queue, as an RNIC's RX buffer: with the default
             // 208 KiB a burst of marked traffic overflows it, and those losses
@@ -243,6 +250,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
 struct Received {
     len: usize,
     from: SocketAddrV4,
+    /// The address it was sent to (IP_PKTINFO): one of the host's GIDs.
+    to: Option<Ipv4Addr>,
     /// The IP TOS byte (IP_RECVTOS).
     tos: u8,
     /// The kernel's receive time (SO_TIMESTAMPNS), CLOCK_REALTIME ns.
@@ -256,8 +265,8 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Room for IP_TOS and SCM_TIMESTAMPNS, aligned for cmsghdr.
-    let mut cbuf = [0u64; 16];
+    // Room for IP_TOS, IP_PKTINFO and SCM_TIMESTAMPNS, aligned for cmsghdr.
+    let mut cbuf = [0u64; 24];
     // SAFETY: msghdr points at live buffers of the stated sizes for the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = (&mut from as *mut libc::sockaddr_in).cast();
@@ -276,6 +285,7 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
         };
     }
     let mut tos = 0u8;
+    let mut to = None;
     let mut realtime_ns = None;
     // SAFETY: walking the control messages the kernel wrote into cbuf.
     unsafe {
@@ -283,6 +293,9 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
         while !c.is_null() {
             if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS {
                 tos = *libc::CMSG_DATA(c);
+            } else if (*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_PKTINFO {
+                let pi: libc::in_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                to = Some(Ipv4Addr::from(u32::from_be(pi.ipi_addr.s_addr)));
             } else if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
             {
                 let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
@@ -298,6 +311,7 @@ fn recv_tos(fd: RawFd, buf: &mut [u8]) -> std::io::Result<Option<Received>> {
     Ok(Some(Received {
         len: n as usize,
         from,
+        to,
         tos,
         realtime_ns,
     }))
@@ -474,7 +488,7 @@ fn drive(
         while let Ok(Some(r)) = recv_tos(fd, &mut buf) {
             let rx = Rx {
                 src: *r.from.ip(),
-                dst: host.ip,
+                dst: r.to.unwrap_or(host.ip),
                 sport: r.from.port(),
                 ecn: r.tos & 3,
                 bytes: &buf[..r.len],

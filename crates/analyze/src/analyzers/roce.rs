@@ -277,6 +277,14 @@ impl Scope {
             Scope::Port => "per NIC port",
         }
     }
+    /// The note naming the inferred scope, for `expect:`.
+    fn finding(self) -> &'static str {
+        match self {
+            Scope::Qp => "limiter-per-qp",
+            Scope::Ip => "limiter-per-ip",
+            Scope::Port => "limiter-per-port",
+        }
+    }
     /// The limiter key of a marked data packet (its sender's QP is the conn).
     fn key(self, conn: u32, sender: Ipv4Addr) -> (u32, Ipv4Addr) {
         match self {
@@ -367,23 +375,31 @@ impl Analyzer for Cnp {
                 )
                 .evidence(cnps.iter().take(3).map(|p| p.evidence())),
             );
-            // Infer the scope: the smallest gap between CNPs under each scope's
-            // keys, and which scope's limiter at that gap predicts the count.
+            // Infer the scope: under each scope's keys, the interval its
+            // limiter would have (a low percentile of the gaps between CNPs
+            // of one key: a lab's send path jitters the smallest one, or
+            // the configured interval when known), and which scope's
+            // limiter at that interval predicts the count best.
+            let configured = host_of(*np)
+                .and_then(|h| input.facts.and_then(|f| f.cnp_interval_ns.get(&h).copied()));
             let mut best: Option<(u64, Scope, u64)> = None;
             for scope in [Scope::Qp, Scope::Ip, Scope::Port] {
                 let mut last: BTreeMap<(u32, Ipv4Addr), u64> = BTreeMap::new();
-                let mut gap = u64::MAX;
+                let mut gaps = Vec::new();
                 for p in cnps {
                     let conn = qp_conn.get(&(p.dst, p.dqpn)).copied().unwrap_or(0);
                     let k = scope.key(conn, p.dst);
                     if let Some(l) = last.insert(k, p.ts) {
-                        gap = gap.min(p.ts.saturating_sub(l));
+                        gaps.push(p.ts.saturating_sub(l));
                     }
                 }
-                let g = if gap == u64::MAX { 0 } else { gap };
-                let err = expected(marks, scope, g).abs_diff(actual);
-                if best.is_none_or(|b| err < b.0) {
-                    best = Some((err, scope, g));
+                gaps.sort_unstable();
+                let low = gaps.get(gaps.len() / 10).copied().unwrap_or(0);
+                for g in std::iter::once(low).chain(configured) {
+                    let err = expected(marks, scope, g).abs_diff(actual);
+                    if best.is_none_or(|b| err < b.0) {
+                        best = Some((err, scope, g));
+                    }
                 }
             }
             let (_, scope, gap) = best.expect("three scopes");
@@ -394,16 +410,30 @@ impl Analyzer for Cnp {
                     gap as f64,
                     Unit::Nanos,
                     format!(
-                        "{name} limits CNPs {} with at least {:.1}us between them",
+                        "{name} limits CNPs {} with {:.1}us between them",
                         scope.name(),
                         gap as f64 / 1e3
                     ),
                 )
                 .evidence(cnps.iter().take(2).map(|p| p.evidence())),
             );
-            let Some(cfg) = host_of(*np)
-                .and_then(|h| input.facts.and_then(|f| f.cnp_interval_ns.get(&h).copied()))
-            else {
+            out.push(
+                Finding::note(
+                    "roce-cnp",
+                    scope.finding(),
+                    format!(
+                        "{name}'s CNP count fits one limiter {} best (Lumina §6.3){}",
+                        scope.name(),
+                        if scope != Scope::Qp && marks.iter().all(|m| m.2 == marks[0].2) {
+                            "; every mark came from one address, so per IP and per port look alike (give the sender more GIDs)"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+                .evidence(cnps.iter().take(2).map(|p| p.evidence())),
+            );
+            let Some(cfg) = configured else {
                 continue;
             };
             checks += 1;
