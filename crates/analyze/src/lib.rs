@@ -100,7 +100,7 @@ pub const ROCE_TIMING_SLACK_USERSPACE_NS: u64 = 10_000;
 /// The answer and reaction allowance of the TCP analyzers for lab hosts
 /// (see `Options::for_hosts`): scheduling on a shared two-core machine, not
 /// the stack, decides the last milliseconds there.
-pub const LAB_SCHEDULING_SLACK_NS: u64 = 10_000_000;
+pub const LAB_SCHEDULING_SLACK_NS: u64 = 30_000_000;
 
 impl Default for Options {
     fn default() -> Self {
