@@ -640,6 +640,24 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
 /// The ICRC of every packet of a whole-packet capture verifies with scapy's
 /// `scapy.contrib.roce` (from PyPI, installed by scripts/deps.sh), an
 /// implementation nobody here wrote, except the one the switch corrupted.
+/// The run's trace and scapy's verdict on each frame's ICRC
+/// (`scripts/icrc_check.py`: frame, opcode, PSN, ok|bad|truncated).
+fn icrc_check(python: &Path, r: &Run) -> (PathBuf, String) {
+    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+    let o = Command::new(python)
+        .arg(repo().join("scripts/icrc_check.py"))
+        .arg(&trace)
+        .output()
+        .expect("python runs");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (trace, text)
+}
+
 #[test]
 fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() {
     let Some((_g, out)) = lab_test() else {
@@ -655,18 +673,7 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() 
     let r = run_spec(&spec, out.path());
     assert_eq!(r.code, 0, "{}", r.why());
     assert_eq!(r.summary["events"][0]["hits"], 1);
-    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
-    let o = Command::new(&python)
-        .arg(repo().join("scripts/icrc_check.py"))
-        .arg(&trace)
-        .output()
-        .expect("python runs");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (_, text) = icrc_check(&python, &r);
     // frame, opcode, PSN, verdict
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
     let packets = r.summary["integrity"]["in_trace"].as_u64().unwrap();
@@ -694,14 +701,7 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() 
     let spec = repo().join("specs/roce/write-sender-clears-migreq-switch-edit-sets-it.yaml");
     let r = run_spec(&spec, out.path());
     assert_eq!(r.code, 0, "{}", r.why());
-    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
-    let o = Command::new(&python)
-        .arg(repo().join("scripts/icrc_check.py"))
-        .arg(&trace)
-        .output()
-        .expect("python runs");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{text}");
+    let (trace, text) = icrc_check(&python, &r);
     assert!(text.lines().all(|l| l.ends_with(" ok")), "{text}");
     let t = wirelab_trace::read(&trace).unwrap();
     let (mut edited, mut cleared) = (0, 0);
