@@ -542,6 +542,31 @@ pub fn split_ipv4_udp(ip: &[u8]) -> Option<(Ipv4Udp, &[u8])> {
 mod tests {
     use super::*;
 
+    /// A BTH as wirelab's QPs send it: MigReq 1, default P_Key, no flags.
+    fn bth(opcode: u8, dqpn: u32, psn: u32) -> Bth {
+        Bth {
+            opcode,
+            se: false,
+            migreq: true,
+            pad: 0,
+            tver: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dqpn,
+            ack_req: false,
+            psn,
+        }
+    }
+
+    fn lab_header() -> Ipv4Udp {
+        Ipv4Udp::lab(
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 2),
+            49152,
+        )
+    }
+
     #[test]
     fn bth_round_trips_every_field() {
         let b = Bth {
@@ -583,11 +608,7 @@ mod tests {
 
     #[test]
     fn every_opcode_parses_back_with_its_headers() {
-        let h = Ipv4Udp::lab(
-            Ipv4Addr::new(10, 0, 0, 1),
-            Ipv4Addr::new(10, 0, 0, 2),
-            49152,
-        );
+        let h = lab_header();
         for opc in [
             op::SEND_FIRST,
             op::SEND_MIDDLE,
@@ -605,19 +626,7 @@ mod tests {
             op::ACKNOWLEDGE,
             op::CNP,
         ] {
-            let bth = Bth {
-                opcode: opc,
-                se: false,
-                migreq: true,
-                pad: 0,
-                tver: 0,
-                pkey: DEFAULT_PKEY,
-                fecn: false,
-                becn: false,
-                dqpn: 0x12,
-                ack_req: false,
-                psn: 7,
-            };
+            let bth = bth(opc, 0x12, 7);
             let reth = has_reth(opc).then_some(Reth {
                 va: 0x1000,
                 rkey: 0x55,
@@ -642,11 +651,7 @@ mod tests {
 
     #[test]
     fn flipping_migreq_changes_the_icrc_by_the_delta_for_its_distance() {
-        let h = Ipv4Udp::lab(
-            Ipv4Addr::new(10, 0, 0, 1),
-            Ipv4Addr::new(10, 0, 0, 2),
-            49152,
-        );
+        let h = lab_header();
         for (opcode, reth, len) in [
             (op::SEND_ONLY, false, 0),
             (op::WRITE_FIRST, true, 1024),
@@ -654,17 +659,9 @@ mod tests {
             (op::SEND_LAST, false, 37),
         ] {
             let bth = Bth {
-                opcode,
-                se: false,
                 migreq: false,
-                pad: 0,
-                tver: 0,
-                pkey: DEFAULT_PKEY,
-                fecn: false,
-                becn: false,
-                dqpn: 3,
                 ack_req: true,
-                psn: 7,
+                ..bth(opcode, 3, 7)
             };
             let reth = reth.then_some(Reth {
                 va: 0x1000,
@@ -686,23 +683,10 @@ mod tests {
 
     #[test]
     fn icrc_masks_only_the_variant_fields() {
-        let h = Ipv4Udp::lab(
-            Ipv4Addr::new(10, 0, 0, 1),
-            Ipv4Addr::new(10, 0, 0, 2),
-            49152,
-        );
+        let h = lab_header();
         let bth = Bth {
-            opcode: op::SEND_ONLY,
-            se: false,
-            migreq: true,
-            pad: 0,
-            tver: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dqpn: 3,
             ack_req: true,
-            psn: 1,
+            ..bth(op::SEND_ONLY, 3, 1)
         };
         let mut p = build(bth, None, None, 64, |_| 0xa5);
         seal_ipv4(&h, &mut p);
@@ -730,17 +714,8 @@ mod tests {
         assert_eq!(Packet::parse(&[0; 10]), Err(ParseError::Short(10)));
         let mut v = Vec::new();
         Bth {
-            opcode: op::READ_REQUEST,
-            se: false,
-            migreq: true,
-            pad: 0,
-            tver: 0,
             pkey: 0,
-            fecn: false,
-            becn: false,
-            dqpn: 1,
-            ack_req: false,
-            psn: 0,
+            ..bth(op::READ_REQUEST, 1, 0)
         }
         .write(&mut v);
         v.extend_from_slice(&[0; 8]);
