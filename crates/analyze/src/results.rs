@@ -30,8 +30,8 @@ impl Options {
             o.roce_timing_slack_ns = crate::ROCE_TIMING_SLACK_USERSPACE_NS;
             // The lab's kernels share the same two cores: `make test` runs
             // saw an out-of-order segment answered 4.1 ms late, a hole fill
-            // 10.9 ms late, and a RACK retransmission 4.4 ms after its loss
-            // (170 µs in other runs). 30 ms stays below Linux's 40 ms
+            // 10.9 ms late, and a fast retransmission 4.4 ms after its loss
+            // (170-300 µs in other runs). 30 ms stays below Linux's 40 ms
             // minimum delayed ACK, so a receiver that delays still stands out.
             o.ack_allowance_ns = o.ack_allowance_ns.max(crate::LAB_SCHEDULING_SLACK_NS);
             o.reaction_allowance_ns = o.reaction_allowance_ns.max(crate::LAB_SCHEDULING_SLACK_NS);
