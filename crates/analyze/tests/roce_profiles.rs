@@ -3,8 +3,9 @@
 //! at least one analyzer. The traces come from wirelab's transport on
 //! virtual time (wirelab_roce::sim), one run per profile with every
 //! situation Lumina's experiments create: a lost write packet, a lost read
-//! response, a tail packet dropped until the retries run out, and CE marks
-//! on three QPs from two GIDs of one host.
+//! response, a tail packet dropped until the retries run out, CE marks on
+//! three QPs from two GIDs of one host, and a QP combining send and read
+//! (Lumina §3.2) that loses a packet each way.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -27,13 +28,15 @@ const RETRY_CNT: u8 = 7;
 /// shows in the number of CNPs.
 const CNP_INTERVAL: u64 = 20_000;
 
-/// (connection, requester QPN, responder QPN, requester address, verb,
-/// messages, message size)
-const CONNS: [(u32, u32, u32, Ipv4Addr, Verb, u64, u32); 4] = [
-    (1, 0x11, 0x21, A1, Verb::Write, 2, 32 * 1024),
-    (2, 0x12, 0x22, A1, Verb::Read, 2, 10 * 1024),
-    (3, 0x13, 0x23, A2, Verb::Write, 1, 3 * 1024),
-    (4, 0x14, 0x24, A1, Verb::Write, 2, 32 * 1024),
+/// (connection, requester QPN, responder QPN, requester address, verbs
+/// (message k uses verb k mod n), messages, message size)
+type Conn = (u32, u32, u32, Ipv4Addr, &'static [Verb], u64, u32);
+const CONNS: [Conn; 5] = [
+    (1, 0x11, 0x21, A1, &[Verb::Write], 2, 32 * 1024),
+    (2, 0x12, 0x22, A1, &[Verb::Read], 2, 10 * 1024),
+    (3, 0x13, 0x23, A2, &[Verb::Write], 1, 3 * 1024),
+    (4, 0x14, 0x24, A1, &[Verb::Write], 2, 32 * 1024),
+    (5, 0x15, 0x25, A1, &[Verb::Send, Verb::Read], 4, 4 * 1024),
 ];
 
 fn conn_of(s: &Seen) -> u32 {
@@ -98,6 +101,17 @@ fn fate(s: &Seen, log: &[Seen]) -> Fate {
         }
         // The last packet of connection 3's only message, every time.
         (3, PKind::Data) if rel(s) == 3 => Fate::Drop,
+        // Send + read: the send's 2nd packet and the second read's 2nd
+        // response (relative PSN 14) are lost once each.
+        (5, PKind::Data) if rel(s) == 2 && !seen_before(&|x| x.psn == s.psn) => Fate::Drop,
+        (5, PKind::ReadResponse)
+            if rel(s) == 14
+                && !seen_before(&|x| {
+                    x.psn == s.psn && packet::kind(x.opcode) == PKind::ReadResponse
+                }) =>
+        {
+            Fate::Drop
+        }
         // Every other data packet of connections 1, 3 and 4 is CE-marked.
         (1 | 3 | 4, PKind::Data) => Fate::Mark,
         _ => Fate::Pass,
@@ -117,11 +131,17 @@ fn run(profile: &str) -> Run {
         a.create_qp(qp(rq, rs, ip, B, conn, true));
         b.create_qp(qp(rs, rq, B, ip, conn, false));
     }
-    for &(_, rq, _, _, verb, messages, len) in &CONNS {
+    for &(_, rq, rs, _, verbs, messages, len) in &CONNS {
+        let sends = (0..messages)
+            .filter(|&m| verbs[m as usize % verbs.len()] == Verb::Send)
+            .count();
+        if sends > 0 {
+            b.post_recv(rs, sends as u64).expect("QP exists");
+        }
         for m in 0..messages {
             let wr = WorkRequest {
                 id: m + 1,
-                verb,
+                verb: verbs[m as usize % verbs.len()],
                 len,
                 remote_va: 0x1_0000 * (m + 1),
                 rkey: 7,
@@ -317,22 +337,32 @@ fn the_default_profile_passes_every_roce_analyzer_and_each_measures_something() 
     for a in &r.analyzers {
         assert!(a.checks > 0, "{} checked nothing", a.name);
     }
-    // What the run measured: one NAK per lost write packet, one re-issued
-    // read, the tail loss resent by timeout exactly retry_cnt times, and
-    // CNPs from the responder for its CE-marked writes.
+    // What the run measured: one NAK per lost write or send packet, one
+    // re-issued read per lost response, the tail loss resent by timeout
+    // exactly retry_cnt times, and CNPs from the responder for its
+    // CE-marked writes.
     let gen = measured(&r, "nack-generation");
-    assert_eq!(gen.len(), 1, "{gen:?}");
-    assert_eq!(gen[0].packet, Some(5));
-    assert_eq!(gen[0].in_message, Some(5));
-    assert_eq!(gen[0].device.as_deref(), Some("b (default)"));
-    let read = measured(&r, "read-nack-generation");
-    assert_eq!(read.len(), 1);
-    // Relative PSN 3 of the read's responses, the requester re-issues.
+    let at = |f: &&wirelab_analyze::Finding| (f.connection, f.packet, f.in_message);
     assert_eq!(
-        (read[0].in_message, read[0].device.as_deref()),
-        (Some(3), Some("a (default)"))
+        gen.iter().map(at).collect::<Vec<_>>(),
+        vec![(Some(1), Some(5), Some(5)), (Some(5), Some(2), Some(2))],
+        "{gen:?}"
     );
-    assert_eq!(measured(&r, "nack-reaction").len(), 1);
+    assert!(gen
+        .iter()
+        .all(|f| f.device.as_deref() == Some("b (default)")));
+    // Relative PSN 3 of the read's responses and the combination's PSN 14
+    // (response 2 of its 4th message), which the requester re-issues.
+    let read = measured(&r, "read-nack-generation");
+    assert_eq!(
+        read.iter().map(at).collect::<Vec<_>>(),
+        vec![(Some(2), Some(3), Some(3)), (Some(5), Some(14), Some(2))],
+        "{read:?}"
+    );
+    assert!(read
+        .iter()
+        .all(|f| f.device.as_deref() == Some("a (default)")));
+    assert_eq!(measured(&r, "nack-reaction").len(), 2);
     let timeouts = measured(&r, "timeout");
     assert_eq!(timeouts.len(), RETRY_CNT as usize, "{timeouts:?}");
     // Timed from when the local ACK timer started: exactly the timeout on

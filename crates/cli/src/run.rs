@@ -13,7 +13,7 @@ use wirelab_analyze::expect::{RunFacts, Verdict};
 use wirelab_analyze::report::Report;
 use wirelab_analyze::Evidence;
 use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
-use wirelab_dataplane::{Action, Config, FlowKey, Switch};
+use wirelab_dataplane::{Action, Config, FlowKey, Switch, Track};
 use wirelab_netns::{in_netns, Lab};
 use wirelab_plan::{Plan, Target};
 use wirelab_spec::Spec;
@@ -176,9 +176,8 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
             sport: c.dport,
             dport: c.sport,
         };
-        let write = c.data_sender() == c.requester;
-        switch.add_flow(fwd, c.id, write)?;
-        switch.add_flow(rev, c.id, !write)?;
+        switch.add_flow(fwd, c.id, c.requester_sends_data())?;
+        switch.add_flow(rev, c.id, c.responder_sends_data())?;
     }
     in_netns(&plan.switch_ns, || -> Result<()> {
         for ifindex in &lab.switch_ifindex {
@@ -202,11 +201,18 @@ pub fn arm_roce_flows(
 ) -> Result<()> {
     for (c, m) in plan.conns.iter().zip(meta) {
         let (rq, rs) = (c.requester_ip, c.responder_ip);
-        // Data flows towards the responder for send/write, and back for read,
-        // numbered from the requester's initial PSN either way.
-        let write = c.data_sender() == c.requester;
-        switch.add_roce_flow(rq, rs, m.responder_qpn, c.id, write.then_some(m.ipsn))?;
-        switch.add_roce_flow(rs, rq, m.requester_qpn, c.id, (!write).then_some(m.ipsn))?;
+        // Data flows towards the responder for send/write, and back for read
+        // (both ways for a combination), numbered from the requester's
+        // initial PSN either way: a read request takes one PSN per response
+        // packet and the responses carry those PSNs (IBTA §9.7).
+        let ipsn = m.ipsn;
+        let (to_rs, to_rq) = match (c.requester_sends_data(), c.responder_sends_data()) {
+            (true, true) => (Track::First { ipsn }, Track::Second { ipsn }),
+            (true, false) => (Track::First { ipsn }, Track::No),
+            (false, _) => (Track::No, Track::First { ipsn }),
+        };
+        switch.add_roce_flow(rq, rs, m.responder_qpn, c.id, to_rs)?;
+        switch.add_roce_flow(rs, rq, m.requester_qpn, c.id, to_rq)?;
     }
     Ok(())
 }
@@ -505,7 +511,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
                 id: c.id,
                 requester: format!("{}:{}", c.requester_ip, c.sport),
                 responder: format!("{}:{}", c.responder_ip, c.dport),
-                verb: format!("{:?}", c.verb).to_lowercase(),
+                verb: c.verb.to_string(),
                 messages: c.messages,
                 message_size: c.message_size.0,
                 tx_depth: c.tx_depth,
@@ -583,8 +589,13 @@ fn write_results(dir: &Path, s: &Summary, log: &str, ports: &[PortCounts]) -> Re
     for r in &s.workload {
         for m in &r.messages {
             wl.push_str(&format!(
-                "conn {} message {} posted {} completed {} mct_ns {}\n",
-                r.id, m.message, m.posted_ns, m.completed_ns, m.mct_ns
+                "conn {} message {} {} posted {} completed {} mct_ns {}\n",
+                r.id,
+                m.message,
+                m.verb.name(),
+                m.posted_ns,
+                m.completed_ns,
+                m.mct_ns
             ));
         }
         if let Some(e) = &r.error {

@@ -634,6 +634,26 @@ fn roce_specs_recover_by_go_back_n_and_the_analyzers_measure_it() {
             - d["before"]["implied_nak_seq_err"].as_i64().unwrap(),
         1
     );
+
+    // Send and read combined on one QP: data both ways, each direction's
+    // events addressed by PSN, the messages' verbs in turn.
+    let spec = repo().join("specs/roce/send-read-combination-loses-a-packet-each-way.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let hits: Vec<i64> = r.summary["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["hits"].as_i64().unwrap())
+        .collect();
+    assert_eq!(hits, vec![1, 1]);
+    let verbs: Vec<&str> = r.summary["workload"][0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["verb"].as_str().unwrap())
+        .collect();
+    assert_eq!(verbs, ["send", "read", "send", "read"]);
     assert_nothing_left("roce runs");
 }
 

@@ -47,7 +47,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, WL_MAX_CONNS + 1);
+	__uint(max_entries, 2 * WL_STATE_SECOND);
 	__type(key, __u32);
 	__type(value, struct wl_conn_state);
 } conn_state SEC(".maps");
@@ -290,9 +290,10 @@ static __always_inline void track_roce(struct pkt *p, struct wl_conn_state *st,
  * segment's sequence number relative to the ISN, and the packet index counts
  * first transmissions (segments that start at or beyond the highest byte sent).
  */
-static __always_inline void track(struct pkt *p, __u32 conn, struct wl_mirror_hdr *m)
+static __always_inline void track(struct pkt *p, __u32 conn, __u32 slot_key,
+				  struct wl_mirror_hdr *m)
 {
-	struct wl_conn_state *st = bpf_map_lookup_elem(&conn_state, &conn);
+	struct wl_conn_state *st = bpf_map_lookup_elem(&conn_state, &slot_key);
 	__u32 rel, idx = 0, first = 0, iter, first_tx, slot;
 
 	if (!st)
@@ -518,9 +519,10 @@ int wl_switch(struct __sk_buff *skb)
 		if (flow) {
 			conn = flow->conn;
 			m.conn = conn;
-			m.data_dir = flow->data_dir;
+			m.data_dir = !!flow->data_dir;
 			if (flow->data_dir) {
-				track(&p, conn, &m);
+				track(&p, conn,
+				      flow->data_dir == 2 ? conn + WL_STATE_SECOND : conn, &m);
 				if (m.index || m.iter)
 					ev = match_event(conn, m.index, m.iter);
 			}

@@ -68,8 +68,15 @@ struct wl_flow_key {
 
 struct wl_flow {
 	__u32 conn;     /* 1-based connection index from the spec */
-	__u32 data_dir; /* 1 if this direction carries the connection's messages */
+	/* 0: no message data this way. 1: data, tracked in the connection's
+	 * state slot conn_state[conn]. 2: data too, in its second slot
+	 * conn_state[conn + WL_STATE_SECOND]: a RoCE QP that mixes verbs
+	 * (send + read) carries data both ways, and Lumina's ITER rule (§3.3)
+	 * compares a PSN with the last one sent the same way. */
+	__u32 data_dir;
 };
+/* Offset of a connection's second tracking slot in conn_state. */
+#define WL_STATE_SECOND (WL_MAX_CONNS + 1)
 
 /* Per-connection state of the data direction (Lumina §3.3). */
 struct wl_conn_state {

@@ -25,6 +25,28 @@ pub const ICRC_SHIFTS: usize = 4224;
 /// Maximum number of switch ports and connections (`wirelab.h`).
 pub const MAX_PORTS: u32 = 64;
 pub const MAX_CONNS: u32 = 1024;
+
+/// Which of its two tracking slots a RoCE direction's data packets use
+/// (wirelab.h `wl_flow.data_dir`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Track {
+    /// The direction carries no message data (ACKs, read requests, CNPs).
+    No,
+    /// Data, numbered from `ipsn` in the connection's slot.
+    First { ipsn: u32 },
+    /// Data in the other direction of a QP whose verbs send data both ways
+    /// (send + read): its own slot, so each direction's ITER compares with
+    /// the last PSN sent the same way (Lumina §3.3).
+    Second { ipsn: u32 },
+}
+
+fn state_slot(conn: u32, second: bool) -> u32 {
+    if second {
+        conn + MAX_CONNS + 1
+    } else {
+        conn
+    }
+}
 /// First transmissions remembered per connection (`WL_SEG_WINDOW`): a
 /// retransmission of an older packet is reported with index 0.
 pub const SEG_WINDOW: u32 = 4096;
@@ -286,16 +308,17 @@ impl Switch {
     }
 
     /// Arms one direction of a RoCEv2 connection: packets from `saddr` to
-    /// `daddr` for queue pair `dqpn` (wirelab.h `wl_flow_key`). For the data
-    /// direction, `ipsn` is the PSN of its first data packet, which the
-    /// workload reports before traffic starts (Lumina §3.3 hand-off).
+    /// `daddr` for queue pair `dqpn` (wirelab.h `wl_flow_key`). A direction
+    /// that carries message data is tracked from `Track::ipsn`, the PSN of
+    /// its first data packet, which the workload reports before traffic
+    /// starts (Lumina §3.3 hand-off).
     pub fn add_roce_flow(
         &self,
         saddr: std::net::Ipv4Addr,
         daddr: std::net::Ipv4Addr,
         dqpn: u32,
         conn: u32,
-        data_dir: Option<u32>,
+        track: Track,
     ) -> Result<(), Error> {
         let k = types::wl_flow_key {
             saddr: u32::from_ne_bytes(saddr.octets()),
@@ -304,7 +327,12 @@ impl Switch {
             dport: 0,
             proto: 17 | (dqpn & 0xff_ffff) << 8,
         };
-        if let Some(ipsn) = data_dir {
+        let (data_dir, ipsn) = match track {
+            Track::No => (0, None),
+            Track::First { ipsn } => (1, Some(ipsn)),
+            Track::Second { ipsn } => (2, Some(ipsn)),
+        };
+        if let Some(ipsn) = ipsn {
             let st = types::wl_conn_state {
                 synced: 1,
                 isn: ipsn & 0xff_ffff,
@@ -312,20 +340,22 @@ impl Switch {
                 roce: 1,
                 ..Default::default()
             };
+            let slot = state_slot(conn, data_dir == 2);
             self.skel
                 .maps
                 .conn_state
-                .update(&conn.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
+                .update(&slot.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
                 .map_err(map_err(format!("arming RoCE connection {conn}")))?;
         }
-        self.insert_flow(k, conn, data_dir.is_some())
+        self.insert_with(k, conn, data_dir)
     }
 
     fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: bool) -> Result<(), Error> {
-        let v = types::wl_flow {
-            conn,
-            data_dir: data_dir as u32,
-        };
+        self.insert_with(k, conn, data_dir as u32)
+    }
+
+    fn insert_with(&self, k: types::wl_flow_key, conn: u32, data_dir: u32) -> Result<(), Error> {
+        let v = types::wl_flow { conn, data_dir };
         self.skel
             .maps
             .flows
@@ -419,12 +449,24 @@ impl Switch {
             .map_or(0, |e| e.hits))
     }
 
+    /// The tracking state of a connection's (first) data direction.
     pub fn conn_state(&self, conn: u32) -> Result<ConnState, Error> {
+        self.state_at(conn, false)
+    }
+
+    /// The tracking state of the second data direction of a RoCE QP that
+    /// carries data both ways (`Track::Second`).
+    pub fn second_conn_state(&self, conn: u32) -> Result<ConnState, Error> {
+        self.state_at(conn, true)
+    }
+
+    fn state_at(&self, conn: u32, second: bool) -> Result<ConnState, Error> {
+        let slot = state_slot(conn, second);
         let v = self
             .skel
             .maps
             .conn_state
-            .lookup(&conn.to_ne_bytes(), MapFlags::ANY)
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(format!("reading state of connection {conn}")))?;
         let s: types::wl_conn_state = v.and_then(|b| from_bytes(&b)).unwrap_or_default();
         Ok(ConnState {

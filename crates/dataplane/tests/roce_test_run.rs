@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 
-use wirelab_dataplane::{parse_mirror_record, verdict, wl_mirror_hdr, Action, Config, Switch};
+use wirelab_dataplane::{
+    parse_mirror_record, verdict, wl_mirror_hdr, Action, Config, Switch, Track,
+};
 use wirelab_roce::packet::{self, op, Bth, Ipv4Udp, Syndrome};
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -109,8 +111,9 @@ fn roce_events_follow_relative_psn_and_iteration() {
     sw.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
     sw.add_fwd(MAC_A, LO_IFINDEX, 1).unwrap();
     // Connection 1: A's QP writes to B's QP; ACKs come back to A's QP.
-    sw.add_roce_flow(A, B, QP_B, 1, Some(IPSN)).unwrap();
-    sw.add_roce_flow(B, A, QP_A, 1, None).unwrap();
+    sw.add_roce_flow(A, B, QP_B, 1, Track::First { ipsn: IPSN })
+        .unwrap();
+    sw.add_roce_flow(B, A, QP_A, 1, Track::No).unwrap();
     sw.add_event(1, 4, 1, Action::Drop, 1).unwrap();
     sw.add_event(1, 3, 1, Action::Corrupt, 2).unwrap();
     sw.add_event(1, 4, 2, Action::Ecn, 3).unwrap();
@@ -189,6 +192,63 @@ fn roce_events_follow_relative_psn_and_iteration() {
     assert_eq!(m.conn, 0);
 }
 
+#[test]
+fn a_qp_mixing_send_and_read_is_tracked_in_each_direction() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = Switch::load(Config::default()).unwrap();
+    sw.add_port(LO_IFINDEX, 1).unwrap();
+    sw.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
+    sw.add_fwd(MAC_A, LO_IFINDEX, 1).unwrap();
+    // Connection 1: A sends (data A->B) and reads (data B->A), one PSN space.
+    sw.add_roce_flow(A, B, QP_B, 1, Track::First { ipsn: IPSN })
+        .unwrap();
+    sw.add_roce_flow(B, A, QP_A, 1, Track::Second { ipsn: IPSN })
+        .unwrap();
+    // Drop relative PSN 4 (a read response) in its second round only.
+    sw.add_event(1, 5, 2, Action::Drop, 1).unwrap();
+    let psn = |rel: u32| (IPSN + rel) & 0xff_ffff;
+    let mut seen = Vec::new();
+    let mut send = |from_a: bool, opc: u8, rel: u32| {
+        let (v, _, m) = run(&sw, &frame(from_a, opc, psn(rel)));
+        seen.push((m.data_dir, m.index, m.iter, m.first_tx, v));
+    };
+    // Send 1 (PSN 0..1), read 2 (request PSN 2, responses 2..4) and, with
+    // tx depth 2, send 3 (PSN 5..6) on the wire before the responses.
+    send(true, op::SEND_FIRST, 0);
+    send(true, op::SEND_LAST, 1);
+    send(true, op::READ_REQUEST, 2);
+    send(true, op::SEND_FIRST, 5);
+    send(false, op::READ_RESPONSE_FIRST, 2);
+    send(true, op::SEND_LAST, 6);
+    send(false, op::READ_RESPONSE_MIDDLE, 3);
+    send(false, op::READ_RESPONSE_LAST, 4);
+    // The requester re-reads from PSN 3 after losing a response: the
+    // responses' second round; A->B stays in its first.
+    send(false, op::READ_RESPONSE_FIRST, 3);
+    send(false, op::READ_RESPONSE_LAST, 4);
+    let r = verdict::REDIRECT;
+    assert_eq!(
+        seen,
+        vec![
+            (1, 1, 1, 1, r),
+            (1, 2, 1, 1, r),
+            (1, 0, 0, 0, r), // a read request is not data
+            (1, 6, 1, 1, r),
+            (1, 3, 1, 1, r),
+            (1, 7, 1, 1, r),
+            (1, 4, 1, 1, r),
+            (1, 5, 1, 1, r),
+            (1, 4, 2, 0, r),
+            (1, 5, 2, 0, verdict::SHOT),
+        ]
+    );
+    assert_eq!(sw.event_hits(1, 5, 2).unwrap(), 1);
+    let (a, b) = (sw.conn_state(1).unwrap(), sw.second_conn_state(1).unwrap());
+    assert_eq!((a.iter, a.first_tx, b.iter, b.first_tx), (1, 4, 2, 3));
+}
+
 fn migreq(frame: &[u8]) -> bool {
     frame[14 + 20 + 8 + 1] & 0x40 != 0
 }
@@ -197,7 +257,8 @@ fn armed_switch(table: bool) -> Switch {
     let sw = Switch::load(Config::default()).unwrap();
     sw.add_port(LO_IFINDEX, 1).unwrap();
     sw.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
-    sw.add_roce_flow(A, B, QP_B, 1, Some(IPSN)).unwrap();
+    sw.add_roce_flow(A, B, QP_B, 1, Track::First { ipsn: IPSN })
+        .unwrap();
     if table {
         let deltas: Vec<u32> = (0..wirelab_dataplane::ICRC_SHIFTS)
             .map(packet::migreq_icrc_delta)

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use serde::Serialize;
 use wirelab_spec::{
-    BitsPerSec, Bytes, CongestionControl, Expect, IndexOrAll, Nanos, Spec, Transport, Verb,
+    BitsPerSec, Bytes, CongestionControl, Expect, IndexOrAll, Nanos, Spec, Transport, Verb, Verbs,
 };
 
 /// Every namespace wirelab creates starts with this, so `wirelab clean`
@@ -125,7 +125,8 @@ pub struct ConnPlan {
     pub responder_ip: Ipv4Addr,
     pub sport: u16,
     pub dport: u16,
-    pub verb: Verb,
+    /// Message k (0-based) uses `verb.of(k)`.
+    pub verb: Verbs,
     pub messages: u32,
     pub message_size: Bytes,
     pub tx_depth: u32,
@@ -157,18 +158,18 @@ pub struct RocePlan {
 }
 
 impl ConnPlan {
-    /// Host index that sends the messages (the data direction).
-    pub fn data_sender(&self) -> usize {
-        match self.verb {
-            Verb::Write | Verb::Send => self.requester,
-            Verb::Read => self.responder,
-        }
+    /// The verb of every message of a TCP connection (a combination is
+    /// RoCE only, spec validation).
+    pub fn tcp_verb(&self) -> Verb {
+        self.verb.of(0)
     }
-    pub fn data_receiver(&self) -> usize {
-        match self.verb {
-            Verb::Write | Verb::Send => self.responder,
-            Verb::Read => self.requester,
-        }
+    /// The requester's direction carries message data (send, write).
+    pub fn requester_sends_data(&self) -> bool {
+        self.verb.requester_sends_data()
+    }
+    /// The responder's direction carries message data (read responses).
+    pub fn responder_sends_data(&self) -> bool {
+        self.verb.responder_sends_data()
     }
 }
 
@@ -301,7 +302,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 responder_ip: gid(rs),
                 sport: source_port(id),
                 dport: SERVICE_PORT,
-                verb: g.verb,
+                verb: g.verb.clone(),
                 messages: g.messages.0,
                 message_size: g.message_size,
                 tx_depth: g.tx_depth.0,

@@ -255,6 +255,8 @@ struct Qp {
     msn: u32,
     nak_outstanding: bool,
     recv_posted: u64,
+    /// Bytes of the send being received, for its receive completion.
+    recv_bytes: u32,
     reads: VecDeque<ReadResp>,
     // Both.
     /// ACKs, NAKs and CNPs: (due time, packet, IP ECN field). ACKs and NAKs
@@ -333,6 +335,7 @@ impl Device {
             msn: 0,
             nak_outstanding: false,
             recv_posted: 0,
+            recv_bytes: 0,
             reads: VecDeque::new(),
             ctrl: VecDeque::new(),
             rp: Rp::new(self.cfg.rp, self.cfg.line_rate_bps),
@@ -560,6 +563,12 @@ impl Device {
             return;
         }
         qp.epsn = psn::add(p, 1);
+        if is_send {
+            if matches!(pos, Position::First | Position::Only) {
+                qp.recv_bytes = 0;
+            }
+            qp.recv_bytes += pkt.payload.len() as u32;
+        }
         if matches!(pos, Position::Last | Position::Only) {
             qp.msn = (qp.msn + 1) & psn::MASK;
             if is_send {
@@ -568,7 +577,7 @@ impl Device {
                     wr_id: qp.msn as u64,
                     verb: Verb::Send,
                     status: Status::Success,
-                    len: pkt.payload.len() as u32,
+                    len: qp.recv_bytes,
                     recv: true,
                     at_ns: now,
                 });

@@ -619,3 +619,60 @@ fn profiles_change_what_the_wire_shows() {
     assert_eq!(lab.requester_done(), vec![(1, Status::RetryExceeded)]);
     assert_eq!(lab.devs[0].counters().get("roce_adp_retrans"), 11);
 }
+
+#[test]
+fn a_qp_combining_send_and_read_recovers_losses_in_both_directions() {
+    // Lumina §3.2 verb combinations: send, read, send, read posted at once
+    // on one QP, 3 packets each (PSNs 100..111). The first transmission of
+    // the send's second packet (PSN 101) and of the second read's middle
+    // response (PSN 110) are lost.
+    let mut lab = Lab::new(cfg("default"), cfg("default"), 100, 0).hook(|s, log| {
+        let first = !log.iter().any(|x| x.psn == s.psn && x.opcode == s.opcode);
+        let lost = (s.is_from_a() && s.psn == 101) || (!s.is_from_a() && s.psn == 110);
+        if lost && first {
+            Fate::Drop
+        } else {
+            Fate::Pass
+        }
+    });
+    lab.devs[1].post_recv(0x22, 2).unwrap();
+    for (id, verb) in [
+        (1, Verb::Send),
+        (2, Verb::Read),
+        (3, Verb::Send),
+        (4, Verb::Read),
+    ] {
+        lab.post(id, verb, 3 * 1024);
+    }
+    lab.run(1_000_000_000);
+    assert_eq!(
+        lab.requester_done(),
+        (1..=4).map(|i| (i, Status::Success)).collect::<Vec<_>>()
+    );
+    let received: Vec<u64> = lab
+        .done
+        .iter()
+        .filter(|(d, c)| *d == 1 && c.recv)
+        .map(|(_, c)| c.len as u64)
+        .collect();
+    assert_eq!(received, vec![3 * 1024, 3 * 1024], "both sends delivered");
+    // The send's loss: a NAK and go-back-N from PSN 101; the read's: the
+    // read re-issued from PSN 110 (Lumina §6.1, IBTA §9.7.5.2.2).
+    let naks = lab
+        .log
+        .iter()
+        .filter(|s| matches!(s.syndrome, Some(Syndrome::Nak(_))))
+        .count();
+    assert_eq!(naks, 1);
+    let reissued: Vec<(u32, u32)> = lab
+        .log
+        .iter()
+        .filter(|s| s.opcode == op::READ_REQUEST)
+        .map(|s| (s.psn, s.reth.unwrap().len))
+        .collect();
+    assert!(reissued.contains(&(110, 2 * 1024)), "{reissued:?}");
+    assert_eq!(lab.devs[0].counters().get("implied_nak_seq_err"), 1);
+    // Every request behind the gap until go-back-N: PSNs 102, 103 (read
+    // request), 106..108 and 109 (read request).
+    assert_eq!(lab.devs[1].counters().get("out_of_sequence"), 6);
+}

@@ -298,8 +298,11 @@ pub struct ConnGroup {
     pub to: String,
     #[serde(default = "one")]
     pub count: Index,
-    #[serde(default = "default_verb")]
-    pub verb: Verb,
+    /// One verb, or a combination the requester posts in turn (RoCE only;
+    /// Lumina §3.2: "verb combinations, such as Send and Read, facilitating
+    /// the generation of bi-directional data traffic").
+    #[serde(default)]
+    pub verb: Verbs,
     #[serde(default = "one")]
     pub messages: Index,
     pub message_size: Bytes,
@@ -320,8 +323,127 @@ pub struct ConnGroup {
 fn one() -> Index {
     Index(1)
 }
-fn default_verb() -> Verb {
-    Verb::Write
+/// The verbs of a connection group's messages: `write`, or `[send, read]`
+/// for message k using verb k mod 2 (0-based).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verbs(Vec<Verb>);
+
+impl Verbs {
+    /// At least one verb: the deserialiser refuses an empty list.
+    pub fn new(verbs: Vec<Verb>) -> Option<Self> {
+        (!verbs.is_empty()).then_some(Self(verbs))
+    }
+    pub fn single(v: Verb) -> Self {
+        Self(vec![v])
+    }
+    pub fn as_slice(&self) -> &[Verb] {
+        &self.0
+    }
+    /// The verb of the 0-based `msg`-th message.
+    pub fn of(&self, msg: u32) -> Verb {
+        self.0[msg as usize % self.0.len()]
+    }
+    pub fn contains(&self, v: Verb) -> bool {
+        self.0.contains(&v)
+    }
+    pub fn is_combination(&self) -> bool {
+        self.0.len() > 1
+    }
+    /// Some message carries data from the requester (send, write).
+    pub fn requester_sends_data(&self) -> bool {
+        self.0.iter().any(|&v| v != Verb::Read)
+    }
+    /// Some message carries data from the responder (read).
+    pub fn responder_sends_data(&self) -> bool {
+        self.contains(Verb::Read)
+    }
+}
+
+impl Default for Verbs {
+    fn default() -> Self {
+        Self::single(Verb::Write)
+    }
+}
+
+impl std::fmt::Display for Verbs {
+    /// `write`, or `send+read` for a combination.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|v| v.name()).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+impl Verb {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Send => "send",
+            Verb::Write => "write",
+            Verb::Read => "read",
+        }
+    }
+}
+
+impl Serialize for Verbs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Verbs {
+    /// A verb or a non-empty list of verbs. By hand rather than an untagged
+    /// enum, whose error ("did not match any variant") names no verb.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Verbs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a verb (send, write, read) or a list of them")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Verbs, E> {
+                Verb::deserialize(serde::de::value::StrDeserializer::<E>::new(v)).map(Verbs::single)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Verbs, A::Error> {
+                let mut all = Vec::new();
+                while let Some(v) = a.next_element::<Verb>()? {
+                    all.push(v);
+                }
+                Verbs::new(all).ok_or_else(|| {
+                    serde::de::Error::custom("an empty list of verbs; name at least one")
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for Verbs {
+    fn schema_name() -> String {
+        "Verbs".into()
+    }
+    fn json_schema(gen: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+        use schemars::schema::{ArrayValidation, InstanceType, SchemaObject, SubschemaValidation};
+        let one = gen.subschema_for::<Verb>();
+        let many = SchemaObject {
+            instance_type: Some(InstanceType::Array.into()),
+            array: Some(Box::new(ArrayValidation {
+                items: Some(one.clone().into()),
+                min_items: Some(1),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        SchemaObject {
+            subschemas: Some(Box::new(SubschemaValidation {
+                one_of: Some(vec![one, many.into()]),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+        .into()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -629,10 +751,16 @@ pub const ROCE_OVERHEAD: u32 = 60;
 fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> {
     let roce = s.traffic.transport == Transport::Roce;
     if !roce {
-        if g.verb == Verb::Send {
+        if g.verb.contains(Verb::Send) {
             return err(
                 format!("{at}.verb"),
                 "`send` needs `traffic.transport: roce`",
+            );
+        }
+        if g.verb.is_combination() {
+            return err(
+                format!("{at}.verb"),
+                "a combination of verbs needs `traffic.transport: roce`",
             );
         }
         for (field, set) in [

@@ -1,6 +1,6 @@
 //! Every rejection the spec makes, with its exact message, path and line.
 
-use wirelab_spec::{parse, IndexOrAll};
+use wirelab_spec::{parse, IndexOrAll, Verb};
 
 const BASE: &str = "\
 topology:
@@ -35,6 +35,34 @@ fn events_and_expectations_parse() {
     .unwrap();
     assert_eq!(s.events[1].packet, IndexOrAll::All);
     assert_eq!(s.expect[0].recovery.as_ref().unwrap().len(), 2);
+}
+
+#[test]
+fn a_verb_or_a_combination_of_verbs() {
+    let roce = with("").replace("connections:", "transport: roce\n  connections:");
+    let s = parse(&roce.replace(
+        "message_size: 14480",
+        "message_size: 14480\n      verb: [send, read]",
+    ))
+    .unwrap();
+    let v = &s.traffic.connections[0].verb;
+    assert_eq!(
+        (v.to_string(), v.of(0), v.of(1), v.of(2)),
+        ("send+read".into(), Verb::Send, Verb::Read, Verb::Send)
+    );
+    assert!(v.requester_sends_data() && v.responder_sends_data());
+    let s = parse(&roce.replace(
+        "message_size: 14480",
+        "message_size: 14480\n      verb: read",
+    ))
+    .unwrap();
+    let v = &s.traffic.connections[0].verb;
+    assert_eq!(v.to_string(), "read");
+    assert!(!v.requester_sends_data() && v.responder_sends_data());
+    assert_eq!(
+        parse(BASE).unwrap().traffic.connections[0].verb.to_string(),
+        "write"
+    );
 }
 
 /// (what, extra YAML appended to BASE or a whole document, expected error)
@@ -156,6 +184,25 @@ fn each_rejection_names_path_and_line() {
             "send over TCP",
             with("").replace("message_size: 14480", "message_size: 14480\n      verb: send"),
             "traffic.connections[0].verb: `send` needs `traffic.transport: roce` (line 10)",
+        ),
+        (
+            "verb combination over TCP",
+            with("").replace("message_size: 14480", "message_size: 14480\n      verb: [write, read]"),
+            "traffic.connections[0].verb: a combination of verbs needs `traffic.transport: roce` (line 10)",
+        ),
+        (
+            "empty verb list",
+            with("")
+                .replace("connections:", "transport: roce\n  connections:")
+                .replace("message_size: 14480", "message_size: 14480\n      verb: []"),
+            "traffic.connections[0].verb: an empty list of verbs; name at least one (line 11)",
+        ),
+        (
+            "unknown verb in a combination",
+            with("")
+                .replace("connections:", "transport: roce\n  connections:")
+                .replace("message_size: 14480", "message_size: 14480\n      verb: [send, atomic]"),
+            "traffic.connections[0].verb[1]: unknown variant `atomic`, expected one of `send`, `write`, `read` (line 11)",
         ),
         (
             "RoCE path MTU larger than the link allows",

@@ -63,6 +63,8 @@ pub struct ConnMeta {
 pub struct MessageReport {
     /// 1-based.
     pub message: u32,
+    /// The message's verb (connections may combine verbs, RoCE only).
+    pub verb: Verb,
     pub posted_ns: u64,
     pub completed_ns: u64,
     pub mct_ns: u64,
@@ -231,7 +233,7 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
             });
         }
         resp.set_nodelay(true).map_err(ioe(id, "TCP_NODELAY"))?;
-        let data_mss = match c.verb {
+        let data_mss = match c.tcp_verb() {
             Verb::Write | Verb::Send => mss_of(&req, id)?,
             Verb::Read => mss_of(&resp, id)?,
         };
@@ -377,7 +379,7 @@ fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
     let size = c.message_size.0;
     let mut buf = vec![0u8; size as usize];
     for m in 1..=c.messages {
-        match c.verb {
+        match c.tcp_verb() {
             Verb::Write | Verb::Send => {
                 read_full(&mut s, &mut buf, c.id, stop)?;
                 write_full(&mut s, &u64::from(m).to_be_bytes(), c.id, stop)?;
@@ -424,7 +426,7 @@ fn requester(
                 posted: &mut std::collections::VecDeque<(u32, u64)>|
      -> Result<(), Error> {
         posted.push_back((m, now_ns()));
-        match c.verb {
+        match c.tcp_verb() {
             Verb::Write | Verb::Send => write_full(s, &pattern(size, m), c.id, stop),
             Verb::Read => write_full(s, &u64::from(m).to_be_bytes(), c.id, stop),
         }
@@ -432,7 +434,7 @@ fn requester(
     let mut complete = |s: &mut TcpStream,
                         posted: &mut std::collections::VecDeque<(u32, u64)>|
      -> Result<(), Error> {
-        match c.verb {
+        match c.tcp_verb() {
             Verb::Write | Verb::Send => {
                 let mut ack = [0u8; 8];
                 read_full(s, &mut ack, c.id, stop)?;
@@ -445,6 +447,7 @@ fn requester(
             .expect("a completion answers a posted message");
         done.push(MessageReport {
             message: m,
+            verb: c.tcp_verb(),
             posted_ns: p,
             completed_ns: t,
             mct_ns: t - p,

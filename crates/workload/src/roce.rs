@@ -20,7 +20,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use wirelab_plan::{HostPlan, Plan};
 use wirelab_roce::packet::ROCEV2_PORT;
 use wirelab_roce::{Counters, Device, DeviceConfig, QpConfig, Rx, Status, WorkRequest};
-use wirelab_spec::Verb;
+use wirelab_spec::{Verb, Verbs};
 
 use crate::{now_ns, ConnReport, Error, MessageReport, Stop};
 
@@ -203,10 +203,14 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                 });
                 if req {
                     requests.push((c.id, local_qpn));
-                } else if c.verb == Verb::Send {
+                } else {
                     // Lumina §3.2: the responder keeps a receive posted for every Send.
-                    dev.post_recv(local_qpn, c.messages as u64)
-                        .expect("QP exists");
+                    let sends = (0..c.messages)
+                        .filter(|&k| c.verb.of(k) == Verb::Send)
+                        .count();
+                    if sends > 0 {
+                        dev.post_recv(local_qpn, sends as u64).expect("QP exists");
+                    }
                 }
             }
             // Every GID of the host: the wildcard address (the namespace has
@@ -337,7 +341,7 @@ struct Shared {
 struct ConnRun {
     id: u32,
     qpn: u32,
-    verb: Verb,
+    verb: Verbs,
     size: u32,
     messages: u32,
     depth: u32,
@@ -362,7 +366,7 @@ fn drive(
             ConnRun {
                 id,
                 qpn,
-                verb: c.verb,
+                verb: c.verb.clone(),
                 size: c.message_size.0 as u32,
                 messages: c.messages,
                 depth: c.tx_depth,
@@ -398,7 +402,7 @@ fn drive(
                 let m = c.posted.len() as u64;
                 let wr = WorkRequest {
                     id: m + 1,
-                    verb: match c.verb {
+                    verb: match c.verb.of(m as u32) {
                         Verb::Send => wirelab_roce::Verb::Send,
                         Verb::Write => wirelab_roce::Verb::Write,
                         Verb::Read => wirelab_roce::Verb::Read,
@@ -439,6 +443,7 @@ fn drive(
             let posted = c.posted[m];
             c.done.push(MessageReport {
                 message: done.wr_id as u32,
+                verb: c.verb.of(done.wr_id as u32 - 1),
                 posted_ns: posted,
                 completed_ns: done.at_ns,
                 mct_ns: done.at_ns - posted,
