@@ -382,6 +382,9 @@ fn drive(
     let mut linger_until: Option<u64> = None;
     loop {
         let now = now_ns();
+        // Completions first: a message completed by the datagrams just read
+        // frees its slot in the tx depth now, not after the next wait.
+        reap(&mut h, &mut conns, &by_qpn, shared);
         // Post within tx depth and, with a barrier, only into the round every
         // connection has reached (Lumina §3.2 barrier-sync).
         let floor_round = if plan.barrier {
@@ -421,38 +424,7 @@ fn drive(
         }
         h.dev.handle_timeout(now);
         flush(&mut h, now);
-        while let Some(done) = h.dev.poll_completion() {
-            if done.recv {
-                continue;
-            }
-            let Some(&i) = by_qpn.get(&done.qpn) else {
-                continue;
-            };
-            let c = &mut conns[i];
-            if done.status != Status::Success {
-                if c.error.is_none() {
-                    c.error = Some(format!(
-                        "message {} completed with {:?}",
-                        done.wr_id, done.status
-                    ));
-                    shared.open.fetch_sub(1, Ordering::SeqCst);
-                }
-                continue;
-            }
-            let m = done.wr_id as usize - 1;
-            let posted = c.posted[m];
-            c.done.push(MessageReport {
-                message: done.wr_id as u32,
-                verb: c.verb.of(done.wr_id as u32 - 1),
-                posted_ns: posted,
-                completed_ns: done.at_ns,
-                mct_ns: done.at_ns - posted,
-            });
-            shared.completed.lock().unwrap()[c.id as usize - 1] += 1;
-            if c.done.len() as u32 == c.messages {
-                shared.open.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+        reap(&mut h, &mut conns, &by_qpn, shared);
         if shared.open.load(Ordering::SeqCst) == 0 {
             // Every requester is done; give the last ACKs a moment to leave.
             let until = *linger_until.get_or_insert(now + 2_000_000);
@@ -513,6 +485,42 @@ fn drive(
         after: h.dev.counters().clone(),
     };
     (conns, counters)
+}
+
+/// Takes the device's completions into the connections' reports.
+fn reap(h: &mut HostDev, conns: &mut [ConnRun], by_qpn: &HashMap<u32, usize>, shared: &Shared) {
+    while let Some(done) = h.dev.poll_completion() {
+        if done.recv {
+            continue;
+        }
+        let Some(&i) = by_qpn.get(&done.qpn) else {
+            continue;
+        };
+        let c = &mut conns[i];
+        if done.status != Status::Success {
+            if c.error.is_none() {
+                c.error = Some(format!(
+                    "message {} completed with {:?}",
+                    done.wr_id, done.status
+                ));
+                shared.open.fetch_sub(1, Ordering::SeqCst);
+            }
+            continue;
+        }
+        let m = done.wr_id as usize - 1;
+        let posted = c.posted[m];
+        c.done.push(MessageReport {
+            message: done.wr_id as u32,
+            verb: c.verb.of(done.wr_id as u32 - 1),
+            posted_ns: posted,
+            completed_ns: done.at_ns,
+            mct_ns: done.at_ns - posted,
+        });
+        shared.completed.lock().unwrap()[c.id as usize - 1] += 1;
+        if c.done.len() as u32 == c.messages {
+            shared.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Sends everything the device has ready at `now`.
