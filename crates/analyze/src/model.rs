@@ -596,7 +596,7 @@ impl<'a> Builder<'a> {
                 index: 0,
                 iter: 0,
                 first: false,
-                lost: meta.is_some_and(|m| m.event == "drop" || m.event == "corrupt"),
+                lost: meta.is_some_and(|m| m.dropped() || m.event == "corrupt"),
                 dupack: false,
             };
             if !data {

@@ -200,7 +200,7 @@ pub fn build(trace: &Trace) -> RoceView {
             r.mirror_seq = Some(m.seq);
             r.ts = m.ts;
             r.conn = m.conn;
-            r.delivered = m.event != "drop";
+            r.delivered = !m.dropped();
             r.corrupted = m.event == "corrupt";
         }
         all.push(r);

@@ -189,6 +189,7 @@ fn run(profile: &str) -> Run {
                     first_tx: false,
                     event: event.into(),
                     event_id: 0,
+                    ..Default::default()
                 }),
             }
         })

@@ -76,6 +76,15 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
                 .map_or("unknown", |a| a.name())
                 .to_string(),
             event_id: h.event_id,
+            vq: h.vq,
+            vq_bytes: h.vq_bytes,
+            aqm: match h.aqm {
+                0 => "none",
+                1 => "mark",
+                2 => "drop",
+                _ => "unknown",
+            }
+            .to_string(),
         },
         pkt_len: h.pkt_len,
         data: data.to_vec(),
@@ -412,6 +421,7 @@ mod tests {
                 first_tx: false,
                 event: "none".into(),
                 event_id: 0,
+                ..Default::default()
             },
             pkt_len: 60,
             data: vec![0; 60],

@@ -13,7 +13,7 @@ use wirelab_analyze::expect::{RunFacts, Verdict};
 use wirelab_analyze::report::Report;
 use wirelab_analyze::Evidence;
 use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
-use wirelab_dataplane::{Action, Config, FlowKey, Switch, Track};
+use wirelab_dataplane::{Action, Config, Discipline, FlowKey, Switch, Track, VqConfig};
 use wirelab_netns::{in_netns, Lab};
 use wirelab_plan::{Plan, Target};
 use wirelab_spec::Spec;
@@ -96,7 +96,26 @@ pub struct Summary {
     /// RoCE: each host's device counters before and after the run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub device_counters: Vec<wirelab_workload::roce::DeviceCounters>,
+    /// vAQM: each virtual queue as the switch left it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vaqm: Vec<VqSummary>,
     pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VqSummary {
+    pub id: u32,
+    /// The host whose switch port the queue emulates.
+    pub port: Option<String>,
+    pub destinations: Vec<String>,
+    pub rate: String,
+    pub discipline: String,
+    pub packets: u64,
+    pub marks: u64,
+    pub drops: u64,
+    /// Marks that fell on Not-ECT packets and became drops.
+    pub unmarkable: u64,
+    pub bytes_at_end: u64,
 }
 
 pub struct Outcome {
@@ -147,6 +166,62 @@ fn dp_action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Actio
     }
 }
 
+fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
+    plan.vaqm
+        .iter()
+        .map(|q| {
+            let st = switch.vq_state(q.id)?;
+            let discipline = match vq_config(q).discipline {
+                Discipline::None => "estimate only".to_string(),
+                Discipline::Dctcp { k_bytes } => format!("dctcp K {k_bytes}B"),
+                Discipline::Red {
+                    min_bytes,
+                    max_bytes,
+                    w_q,
+                    max_p,
+                    drop,
+                } => format!(
+                    "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
+                    if drop { "drop" } else { "mark" }
+                ),
+            };
+            Ok(VqSummary {
+                id: q.id,
+                port: q.port.as_ref().map(|p| p.1.clone()),
+                destinations: q.destinations.iter().map(|d| d.to_string()).collect(),
+                rate: q.rate.to_string(),
+                discipline,
+                packets: st.pkts,
+                marks: st.marks,
+                drops: st.drops,
+                unmarkable: st.unmarkable,
+                bytes_at_end: st.bytes,
+            })
+        })
+        .collect()
+}
+
+/// A planned virtual queue in the switch's terms.
+fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
+    let discipline = if let Some(d) = &q.dctcp {
+        Discipline::Dctcp { k_bytes: d.k.0 }
+    } else if let Some(r) = &q.red {
+        Discipline::Red {
+            min_bytes: r.min.0,
+            max_bytes: r.max.0,
+            w_q: r.w_q,
+            max_p: r.max_p,
+            drop: r.action == wirelab_spec::vaqm::RedAction::Drop,
+        }
+    } else {
+        Discipline::None
+    };
+    VqConfig {
+        rate_bps: q.rate.0,
+        discipline,
+    }
+}
+
 /// Loads the switch, fills its port, forwarding and connection tables and
 /// attaches it to every switch port (`forward_only`: the benchmark baseline).
 pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> {
@@ -154,12 +229,23 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
         snap_len: plan.snap_len,
         ring_bytes: plan.ring_bytes as u32,
         max_conn: plan.conns.len() as u32,
+        vaqm: !plan.vaqm.is_empty(),
+        test_clock: false,
     })
     .context("loading the switch")?;
     for (i, h) in plan.hosts.iter().enumerate() {
         let ifindex = lab.switch_ifindex[i];
         switch.add_port(ifindex, h.port)?;
         switch.add_fwd(h.mac, ifindex, h.port)?;
+    }
+    for q in &plan.vaqm {
+        switch.set_vq(q.id, &vq_config(q))?;
+        if let Some((port, _)) = &q.port {
+            switch.vq_for_port(*port, q.id)?;
+        }
+        for d in &q.destinations {
+            switch.vq_for_dst(*d, q.id)?;
+        }
     }
     // RoCE connections are armed once their QPs exist (arm_roce_flows).
     for c in plan.conns.iter().filter(|c| c.roce.is_none()) {
@@ -563,6 +649,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
         counters,
         roce: roce_meta,
         device_counters,
+        vaqm: vaqm_summary(&plan, &switch)?,
         error: workload_failed,
     };
     write_results(&dir, &summary, &log, &port_counts)?;

@@ -52,6 +52,27 @@ pub fn print(s: &Summary, verbose: bool) {
             isn
         );
     }
+    for q in &s.vaqm {
+        let what = match (&q.port, q.destinations.is_empty()) {
+            (Some(p), true) => format!("port to {p}"),
+            (Some(p), false) => format!("port to {p} + {}", q.destinations.join(", ")),
+            (None, _) => q.destinations.join(", "),
+        };
+        println!(
+            "  vq {:<7} {what}, {} {}: {} packets, {} marked, {} dropped{}",
+            q.id,
+            q.rate,
+            q.discipline,
+            q.packets,
+            q.marks,
+            q.drops,
+            if q.unmarkable > 0 {
+                format!(" ({} Not-ECT)", q.unmarkable)
+            } else {
+                String::new()
+            }
+        );
+    }
     for e in &s.events {
         let hit: Vec<String> = e.hit.iter().map(|h| h.to_string()).collect();
         println!(

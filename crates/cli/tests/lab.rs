@@ -774,3 +774,56 @@ fn every_roce_spec_passes_its_expectations() {
     }
     assert_nothing_left("roce specs");
 }
+
+/// NetBump's vAQM stage in the lab (seed 003 §4.2): a DCTCP virtual queue
+/// for the port towards a real 100 Mbit/s bottleneck marks above K, the
+/// senders back off, and every mark is in the trace with the queue's
+/// estimate.
+#[test]
+fn vaqm_dctcp_marks_above_k_and_the_trace_shows_the_estimate() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/dctcp-marks-above-k-on-a-virtual-100mbit-port.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let q = &r.summary["vaqm"][0];
+    let (pkts, marks, drops) = (
+        q["packets"].as_u64().unwrap(),
+        q["marks"].as_u64().unwrap(),
+        q["drops"].as_u64().unwrap(),
+    );
+    assert!(pkts > 5000 && marks > 0 && marks < pkts, "{q}");
+    assert_eq!(drops, 0, "DCTCP only marks");
+    // The marks the receiver counted are the queue's.
+    let ce = r.summary["counters"]["receiver"]["IpExtInCEPkts"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(ce, marks);
+    // Each queued packet's record names the queue and its estimate; the
+    // marked ones were above K = 30 KB.
+    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+    let t = wirelab_trace::read(&trace).unwrap();
+    let queued: Vec<_> = t
+        .packets
+        .iter()
+        .filter(|p| p.meta.as_ref().is_some_and(|m| m.vq == 1))
+        .collect();
+    assert_eq!(queued.len() as u64, pkts);
+    let (mut marked, mut above_unmarked) = (0u64, 0u64);
+    for p in &queued {
+        let m = p.meta.as_ref().unwrap();
+        let ecn = p.data[15] & 3; // Ethernet, then the IPv4 TOS byte
+        if m.aqm == "mark" {
+            marked += 1;
+            assert!(m.vq_bytes > 30_000 && ecn == 3, "{m:?}");
+        } else if m.vq_bytes > 30_000 {
+            // Above K and not marked: only a packet that cannot carry CE.
+            assert_eq!(ecn, 0, "{m:?}");
+            above_unmarked += 1;
+        }
+    }
+    assert_eq!(marked, marks);
+    assert_eq!(above_unmarked, q["unmarkable"].as_u64().unwrap());
+    assert_nothing_left("vaqm run");
+}

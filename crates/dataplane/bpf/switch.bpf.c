@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * The wirelab switch: one tc ingress program on every switch port, forming one
- * pipeline  parse -> classify -> inject events -> mirror -> forward.
- * Later stages (vAQM, editor, ...) are added here as stages a spec turns on,
- * not as separate programs that parse the packet again (DESIGN.md).
+ * pipeline  parse -> classify -> inject events -> egress port -> vAQM ->
+ * mirror -> forward. Stages are added here as stages a spec turns on (vAQM:
+ * vaqm.h), not as separate programs that parse the packet again (DESIGN.md).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -23,6 +23,11 @@ const volatile __u32 snap_room = 128;
 /* Wake the dumper only when this much is waiting (it also drains on a short
  * timer): a wakeup per packet costs the forwarding path a context switch. */
 const volatile __u64 wake_bytes = 1 << 20;
+/* The vAQM stage is in the pipeline only when a spec has virtual queues:
+ * with 0 the verifier removes it, and the switch pays nothing for it. */
+const volatile __u8 vaqm_on = 0;
+/* Tests: the clock can be set through the fake_clock map. */
+const volatile __u8 test_clock = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -118,6 +123,7 @@ struct pkt {
 	__u8 is_roce;
 	__u8 tcp_flags;
 	__u8 tos;
+	__u32 daddr; /* any IPv4 packet (l3_off != 0), for the vAQM classifier */
 	__u32 seq;
 	struct wl_flow_key key;
 };
@@ -176,6 +182,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		return 0;
 	p->l3_off = sizeof(*eth);
 	p->tos = ip->tos;
+	p->daddr = ip->daddr;
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return 0;
 	if (ip->protocol == IPPROTO_UDP) {
@@ -455,6 +462,8 @@ static __always_inline int edit_migreq(struct __sk_buff *skb, struct pkt *p, int
 	return 1;
 }
 
+#include "vaqm.h"
+
 /* Stage 4: mirror into the capture ring, before any drop (Lumina §3.4). */
 static __always_inline void mirror(struct __sk_buff *skb, struct wl_mirror_hdr *m,
 				   struct wl_counters *c)
@@ -510,7 +519,7 @@ int wl_switch(struct __sk_buff *skb)
 	c->rx_pkts++;
 	c->rx_bytes += skb->len;
 
-	m.ts_ns = bpf_ktime_get_ns();
+	m.ts_ns = pipeline_now();
 	m.pkt_len = skb->len;
 	m.port = port_no;
 
@@ -536,6 +545,19 @@ int wl_switch(struct __sk_buff *skb)
 			m.action = WL_EV_ECN_NOT_ECT;
 	}
 
+	/* Stage 3: the egress port, needed by the vAQM classifier. */
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	if (data + ETH_ALEN > end)
+		return TC_ACT_SHOT;
+	__builtin_memcpy(&dmac, data, ETH_ALEN);
+	out = bpf_map_lookup_elem(&fwd, &dmac);
+
+	/* Stage 5: vAQM, on what the events let through to a known port. */
+	if (vaqm_on && out && m.action != WL_EV_DROP &&
+	    vaqm(skb, &p, out->port, m.ts_ns, &m) == WL_AQM_MARK)
+		mark_ce(skb, &p);
+
 	/* The trace shows the packet as the receiver gets it: CE set, a bit
 	 * flipped, so anyone recomputing a checksum or ICRC on the capture sees
 	 * what the receiver saw. */
@@ -550,13 +572,12 @@ int wl_switch(struct __sk_buff *skb)
 		c->event_drops++;
 		return TC_ACT_SHOT;
 	}
-
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	if (data + ETH_ALEN > end)
+	if (m.aqm == WL_AQM_DROP) {
+		c->aqm_drops++;
 		return TC_ACT_SHOT;
-	__builtin_memcpy(&dmac, data, ETH_ALEN);
-	out = bpf_map_lookup_elem(&fwd, &dmac);
+	}
+	if (m.aqm == WL_AQM_MARK)
+		c->aqm_marks++;
 	if (!out) {
 		c->no_route++;
 		return TC_ACT_SHOT;

@@ -12,6 +12,10 @@
 /* Largest snap length a spec may ask for: a full 1500-byte-MTU frame + VLAN. */
 #define WL_MAX_SNAP 1518
 
+/* Virtual queues of the vAQM stage (NetBump §3.1), numbered 1..WL_MAX_VQS;
+ * 0 = the packet is in none. */
+#define WL_MAX_VQS 64
+
 /* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */
 #define WL_ANY 0
 
@@ -108,6 +112,49 @@ struct wl_event {
 	__u64 hits;
 };
 
+/* The vAQM stage's disciplines (NetBump §4). */
+enum wl_aqm {
+	WL_AQM_NONE = 0,  /* estimate the queue only */
+	WL_AQM_DCTCP = 1, /* mark above K on the instantaneous queue (§4.2) */
+	WL_AQM_RED = 2,   /* Floyd & Jacobson's RED on the average (§4.1) */
+};
+
+/* What the vAQM stage did to a packet (the mirror header's `aqm`). */
+enum wl_aqm_verdict {
+	WL_AQM_PASS = 0,
+	WL_AQM_MARK = 1,
+	WL_AQM_DROP = 2,
+};
+
+/*
+ * One virtual queue: NetBump's "virtual queue table" entry (§3.1: size in
+ * bytes, last arrival time, drain rate) plus its discipline's parameters and
+ * state. The control plane writes the configuration once; the stage updates
+ * the state under the lock, so every CPU sees one queue.
+ */
+struct wl_vq {
+	struct bpf_spin_lock lock;
+	__u32 discipline; /* enum wl_aqm */
+	__u32 red_drop;   /* RED: drop (1) or mark (0) between the thresholds */
+	__u64 rate_Bps;   /* drain rate, bytes per second */
+	__u64 k_bytes;    /* DCTCP marking threshold K */
+	__u64 min_th;     /* RED thresholds, bytes */
+	__u64 max_th;
+	__u64 w_q;        /* RED EWMA weight, in 2^-16 */
+	__u64 max_p;      /* RED max_p, in 2^-32 */
+	/* State. */
+	__u64 bytes;      /* VQ->tokens: the estimated occupancy */
+	__u64 last_ns;    /* VQ->lastUpdate; 0 = no packet yet */
+	__u64 frac;       /* drain not yet a whole byte, in byte/1e9 */
+	__u64 avg;        /* RED average, bytes in 2^-16 */
+	__s64 count;      /* RED: packets since the last mark, -1 below min_th */
+	/* Statistics. */
+	__u64 pkts;
+	__u64 marks;
+	__u64 drops;
+	__u64 unmarkable; /* marks that fell on Not-ECT packets (RED drops them) */
+};
+
 struct wl_counters {
 	__u64 rx_pkts;
 	__u64 rx_bytes;
@@ -117,6 +164,8 @@ struct wl_counters {
 	__u64 mirror_lost; /* ring full: the run is INVALID */
 	__u64 event_drops;
 	__u64 no_route;
+	__u64 aqm_drops;
+	__u64 aqm_marks;
 };
 
 /* Header of one mirrored packet in the capture ring; cap_len bytes follow. */
@@ -133,6 +182,10 @@ struct wl_mirror_hdr {
 	__u32 index;  /* data packet index, 0 = not a data packet / unknown */
 	__u32 iter;
 	__u32 first_tx; /* 1 if a first transmission */
+	__u32 vq;       /* virtual queue, 0 = none */
+	__u32 vq_bytes; /* its estimated occupancy after this packet */
+	__u32 aqm;      /* enum wl_aqm_verdict */
+	__u32 pad;
 };
 
 #endif

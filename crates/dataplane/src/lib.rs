@@ -25,6 +25,53 @@ pub const ICRC_SHIFTS: usize = 4224;
 /// Maximum number of switch ports and connections (`wirelab.h`).
 pub const MAX_PORTS: u32 = 64;
 pub const MAX_CONNS: u32 = 1024;
+/// Virtual queues are numbered 1..=MAX_VQS (`WL_MAX_VQS`).
+pub const MAX_VQS: u32 = 64;
+
+/// A virtual queue's discipline (NetBump §4), in the switch's integer units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Discipline {
+    /// Estimate the occupancy only.
+    None,
+    /// DCTCP: mark when the instantaneous queue exceeds `k_bytes` (§4.2).
+    Dctcp { k_bytes: u64 },
+    /// RED (Floyd & Jacobson 1993) on the EWMA of the queue (§4.1).
+    Red {
+        min_bytes: u64,
+        max_bytes: u64,
+        /// EWMA weight, 0 < w_q <= 1 (kept in 2^-16).
+        w_q: f64,
+        /// Mark probability at max_bytes, 0 < max_p <= 1 (kept in 2^-32).
+        max_p: f64,
+        /// Drop instead of mark between the thresholds.
+        drop: bool,
+    },
+}
+
+/// A virtual queue: its drain rate and discipline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VqConfig {
+    /// Drain rate of the emulated port, bits per second.
+    pub rate_bps: u64,
+    pub discipline: Discipline,
+}
+
+/// A virtual queue's state and statistics as the switch has them.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct VqState {
+    pub bytes: u64,
+    pub last_ns: u64,
+    /// The part of a byte drained but not yet taken off, in 1e-9 bytes.
+    pub frac: u64,
+    /// RED's average in bytes.
+    pub avg_bytes: f64,
+    /// RED's count since the last mark (-1 below min).
+    pub count: i64,
+    pub pkts: u64,
+    pub marks: u64,
+    pub drops: u64,
+    pub unmarkable: u64,
+}
 
 /// Which of its two tracking slots a RoCE direction's data packets use
 /// (wirelab.h `wl_flow.data_dir`).
@@ -125,6 +172,11 @@ pub struct Config {
     pub ring_bytes: u32,
     /// Highest connection id the switch will track (sizes its tables).
     pub max_conn: u32,
+    /// Put the vAQM stage in the pipeline (a spec with `vaqm:`). Without
+    /// it the verifier removes the stage and forwarding pays nothing.
+    pub vaqm: bool,
+    /// Tests: take the pipeline's clock from `set_test_clock`.
+    pub test_clock: bool,
 }
 
 impl Default for Config {
@@ -133,6 +185,8 @@ impl Default for Config {
             snap_len: 128,
             ring_bytes: 1 << 24,
             max_conn: 16,
+            vaqm: false,
+            test_clock: false,
         }
     }
 }
@@ -449,6 +503,108 @@ impl Switch {
             .map_or(0, |e| e.hits))
     }
 
+    /// Configures virtual queue `id` (1..=MAX_VQS) and resets its state.
+    pub fn set_vq(&self, id: u32, cfg: &VqConfig) -> Result<(), Error> {
+        if id == 0 || id > MAX_VQS {
+            return Err(Error::Config(format!(
+                "virtual queue {id}: the switch has queues 1..={MAX_VQS}"
+            )));
+        }
+        let mut v = types::wl_vq {
+            rate_Bps: cfg.rate_bps / 8,
+            ..Default::default()
+        };
+        match cfg.discipline {
+            Discipline::None => v.discipline = 0,
+            Discipline::Dctcp { k_bytes } => {
+                v.discipline = 1;
+                v.k_bytes = k_bytes;
+            }
+            Discipline::Red {
+                min_bytes,
+                max_bytes,
+                w_q,
+                max_p,
+                drop,
+            } => {
+                if !(min_bytes < max_bytes
+                    && w_q > 0.0
+                    && w_q <= 1.0
+                    && max_p > 0.0
+                    && max_p <= 1.0)
+                {
+                    return Err(Error::Config(format!(
+                        "virtual queue {id}: RED needs min < max, 0 < w_q <= 1 and 0 < max_p <= 1"
+                    )));
+                }
+                v.discipline = 2;
+                v.min_th = min_bytes;
+                v.max_th = max_bytes;
+                v.w_q = (w_q * 65536.0).round().max(1.0) as u64;
+                v.max_p = (max_p * 4294967296.0).round() as u64;
+                v.red_drop = drop as u32;
+                v.count = -1;
+            }
+        }
+        self.skel
+            .maps
+            .vqs
+            .update(&id.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("configuring virtual queue {id}")))
+    }
+
+    /// The default classifier: packets leaving through switch port `port`
+    /// go to virtual queue `id` (NetBump §3.1).
+    pub fn vq_for_port(&self, port: u32, id: u32) -> Result<(), Error> {
+        self.skel
+            .maps
+            .vq_of_port
+            .update(&port.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("classifying port {port} to queue {id}")))
+    }
+
+    /// The user's classifier: packets to `dst` go to queue `id`, whatever
+    /// their port.
+    pub fn vq_for_dst(&self, dst: std::net::Ipv4Addr, id: u32) -> Result<(), Error> {
+        let k = u32::from_ne_bytes(dst.octets());
+        self.skel
+            .maps
+            .vq_of_dst
+            .update(&k.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("classifying {dst} to queue {id}")))
+    }
+
+    pub fn vq_state(&self, id: u32) -> Result<VqState, Error> {
+        let v = self
+            .skel
+            .maps
+            .vqs
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("reading virtual queue {id}")))?;
+        let q: types::wl_vq = v.and_then(|b| from_bytes(&b)).unwrap_or_default();
+        Ok(VqState {
+            bytes: q.bytes,
+            last_ns: q.last_ns,
+            frac: q.frac,
+            avg_bytes: q.avg as f64 / 65536.0,
+            count: q.count,
+            pkts: q.pkts,
+            marks: q.marks,
+            drops: q.drops,
+            unmarkable: q.unmarkable,
+        })
+    }
+
+    /// Tests (`Config::test_clock`): the pipeline's clock reads `ns` until
+    /// set again (0 = the real clock).
+    pub fn set_test_clock(&self, ns: u64) -> Result<(), Error> {
+        self.skel
+            .maps
+            .fake_clock
+            .update(&0u32.to_ne_bytes(), &ns.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("setting the test clock"))
+    }
+
     /// The tracking state of a connection's (first) data direction.
     pub fn conn_state(&self, conn: u32) -> Result<ConnState, Error> {
         self.state_at(conn, false)
@@ -497,6 +653,8 @@ impl Switch {
                 t.mirror_lost += c.mirror_lost;
                 t.event_drops += c.event_drops;
                 t.no_route += c.no_route;
+                t.aqm_drops += c.aqm_drops;
+                t.aqm_marks += c.aqm_marks;
             }
         }
         Ok(t)
@@ -579,6 +737,8 @@ fn open_and_load(
     ro.snap_len = config.snap_len;
     ro.snap_room = config.snap_len.next_power_of_two();
     ro.wake_bytes = u64::from(config.ring_bytes / 4);
+    ro.vaqm_on = config.vaqm as u8;
+    ro.test_clock = config.test_clock as u8;
     open.maps.ring.set_max_entries(config.ring_bytes)?;
     open.maps
         .seg_start

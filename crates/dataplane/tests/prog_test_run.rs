@@ -423,7 +423,7 @@ fn ring_overflow_is_counted_and_leaves_a_gap() {
     if !have_bpf() {
         return;
     }
-    // One page of ring holds 4096 / (8 + 56 + 128) = 21 records.
+    // One page of ring holds 4096 / (8 + 72 + 128) = 19 records.
     let sw = switch(Config {
         snap_len: 128,
         ring_bytes: 4096,

@@ -56,6 +56,21 @@ pub struct Plan {
     pub ring_bytes: u64,
     pub capture_stall: Nanos,
     pub expect: Vec<Expect>,
+    /// The switch's virtual queues (vAQM), numbered from 1.
+    pub vaqm: Vec<VqPlan>,
+}
+
+/// One virtual queue, resolved to switch ports and addresses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VqPlan {
+    pub id: u32,
+    /// Switch port whose egress traffic the queue holds, and its host.
+    pub port: Option<(u32, String)>,
+    /// Addresses classified to the queue whatever their port.
+    pub destinations: Vec<Ipv4Addr>,
+    pub rate: BitsPerSec,
+    pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
+    pub red: Option<wirelab_spec::vaqm::Red>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -341,6 +356,23 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
             edit: e.edit,
         })
         .collect();
+    let vaqm = spec
+        .vaqm
+        .iter()
+        .flat_map(|v| v.queues.iter())
+        .enumerate()
+        .map(|(i, q)| {
+            let host = |n: &str| hosts.iter().find(|h| h.name == n).expect("validated");
+            VqPlan {
+                id: i as u32 + 1,
+                port: q.port.as_deref().map(|p| (host(p).port, p.to_string())),
+                destinations: q.destinations.iter().map(|d| host(d).ip).collect(),
+                rate: q.rate,
+                dctcp: q.dctcp.clone(),
+                red: q.red.clone(),
+            }
+        })
+        .collect();
     Plan {
         name,
         run_id: run_id.to_string(),
@@ -354,5 +386,6 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         ring_bytes: spec.capture.ring_size.0,
         capture_stall: spec.capture.stall_dumper.unwrap_or_default(),
         expect: spec.expect.clone(),
+        vaqm,
     }
 }

@@ -8,6 +8,7 @@ pub mod findings;
 mod lines;
 pub mod roce;
 pub mod units;
+pub mod vaqm;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -126,6 +127,10 @@ pub struct Spec {
     pub traffic: Traffic,
     #[serde(default)]
     pub events: Vec<Event>,
+    /// NetBump's virtual queues in the switch (vAQM): marks and drops as
+    /// if the port towards a host ran a discipline it does not have.
+    #[serde(default)]
+    pub vaqm: Option<vaqm::Vaqm>,
     #[serde(default)]
     pub capture: Capture,
     /// The analyzers to run after the run (all of them when absent).
@@ -956,6 +961,7 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
         }
     }
     validate_stack(&s.stack, "stack")?;
+    vaqm::validate(s)?;
     if s.traffic.connections.is_empty() {
         return err("traffic.connections", "needs at least one connection group");
     }

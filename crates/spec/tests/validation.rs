@@ -186,6 +186,26 @@ fn each_rejection_names_path_and_line() {
             "traffic.connections[0].verb: `send` needs `traffic.transport: roce` (line 10)",
         ),
         (
+            "vAQM queue on an unknown host",
+            with("vaqm:\n  queues:\n    - {port: nobody, rate: 100mbit, dctcp: {k: 30KB}}\n"),
+            "vaqm.queues[0].port: no host named `nobody` (line 12)",
+        ),
+        (
+            "vAQM queue with two disciplines",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, dctcp: {k: 30KB}, red: {min: 10KB, max: 20KB, max_p: 0.1}}\n"),
+            "vaqm.queues[0]: one discipline per queue: `dctcp` or `red` (line 12)",
+        ),
+        (
+            "vAQM RED thresholds the wrong way round",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 1gbit, red: {min: 20KB, max: 10KB, max_p: 0.1}}\n"),
+            "vaqm.queues[0].red.max: must be above min (20000B >= 10000B) (line 12)",
+        ),
+        (
+            "vAQM queue that classifies nothing",
+            with("vaqm:\n  queues:\n    - {rate: 1gbit}\n"),
+            "vaqm.queues[0]: a queue needs `port` (a host: the switch port towards it) or `destinations` (line 12)",
+        ),
+        (
             "verb combination over TCP",
             with("").replace("message_size: 14480", "message_size: 14480\n      verb: [write, read]"),
             "traffic.connections[0].verb: a combination of verbs needs `traffic.transport: roce` (line 10)",

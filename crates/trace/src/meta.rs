@@ -4,6 +4,9 @@
 //!
 //! `wirelab seq=12 ts=8812345678 port=1 conn=1 dir=data idx=5 iter=2 first=0 event=drop#2`
 //!
+//! and, for a packet that went through a virtual queue of the vAQM stage,
+//! ` vq=1 vqlen=3000 aqm=mark` (queue, its estimated bytes, the verdict).
+//!
 //! A comment keeps the captured headers exactly as they were on the wire and
 //! is shown by Wireshark/tshark as `frame.comment`.
 
@@ -24,6 +27,31 @@ pub struct Meta {
     /// `none`, `drop`, `ecn`, `corrupt`, `ecn-not-ect`.
     pub event: String,
     pub event_id: u32,
+    /// The vAQM stage's virtual queue (0 = none), its estimated occupancy
+    /// in bytes after this packet, and its verdict: `none`, `mark`, `drop`.
+    pub vq: u32,
+    pub vq_bytes: u32,
+    pub aqm: String,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            seq: 0,
+            ts: 0,
+            port: 0,
+            conn: 0,
+            data_dir: false,
+            index: 0,
+            iter: 0,
+            first_tx: false,
+            event: "none".into(),
+            event_id: 0,
+            vq: 0,
+            vq_bytes: 0,
+            aqm: "none".into(),
+        }
+    }
 }
 
 const TAG: &str = "wirelab ";
@@ -45,24 +73,25 @@ impl Meta {
         if self.event_id != 0 {
             s.push_str(&format!("#{}", self.event_id));
         }
+        if self.vq != 0 {
+            s.push_str(&format!(
+                " vq={} vqlen={} aqm={}",
+                self.vq, self.vq_bytes, self.aqm
+            ));
+        }
         s
+    }
+
+    /// The switch dropped the packet (an event or the vAQM stage): it never
+    /// reached its receiver.
+    pub fn dropped(&self) -> bool {
+        self.event == "drop" || self.aqm == "drop"
     }
 
     /// `None` for a comment that is not ours.
     pub fn decode(c: &str) -> Option<Meta> {
         let rest = c.strip_prefix(TAG)?;
-        let mut m = Meta {
-            seq: 0,
-            ts: 0,
-            port: 0,
-            conn: 0,
-            data_dir: false,
-            index: 0,
-            iter: 0,
-            first_tx: false,
-            event: "none".into(),
-            event_id: 0,
-        };
+        let mut m = Meta::default();
         let mut have_seq = false;
         for kv in rest.split_whitespace() {
             let (k, v) = kv.split_once('=')?;
@@ -83,6 +112,9 @@ impl Meta {
                     m.event = e.to_string();
                     m.event_id = id.parse().ok()?;
                 }
+                "vq" => m.vq = v.parse().ok()?,
+                "vqlen" => m.vq_bytes = v.parse().ok()?,
+                "aqm" => m.aqm = v.to_string(),
                 _ => {} // newer writers may add keys
             }
         }
@@ -107,6 +139,7 @@ mod tests {
             first_tx: false,
             event: "drop".into(),
             event_id: 2,
+            ..Default::default()
         };
         let s = m.encode();
         assert_eq!(
@@ -116,5 +149,22 @@ mod tests {
         assert_eq!(Meta::decode(&s), Some(m));
         assert_eq!(Meta::decode("captured on my laptop"), None);
         assert_eq!(Meta::decode("wirelab port=1"), None, "seq is required");
+        assert!(m.dropped());
+
+        let q = Meta {
+            vq: 3,
+            vq_bytes: 41000,
+            aqm: "drop".into(),
+            ..m.clone()
+        };
+        let s = q.encode();
+        assert!(s.ends_with("event=drop#2 vq=3 vqlen=41000 aqm=drop"), "{s}");
+        assert_eq!(Meta::decode(&s), Some(q.clone()));
+        let aqm_only = Meta {
+            event: "none".into(),
+            event_id: 0,
+            ..q
+        };
+        assert!(aqm_only.dropped());
     }
 }

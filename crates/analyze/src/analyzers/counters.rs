@@ -88,7 +88,7 @@ fn seen(input: &Input, addr: IpAddr) -> Seen {
     for c in &input.analysis.connections {
         for g in &c.segs {
             let meta = input.trace.packets[g.idx].meta.as_ref();
-            let dropped = meta.is_some_and(|m| m.event == "drop");
+            let dropped = meta.is_some_and(|m| m.dropped());
             let corrupted = meta.is_some_and(|m| m.event == "corrupt");
             // RFC 1213 tcpOutSegs: "excluding those containing only
             // retransmitted octets" (Linux counts a segment only if it ends

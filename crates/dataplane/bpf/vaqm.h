@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Stage 5 of the switch pipeline: vAQM, NetBump (Shieh et al.) as a stage.
+ * A packet is classified to a virtual queue, the queue's occupancy is
+ * estimated with the leaky bucket of NetBump Fig. 5, and the queue's
+ * discipline marks or drops it as if the downstream port ran that
+ * discipline. Packets are never held here; only the estimate is kept.
+ * Integer arithmetic throughout, ns timestamps.
+ */
+#ifndef WIRELAB_VAQM_H
+#define WIRELAB_VAQM_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_VQS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_vq);
+} vqs SEC(".maps");
+
+/* The default classifier: the egress port towards the destination (NetBump
+ * §3.1 "map packets to virtual queues corresponding to the downstream
+ * physical switch output buffer"). Indexed by switch port number. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} vq_of_port SEC(".maps");
+
+/* The user's classifier: destination IPv4 address -> queue, looked up
+ * first (NetBump: "can be overridden by a user as needed"). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} vq_of_dst SEC(".maps");
+
+/* Tests only: a non-zero value replaces bpf_ktime_get_ns() as the
+ * pipeline's clock, so BPF_PROG_TEST_RUN fixtures can craft timestamps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fake_clock SEC(".maps");
+
+static __always_inline __u64 pipeline_now(void)
+{
+	__u32 zero = 0;
+	__u64 *f;
+
+	if (!test_clock)
+		return bpf_ktime_get_ns();
+	f = bpf_map_lookup_elem(&fake_clock, &zero);
+	return f && *f ? *f : bpf_ktime_get_ns();
+}
+
+static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
+{
+	__u32 *v;
+
+	if (p->l3_off) {
+		v = bpf_map_lookup_elem(&vq_of_dst, &p->daddr);
+		if (v)
+			return *v;
+	}
+	v = bpf_map_lookup_elem(&vq_of_port, &out_port);
+	return v ? *v : 0;
+}
+
+/*
+ * NetBump Fig. 5 lines 1-8, the leaky bucket: drain elapsed × rate since the
+ * last arrival (never below empty), then add this packet. The drain is kept
+ * exact across packets: the part of a byte not yet drained carries over in
+ * `frac`, so many small gaps drain as much as one long one.
+ */
+static __always_inline void vq_update(struct wl_vq *q, __u64 now, __u32 len)
+{
+	__u64 elapsed, left, num, drained;
+
+	if (q->last_ns > 0 && now > q->last_ns) {
+		elapsed = now - q->last_ns;
+		/* What is left, in byte/1e9: bytes >= 1 whenever frac > 0. */
+		left = q->bytes * 1000000000ULL - q->frac;
+		/* A gap long enough to drain all of it empties the queue; this
+		 * also keeps elapsed × rate below 2^64 in the other branch. */
+		if (q->rate_Bps == 0) {
+			/* No drain configured: the queue only fills. */
+		} else if (elapsed >= (left + q->rate_Bps - 1) / q->rate_Bps) {
+			q->bytes = 0;
+			q->frac = 0;
+		} else {
+			num = elapsed * q->rate_Bps + q->frac;
+			drained = num / 1000000000ULL;
+			q->frac = num % 1000000000ULL;
+			q->bytes -= drained; /* < bytes: the gap was shorter */
+		}
+	}
+	if (now > q->last_ns)
+		q->last_ns = now;
+	q->bytes += len;
+}
+
+/* DCTCP (NetBump §4.2, Alizadeh et al. §3.1): mark when the instantaneous
+ * queue exceeds K. */
+static __always_inline __u32 vq_dctcp(struct wl_vq *q)
+{
+	return q->bytes > q->k_bytes ? WL_AQM_MARK : WL_AQM_PASS;
+}
+
+/*
+ * RED (Floyd & Jacobson 1993, Fig. 2; NetBump §4.1 and Fig. 5 lines 9-17):
+ *   avg <- (1 - w_q) avg + w_q q
+ *   min_th <= avg < max_th: count++, p_b = max_p (avg - min_th)/(max_th - min_th),
+ *     p_a = p_b / (1 - count p_b); with probability p_a mark, count <- 0
+ *   avg >= max_th: drop (NetBump Fig. 5 line 12), count <- 0
+ *   else count <- -1
+ * avg is in 2^-16 bytes and probabilities in 2^-32, so the test
+ * rand < p_a becomes rand (2^32 - count p_b) < p_b 2^32, no division.
+ * Floyd's idle-time decay of avg is not applied: the leaky bucket has
+ * already drained the queue estimate over the idle time.
+ */
+static __always_inline __u32 vq_red(struct wl_vq *q, __u32 rnd)
+{
+	__u64 qb = q->bytes << 16, pb, denom, cpb;
+
+	if (qb >= q->avg)
+		q->avg += ((qb - q->avg) * q->w_q) >> 16;
+	else
+		q->avg -= ((q->avg - qb) * q->w_q) >> 16;
+	if (q->avg >= q->max_th << 16) {
+		q->count = 0;
+		return WL_AQM_DROP;
+	}
+	if (q->avg < q->min_th << 16) {
+		q->count = -1;
+		return WL_AQM_PASS;
+	}
+	q->count++;
+	/* (avg - min) / (max - min) in 2^-32, times max_p in 2^-32. */
+	pb = (((q->avg - (q->min_th << 16)) << 16) / (q->max_th - q->min_th)) * (q->max_p >> 16);
+	pb >>= 16;
+	if (pb >= 1ULL << 32)
+		pb = (1ULL << 32) - 1;
+	cpb = (__u64)q->count * pb;
+	if (q->count > 0 && cpb >= 1ULL << 32)
+		goto hit; /* count p_b >= 1: p_a is 1 */
+	denom = (1ULL << 32) - cpb;
+	if ((__u64)rnd * denom >= pb << 32)
+		return WL_AQM_PASS;
+hit:
+	q->count = 0;
+	return q->red_drop ? WL_AQM_DROP : WL_AQM_MARK;
+}
+
+/*
+ * The stage: returns the verdict and fills the mirror header's vq fields.
+ * A dropped packet leaves the queue again (Fig. 5 line 11: it never
+ * reaches the downstream buffer).
+ */
+static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 out_port,
+				   __u64 now, struct wl_mirror_hdr *m)
+{
+	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS, rnd;
+	struct wl_vq *q;
+
+	if (!id || id > WL_MAX_VQS)
+		return WL_AQM_PASS;
+	q = bpf_map_lookup_elem(&vqs, &id);
+	if (!q)
+		return WL_AQM_PASS;
+	rnd = bpf_get_prandom_u32();
+	bpf_spin_lock(&q->lock);
+	vq_update(q, now, skb->len);
+	if (q->discipline == WL_AQM_DCTCP)
+		verdict = vq_dctcp(q);
+	else if (q->discipline == WL_AQM_RED)
+		verdict = vq_red(q, rnd);
+	if (verdict == WL_AQM_MARK && (!p->l3_off || (p->tos & 3) == 0)) {
+		/* A Not-ECT packet (SYN, pure ACK, non-ECN flow): RED drops
+		 * it instead (RFC 3168 §7); a DCTCP switch only marks, so the
+		 * packet is queued as it is (Alizadeh et al. §3.1). */
+		verdict = q->discipline == WL_AQM_RED ? WL_AQM_DROP : WL_AQM_PASS;
+		q->unmarkable++;
+	}
+	if (verdict == WL_AQM_DROP) {
+		if (q->bytes > skb->len) {
+			q->bytes -= skb->len;
+		} else {
+			q->bytes = 0;
+			q->frac = 0;
+		}
+		q->drops++;
+	} else if (verdict == WL_AQM_MARK) {
+		q->marks++;
+	}
+	q->pkts++;
+	m->vq = id;
+	m->vq_bytes = q->bytes > 0xffffffffULL ? 0xffffffff : q->bytes;
+	bpf_spin_unlock(&q->lock);
+	m->aqm = verdict;
+	return verdict;
+}
+
+#endif

@@ -1,0 +1,340 @@
+//! The vAQM stage (NetBump) under `BPF_PROG_TEST_RUN` with crafted
+//! timestamps (`Config::test_clock`) and sizes: the leaky bucket's estimate
+//! (NetBump Fig. 5), DCTCP's threshold and RED's average and probability at
+//! their boundaries, and the classifier, against hand-computed values.
+//! Needs root.
+
+use std::cell::RefCell;
+use std::net::Ipv4Addr;
+use std::rc::Rc;
+
+use etherparse::{IpEcn, IpNumber, Ipv4Header, UdpHeader};
+use wirelab_dataplane::{
+    parse_mirror_record, verdict, wl_mirror_hdr, Config, Discipline, Switch, VqConfig,
+};
+
+const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const C: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+const LO_IFINDEX: u32 = 1;
+const OUT_IFINDEX: u32 = 4242;
+/// Whole frames of this many bytes (skb->len, what a qdisc counts).
+const LEN: usize = 1000;
+const PASS: u32 = 0;
+const MARK: u32 = 1;
+const DROP: u32 = 2;
+
+fn have_bpf() -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED: BPF_PROG_TEST_RUN needs root (CAP_BPF + CAP_NET_ADMIN)");
+    false
+}
+
+/// A UDP frame from A to `dst` of `len` bytes in all.
+fn frame(dst: Ipv4Addr, len: usize, ecn: IpEcn) -> Vec<u8> {
+    let payload = vec![0x5a; len - 14 - 20 - 8];
+    let udp = UdpHeader::without_ipv4_checksum(40000, 9000, payload.len()).unwrap();
+    let mut ip = Ipv4Header::new(
+        (8 + payload.len()) as u16,
+        64,
+        IpNumber::UDP,
+        A.octets(),
+        dst.octets(),
+    )
+    .unwrap();
+    ip.ecn = ecn;
+    ip.header_checksum = ip.calc_header_checksum();
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAC_B);
+    out.extend_from_slice(&MAC_A);
+    out.extend_from_slice(&0x0800u16.to_be_bytes());
+    ip.write(&mut out).unwrap();
+    udp.write(&mut out).unwrap();
+    out.extend_from_slice(&payload);
+    assert_eq!(out.len(), len);
+    out
+}
+
+/// A switch with the vAQM stage: port 1 = loopback, B behind port 2, whose
+/// packets go to virtual queue 1.
+fn switch(q: VqConfig) -> Switch {
+    let sw = Switch::load(Config {
+        vaqm: true,
+        test_clock: true,
+        ..Config::default()
+    })
+    .expect("switch loads");
+    sw.add_port(LO_IFINDEX, 1).unwrap();
+    sw.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
+    sw.set_vq(1, &q).unwrap();
+    sw.vq_for_port(2, 1).unwrap();
+    sw
+}
+
+/// One packet at switch time `t`: (verdict, output, mirror header).
+fn send(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>, wl_mirror_hdr) {
+    sw.set_test_clock(t).unwrap();
+    let (v, out) = sw.test_run(input).expect("test run");
+    let got: Rc<RefCell<Vec<wl_mirror_hdr>>> = Rc::default();
+    let sink = got.clone();
+    let mut b = libbpf_rs::RingBufferBuilder::new();
+    b.add(sw.ring(), move |d: &[u8]| {
+        sink.borrow_mut()
+            .push(parse_mirror_record(d).expect("record parses").0);
+        0
+    })
+    .unwrap();
+    b.build().unwrap().consume().unwrap();
+    let m = got.borrow_mut().pop().expect("mirrored");
+    (v, out, m)
+}
+
+/// One packet at time `t`, its mirror record left in the ring: (verdict,
+/// output). For the long loops, where reading each record costs a ring
+/// buffer set-up.
+fn send_quick(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>) {
+    sw.set_test_clock(t).unwrap();
+    sw.test_run(input).expect("test run")
+}
+
+const US: u64 = 1_000;
+const T0: u64 = 1_000_000;
+
+#[test]
+fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
+    if !have_bpf() {
+        return;
+    }
+    // 8 Mbit/s = one byte per microsecond.
+    let sw = switch(VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::None,
+    });
+    let p = frame(B, LEN, IpEcn::Ect0);
+    let mut seen = Vec::new();
+    for t in [
+        T0,                  // first packet: no drain (Fig. 5 line 1)
+        T0 + 300 * US,       // 300 bytes drained: 700 + 1000
+        T0 + 300 * US + 500, // half a byte: nothing yet, carried
+        T0 + 301 * US,       // the other half: one byte
+        T0 + 300 * US,       // earlier (another CPU's clock): no drain
+        T0 + 20_000 * US,    // long idle: empty, then this packet
+    ] {
+        let (v, out, m) = send(&sw, t, &p);
+        assert_eq!((v, out.as_slice()), (verdict::REDIRECT, p.as_slice()));
+        assert_eq!((m.vq, m.aqm), (1, PASS));
+        seen.push(m.vq_bytes);
+    }
+    assert_eq!(seen, vec![1000, 1700, 2700, 3699, 4699, 1000]);
+    let st = sw.vq_state(1).unwrap();
+    assert_eq!((st.pkts, st.last_ns, st.frac), (6, T0 + 20_000 * US, 0));
+
+    // Many small gaps drain exactly as much as one long one: 1000 gaps of
+    // 333 ns at 3 bytes per µs is 999 bytes, not 1000 × floor(0.999) = 0.
+    let sw = switch(VqConfig {
+        rate_bps: 24_000_000,
+        discipline: Discipline::None,
+    });
+    let tiny = frame(B, 64, IpEcn::Ect0);
+    send(&sw, T0, &p);
+    let mut t = T0;
+    for _ in 0..1000 {
+        t += 333;
+        send_quick(&sw, t, &tiny);
+    }
+    // 1000 + 1000 × 64 added, 333_000 ns × 3 B/µs = 999 bytes drained.
+    assert_eq!(sw.vq_state(1).unwrap().bytes, 1000 + 64_000 - 999);
+}
+
+#[test]
+fn dctcp_marks_above_k_only_and_queues_what_it_cannot_mark() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::Dctcp { k_bytes: 3000 },
+    });
+    let ect = frame(B, LEN, IpEcn::Ect0);
+    let mut seen = Vec::new();
+    // One timestamp: no drain, the queue grows by 1000 per packet.
+    for _ in 0..4 {
+        let (v, out, m) = send(&sw, T0, &ect);
+        seen.push((m.vq_bytes, m.aqm, v, out[15] & 3));
+    }
+    let r = verdict::REDIRECT;
+    assert_eq!(
+        seen,
+        vec![
+            (1000, PASS, r, 2),
+            (2000, PASS, r, 2),
+            (3000, PASS, r, 2), // K itself: not above it
+            (4000, MARK, r, 3), // CE set, IP checksum fixed below
+        ]
+    );
+    let (_, out, _) = send(&sw, T0, &ect);
+    let ip = Ipv4Header::from_slice(&out[14..]).unwrap().0;
+    assert_eq!(ip.header_checksum, ip.calc_header_checksum());
+    // Not-ECT above K (a SYN, a pure ACK): a DCTCP switch only marks, so
+    // it is queued unmarked.
+    let (v, out, m) = send(&sw, T0, &frame(B, LEN, IpEcn::NotEct));
+    assert_eq!(
+        (v, m.aqm, m.vq_bytes, out[15] & 3),
+        (verdict::REDIRECT, PASS, 6000, 0)
+    );
+    let st = sw.vq_state(1).unwrap();
+    assert_eq!((st.marks, st.drops, st.unmarkable), (2, 0, 1));
+    let c = sw.counters(1).unwrap();
+    assert_eq!((c.aqm_marks, c.aqm_drops), (2, 0));
+}
+
+#[test]
+fn red_follows_its_average_and_count_at_the_boundaries() {
+    if !have_bpf() {
+        return;
+    }
+    // w_q = 1: the average is the queue, so each boundary is exact.
+    let sw = switch(VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::Red {
+            min_bytes: 2000,
+            max_bytes: 4000,
+            w_q: 1.0,
+            max_p: 1.0,
+            drop: false,
+        },
+    });
+    let p = frame(B, LEN, IpEcn::Ect0);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let (_, _, m) = send(&sw, T0, &p);
+        seen.push((m.vq_bytes, m.aqm, sw.vq_state(1).unwrap().count));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (1000, PASS, -1), // below min: count = -1
+            (2000, PASS, 0),  // at min: p_b = 0
+            (3000, MARK, 0),  // p_b = 1/2, count 1: p_a = 1/2 / (1 - 1/2) = 1
+            (3000, DROP, 0),  // avg 4000 = max: dropped, leaves the queue
+            (3000, DROP, 0),
+        ]
+    );
+    // A mark RED cannot set on a Not-ECT packet is a drop (RFC 3168 §7):
+    // with the queue at 2000 again, count 1 makes p_a = 1.
+    let sw2 = switch(VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::Red {
+            min_bytes: 2000,
+            max_bytes: 4000,
+            w_q: 1.0,
+            max_p: 1.0,
+            drop: false,
+        },
+    });
+    send(&sw2, T0, &p);
+    send(&sw2, T0, &p);
+    let (v, _, m) = send(&sw2, T0, &frame(B, LEN, IpEcn::NotEct));
+    assert_eq!((v, m.aqm, m.vq_bytes), (verdict::SHOT, DROP, 2000));
+    let st = sw2.vq_state(1).unwrap();
+    assert_eq!((st.drops, st.unmarkable), (1, 1));
+    assert_eq!(sw2.counters(1).unwrap().aqm_drops, 1);
+
+    // The EWMA with w_q = 1/4: avg = 0 + 1000/4 = 250, then
+    // 250 + (2000 - 250)/4 = 687.5, then 687.5 + (3000 - 687.5)/4 = 1265.625.
+    let sw = switch(VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::Red {
+            min_bytes: 20_000,
+            max_bytes: 40_000,
+            w_q: 0.25,
+            max_p: 0.1,
+            drop: false,
+        },
+    });
+    let avgs: Vec<f64> = (0..3)
+        .map(|_| {
+            send(&sw, T0, &p);
+            sw.vq_state(1).unwrap().avg_bytes
+        })
+        .collect();
+    assert_eq!(avgs, vec![250.0, 687.5, 1265.625]);
+}
+
+#[test]
+fn red_spaces_its_marks_by_count_as_floyd_and_jacobson() {
+    if !have_bpf() {
+        return;
+    }
+    // The queue held at 3000 bytes (a packet in, a packet's worth drained
+    // per µs at 8 Gbit/s): p_b = max_p × 1/2 = 0.05, and with the count
+    // rule p_a = p_b / (1 - count p_b) reaches 1 at count 20, so no gap
+    // between marks exceeds 20 packets and the mean gap is about 10.5.
+    let sw = switch(VqConfig {
+        rate_bps: 8_000_000_000,
+        discipline: Discipline::Red {
+            min_bytes: 2000,
+            max_bytes: 4000,
+            w_q: 1.0,
+            max_p: 0.1,
+            drop: false,
+        },
+    });
+    let p = frame(B, LEN, IpEcn::Ect0);
+    for _ in 0..3 {
+        send(&sw, T0, &p);
+    }
+    let (mut since, mut gaps) = (0u32, Vec::new());
+    for i in 1..=2000u64 {
+        let (v, out) = send_quick(&sw, T0 + i * US, &p);
+        assert_eq!(v, verdict::REDIRECT);
+        since += 1;
+        if out[15] & 3 == 3 {
+            gaps.push(since);
+            since = 0;
+        }
+    }
+    assert_eq!(sw.vq_state(1).unwrap().bytes, 3000);
+    let max = *gaps.iter().max().unwrap();
+    let mean = gaps.iter().sum::<u32>() as f64 / gaps.len() as f64;
+    assert!(max <= 20, "a gap of {max} packets");
+    assert!((8.5..12.5).contains(&mean), "mean gap {mean}");
+}
+
+#[test]
+fn the_user_classifier_overrides_the_port_and_the_stage_can_be_off() {
+    if !have_bpf() {
+        return;
+    }
+    let q = VqConfig {
+        rate_bps: 8_000_000,
+        discipline: Discipline::None,
+    };
+    let sw = switch(q);
+    sw.set_vq(2, &q).unwrap();
+    sw.vq_for_dst(C, 2).unwrap();
+    let (_, _, m) = send(&sw, T0, &frame(B, LEN, IpEcn::Ect0));
+    assert_eq!((m.vq, m.vq_bytes), (1, 1000));
+    // Same port (the frame's MAC is B's), another destination address.
+    let (_, _, m) = send(&sw, T0, &frame(C, LEN, IpEcn::Ect0));
+    assert_eq!((m.vq, m.vq_bytes), (2, 1000));
+    assert!(sw.set_vq(65, &q).is_err());
+
+    // Without `vaqm` in the config the stage is not in the program.
+    let off = Switch::load(Config {
+        test_clock: true,
+        ..Config::default()
+    })
+    .unwrap();
+    off.add_port(LO_IFINDEX, 1).unwrap();
+    off.add_fwd(MAC_B, OUT_IFINDEX, 2).unwrap();
+    off.set_vq(1, &q).unwrap();
+    off.vq_for_port(2, 1).unwrap();
+    let (v, _, m) = send(&off, T0, &frame(B, LEN, IpEcn::Ect0));
+    assert_eq!((v, m.vq, m.aqm), (verdict::REDIRECT, 0, PASS));
+    assert_eq!(off.vq_state(1).unwrap().pkts, 0);
+}

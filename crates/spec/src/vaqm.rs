@@ -1,0 +1,164 @@
+//! The `vaqm:` section: NetBump's virtual queues in the switch pipeline
+//! (seed 003 §3.1, §4). Each queue emulates one downstream port: packets
+//! are classified to it, its occupancy is estimated from its drain rate,
+//! and its discipline marks or drops as that port would.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{err, BitsPerSec, Bytes, Invalid, Spec};
+
+/// The switch's virtual queues (`WL_MAX_VQS`).
+pub const MAX_QUEUES: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Vaqm {
+    /// Virtual queues, numbered from 1 in this order.
+    pub queues: Vec<VQueue>,
+}
+
+/// One virtual queue: what it holds, how fast it drains, its discipline.
+/// Without `dctcp` or `red` it only estimates (and the trace shows it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VQueue {
+    /// Packets the switch sends towards this host (its egress port; the
+    /// default classifier, NetBump §3.1).
+    #[serde(default)]
+    pub port: Option<String>,
+    /// Packets to these hosts, whatever their port (a user classifier;
+    /// takes precedence over `port`).
+    #[serde(default)]
+    pub destinations: Vec<String>,
+    /// The emulated port's drain rate.
+    pub rate: BitsPerSec,
+    /// DCTCP marking on the instantaneous queue (NetBump §4.2).
+    #[serde(default)]
+    pub dctcp: Option<Dctcp>,
+    /// RED on the average queue (NetBump §4.1, Floyd & Jacobson 1993).
+    #[serde(default)]
+    pub red: Option<Red>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Dctcp {
+    /// Marking threshold K: CE on ECN-capable packets while the queue is
+    /// above it (a Not-ECT packet is dropped instead, RFC 3168 §7).
+    pub k: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Red {
+    pub min: Bytes,
+    pub max: Bytes,
+    /// EWMA weight of the average, 0 < w_q <= 1 (NetBump used 0.1).
+    #[serde(default = "default_w_q")]
+    pub w_q: f64,
+    /// Probability at `max`, 0 < max_p <= 1.
+    pub max_p: f64,
+    /// What happens between the thresholds; above `max` RED always drops.
+    #[serde(default)]
+    pub action: RedAction,
+}
+
+fn default_w_q() -> f64 {
+    0.1
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RedAction {
+    #[default]
+    Mark,
+    Drop,
+}
+
+pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
+    let Some(v) = &s.vaqm else {
+        return Ok(());
+    };
+    if v.queues.is_empty() {
+        return err("vaqm.queues", "no queues; remove `vaqm` or add a queue");
+    }
+    if v.queues.len() > MAX_QUEUES {
+        return err(
+            "vaqm.queues",
+            format!("at most {MAX_QUEUES} queues, got {}", v.queues.len()),
+        );
+    }
+    let host = |name: &str| s.topology.hosts.iter().any(|h| h.name == name);
+    let mut ports = std::collections::BTreeSet::new();
+    let mut dests = std::collections::BTreeSet::new();
+    for (i, q) in v.queues.iter().enumerate() {
+        let at = format!("vaqm.queues[{i}]");
+        if q.port.is_none() && q.destinations.is_empty() {
+            return err(
+                at,
+                "a queue needs `port` (a host: the switch port towards it) or `destinations`",
+            );
+        }
+        if let Some(p) = &q.port {
+            if !host(p) {
+                return err(format!("{at}.port"), format!("no host named `{p}`"));
+            }
+            if !ports.insert(p.clone()) {
+                return err(
+                    format!("{at}.port"),
+                    format!("the port towards `{p}` already has a queue"),
+                );
+            }
+        }
+        for (j, d) in q.destinations.iter().enumerate() {
+            if !host(d) {
+                return err(
+                    format!("{at}.destinations[{j}]"),
+                    format!("no host named `{d}`"),
+                );
+            }
+            if !dests.insert(d.clone()) {
+                return err(
+                    format!("{at}.destinations[{j}]"),
+                    format!("`{d}` is already classified to another queue"),
+                );
+            }
+        }
+        if q.rate.0 < 8_000 {
+            return err(
+                format!("{at}.rate"),
+                format!("a drain rate of at least 8kbit, got {}", q.rate),
+            );
+        }
+        if q.dctcp.is_some() && q.red.is_some() {
+            return err(at, "one discipline per queue: `dctcp` or `red`");
+        }
+        if let Some(d) = &q.dctcp {
+            if d.k.0 == 0 {
+                return err(format!("{at}.dctcp.k"), "must be above 0");
+            }
+        }
+        if let Some(r) = &q.red {
+            if r.min.0 >= r.max.0 {
+                return err(
+                    format!("{at}.red.max"),
+                    format!("must be above min ({} >= {})", r.min, r.max),
+                );
+            }
+            if !(r.w_q > 0.0 && r.w_q <= 1.0) {
+                return err(
+                    format!("{at}.red.w_q"),
+                    format!("must be in (0, 1], got {}", r.w_q),
+                );
+            }
+            if !(r.max_p > 0.0 && r.max_p <= 1.0) {
+                return err(
+                    format!("{at}.red.max_p"),
+                    format!("must be in (0, 1], got {}", r.max_p),
+                );
+            }
+        }
+    }
+    Ok(())
+}
