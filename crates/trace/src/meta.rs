@@ -146,7 +146,7 @@ mod tests {
             s,
             "wirelab seq=12 ts=8812345678 port=1 conn=1 dir=data idx=5 iter=2 first=0 event=drop#2"
         );
-        assert_eq!(Meta::decode(&s), Some(m));
+        assert_eq!(Meta::decode(&s), Some(m.clone()));
         assert_eq!(Meta::decode("captured on my laptop"), None);
         assert_eq!(Meta::decode("wirelab port=1"), None, "seq is required");
         assert!(m.dropped());
