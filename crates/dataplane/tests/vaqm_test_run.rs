@@ -75,6 +75,20 @@ fn switch(q: VqConfig) -> Switch {
     sw
 }
 
+/// A RED queue that marks between the thresholds.
+fn red(rate_bps: u64, min_bytes: u64, max_bytes: u64, w_q: f64, max_p: f64) -> VqConfig {
+    VqConfig {
+        rate_bps,
+        discipline: Discipline::Red {
+            min_bytes,
+            max_bytes,
+            w_q,
+            max_p,
+            drop: false,
+        },
+    }
+}
+
 /// One packet at switch time `t`: (verdict, output, mirror header).
 fn send(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>, wl_mirror_hdr) {
     sw.set_test_clock(t).unwrap();
@@ -198,16 +212,7 @@ fn red_follows_its_average_and_count_at_the_boundaries() {
         return;
     }
     // w_q = 1: the average is the queue, so each boundary is exact.
-    let sw = switch(VqConfig {
-        rate_bps: 8_000_000,
-        discipline: Discipline::Red {
-            min_bytes: 2000,
-            max_bytes: 4000,
-            w_q: 1.0,
-            max_p: 1.0,
-            drop: false,
-        },
-    });
+    let sw = switch(red(8_000_000, 2000, 4000, 1.0, 1.0));
     let p = frame(B, LEN, IpEcn::Ect0);
     let mut seen = Vec::new();
     for _ in 0..5 {
@@ -226,16 +231,7 @@ fn red_follows_its_average_and_count_at_the_boundaries() {
     );
     // A mark RED cannot set on a Not-ECT packet is a drop (RFC 3168 §7):
     // with the queue at 2000 again, count 1 makes p_a = 1.
-    let sw2 = switch(VqConfig {
-        rate_bps: 8_000_000,
-        discipline: Discipline::Red {
-            min_bytes: 2000,
-            max_bytes: 4000,
-            w_q: 1.0,
-            max_p: 1.0,
-            drop: false,
-        },
-    });
+    let sw2 = switch(red(8_000_000, 2000, 4000, 1.0, 1.0));
     send(&sw2, T0, &p);
     send(&sw2, T0, &p);
     let (v, _, m) = send(&sw2, T0, &frame(B, LEN, IpEcn::NotEct));
@@ -246,16 +242,7 @@ fn red_follows_its_average_and_count_at_the_boundaries() {
 
     // The EWMA with w_q = 1/4: avg = 0 + 1000/4 = 250, then
     // 250 + (2000 - 250)/4 = 687.5, then 687.5 + (3000 - 687.5)/4 = 1265.625.
-    let sw = switch(VqConfig {
-        rate_bps: 8_000_000,
-        discipline: Discipline::Red {
-            min_bytes: 20_000,
-            max_bytes: 40_000,
-            w_q: 0.25,
-            max_p: 0.1,
-            drop: false,
-        },
-    });
+    let sw = switch(red(8_000_000, 20_000, 40_000, 0.25, 0.1));
     let avgs: Vec<f64> = (0..3)
         .map(|_| {
             send(&sw, T0, &p);
@@ -274,16 +261,7 @@ fn red_spaces_its_marks_by_count_as_floyd_and_jacobson() {
     // per µs at 8 Gbit/s): p_b = max_p × 1/2 = 0.05, and with the count
     // rule p_a = p_b / (1 - count p_b) reaches 1 at count 20, so no gap
     // between marks exceeds 20 packets and the mean gap is about 10.5.
-    let sw = switch(VqConfig {
-        rate_bps: 8_000_000_000,
-        discipline: Discipline::Red {
-            min_bytes: 2000,
-            max_bytes: 4000,
-            w_q: 1.0,
-            max_p: 0.1,
-            drop: false,
-        },
-    });
+    let sw = switch(red(8_000_000_000, 2000, 4000, 1.0, 0.1));
     let p = frame(B, LEN, IpEcn::Ect0);
     for _ in 0..3 {
         send(&sw, T0, &p);
