@@ -113,7 +113,8 @@ pub struct VqSummary {
     pub packets: u64,
     pub marks: u64,
     pub drops: u64,
-    /// Marks that fell on Not-ECT packets and became drops.
+    /// Marks that fell on Not-ECT packets: RED dropped them, DCTCP let
+    /// them pass unmarked.
     pub unmarkable: u64,
     pub bytes_at_end: u64,
 }

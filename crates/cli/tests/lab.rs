@@ -358,7 +358,7 @@ fn an_overflowing_capture_ring_makes_the_run_invalid() {
     let Some((_g, dir)) = lab_test() else {
         return;
     };
-    // 4 KiB of ring holds 21 records; the dumper sleeps through the transfer.
+    // 4 KiB of ring holds 19 records; the dumper sleeps through the transfer.
     let spec = write_spec(
         dir.path(),
         "overflow.yaml",

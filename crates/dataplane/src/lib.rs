@@ -358,7 +358,7 @@ impl Switch {
             dport: key.dport.to_be(),
             proto: 6,
         };
-        self.insert_flow(k, conn, data_dir)
+        self.insert_flow(k, conn, data_dir as u32)
     }
 
     /// Arms one direction of a RoCEv2 connection: packets from `saddr` to
@@ -401,14 +401,10 @@ impl Switch {
                 .update(&slot.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
                 .map_err(map_err(format!("arming RoCE connection {conn}")))?;
         }
-        self.insert_with(k, conn, data_dir)
+        self.insert_flow(k, conn, data_dir)
     }
 
-    fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: bool) -> Result<(), Error> {
-        self.insert_with(k, conn, data_dir as u32)
-    }
-
-    fn insert_with(&self, k: types::wl_flow_key, conn: u32, data_dir: u32) -> Result<(), Error> {
+    fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: u32) -> Result<(), Error> {
         let v = types::wl_flow { conn, data_dir };
         self.skel
             .maps

@@ -8,10 +8,10 @@ use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 
+mod common;
+use common::{have_bpf, run_frame};
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader};
-use wirelab_dataplane::{
-    parse_mirror_record, verdict, wl_mirror_hdr, Action, Config, FlowKey, Switch,
-};
+use wirelab_dataplane::{verdict, wl_mirror_hdr, Action, Config, FlowKey, Switch};
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -21,14 +21,6 @@ const ISN: u32 = 0xffff_fff0; // wraps during the test on purpose
 /// `BPF_PROG_TEST_RUN` delivers packets "on" the loopback device.
 const LO_IFINDEX: u32 = 1;
 const OUT_IFINDEX: u32 = 4242;
-
-fn have_bpf() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: BPF_PROG_TEST_RUN needs root (CAP_BPF + CAP_NET_ADMIN)");
-    false
-}
 
 struct Pkt {
     seq: u32,
@@ -105,24 +97,9 @@ fn switch(cfg: Config) -> Switch {
 
 /// Runs one packet and returns (verdict, output bytes, mirror record).
 fn run(sw: &Switch, p: &Pkt) -> (u32, Vec<u8>, Option<(wl_mirror_hdr, Vec<u8>)>) {
-    let input = build(p);
-    let (v, out) = sw.test_run(&input).expect("test run");
-    let got: Rc<RefCell<Vec<(wl_mirror_hdr, Vec<u8>)>>> = Rc::default();
-    let sink = got.clone();
-    let mut b = libbpf_rs::RingBufferBuilder::new();
-    b.add(sw.ring(), move |d: &[u8]| {
-        let (h, data) = parse_mirror_record(d).expect("record parses");
-        sink.borrow_mut().push((h, data.to_vec()));
-        0
-    })
-    .unwrap();
-    let rb = b.build().unwrap();
-    // Records are submitted without a wakeup; consume() reads them anyway.
-    rb.consume().unwrap();
-    drop(rb);
-    let mut g = got.borrow_mut();
-    assert!(g.len() <= 1, "one packet in, at most one record out");
-    (v, out, g.pop())
+    let (v, out, mut records) = run_frame(sw, &build(p));
+    assert!(records.len() <= 1, "one packet in, at most one record out");
+    (v, out, records.pop())
 }
 
 /// Consumes every record waiting in the ring; returns how many there were.

@@ -2,13 +2,11 @@
 //! parsing, events addressed by relative PSN and iteration (Lumina §3.3,
 //! Fig. 2 and 3), and the actions on RoCE packets. Needs root.
 
-use std::cell::RefCell;
 use std::net::Ipv4Addr;
-use std::rc::Rc;
 
-use wirelab_dataplane::{
-    parse_mirror_record, verdict, wl_mirror_hdr, Action, Config, Switch, Track,
-};
+mod common;
+use common::{have_bpf, run_frame};
+use wirelab_dataplane::{verdict, wl_mirror_hdr, Action, Config, Switch, Track};
 use wirelab_roce::packet::{self, op, Bth, Ipv4Udp, Syndrome};
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -21,14 +19,6 @@ const OUT_IFINDEX: u32 = 4242;
 const IPSN: u32 = 0xff_fffd;
 const QP_A: u32 = 0x11;
 const QP_B: u32 = 0x2233;
-
-fn have_bpf() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: BPF_PROG_TEST_RUN needs root (CAP_BPF + CAP_NET_ADMIN)");
-    false
-}
 
 /// An Ethernet frame with a sealed RoCEv2 packet, as wirelab's hosts send it
 /// (IP ID 0 with DF, UDP checksum 0, ECT(0)).
@@ -81,18 +71,8 @@ fn frame(from_a: bool, opcode: u8, psn: u32) -> Vec<u8> {
 }
 
 fn run(sw: &Switch, input: &[u8]) -> (u32, Vec<u8>, wl_mirror_hdr) {
-    let (v, out) = sw.test_run(input).expect("test run");
-    let got: Rc<RefCell<Vec<wl_mirror_hdr>>> = Rc::default();
-    let sink = got.clone();
-    let mut b = libbpf_rs::RingBufferBuilder::new();
-    b.add(sw.ring(), move |d: &[u8]| {
-        sink.borrow_mut()
-            .push(parse_mirror_record(d).expect("record parses").0);
-        0
-    })
-    .unwrap();
-    b.build().unwrap().consume().unwrap();
-    let m = got.borrow_mut().pop().expect("mirrored");
+    let (v, out, mut records) = run_frame(sw, input);
+    let m = records.pop().expect("mirrored").0;
     (v, out, m)
 }
 

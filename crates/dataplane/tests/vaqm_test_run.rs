@@ -4,14 +4,12 @@
 //! their boundaries, and the classifier, against hand-computed values.
 //! Needs root.
 
-use std::cell::RefCell;
 use std::net::Ipv4Addr;
-use std::rc::Rc;
 
+mod common;
+use common::{have_bpf, run_frame};
 use etherparse::{IpEcn, IpNumber, Ipv4Header, UdpHeader};
-use wirelab_dataplane::{
-    parse_mirror_record, verdict, wl_mirror_hdr, Config, Discipline, Switch, VqConfig,
-};
+use wirelab_dataplane::{verdict, wl_mirror_hdr, Config, Discipline, Switch, VqConfig};
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -25,14 +23,6 @@ const LEN: usize = 1000;
 const PASS: u32 = 0;
 const MARK: u32 = 1;
 const DROP: u32 = 2;
-
-fn have_bpf() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: BPF_PROG_TEST_RUN needs root (CAP_BPF + CAP_NET_ADMIN)");
-    false
-}
 
 /// A UDP frame from A to `dst` of `len` bytes in all.
 fn frame(dst: Ipv4Addr, len: usize, ecn: IpEcn) -> Vec<u8> {
@@ -92,18 +82,8 @@ fn red(rate_bps: u64, min_bytes: u64, max_bytes: u64, w_q: f64, max_p: f64) -> V
 /// One packet at switch time `t`: (verdict, output, mirror header).
 fn send(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>, wl_mirror_hdr) {
     sw.set_test_clock(t).unwrap();
-    let (v, out) = sw.test_run(input).expect("test run");
-    let got: Rc<RefCell<Vec<wl_mirror_hdr>>> = Rc::default();
-    let sink = got.clone();
-    let mut b = libbpf_rs::RingBufferBuilder::new();
-    b.add(sw.ring(), move |d: &[u8]| {
-        sink.borrow_mut()
-            .push(parse_mirror_record(d).expect("record parses").0);
-        0
-    })
-    .unwrap();
-    b.build().unwrap().consume().unwrap();
-    let m = got.borrow_mut().pop().expect("mirrored");
+    let (v, out, mut records) = run_frame(sw, input);
+    let m = records.pop().expect("mirrored").0;
     (v, out, m)
 }
 
