@@ -28,6 +28,7 @@ impl Options {
             // only measured (specs bound them with `expect:`).
             o.roce_slow_path_ns = None;
             o.roce_timing_slack_ns = crate::ROCE_TIMING_SLACK_USERSPACE_NS;
+            o.roce_timer_start_slack_ns = crate::ROCE_TIMER_START_SLACK_LAB_NS;
             // The lab's kernels share the same two cores: `make test` runs
             // saw an out-of-order segment answered 4.1 ms late, a hole fill
             // 10.9 ms late, and a fast retransmission 4.4 ms after its loss

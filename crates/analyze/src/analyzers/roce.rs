@@ -81,11 +81,11 @@ fn slow_path(
 
 /// How far under the configured minimum a timeout may look and still not
 /// be below it: the trace times the timer's start (a send, an ACK) at the
-/// switch, off the device's clock by its send path (11 µs seen in the lab),
-/// so the clocks' slack or 1% of the timeout, whichever is larger. Lumina's
-/// adaptive timeouts sit at a tenth of the configured one.
+/// switch, off the device's clock by its send path
+/// (`Options::roce_timer_start_slack_ns`), or 1% of the timeout, whichever
+/// is larger. Lumina's adaptive timeouts sit at a tenth of the configured one.
 fn timeout_slack(min: u64, opts: &crate::Options) -> u64 {
-    (min / 100).max(opts.roce_timing_slack_ns)
+    (min / 100).max(opts.roce_timer_start_slack_ns)
 }
 
 impl Analyzer for RetransmissionLatency {
