@@ -28,6 +28,7 @@ bench: build
 	$(WIRELAB) bench capture
 	$(WIRELAB) bench analyze
 	$(WIRELAB) bench roce
+	$(WIRELAB) bench vaqm
 
 # Reruns the specs behind the analyzer goldens and rewrites their reviewed
 # findings (review the diff before committing).

@@ -23,7 +23,7 @@ use wirelab_plan::Plan;
 use crate::run::{arm_events, arm_switch};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Datapath {
+pub(crate) enum Datapath {
     Pipeline,
     ForwardOnly,
     Bridge,
@@ -59,17 +59,17 @@ fn bridge(plan: &Plan) -> Result<()> {
     Ok(())
 }
 
-struct Measured {
+pub(crate) struct Measured {
     mct_ns: Vec<u64>,
     /// Kernel-measured (runs, ns) of the switch program, if there is one.
-    prog: (u64, u64),
+    pub prog: (u64, u64),
     goodput_bps: u64,
     lost: u64,
     received: u64,
 }
 
 /// One lab, one datapath, one workload; the lab is gone when this returns.
-fn measure(
+pub(crate) fn measure(
     plan: &Plan,
     dp: Datapath,
     abort: &Arc<AtomicBool>,
@@ -139,7 +139,7 @@ fn mean(v: &[u64]) -> f64 {
     v.iter().sum::<u64>() as f64 / v.len().max(1) as f64
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     v[v.len() / 2]
 }

@@ -7,6 +7,7 @@ mod analyze;
 mod bench;
 mod bench_analyze;
 mod bench_roce;
+mod bench_vaqm;
 mod run;
 mod summary;
 
@@ -118,6 +119,15 @@ enum BenchCmd {
     Analyze {
         #[arg(long, default_value_t = 1_000_000)]
         packets: u64,
+    },
+    /// ns per packet and Mpps of the pipeline with the vAQM stage against
+    /// the same pipeline without it.
+    Vaqm {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Repeat loops of 20000 packets per case and round.
+        #[arg(long, default_value_t = 10)]
+        chunks: u32,
     },
 }
 
@@ -267,6 +277,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 BenchCmd::Capture => bench::capture(abort)?,
                 BenchCmd::Roce => bench_roce::run(abort)?,
                 BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
+                BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
             }
             Ok(code::OK)
         }

@@ -117,6 +117,9 @@ pub struct VqSummary {
     /// them pass unmarked.
     pub unmarkable: u64,
     pub bytes_at_end: u64,
+    /// Updates from a different CPU than the one before (should be 0: the
+    /// lab runs the switch on one CPU and the stage takes no lock).
+    pub cpu_moves: u64,
 }
 
 pub struct Outcome {
@@ -197,6 +200,7 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
                 drops: st.drops,
                 unmarkable: st.unmarkable,
                 bytes_at_end: st.bytes,
+                cpu_moves: st.cpu_moves,
             })
         })
         .collect()
@@ -232,6 +236,9 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
         max_conn: plan.conns.len() as u32,
         vaqm: !plan.vaqm.is_empty(),
         test_clock: false,
+        // Every switch port is steered to one CPU (Lab::up), so the
+        // pipeline is serial; VqState::cpu_moves verifies it per run.
+        vaqm_lock: false,
     })
     .context("loading the switch")?;
     for (i, h) in plan.hosts.iter().enumerate() {

@@ -72,6 +72,13 @@ pub fn print(s: &Summary, verbose: bool) {
                 String::new()
             }
         );
+        if q.cpu_moves > 0 {
+            println!(
+                "  warning: vq {} was updated from more than one CPU ({} moves); \
+                 its estimate may have raced",
+                q.id, q.cpu_moves
+            );
+        }
     }
     for e in &s.events {
         let hit: Vec<String> = e.hit.iter().map(|h| h.to_string()).collect();

@@ -56,11 +56,15 @@ static __always_inline __u64 pipeline_now(void)
 	return f && *f ? *f : bpf_ktime_get_ns();
 }
 
+/* Set by userspace once vq_of_dst has an entry: until then the hash lookup
+ * (the stage's most expensive step) is skipped. */
+__u32 vq_dst_used = 0;
+
 static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
 {
 	__u32 *v;
 
-	if (p->l3_off) {
+	if (vq_dst_used && p->l3_off) {
 		v = bpf_map_lookup_elem(&vq_of_dst, &p->daddr);
 		if (v)
 			return *v;
@@ -69,37 +73,43 @@ static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
 	return v ? *v : 0;
 }
 
+#define NS_PER_S 1000000000ULL
+
 /*
  * NetBump Fig. 5 lines 1-8, the leaky bucket: drain elapsed × rate since the
  * last arrival (never below empty), then add this packet. The drain is kept
  * exact across packets: the part of a byte not yet drained carries over in
- * `frac`, so many small gaps drain as much as one long one.
+ * `frac` (byte/1e9), so many small gaps drain as much as one long one.
+ * One division per packet (this is the stage's hot path; bench vaqm).
  */
 static __always_inline void vq_update(struct wl_vq *q, __u64 now, __u32 len)
 {
-	__u64 elapsed, left, num, drained;
+	__u64 num, drained;
 
-	if (q->last_ns > 0 && now > q->last_ns) {
-		elapsed = now - q->last_ns;
-		/* What is left, in byte/1e9: bytes >= 1 whenever frac > 0. */
-		left = q->bytes * 1000000000ULL - q->frac;
-		/* A gap long enough to drain all of it empties the queue; this
-		 * also keeps elapsed × rate below 2^64 in the other branch. */
-		if (q->rate_Bps == 0) {
-			/* No drain configured: the queue only fills. */
-		} else if (elapsed >= (left + q->rate_Bps - 1) / q->rate_Bps) {
+	if (q->last_ns > 0 && now > q->last_ns && q->rate_Bps) {
+		/* Gaps past max_gap_ns drain more than the capped queue holds,
+		 * and below it elapsed × rate + frac cannot overflow. */
+		if (now - q->last_ns > q->max_gap_ns) {
 			q->bytes = 0;
 			q->frac = 0;
 		} else {
-			num = elapsed * q->rate_Bps + q->frac;
-			drained = num / 1000000000ULL;
-			q->frac = num % 1000000000ULL;
-			q->bytes -= drained; /* < bytes: the gap was shorter */
+			num = (now - q->last_ns) * q->rate_Bps + q->frac;
+			if (num >= q->bytes * NS_PER_S) {
+				q->bytes = 0;
+				q->frac = 0;
+			} else {
+				drained = num / NS_PER_S;
+				q->frac = num - drained * NS_PER_S;
+				q->bytes -= drained; /* < bytes: checked above */
+			}
 		}
 	}
+	/* Without a drain rate the queue only fills. */
 	if (now > q->last_ns)
 		q->last_ns = now;
 	q->bytes += len;
+	if (q->bytes > WL_VQ_MAX_BYTES)
+		q->bytes = WL_VQ_MAX_BYTES;
 }
 
 /* DCTCP (NetBump §4.2, Alizadeh et al. §3.1): mark when the instantaneous
@@ -121,9 +131,10 @@ static __always_inline __u32 vq_dctcp(struct wl_vq *q)
  * Floyd's idle-time decay of avg is not applied: the leaky bucket has
  * already drained the queue estimate over the idle time.
  */
-static __always_inline __u32 vq_red(struct wl_vq *q, __u32 rnd)
+static __always_inline __u32 vq_red(struct wl_vq *q)
 {
 	__u64 qb = q->bytes << 16, pb, denom, cpb;
+	__u32 rnd;
 
 	if (qb >= q->avg)
 		q->avg += ((qb - q->avg) * q->w_q) >> 16;
@@ -138,6 +149,13 @@ static __always_inline __u32 vq_red(struct wl_vq *q, __u32 rnd)
 		return WL_AQM_PASS;
 	}
 	q->count++;
+	/* The random draw: Marsaglia's xorshift64 (J. Stat. Softw. 8(14),
+	 * 2003) kept in the queue, not bpf_get_prandom_u32(): no helper call
+	 * on the hot path, and a run's marks repeat for the same arrivals. */
+	q->rng ^= q->rng << 13;
+	q->rng ^= q->rng >> 7;
+	q->rng ^= q->rng << 17;
+	rnd = q->rng >> 32;
 	/* (avg - min) / (max - min) in 2^-32, times max_p in 2^-32. */
 	pb = (((q->avg - (q->min_th << 16)) << 16) / (q->max_th - q->min_th)) * (q->max_p >> 16);
 	pb >>= 16;
@@ -162,7 +180,8 @@ hit:
 static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 out_port,
 				   __u64 now, struct wl_mirror_hdr *m)
 {
-	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS, rnd;
+	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS;
+	__u32 cpu = bpf_get_smp_processor_id();
 	struct wl_vq *q;
 
 	if (!id || id > WL_MAX_VQS)
@@ -170,13 +189,16 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 	q = bpf_map_lookup_elem(&vqs, &id);
 	if (!q)
 		return WL_AQM_PASS;
-	rnd = bpf_get_prandom_u32();
-	bpf_spin_lock(&q->lock);
+	if (vaqm_lock)
+		bpf_spin_lock(&q->lock);
+	if (q->pkts && q->cpu != cpu)
+		q->cpu_moves++;
+	q->cpu = cpu;
 	vq_update(q, now, skb->len);
 	if (q->discipline == WL_AQM_DCTCP)
 		verdict = vq_dctcp(q);
 	else if (q->discipline == WL_AQM_RED)
-		verdict = vq_red(q, rnd);
+		verdict = vq_red(q);
 	if (verdict == WL_AQM_MARK && (!p->l3_off || (p->tos & 3) == 0)) {
 		/* A Not-ECT packet (SYN, pure ACK, non-ECN flow): RED drops
 		 * it instead (RFC 3168 §7); a DCTCP switch only marks, so the
@@ -198,7 +220,8 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 	q->pkts++;
 	m->vq = id;
 	m->vq_bytes = q->bytes > 0xffffffffULL ? 0xffffffff : q->bytes;
-	bpf_spin_unlock(&q->lock);
+	if (vaqm_lock)
+		bpf_spin_unlock(&q->lock);
 	m->aqm = verdict;
 	return verdict;
 }

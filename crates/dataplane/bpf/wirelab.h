@@ -132,6 +132,9 @@ enum wl_aqm_verdict {
  * state. The control plane writes the configuration once; the stage updates
  * the state under the lock, so every CPU sees one queue.
  */
+/* The estimate is capped here (16 GiB), so bytes × 1e9 fits in 64 bits. */
+#define WL_VQ_MAX_BYTES (1ULL << 34)
+
 struct wl_vq {
 	struct bpf_spin_lock lock;
 	__u32 discipline; /* enum wl_aqm */
@@ -142,17 +145,22 @@ struct wl_vq {
 	__u64 max_th;
 	__u64 w_q;        /* RED EWMA weight, in 2^-16 */
 	__u64 max_p;      /* RED max_p, in 2^-32 */
+	__u64 max_gap_ns; /* longest gap whose drain fits 64 bits in byte/1e9 */
 	/* State. */
 	__u64 bytes;      /* VQ->tokens: the estimated occupancy */
 	__u64 last_ns;    /* VQ->lastUpdate; 0 = no packet yet */
 	__u64 frac;       /* drain not yet a whole byte, in byte/1e9 */
 	__u64 avg;        /* RED average, bytes in 2^-16 */
 	__s64 count;      /* RED: packets since the last mark, -1 below min_th */
+	__u64 rng;        /* RED: xorshift64 state, seeded by set_vq (never 0) */
 	/* Statistics. */
 	__u64 pkts;
 	__u64 marks;
 	__u64 drops;
 	__u64 unmarkable; /* marks that fell on Not-ECT packets (RED drops them) */
+	__u64 cpu_moves;  /* updates from another CPU than the previous one */
+	__u32 cpu;        /* CPU of the last update */
+	__u32 pad;
 };
 
 struct wl_counters {

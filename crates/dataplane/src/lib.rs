@@ -71,6 +71,9 @@ pub struct VqState {
     pub marks: u64,
     pub drops: u64,
     pub unmarkable: u64,
+    /// Updates made on another CPU than the one before: non-zero means the
+    /// serial-pipeline assumption broke (see `Config::vaqm_lock`).
+    pub cpu_moves: u64,
 }
 
 /// Which of its two tracking slots a RoCE direction's data packets use
@@ -177,6 +180,10 @@ pub struct Config {
     pub vaqm: bool,
     /// Tests: take the pipeline's clock from `set_test_clock`.
     pub test_clock: bool,
+    /// Serialize virtual-queue updates with a spin lock, for ports whose
+    /// packets are not all processed on one CPU. The lab steers every
+    /// port to one CPU and leaves it off (VqState::cpu_moves checks that).
+    pub vaqm_lock: bool,
 }
 
 impl Default for Config {
@@ -187,6 +194,7 @@ impl Default for Config {
             max_conn: 16,
             vaqm: false,
             test_clock: false,
+            vaqm_lock: false,
         }
     }
 }
@@ -506,8 +514,13 @@ impl Switch {
                 "virtual queue {id}: the switch has queues 1..={MAX_VQS}"
             )));
         }
+        let rate_bytes = cfg.rate_bps / 8;
         let mut v = types::wl_vq {
-            rate_Bps: cfg.rate_bps / 8,
+            rate_Bps: rate_bytes,
+            // The BPF side computes gap × rate + frac (< 1e9) in 64 bits.
+            max_gap_ns: (u64::MAX - 1_000_000_000)
+                .checked_div(rate_bytes)
+                .unwrap_or(u64::MAX),
             ..Default::default()
         };
         match cfg.discipline {
@@ -540,6 +553,9 @@ impl Switch {
                 v.max_p = (max_p * 4294967296.0).round() as u64;
                 v.red_drop = drop as u32;
                 v.count = -1;
+                // Any non-zero xorshift seed; fixed per queue so a run's
+                // marks repeat for the same arrivals.
+                v.rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(id);
             }
         }
         self.skel
@@ -567,7 +583,20 @@ impl Switch {
             .maps
             .vq_of_dst
             .update(&k.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err(format!("classifying {dst} to queue {id}")))
+            .map_err(map_err(format!("classifying {dst} to queue {id}")))?;
+        // Turn the destination lookup on (vq_dst_used in vaqm.h). .bss is
+        // one array element holding the section (shorter than the padded
+        // Rust struct), so read it, set the field in place, write it back.
+        let bss = &self.skel.maps.bss;
+        let zero = 0u32.to_ne_bytes();
+        let mut v = bss
+            .lookup(&zero, MapFlags::ANY)
+            .map_err(map_err("reading .bss"))?
+            .ok_or_else(|| Error::Config(".bss has no element 0".into()))?;
+        let at = std::mem::offset_of!(types::bss, vq_dst_used);
+        v[at..at + 4].copy_from_slice(&1u32.to_ne_bytes());
+        bss.update(&zero, &v, MapFlags::ANY)
+            .map_err(map_err("turning on the destination classifier"))
     }
 
     pub fn vq_state(&self, id: u32) -> Result<VqState, Error> {
@@ -588,6 +617,7 @@ impl Switch {
             marks: q.marks,
             drops: q.drops,
             unmarkable: q.unmarkable,
+            cpu_moves: q.cpu_moves,
         })
     }
 
@@ -699,6 +729,24 @@ impl Switch {
         Ok(o.duration.as_nanos() as u64)
     }
 
+    /// Reads and discards every record waiting in the capture ring (a
+    /// benchmark's repeat loop fills it; a full ring would make the mirror
+    /// stage take its cheaper "lost" path). Returns how many there were.
+    pub fn discard_ring(&self) -> Result<usize, Error> {
+        let n = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let seen = n.clone();
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&self.skel.maps.ring, move |_: &[u8]| {
+            seen.set(seen.get() + 1);
+            0
+        })
+        .map_err(map_err("reading the capture ring"))?;
+        b.build()
+            .and_then(|r| r.consume())
+            .map_err(map_err("reading the capture ring"))?;
+        Ok(n.get())
+    }
+
     /// Runs the program once on `packet` through `BPF_PROG_TEST_RUN`, as if it
     /// arrived on the device `ifindex` (1 = loopback, which test runs use).
     /// Returns the tc verdict and the packet as the program left it.
@@ -735,6 +783,7 @@ fn open_and_load(
     ro.wake_bytes = u64::from(config.ring_bytes / 4);
     ro.vaqm_on = config.vaqm as u8;
     ro.test_clock = config.test_clock as u8;
+    ro.vaqm_lock = config.vaqm_lock as u8;
     open.maps.ring.set_max_entries(config.ring_bytes)?;
     open.maps
         .seg_start

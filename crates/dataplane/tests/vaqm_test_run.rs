@@ -52,9 +52,14 @@ fn frame(dst: Ipv4Addr, len: usize, ecn: IpEcn) -> Vec<u8> {
 /// A switch with the vAQM stage: port 1 = loopback, B behind port 2, whose
 /// packets go to virtual queue 1.
 fn switch(q: VqConfig) -> Switch {
+    switch_with(q, false)
+}
+
+fn switch_with(q: VqConfig, vaqm_lock: bool) -> Switch {
     let sw = Switch::load(Config {
         vaqm: true,
         test_clock: true,
+        vaqm_lock,
         ..Config::default()
     })
     .expect("switch loads");
@@ -97,6 +102,50 @@ fn send_quick(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>) {
 
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000;
+
+/// Pins this thread to `cpu`; false if the machine does not have it.
+fn pin(cpu: usize) -> bool {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).is_ok()
+        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
+}
+
+#[test]
+fn the_spin_locked_stage_estimates_the_same_and_cpu_moves_are_counted() {
+    if !have_bpf() {
+        return;
+    }
+    let p = frame(B, LEN, IpEcn::Ect0);
+    let mut per_variant = Vec::new();
+    for lock in [false, true] {
+        let sw = switch_with(
+            VqConfig {
+                rate_bps: 8_000_000,
+                discipline: Discipline::Dctcp { k_bytes: 2500 },
+            },
+            lock,
+        );
+        assert!(pin(0), "CPU 0 exists");
+        let mut seen = Vec::new();
+        for t in [T0, T0 + 300 * US, T0 + 301 * US] {
+            let (_, _, m) = send(&sw, t, &p);
+            seen.push((m.vq_bytes, m.aqm));
+        }
+        assert_eq!(sw.vq_state(1).unwrap().cpu_moves, 0, "lock {lock}");
+        if pin(1) {
+            let (_, _, m) = send(&sw, T0 + 302 * US, &p);
+            seen.push((m.vq_bytes, m.aqm));
+            assert_eq!(sw.vq_state(1).unwrap().cpu_moves, 1, "lock {lock}");
+        }
+        per_variant.push(seen);
+    }
+    let _ = pin(0);
+    assert_eq!(
+        per_variant[0][..3],
+        [(1000, PASS), (1700, PASS), (2699, MARK)]
+    );
+    assert_eq!(per_variant[0], per_variant[1]);
+}
 
 #[test]
 fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
