@@ -15,6 +15,7 @@ pub mod model;
 pub mod report;
 pub mod results;
 pub mod roce;
+pub mod truth;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -161,6 +162,8 @@ pub struct RunFacts {
     pub roce_retransmit: BTreeMap<u32, (u64, u32)>,
     /// Host name -> the device profile its RoCE device ran.
     pub roce_profile: BTreeMap<String, String>,
+    /// The switch's virtual queues (NetBump) with their ground truth.
+    pub vaqm: Vec<truth::VqFacts>,
 }
 
 impl RunFacts {
@@ -339,6 +342,12 @@ impl Finding {
 
     pub fn note(analyzer: &'static str, name: &'static str, message: String) -> Self {
         Finding::new(analyzer, name, Kind::Note, message)
+    }
+
+    /// Replaces the message (for one written from the samples' summary).
+    pub fn with_message(mut self, message: String) -> Self {
+        self.message = message;
+        self
     }
 
     pub fn conn(mut self, id: u32) -> Self {

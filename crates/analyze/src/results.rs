@@ -118,6 +118,29 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
         f.device_counters.insert(host.to_string(), m);
     }
     if let Some(plan) = read(dir, "plan.json") {
+        // The virtual queues, with the ground truth the run recorded.
+        #[derive(serde::Deserialize)]
+        struct Vq {
+            id: u32,
+            port: Option<(u32, String)>,
+            rate: wirelab_spec::BitsPerSec,
+            dctcp: Option<wirelab_spec::vaqm::Dctcp>,
+            red: Option<wirelab_spec::vaqm::Red>,
+        }
+        let truth = crate::truth::read_csv(&dir.join(crate::truth::TRUTH_FILE)).unwrap_or_default();
+        for q in plan["vaqm"].as_array().into_iter().flatten() {
+            let Ok(q) = serde_json::from_value::<Vq>(q.clone()) else {
+                continue;
+            };
+            f.vaqm.push(crate::truth::VqFacts {
+                id: q.id,
+                port: q.port.map(|p| p.1),
+                rate_bps: q.rate.0,
+                dctcp: q.dctcp,
+                red: q.red,
+                truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
+            });
+        }
         for c in plan["conns"].as_array().into_iter().flatten() {
             let (Some(id), Some(t), Some(r)) = (
                 c["id"].as_u64(),

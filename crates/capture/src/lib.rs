@@ -24,7 +24,7 @@ use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeade
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness};
 use serde::Serialize;
-use wirelab_dataplane::{parse_mirror_record, Action, Switch};
+use wirelab_dataplane::{parse_mirror_record, parse_truth_sample, Action, Switch, TruthSample};
 use wirelab_trace::Meta;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +82,7 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
                 0 => "none",
                 1 => "mark",
                 2 => "drop",
+                3 => "overflow",
                 _ => "unknown",
             }
             .to_string(),
@@ -113,6 +114,82 @@ impl Drop for Dumper {
     }
 }
 
+/// Drains `ring` on a thread named `name` into one growing buffer of
+/// `[len: u32][record]`, until `stop`; `stall` delays the first drain.
+fn spawn_drain(
+    ring: libbpf_rs::MapHandle,
+    name: &str,
+    stall: Duration,
+) -> Result<
+    (
+        Arc<AtomicBool>,
+        JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>,
+    ),
+    Error,
+> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let buf: Rc<RefCell<Vec<u8>>> = Rc::new(RefCell::new(Vec::with_capacity(1 << 20)));
+            let sink = buf.clone();
+            let mut b = libbpf_rs::RingBufferBuilder::new();
+            let built = b
+                .add(&ring, move |bytes: &[u8]| {
+                    let mut v = sink.borrow_mut();
+                    v.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+                    v.extend_from_slice(bytes);
+                    0
+                })
+                .map(|_| ())
+                .and_then(|_| b.build());
+            let rb = match built {
+                Ok(rb) => {
+                    let _ = ready_tx.send(Ok(()));
+                    rb
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            if !stall.is_zero() {
+                std::thread::sleep(stall);
+            }
+            // The producer wakes us only when a quarter of the ring is
+            // full (or never); otherwise records are collected every
+            // DRAIN_EVERY.
+            while !stop2.load(Ordering::Acquire) {
+                rb.poll(DRAIN_EVERY)?;
+                rb.consume()?;
+            }
+            rb.consume()?;
+            drop(rb);
+            Ok(Rc::try_unwrap(buf)
+                .map(RefCell::into_inner)
+                .unwrap_or_default())
+        })
+        .expect("spawning a ring drain thread");
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok((stop, thread)),
+        Ok(Err(e)) => Err(Error::Setup(e)),
+        Err(_) => Err(Error::Setup(format!("the {name} thread died"))),
+    }
+}
+
+/// Splits a drained buffer into its records.
+fn records(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut off = 0;
+    std::iter::from_fn(move || {
+        let len = u32::from_ne_bytes(raw.get(off..off + 4)?.try_into().expect("4 bytes")) as usize;
+        let r = raw.get(off + 4..off + 4 + len)?;
+        off += 4 + len;
+        Some(r)
+    })
+}
+
 impl Dumper {
     /// Starts draining. `stall` delays the first drain: fault injection
     /// into wirelab's own capture path, to prove the integrity check works.
@@ -120,58 +197,11 @@ impl Dumper {
         let ring = switch
             .ring_handle()
             .map_err(|e| Error::Setup(e.to_string()))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("wirelab-dumper".into())
-            .spawn(move || {
-                let buf: Rc<RefCell<Vec<u8>>> = Rc::new(RefCell::new(Vec::with_capacity(1 << 20)));
-                let sink = buf.clone();
-                let mut b = libbpf_rs::RingBufferBuilder::new();
-                let built = b
-                    .add(&ring, move |bytes: &[u8]| {
-                        let mut v = sink.borrow_mut();
-                        v.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
-                        v.extend_from_slice(bytes);
-                        0
-                    })
-                    .map(|_| ())
-                    .and_then(|_| b.build());
-                let rb = match built {
-                    Ok(rb) => {
-                        let _ = ready_tx.send(Ok(()));
-                        rb
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return Err(e);
-                    }
-                };
-                if !stall.is_zero() {
-                    std::thread::sleep(stall);
-                }
-                // The switch wakes us only when a quarter of the ring is
-                // full; otherwise records are collected every DRAIN_EVERY.
-                while !stop2.load(Ordering::Acquire) {
-                    rb.poll(DRAIN_EVERY)?;
-                    rb.consume()?;
-                }
-                rb.consume()?;
-                drop(rb);
-                Ok(Rc::try_unwrap(buf)
-                    .map(RefCell::into_inner)
-                    .unwrap_or_default())
-            })
-            .expect("spawning the dumper thread");
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Dumper {
-                stop,
-                thread: Some(thread),
-            }),
-            Ok(Err(e)) => Err(Error::Setup(e)),
-            Err(_) => Err(Error::Setup("the dumper thread died".into())),
-        }
+        let (stop, thread) = spawn_drain(ring, "wirelab-dumper", stall)?;
+        Ok(Dumper {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Stops after draining what is in the ring; records in mirror order.
@@ -179,19 +209,49 @@ impl Dumper {
         self.stop.store(true, Ordering::Release);
         let thread = self.thread.take().expect("finish runs once");
         let raw = thread.join().expect("dumper thread panicked")?;
-        let mut v = Vec::with_capacity(raw.len() / 200);
-        let mut off = 0;
-        while off + 4 <= raw.len() {
-            let len = u32::from_ne_bytes(raw[off..off + 4].try_into().expect("4 bytes")) as usize;
-            off += 4;
-            if let Some(r) = raw.get(off..off + len).and_then(record_from) {
-                v.push(r);
-            }
-            off += len;
-        }
+        let mut v: Vec<MirrorRecord> = records(&raw).filter_map(record_from).collect();
         // Records from different CPUs reach the ring slightly out of order;
         // the mirror sequence number is the order (Lumina §3.5).
         v.sort_by_key(|r| r.meta.seq);
+        Ok(v)
+    }
+}
+
+/// Drains the switch's ground-truth ring (bpf/truth.h) on its own thread.
+pub struct TruthDumper {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>>,
+}
+
+impl Drop for TruthDumper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl TruthDumper {
+    pub fn start(switch: &Switch) -> Result<TruthDumper, Error> {
+        let ring = switch
+            .truth_ring_handle()
+            .map_err(|e| Error::Setup(e.to_string()))?;
+        let (stop, thread) = spawn_drain(ring, "wirelab-truth", Duration::ZERO)?;
+        Ok(TruthDumper {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops after draining what is in the ring; samples in time order.
+    pub fn finish(mut self) -> Result<Vec<TruthSample>, Error> {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.take().expect("finish runs once");
+        let raw = thread.join().expect("truth thread panicked")?;
+        let mut v: Vec<TruthSample> = records(&raw).filter_map(parse_truth_sample).collect();
+        // Enqueues and dequeues may run on different CPUs.
+        v.sort_by_key(|s| s.ts_ns);
         Ok(v)
     }
 }

@@ -60,6 +60,15 @@ pub fn run(
         }
     };
     let dir = trace.parent().unwrap_or(Path::new("."));
+    // A results folder's ground truth is read with its facts; a broken
+    // file is named here rather than silently left out.
+    let truth = dir.join(wirelab_analyze::truth::TRUTH_FILE);
+    if truth.exists() {
+        if let Err(e) = wirelab_analyze::truth::read_csv(&truth) {
+            eprintln!("wirelab: {}: {e}", truth.display());
+            return Ok(code::ERROR);
+        }
+    }
     let (facts, opts) = (
         wirelab_analyze::results::facts(dir),
         wirelab_analyze::results::options(dir, min_rto_ns),

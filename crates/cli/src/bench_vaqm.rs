@@ -40,6 +40,7 @@ struct Case {
 
 const PASSING: VqConfig = VqConfig {
     rate_bps: 1 << 50,
+    buffer_bytes: 0,
     discipline: Discipline::Dctcp { k_bytes: 1 << 20 },
 };
 
@@ -62,6 +63,7 @@ const CASES: [Case; 5] = [
         name: "DCTCP, marking",
         vq: Some(VqConfig {
             rate_bps: 1_000_000,
+            buffer_bytes: 0,
             discipline: Discipline::Dctcp { k_bytes: 3000 },
         }),
         lock: false,
@@ -73,6 +75,7 @@ const CASES: [Case; 5] = [
         name: "RED, probabilistic",
         vq: Some(VqConfig {
             rate_bps: 1_000_000,
+            buffer_bytes: 0,
             discipline: Discipline::Red {
                 min_bytes: 1500,
                 max_bytes: u32::MAX as u64,

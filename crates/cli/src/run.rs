@@ -11,8 +11,9 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use wirelab_analyze::expect::{RunFacts, Verdict};
 use wirelab_analyze::report::Report;
+use wirelab_analyze::truth::{TruthEvent, TruthPoint, VqFacts};
 use wirelab_analyze::Evidence;
-use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
+use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo, TruthDumper};
 use wirelab_dataplane::{Action, Config, Discipline, FlowKey, Switch, Track, VqConfig};
 use wirelab_netns::{in_netns, Lab};
 use wirelab_plan::{Plan, Target};
@@ -120,6 +121,8 @@ pub struct VqSummary {
     /// Updates from a different CPU than the one before (should be 0: the
     /// lab runs the switch on one CPU and the stage takes no lock).
     pub cpu_moves: u64,
+    /// Packets that found the emulated buffer full (left out of the estimate).
+    pub overflows: u64,
 }
 
 pub struct Outcome {
@@ -201,6 +204,7 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
                 unmarkable: st.unmarkable,
                 bytes_at_end: st.bytes,
                 cpu_moves: st.cpu_moves,
+                overflows: st.overflows,
             })
         })
         .collect()
@@ -223,13 +227,34 @@ fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
     };
     VqConfig {
         rate_bps: q.rate.0,
+        buffer_bytes: q.buffer.map_or(0, |b| b.0),
         discipline,
     }
 }
 
 /// Loads the switch, fills its port, forwarding and connection tables and
 /// attaches it to every switch port (`forward_only`: the benchmark baseline).
+/// (host index, virtual queue) of each queue whose port has a real
+/// bottleneck behind it: the ground truth the `vaqm` analyzer compares
+/// the estimate with (NetBump §6.2.2).
+fn truth_watches(plan: &Plan) -> Vec<(usize, u32)> {
+    plan.vaqm
+        .iter()
+        .filter_map(|q| {
+            let (port, _) = q.port.as_ref()?;
+            let h = plan.hosts.iter().position(|h| h.port == *port)?;
+            plan.hosts[h].bottleneck.as_ref()?;
+            Some((h, q.id))
+        })
+        .collect()
+}
+
 pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> {
+    let watches = if forward_only {
+        Vec::new()
+    } else {
+        truth_watches(plan)
+    };
     let switch = Switch::load(Config {
         snap_len: plan.snap_len,
         ring_bytes: plan.ring_bytes as u32,
@@ -239,8 +264,15 @@ pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> 
         // Every switch port is steered to one CPU (Lab::up), so the
         // pipeline is serial; VqState::cpu_moves verifies it per run.
         vaqm_lock: false,
+        truth: !watches.is_empty(),
     })
     .context("loading the switch")?;
+    if !watches.is_empty() {
+        let netns = wirelab_netns::netns_inode(&plan.switch_ns)?;
+        for (h, vq) in &watches {
+            switch.watch_qdisc(netns, lab.switch_ifindex[*h], *vq)?;
+        }
+    }
     for (i, h) in plan.hosts.iter().enumerate() {
         let ifindex = lab.switch_ifindex[i];
         switch.add_port(ifindex, h.port)?;
@@ -364,6 +396,11 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     let counters_before = host_counters(&plan)?;
     let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
     let dumper = Dumper::start(&switch, plan.capture_stall.as_std())?;
+    let truth = if switch.config().truth {
+        Some(TruthDumper::start(&switch)?)
+    } else {
+        None
+    };
 
     // Hand-off (Lumina §3.3): 5-tuples are armed, then the handshakes run,
     // then the events are armed with the runtime MSS, then the messages go.
@@ -456,6 +493,21 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     // Counters first, then the drain: every packet counted has its record in
     // the ring by now, so the trace can only be complete or honestly short.
     let records = dumper.finish()?;
+    let truth = match truth {
+        Some(t) => {
+            let lost = switch.truth_lost()?;
+            if lost > 0 {
+                log.push_str(&format!(
+                    "ground truth: {lost} samples lost to a full ring; the comparison is partial\n"
+                ));
+            }
+            truth_points(&t.finish()?, clock_offset)
+        }
+        None => Vec::new(),
+    };
+    if !truth.is_empty() {
+        wirelab_analyze::truth::write_csv(&dir.join(wirelab_analyze::truth::TRUTH_FILE), &truth)?;
+    }
     let integrity = wirelab_capture::check_integrity(&records, &port_counts, seq_issued);
     let trace_path = dir.join("trace.pcapng");
     wirelab_capture::write_pcapng(
@@ -531,6 +583,7 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
             .iter()
             .map(|h| (h.name.clone(), h.stack.roce.profile.clone()))
             .collect(),
+        vaqm: vq_facts(&plan, &truth),
     };
     let report = wirelab_analyze::report::build(
         &trace_path.display().to_string(),
@@ -663,6 +716,42 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     write_results(&dir, &summary, &log, &port_counts)?;
     drop(lab);
     Ok(Outcome { summary, code })
+}
+
+/// Samples in the trace's clock (ns since the epoch).
+fn truth_points(samples: &[wirelab_dataplane::TruthSample], clock_offset: i128) -> Vec<TruthPoint> {
+    samples
+        .iter()
+        .map(|s| TruthPoint {
+            ts_ns: (i128::from(s.ts_ns) + clock_offset) as u64,
+            vq: s.vq,
+            event: if s.enqueue {
+                TruthEvent::Enqueue
+            } else {
+                TruthEvent::Dequeue
+            },
+            actual_bytes: u64::from(s.actual),
+            actual_packets: s.qlen,
+            virtual_bytes: s.virt,
+            packet_bytes: s.len,
+            packets: s.packets,
+        })
+        .collect()
+}
+
+/// What the `vaqm` analyzer needs about each queue of the plan.
+pub fn vq_facts(plan: &Plan, truth: &[TruthPoint]) -> Vec<VqFacts> {
+    plan.vaqm
+        .iter()
+        .map(|q| VqFacts {
+            id: q.id,
+            port: q.port.as_ref().map(|p| p.1.clone()),
+            rate_bps: q.rate.0,
+            dctcp: q.dctcp.clone(),
+            red: q.red.clone(),
+            truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
+        })
+        .collect()
 }
 
 fn write_results(dir: &Path, s: &Summary, log: &str, ports: &[PortCounts]) -> Result<()> {

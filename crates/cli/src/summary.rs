@@ -59,13 +59,14 @@ pub fn print(s: &Summary, verbose: bool) {
             (None, _) => q.destinations.join(", "),
         };
         println!(
-            "  vq {:<7} {what}, {} {}: {} packets, {} marked, {} dropped{}",
+            "  vq {:<7} {what}, {} {}: {} packets, {} marked, {} dropped, {} overflowed{}",
             q.id,
             q.rate,
             q.discipline,
             q.packets,
             q.marks,
             q.drops,
+            q.overflows,
             if q.unmarkable > 0 {
                 format!(" ({} Not-ECT)", q.unmarkable)
             } else {

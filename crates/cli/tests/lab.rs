@@ -827,3 +827,63 @@ fn vaqm_dctcp_marks_above_k_and_the_trace_shows_the_estimate() {
     assert_eq!(above_unmarked, q["unmarkable"].as_u64().unwrap());
     assert_nothing_left("vaqm run");
 }
+
+/// NetBump §6.2.2 in the lab: the qdisc tracepoints record the real
+/// 40 KB bottleneck queue next to the estimate, into queue-truth.csv, and
+/// the `vaqm` analyzer compares them.
+#[test]
+fn vaqm_ground_truth_records_the_real_queue_next_to_the_estimate() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/estimate-tracks-a-real-40kb-queue.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let dir = Path::new(r.summary["results"].as_str().unwrap());
+    let truth =
+        wirelab_analyze::truth::read_csv(&dir.join(wirelab_analyze::truth::TRUTH_FILE)).unwrap();
+    let enq: Vec<_> = truth
+        .iter()
+        .filter(|p| p.event == wirelab_analyze::truth::TruthEvent::Enqueue)
+        .collect();
+    // Every packet the qdisc took in is sampled once when it enters and
+    // once when it leaves; the queue never holds more than its limit, and
+    // the estimate is capped at the same buffer.
+    let deq: usize = truth
+        .iter()
+        .filter(|p| p.event == wirelab_analyze::truth::TruthEvent::Dequeue)
+        .map(|p| usize::from(p.packets))
+        .sum();
+    assert!(
+        enq.len() > 5000 && enq.len().abs_diff(deq) <= 30,
+        "{} in, {deq} out",
+        enq.len()
+    );
+    assert!(truth
+        .iter()
+        .all(|p| p.actual_bytes <= 40_000 && p.virtual_bytes <= 40_000));
+    assert!(truth.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+    // Data packets are whole frames; the queue really filled.
+    assert!(enq.iter().filter(|p| p.packet_bytes == 1514).count() > 5000);
+    assert!(truth.iter().any(|p| p.actual_bytes > 30_000));
+    // The analysis saw the same samples.
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("analysis.json")).unwrap()).unwrap();
+    let vaqm = a["analyzers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "vaqm")
+        .unwrap();
+    let err = vaqm["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "error")
+        .unwrap();
+    assert_eq!(
+        err["distribution"]["count"].as_u64().unwrap(),
+        truth.len() as u64
+    );
+    assert_nothing_left("vaqm ground truth run");
+}

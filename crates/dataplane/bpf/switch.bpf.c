@@ -120,6 +120,7 @@ struct {
 
 /* Makes the record header part of the BTF so the skeleton exports its type. */
 struct wl_mirror_hdr mirror_hdr_abi = {};
+struct wl_truth_sample truth_sample_abi = {};
 
 struct pkt {
 	__u32 l3_off;
@@ -470,6 +471,7 @@ static __always_inline int edit_migreq(struct __sk_buff *skb, struct pkt *p, int
 }
 
 #include "vaqm.h"
+#include "truth.h"
 
 /* Stage 4: mirror into the capture ring, before any drop (Lumina §3.4). */
 static __always_inline void mirror(struct __sk_buff *skb, struct wl_mirror_hdr *m,

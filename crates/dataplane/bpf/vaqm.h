@@ -82,7 +82,7 @@ static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
  * `frac` (byte/1e9), so many small gaps drain as much as one long one.
  * One division per packet (this is the stage's hot path; bench vaqm).
  */
-static __always_inline void vq_update(struct wl_vq *q, __u64 now, __u32 len)
+static __always_inline int vq_update(struct wl_vq *q, __u64 now, __u32 len)
 {
 	__u64 num, drained;
 
@@ -107,9 +107,17 @@ static __always_inline void vq_update(struct wl_vq *q, __u64 now, __u32 len)
 	/* Without a drain rate the queue only fills. */
 	if (now > q->last_ns)
 		q->last_ns = now;
+	/* A bounded port tail-drops what does not fit (NetBump §3.1: "if we
+	 * knew the size of the downstream queue, then we could set the
+	 * maximum allowed occupancy of the virtual queue accordingly"). */
+	if (q->buffer && q->bytes + len > q->buffer) {
+		q->overflows++;
+		return 0;
+	}
 	q->bytes += len;
 	if (q->bytes > WL_VQ_MAX_BYTES)
 		q->bytes = WL_VQ_MAX_BYTES;
+	return 1;
 }
 
 /* DCTCP (NetBump §4.2, Alizadeh et al. §3.1): mark when the instantaneous
@@ -194,8 +202,10 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 	if (q->pkts && q->cpu != cpu)
 		q->cpu_moves++;
 	q->cpu = cpu;
-	vq_update(q, now, skb->len);
-	if (q->discipline == WL_AQM_DCTCP)
+	if (!vq_update(q, now, skb->len))
+		/* The port will tail-drop it; the discipline never sees it. */
+		verdict = WL_AQM_OVERFLOW;
+	else if (q->discipline == WL_AQM_DCTCP)
 		verdict = vq_dctcp(q);
 	else if (q->discipline == WL_AQM_RED)
 		verdict = vq_red(q);

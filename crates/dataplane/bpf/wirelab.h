@@ -124,6 +124,9 @@ enum wl_aqm_verdict {
 	WL_AQM_PASS = 0,
 	WL_AQM_MARK = 1,
 	WL_AQM_DROP = 2,
+	/* Forwarded, but the emulated port's buffer is full: the downstream
+	 * queue will tail-drop it, so the estimate does not count it. */
+	WL_AQM_OVERFLOW = 3,
 };
 
 /*
@@ -146,6 +149,7 @@ struct wl_vq {
 	__u64 w_q;        /* RED EWMA weight, in 2^-16 */
 	__u64 max_p;      /* RED max_p, in 2^-32 */
 	__u64 max_gap_ns; /* longest gap whose drain fits 64 bits in byte/1e9 */
+	__u64 buffer;     /* the emulated port's buffer, bytes; 0 = unbounded */
 	/* State. */
 	__u64 bytes;      /* VQ->tokens: the estimated occupancy */
 	__u64 last_ns;    /* VQ->lastUpdate; 0 = no packet yet */
@@ -159,8 +163,32 @@ struct wl_vq {
 	__u64 drops;
 	__u64 unmarkable; /* marks that fell on Not-ECT packets (RED drops them) */
 	__u64 cpu_moves;  /* updates from another CPU than the previous one */
+	__u64 overflows;  /* packets the emulated port's full buffer tail-drops */
 	__u32 cpu;        /* CPU of the last update */
 	__u32 pad;
+};
+
+/* Ground truth (truth.h): a watched qdisc, and one sample of it. */
+struct wl_truth_port {
+	__u32 netns;   /* inode of the network namespace */
+	__u32 ifindex;
+};
+
+enum wl_truth_kind {
+	WL_TRUTH_ENQUEUE = 1,
+	WL_TRUTH_DEQUEUE = 2,
+};
+
+struct wl_truth_sample {
+	__u64 ts_ns;   /* the pipeline's clock */
+	__u64 virt;    /* the virtual queue's estimate at ts_ns, bytes */
+	__u32 actual;  /* the qdisc's backlog after the operation, bytes */
+	__u32 qlen;    /* and its packets */
+	__u32 vq;
+	__u32 len;     /* the (first) packet enqueued or dequeued, bytes */
+	__u8 kind;     /* enum wl_truth_kind */
+	__u8 pad;
+	__u16 packets; /* a dequeue can take a bulk of them (xmit_more) */
 };
 
 struct wl_counters {

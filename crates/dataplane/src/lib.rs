@@ -53,6 +53,11 @@ pub enum Discipline {
 pub struct VqConfig {
     /// Drain rate of the emulated port, bits per second.
     pub rate_bps: u64,
+    /// The emulated port's buffer (0 = unbounded): a packet that would
+    /// overflow it is one the port tail-drops, so it is not counted in the
+    /// estimate (NetBump §3.1 on coupling the virtual and physical sizes).
+    /// The switch still forwards it; the verdict is `overflow`.
+    pub buffer_bytes: u64,
     pub discipline: Discipline,
 }
 
@@ -74,6 +79,8 @@ pub struct VqState {
     /// Updates made on another CPU than the one before: non-zero means the
     /// serial-pipeline assumption broke (see `Config::vaqm_lock`).
     pub cpu_moves: u64,
+    /// Packets that found the buffer full (`VqConfig::buffer_bytes`).
+    pub overflows: u64,
 }
 
 /// Which of its two tracking slots a RoCE direction's data packets use
@@ -184,6 +191,9 @@ pub struct Config {
     /// packets are not all processed on one CPU. The lab steers every
     /// port to one CPU and leaves it off (VqState::cpu_moves checks that).
     pub vaqm_lock: bool,
+    /// Load the ground-truth probes (bpf/truth.h): qdisc tracepoints that
+    /// sample a real queue next to its virtual queue (`watch_qdisc`).
+    pub truth: bool,
 }
 
 impl Default for Config {
@@ -195,6 +205,7 @@ impl Default for Config {
             vaqm: false,
             test_clock: false,
             vaqm_lock: false,
+            truth: false,
         }
     }
 }
@@ -238,6 +249,42 @@ fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }
 
+/// One ground-truth sample (bpf/truth.h): a real qdisc's backlog right
+/// after an enqueue or dequeue, and its virtual queue's estimate then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TruthSample {
+    /// The pipeline's clock (CLOCK_MONOTONIC), ns.
+    pub ts_ns: u64,
+    pub vq: u32,
+    pub enqueue: bool,
+    /// Bytes in the real queue.
+    pub actual: u32,
+    /// Packets in the real queue.
+    pub qlen: u32,
+    /// Bytes in the virtual queue.
+    pub virt: u64,
+    /// The packet enqueued or dequeued (skb->len, what the qdisc counts);
+    /// the first one of a bulk dequeue.
+    pub len: u32,
+    /// Packets the event moved: 1, or more for a bulk dequeue.
+    pub packets: u16,
+}
+
+/// Parses one ground-truth ring record.
+pub fn parse_truth_sample(b: &[u8]) -> Option<TruthSample> {
+    let s: types::wl_truth_sample = from_bytes(b)?;
+    Some(TruthSample {
+        ts_ns: s.ts_ns,
+        vq: s.vq,
+        enqueue: s.kind == 1,
+        actual: s.actual,
+        qlen: s.qlen,
+        virt: s.virt,
+        len: s.len,
+        packets: s.packets,
+    })
+}
+
 /// Parses the header of one capture-ring record; the captured bytes follow it.
 pub fn parse_mirror_record(b: &[u8]) -> Option<(wl_mirror_hdr, &[u8])> {
     let h: wl_mirror_hdr = from_bytes(b)?;
@@ -260,6 +307,8 @@ fn capture_libbpf_log(level: PrintLevel, msg: String) {
 pub struct Switch {
     skel: SwitchSkel<'static>,
     config: Config,
+    /// The ground-truth tracepoints, attached while the switch lives.
+    _truth: Vec<libbpf_rs::Link>,
 }
 
 fn map_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
@@ -301,7 +350,20 @@ impl Switch {
             source,
             log: LOAD_LOG.lock().map(|l| l.clone()).unwrap_or_default(),
         })?;
-        Ok(Switch { skel, config })
+        let mut truth = Vec::new();
+        if config.truth {
+            for p in [&skel.progs.wl_truth_enqueue, &skel.progs.wl_truth_dequeue] {
+                truth.push(p.attach().map_err(|source| Error::Map {
+                    what: "attaching the qdisc tracepoints (ground truth)".into(),
+                    source,
+                })?);
+            }
+        }
+        Ok(Switch {
+            skel,
+            config,
+            _truth: truth,
+        })
     }
 
     pub fn config(&self) -> Config {
@@ -517,6 +579,7 @@ impl Switch {
         let rate_bytes = cfg.rate_bps / 8;
         let mut v = types::wl_vq {
             rate_Bps: rate_bytes,
+            buffer: cfg.buffer_bytes,
             // The BPF side computes gap × rate + frac (< 1e9) in 64 bits.
             max_gap_ns: (u64::MAX - 1_000_000_000)
                 .checked_div(rate_bytes)
@@ -618,6 +681,7 @@ impl Switch {
             drops: q.drops,
             unmarkable: q.unmarkable,
             cpu_moves: q.cpu_moves,
+            overflows: q.overflows,
         })
     }
 
@@ -702,6 +766,43 @@ impl Switch {
         &self.skel.maps.ring
     }
 
+    /// Samples the real qdisc at the root of device `ifindex` in the network
+    /// namespace with inode `netns` after each enqueue and dequeue, next to
+    /// virtual queue `vq` (needs `Config::truth`).
+    pub fn watch_qdisc(&self, netns: u32, ifindex: u32, vq: u32) -> Result<(), Error> {
+        if !self.config.truth {
+            return Err(Error::Config(
+                "watching a qdisc needs the ground-truth probes (Config::truth)".into(),
+            ));
+        }
+        let k = types::wl_truth_port { netns, ifindex };
+        self.skel
+            .maps
+            .truth_ports
+            .update(bytes_of(&k), &vq.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("watching the qdisc of ifindex {ifindex}")))
+    }
+
+    /// An owned handle on the ground-truth ring (`TruthSample` records).
+    pub fn truth_ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
+        libbpf_rs::MapHandle::try_from(&self.skel.maps.truth_ring)
+            .map_err(map_err("duplicating the truth ring fd"))
+    }
+
+    /// Ground-truth samples the ring had no room for.
+    pub fn truth_lost(&self) -> Result<u64, Error> {
+        let v = self
+            .skel
+            .maps
+            .bss
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading .bss"))?
+            .unwrap_or_default();
+        let at = std::mem::offset_of!(types::bss, truth_lost);
+        Ok(v.get(at..at + 8)
+            .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+    }
+
     /// An owned handle (a dup'ed fd) on the capture ring, which another
     /// thread can drain while this switch stays where it is.
     pub fn ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
@@ -784,6 +885,8 @@ fn open_and_load(
     ro.vaqm_on = config.vaqm as u8;
     ro.test_clock = config.test_clock as u8;
     ro.vaqm_lock = config.vaqm_lock as u8;
+    open.progs.wl_truth_enqueue.set_autoload(config.truth);
+    open.progs.wl_truth_dequeue.set_autoload(config.truth);
     open.maps.ring.set_max_entries(config.ring_bytes)?;
     open.maps
         .seg_start

@@ -74,6 +74,7 @@ fn switch_with(q: VqConfig, vaqm_lock: bool) -> Switch {
 fn red(rate_bps: u64, min_bytes: u64, max_bytes: u64, w_q: f64, max_p: f64) -> VqConfig {
     VqConfig {
         rate_bps,
+        buffer_bytes: 0,
         discipline: Discipline::Red {
             min_bytes,
             max_bytes,
@@ -121,6 +122,7 @@ fn the_spin_locked_stage_estimates_the_same_and_cpu_moves_are_counted() {
         let sw = switch_with(
             VqConfig {
                 rate_bps: 8_000_000,
+                buffer_bytes: 0,
                 discipline: Discipline::Dctcp { k_bytes: 2500 },
             },
             lock,
@@ -155,6 +157,7 @@ fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
     // 8 Mbit/s = one byte per microsecond.
     let sw = switch(VqConfig {
         rate_bps: 8_000_000,
+        buffer_bytes: 0,
         discipline: Discipline::None,
     });
     let p = frame(B, LEN, IpEcn::Ect0);
@@ -180,6 +183,7 @@ fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
     // 333 ns at 3 bytes per µs is 999 bytes, not 1000 × floor(0.999) = 0.
     let sw = switch(VqConfig {
         rate_bps: 24_000_000,
+        buffer_bytes: 0,
         discipline: Discipline::None,
     });
     let tiny = frame(B, 64, IpEcn::Ect0);
@@ -200,6 +204,7 @@ fn dctcp_marks_above_k_only_and_queues_what_it_cannot_mark() {
     }
     let sw = switch(VqConfig {
         rate_bps: 8_000_000,
+        buffer_bytes: 0,
         discipline: Discipline::Dctcp { k_bytes: 3000 },
     });
     let ect = frame(B, LEN, IpEcn::Ect0);
@@ -319,6 +324,7 @@ fn the_user_classifier_overrides_the_port_and_the_stage_can_be_off() {
     }
     let q = VqConfig {
         rate_bps: 8_000_000,
+        buffer_bytes: 0,
         discipline: Discipline::None,
     };
     let sw = switch(q);

@@ -243,8 +243,8 @@ impl Lab {
             steer_rx(sw, &h.switch_ifname, 0)?;
             if let Some(b) = h.bottleneck {
                 // tbf shapes (queues, then drops past `limit`); this kernel has
-                // no netem/fq. burst must hold at least one frame.
-                let burst = (plan.mtu as u64 + 14).max(b.rate.0 / 8 / 1000);
+                // no netem/fq. The plan's burst holds at least one frame.
+                let burst = b.burst.0;
                 run(
                     "tc",
                     &[
@@ -359,6 +359,14 @@ fn link_json(ns: &str, dev: &str) -> Result<LinkJson, Error> {
         .map_err(|e| Error::Other(format!("parsing `ip -j link show {dev}` in {ns}: {e}")))?;
     v.pop()
         .ok_or_else(|| Error::Other(format!("no device {dev} in {ns}")))
+}
+
+/// The inode of a named network namespace: the kernel's `ns.inum`, how
+/// BPF tracing programs tell namespaces apart.
+pub fn netns_inode(ns: &str) -> Result<u32, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(Path::new(NETNS_DIR).join(ns)).map_err(io(format!("namespace {ns}")))?;
+    Ok(m.ino() as u32)
 }
 
 pub fn ifindex(ns: &str, dev: &str) -> Result<u32, Error> {

@@ -69,6 +69,7 @@ pub struct VqPlan {
     /// Addresses classified to the queue whatever their port.
     pub destinations: Vec<Ipv4Addr>,
     pub rate: BitsPerSec,
+    pub buffer: Option<Bytes>,
     pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
     pub red: Option<wirelab_spec::vaqm::Red>,
 }
@@ -96,6 +97,8 @@ pub struct HostPlan {
 pub struct Bottleneck {
     pub rate: BitsPerSec,
     pub buffer: Bytes,
+    /// Token-bucket depth (tbf `burst`).
+    pub burst: Bytes,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -297,6 +300,12 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                     buffer: h
                         .bottleneck_buffer
                         .unwrap_or(Bytes(100 * u64::from(spec.topology.mtu + 14))),
+                    // tbf needs at least one frame; by default 1 ms at the
+                    // rate, which keeps a high rate from being held back by
+                    // the timer granularity.
+                    burst: h.bottleneck_burst.unwrap_or(Bytes(
+                        (u64::from(spec.topology.mtu) + 14).max(rate.0 / 8 / 1000),
+                    )),
                 }),
                 stack,
             }
@@ -368,6 +377,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 port: q.port.as_deref().map(|p| (host(p).port, p.to_string())),
                 destinations: q.destinations.iter().map(|d| host(d).ip).collect(),
                 rate: q.rate,
+                buffer: q.buffer,
                 dctcp: q.dctcp.clone(),
                 red: q.red.clone(),
             }

@@ -32,10 +32,13 @@ pub enum AnalyzerName {
     RoceCnp,
     /// RoCE: device counters against what the trace proves (Lumina §6.2.4).
     RoceCounters,
+    /// Virtual queues (NetBump): marks and drops against the discipline,
+    /// the estimate against the real queue.
+    Vaqm,
 }
 
 impl AnalyzerName {
-    pub const ALL: [AnalyzerName; 9] = [
+    pub const ALL: [AnalyzerName; 10] = [
         AnalyzerName::LossRecovery,
         AnalyzerName::RetransmissionLatency,
         AnalyzerName::Ecn,
@@ -45,6 +48,7 @@ impl AnalyzerName {
         AnalyzerName::RoceRetransmissionLatency,
         AnalyzerName::RoceCnp,
         AnalyzerName::RoceCounters,
+        AnalyzerName::Vaqm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl AnalyzerName {
             AnalyzerName::RoceRetransmissionLatency => "roce-retransmission-latency",
             AnalyzerName::RoceCnp => "roce-cnp",
             AnalyzerName::RoceCounters => "roce-counters",
+            AnalyzerName::Vaqm => "vaqm",
         }
     }
 
@@ -151,6 +156,15 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("roce-cnp.limiter-per-port", Unit::Count),
     ("roce-counters.violations", Unit::Count),
     ("roce-counters.counter-disagrees", Unit::Count),
+    ("vaqm.violations", Unit::Count),
+    ("vaqm.wrong-decision", Unit::Count),
+    ("vaqm.queue", Unit::Bytes),
+    ("vaqm.marks", Unit::Count),
+    ("vaqm.drops", Unit::Count),
+    ("vaqm.overflows", Unit::Count),
+    ("vaqm.red-average", Unit::Bytes),
+    ("vaqm.error", Unit::Bytes),
+    ("vaqm.real-queue", Unit::Bytes),
 ];
 
 pub fn unit_of(finding: &str) -> Option<Unit> {

@@ -177,6 +177,12 @@ pub struct Host {
     /// Buffer of that bottleneck queue.
     #[serde(default)]
     pub bottleneck_buffer: Option<Bytes>,
+    /// Token-bucket depth of the bottleneck: how much it may send back to
+    /// back after an idle spell. Default 1 ms at the rate (at least one
+    /// frame); one frame makes the real queue drain like NetBump's leaky
+    /// bucket, which its accuracy experiment needs (§6.2.2).
+    #[serde(default)]
+    pub bottleneck_burst: Option<Bytes>,
     /// RoCE: how many addresses (GIDs) the host's device answers on, 1..=8
     /// (Lumina's multiple GIDs per host). The k-th connection of a group
     /// uses GID k mod n of its requester and of its responder.
@@ -941,6 +947,24 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                 format!("topology.hosts[{i}].bottleneck_buffer"),
                 "needs `bottleneck`",
             );
+        }
+        if let Some(b) = h.bottleneck_burst {
+            if h.bottleneck.is_none() {
+                return err(
+                    format!("topology.hosts[{i}].bottleneck_burst"),
+                    "needs `bottleneck`",
+                );
+            }
+            let frame = u64::from(s.topology.mtu) + 14;
+            if b.0 < frame {
+                return err(
+                    format!("topology.hosts[{i}].bottleneck_burst"),
+                    format!(
+                        "{b} is below one frame ({frame}B at MTU {})",
+                        s.topology.mtu
+                    ),
+                );
+            }
         }
         if let Some(n) = h.gids {
             if !(1..=MAX_GIDS).contains(&n) {

@@ -33,6 +33,11 @@ pub struct VQueue {
     pub destinations: Vec<String>,
     /// The emulated port's drain rate.
     pub rate: BitsPerSec,
+    /// The emulated port's buffer, when known: packets that would not fit
+    /// are the ones it tail-drops, so they are left out of the estimate
+    /// (NetBump §3.1). Unbounded when absent.
+    #[serde(default)]
+    pub buffer: Option<Bytes>,
     /// DCTCP marking on the instantaneous queue (NetBump §4.2).
     #[serde(default)]
     pub dctcp: Option<Dctcp>,
@@ -45,7 +50,8 @@ pub struct VQueue {
 #[serde(deny_unknown_fields)]
 pub struct Dctcp {
     /// Marking threshold K: CE on ECN-capable packets while the queue is
-    /// above it (a Not-ECT packet is dropped instead, RFC 3168 §7).
+    /// above it (a Not-ECT packet passes unmarked, as a DCTCP switch
+    /// queues it; Alizadeh et al. §3.1).
     pub k: Bytes,
 }
 
@@ -130,6 +136,18 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
                 format!("{at}.rate"),
                 format!("a drain rate of at least 8kbit, got {}", q.rate),
             );
+        }
+        if let Some(b) = q.buffer {
+            let frame = u64::from(s.topology.mtu) + 14;
+            if b.0 < frame {
+                return err(
+                    format!("{at}.buffer"),
+                    format!(
+                        "{b} does not hold one frame ({frame}B at MTU {})",
+                        s.topology.mtu
+                    ),
+                );
+            }
         }
         if q.dctcp.is_some() && q.red.is_some() {
             return err(at, "one discipline per queue: `dctcp` or `red`");

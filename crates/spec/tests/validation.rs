@@ -160,6 +160,11 @@ fn each_rejection_names_path_and_line() {
             "topology.hosts[1].name: duplicate host `requester` (line 4)",
         ),
         (
+            "bottleneck burst below a frame",
+            BASE.replace("name: responder", "{name: responder, bottleneck: 100mbit, bottleneck_burst: 1000B}"),
+            "topology.hosts[1].bottleneck_burst: 1000B is below one frame (1514B at MTU 1500) (line 4)",
+        ),
+        (
             "bad host name",
             BASE.replace("name: responder", "name: Responder_1"),
             "topology.hosts[1].name: `Responder_1` must be 1-12 of a-z, 0-9, '-' starting with a letter (line 4)",
@@ -290,7 +295,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown analyzer",
             with("analyzers: [flow, tcp-magic]\n"),
-            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow`, `roce-go-back-n`, `roce-retransmission-latency`, `roce-cnp`, `roce-counters` (line 10)",
+            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow`, `roce-go-back-n`, `roce-retransmission-latency`, `roce-cnp`, `roce-counters`, `vaqm` (line 10)",
         ),
         (
             "a tolerance without equals",

@@ -138,6 +138,25 @@ fn malformed(layer: &str, offset: usize, detail: impl ToString) -> NotTcp {
 
 /// Parses a frame of the given link type. Never panics, whatever the bytes
 /// (fuzzed: fuzz/fuzz_targets/parse_tcp.rs).
+/// The IP ECN field of any IPv4 or IPv6 packet (0 Not-ECT, 1 ECT(1),
+/// 2 ECT(0), 3 CE); None when the packet is not IP.
+pub fn ip_ecn(link: Link, data: &[u8]) -> Option<u8> {
+    use etherparse::{LaxNetSlice, LaxSlicedPacket};
+    let p = match link {
+        Link::Ethernet => LaxSlicedPacket::from_ethernet(data).ok()?,
+        Link::RawIp => LaxSlicedPacket::from_ip(data).ok()?,
+        Link::LinuxSll => {
+            let et = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
+            LaxSlicedPacket::from_ether_type(etherparse::EtherType(et), data.get(16..)?)
+        }
+    };
+    match &p.net {
+        Some(LaxNetSlice::Ipv4(ip)) => Some(ip.header().ecn().value()),
+        Some(LaxNetSlice::Ipv6(ip)) => Some(ip.header().traffic_class() & 3),
+        _ => None,
+    }
+}
+
 pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
     let p = match link {

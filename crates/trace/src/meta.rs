@@ -28,7 +28,8 @@ pub struct Meta {
     pub event: String,
     pub event_id: u32,
     /// The vAQM stage's virtual queue (0 = none), its estimated occupancy
-    /// in bytes after this packet, and its verdict: `none`, `mark`, `drop`.
+    /// in bytes after this packet, and its verdict: `none`, `mark`, `drop`,
+    /// `overflow` (forwarded into a full emulated buffer, not counted).
     pub vq: u32,
     pub vq_bytes: u32,
     pub aqm: String,

@@ -6,6 +6,7 @@ mod flow;
 mod latency;
 mod recovery;
 mod roce;
+mod vaqm;
 
 use crate::Analyzer;
 
@@ -14,6 +15,7 @@ pub use ecn::Ecn;
 pub use flow::Flow;
 pub use latency::RetransmissionLatency;
 pub use recovery::LossRecovery;
+pub use vaqm::Vaqm;
 
 /// Every analyzer, in report order.
 pub fn all() -> Vec<Box<dyn Analyzer>> {
@@ -27,6 +29,7 @@ pub fn all() -> Vec<Box<dyn Analyzer>> {
         Box::new(roce::RetransmissionLatency),
         Box::new(roce::Cnp),
         Box::new(roce::Counters),
+        Box::new(Vaqm),
     ]
 }
 

@@ -1,0 +1,271 @@
+//! vAQM (NetBump, seed 003): what each of the switch's virtual queues did,
+//! judged against its discipline, and how close its estimate came to the
+//! real queue behind the port (§6.2.2).
+//!
+//! The trace carries, per packet, the queue, its estimate after the packet
+//! and the verdict (the mirror header); the run facts carry each queue's
+//! configuration and the ground-truth samples of the real queue.
+
+use std::collections::BTreeMap;
+
+use wirelab_spec::{AnalyzerName, Unit};
+
+use crate::model::evidence;
+use crate::truth::VqFacts;
+use crate::{Analyzer, Finding, Input};
+
+pub struct Vaqm;
+
+const A: &str = "vaqm";
+/// An Ethernet frame at a 1500-byte MTU: what a qdisc counts per full packet.
+pub const MTU_FRAME: u64 = 1514;
+
+const DCTCP_RULE: &str =
+    "DCTCP (Alizadeh et al. 2010 §3.1): mark CE when the instantaneous queue exceeds K";
+const RED_RULE: &str =
+    "RED (Floyd & Jacobson 1993 §4): no marks below min_th; above max_th every packet is dropped";
+
+impl Analyzer for Vaqm {
+    fn name(&self) -> AnalyzerName {
+        AnalyzerName::Vaqm
+    }
+
+    fn about(&self) -> &'static str {
+        "virtual queues: occupancy, marks and drops against the discipline; the estimate against the real queue"
+    }
+
+    fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
+        let facts: &[VqFacts] = input.facts.map_or(&[], |f| &f.vaqm);
+        let mut per: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, p) in input.trace.packets.iter().enumerate() {
+            if let Some(m) = p.meta.as_ref().filter(|m| m.vq > 0) {
+                per.entry(m.vq).or_default().push(i);
+            }
+        }
+        let mut out = Vec::new();
+        let mut checks = 0;
+        for (&vq, idxs) in &per {
+            let f = facts.iter().find(|f| f.id == vq);
+            checks += judge(input, vq, idxs, f, &mut out);
+        }
+        for f in facts {
+            truth(f, &mut out);
+        }
+        (checks, out)
+    }
+}
+
+fn name_of(vq: u32, f: Option<&VqFacts>) -> String {
+    match f.and_then(|f| f.port.as_deref()) {
+        Some(p) => format!("vq {vq} (port to {p})"),
+        None => format!("vq {vq}"),
+    }
+}
+
+/// Occupancy, marks and drops of one queue, and each verdict against its
+/// discipline. Returns the decisions checked.
+fn judge(
+    input: &Input,
+    vq: u32,
+    idxs: &[usize],
+    f: Option<&VqFacts>,
+    out: &mut Vec<Finding>,
+) -> u64 {
+    let trace = input.trace;
+    let who = name_of(vq, f);
+    let meta = |i: usize| trace.packets[i].meta.as_ref().expect("filtered on meta");
+    let queue: Vec<f64> = idxs.iter().map(|&i| f64::from(meta(i).vq_bytes)).collect();
+    let marks = idxs.iter().filter(|&&i| meta(i).aqm == "mark").count();
+    let drops = idxs.iter().filter(|&&i| meta(i).aqm == "drop").count();
+    let overflows = idxs.iter().filter(|&&i| meta(i).aqm == "overflow").count();
+    let d = crate::Dist::of(&queue).expect("at least one packet");
+    out.push(
+        Finding::measurement(A, "queue", 0.0, Unit::Bytes, String::new())
+            .samples(queue)
+            .with_message(format!(
+                "{who}: estimated occupancy at {} packets: median {:.0}B, p99 {:.0}B, max {:.0}B",
+                d.count, d.p50, d.p99, d.max
+            )),
+    );
+    out.push(Finding::measurement(
+        A,
+        "marks",
+        marks as f64,
+        Unit::Count,
+        format!("{who}: {marks} of {} packets marked CE", idxs.len()),
+    ));
+    out.push(Finding::measurement(
+        A,
+        "drops",
+        drops as f64,
+        Unit::Count,
+        format!("{who}: {drops} of {} packets dropped", idxs.len()),
+    ));
+    if overflows > 0 {
+        out.push(Finding::measurement(
+            A,
+            "overflows",
+            overflows as f64,
+            Unit::Count,
+            format!(
+                "{who}: {overflows} of {} packets found the emulated buffer full (the port tail-drops them)",
+                idxs.len()
+            ),
+        ));
+    }
+    let Some(f) = f else { return 0 };
+    let mut checks = 0;
+    let mut wrong = |i: usize, rule: &'static str, msg: String| {
+        out.push(
+            Finding::violation(A, "wrong-decision", rule, format!("{who}: {msg}"))
+                .evidence([evidence(trace, i)]),
+        );
+    };
+    if let Some(dc) = &f.dctcp {
+        let k = dc.k.0;
+        for &i in idxs {
+            let m = meta(i);
+            let q = u64::from(m.vq_bytes);
+            if m.aqm == "overflow" {
+                continue; // the port tail-drops it; DCTCP never saw it
+            }
+            checks += 1;
+            match m.aqm.as_str() {
+                "mark" if q <= k => {
+                    wrong(i, DCTCP_RULE, format!("marked at {q}B, not above K = {k}B"))
+                }
+                "drop" => wrong(
+                    i,
+                    DCTCP_RULE,
+                    format!("dropped at {q}B: a DCTCP queue only marks"),
+                ),
+                "mark" => {}
+                _ if q > k => {
+                    let p = &trace.packets[i];
+                    // Not-ECT packets pass unmarked; an ECN-capable one must
+                    // carry the mark (the trace shows it as forwarded).
+                    if wirelab_trace::ip_ecn(p.link, &p.data).is_some_and(|e| e != 0) {
+                        wrong(
+                            i,
+                            DCTCP_RULE,
+                            format!("ECN-capable packet at {q}B above K = {k}B not marked"),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(r) = &f.red {
+        // Replays the switch's EWMA (vaqm.h vq_red: avg in 2^-16 bytes, w_q
+        // in 2^-16) over the queue each packet saw. A dropped packet left
+        // the queue after the average took it in: its bytes are added back.
+        let w_q = ((r.w_q * 65536.0).round() as u64).max(1);
+        let (min, max) = (r.min.0 << 16, r.max.0 << 16);
+        let mut avg: u64 = 0;
+        let mut avgs = Vec::with_capacity(idxs.len());
+        for &i in idxs {
+            let m = meta(i);
+            if m.aqm == "overflow" {
+                continue; // not in the queue, not in the average
+            }
+            let mut q = u64::from(m.vq_bytes);
+            if m.aqm == "drop" {
+                q += u64::from(trace.packets[i].orig_len);
+            }
+            let qb = q << 16;
+            if qb >= avg {
+                avg += ((qb - avg) * w_q) >> 16;
+            } else {
+                avg -= ((avg - qb) * w_q) >> 16;
+            }
+            avgs.push(avg as f64 / 65536.0);
+            checks += 1;
+            let a = avg as f64 / 65536.0;
+            match m.aqm.as_str() {
+                "mark" | "drop" if avg < min => wrong(
+                    i,
+                    RED_RULE,
+                    format!(
+                        "{} with the average at {a:.0}B below min = {}B",
+                        m.aqm, r.min.0
+                    ),
+                ),
+                "mark" if avg >= max => wrong(
+                    i,
+                    RED_RULE,
+                    format!(
+                        "marked with the average at {a:.0}B at or above max = {}B",
+                        r.max.0
+                    ),
+                ),
+                "mark" | "drop" => {}
+                _ if avg >= max => wrong(
+                    i,
+                    RED_RULE,
+                    format!(
+                        "passed with the average at {a:.0}B at or above max = {}B",
+                        r.max.0
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        let d = crate::Dist::of(&avgs).expect("at least one packet");
+        out.push(
+            Finding::measurement(A, "red-average", 0.0, Unit::Bytes, String::new())
+                .samples(avgs)
+                .with_message(format!(
+                    "{who}: RED's average (w_q {}): median {:.0}B, p99 {:.0}B, max {:.0}B; thresholds {}B..{}B",
+                    r.w_q, d.p50, d.p99, d.max, r.min.0, r.max.0
+                )),
+        );
+    }
+    checks
+}
+
+/// The estimate against the real queue (NetBump Fig. 10): the error and
+/// the real occupancy, over every sample.
+fn truth(f: &VqFacts, out: &mut Vec<Finding>) {
+    if f.truth.is_empty() {
+        return;
+    }
+    let who = name_of(f.id, Some(f));
+    let err: Vec<f64> = f.truth.iter().map(|p| p.error() as f64).collect();
+    let actual: Vec<f64> = f.truth.iter().map(|p| p.actual_bytes as f64).collect();
+    let n = err.len() as f64;
+    let within = |mtus: u64| {
+        100.0
+            * err
+                .iter()
+                .filter(|e| **e <= (mtus * MTU_FRAME) as f64)
+                .count() as f64
+            / n
+    };
+    let d = crate::Dist::of(&err).expect("not empty");
+    let (w1, w2, w3) = (within(1), within(2), within(3));
+    out.push(
+        Finding::measurement(A, "error", 0.0, Unit::Bytes, String::new())
+            .samples(err)
+            .with_message(format!(
+                "{who}: |virtual - real| over {} samples of the real queue: within 1 MTU ({MTU_FRAME}B) {:.1}%, \
+                 2 MTU {:.1}%, 3 MTU {:.1}%; median {:.0}B, p99 {:.0}B, max {:.0}B (NetBump §6.2.2: 2 MTU 95%)",
+                d.count,
+                w1,
+                w2,
+                w3,
+                d.p50,
+                d.p99,
+                d.max
+            )),
+    );
+    let d = crate::Dist::of(&actual).expect("not empty");
+    out.push(
+        Finding::measurement(A, "real-queue", 0.0, Unit::Bytes, String::new())
+            .samples(actual)
+            .with_message(format!(
+                "{who}: the real queue behind the port: median {:.0}B, p99 {:.0}B, max {:.0}B",
+                d.p50, d.p99, d.max
+            )),
+    );
+}
