@@ -11,14 +11,18 @@ fn main() {
         "aarch64" => "aarch64-linux-gnu",
         other => other,
     };
-    SkeletonBuilder::new()
-        .source("bpf/switch.bpf.c")
-        .clang_args([
-            "-I".to_string(),
-            format!("/usr/include/{multiarch}"),
-            "-Wall".to_string(),
-        ])
-        .build_and_generate(out.join("switch.skel.rs"))
-        .expect("compiling bpf/switch.bpf.c (is clang installed? `make deps`)");
+    for name in ["switch", "dctcp"] {
+        SkeletonBuilder::new()
+            .source(format!("bpf/{name}.bpf.c"))
+            .clang_args([
+                "-I".to_string(),
+                format!("/usr/include/{multiarch}"),
+                "-Wall".to_string(),
+            ])
+            .build_and_generate(out.join(format!("{name}.skel.rs")))
+            .unwrap_or_else(|e| {
+                panic!("compiling bpf/{name}.bpf.c (is clang installed? `make deps`): {e}")
+            });
+    }
     println!("cargo:rerun-if-changed=bpf");
 }

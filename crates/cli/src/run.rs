@@ -387,6 +387,9 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     std::fs::write(dir.join("plan.json"), serde_json::to_vec_pretty(&plan)?)?;
     let mut log = String::new();
 
+    // DCTCP end hosts: the struct_ops congestion control is kernel-wide and
+    // lives as long as this guard (unless another run already holds it).
+    let _dctcp = dctcp_for(&plan)?;
     let lab = Lab::up(&plan).context("bringing the lab up")?;
     log.push_str(&format!("lab up: {}\n", lab.namespaces().join(" ")));
     check_abort(&opts.abort)?;
@@ -716,6 +719,29 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     write_results(&dir, &summary, &log, &port_counts)?;
     drop(lab);
     Ok(Outcome { summary, code })
+}
+
+/// Registers wirelab's DCTCP when a host of the plan uses it.
+pub fn dctcp_for(plan: &Plan) -> Result<Option<wirelab_dataplane::dctcp::Dctcp>> {
+    use wirelab_spec::CongestionControl;
+    if !plan
+        .hosts
+        .iter()
+        .any(|h| h.stack.congestion_control == CongestionControl::Dctcp)
+    {
+        return Ok(None);
+    }
+    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    if avail
+        .split_whitespace()
+        .any(|c| c == wirelab_dataplane::dctcp::NAME)
+    {
+        return Ok(None);
+    }
+    Ok(Some(
+        wirelab_dataplane::dctcp::Dctcp::register().context("registering DCTCP (struct_ops)")?,
+    ))
 }
 
 /// Samples in the trace's clock (ns since the epoch).

@@ -887,3 +887,25 @@ fn vaqm_ground_truth_records_the_real_queue_next_to_the_estimate() {
     );
     assert_nothing_left("vaqm ground truth run");
 }
+
+/// End hosts with wirelab's DCTCP (BPF struct_ops): the senders cut on the
+/// virtual queue's marks without a loss, and the congestion control is
+/// unregistered when the run ends.
+#[test]
+fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/dctcp-hosts-hold-the-real-queue-near-k.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let q = &r.summary["vaqm"][0];
+    assert!(q["marks"].as_u64().unwrap() > 0, "{q}");
+    let avail =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap();
+    assert!(
+        !avail.split_whitespace().any(|c| c == "wl_dctcp"),
+        "wl_dctcp left registered: {avail}"
+    );
+    assert_nothing_left("dctcp run");
+}

@@ -11,6 +11,8 @@ use std::sync::Mutex;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 
+pub mod dctcp;
+
 mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code)]
     include!(concat!(env!("OUT_DIR"), "/switch.skel.rs"));

@@ -198,6 +198,9 @@ pub enum CongestionControl {
     Reno,
     Cubic,
     Bbr,
+    /// DCTCP (RFC 8257): wirelab's BPF struct_ops `wl_dctcp`, registered
+    /// for the run (this kernel has no tcp_dctcp). Negotiates ECN itself.
+    Dctcp,
 }
 
 impl CongestionControl {
@@ -206,6 +209,15 @@ impl CongestionControl {
             CongestionControl::Reno => "reno",
             CongestionControl::Cubic => "cubic",
             CongestionControl::Bbr => "bbr",
+            CongestionControl::Dctcp => "dctcp",
+        }
+    }
+
+    /// What a socket selects with TCP_CONGESTION.
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            CongestionControl::Dctcp => "wl_dctcp",
+            other => other.name(),
         }
     }
 }

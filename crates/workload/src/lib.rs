@@ -125,7 +125,7 @@ fn ioe(conn: u32, what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 fn set_cc(sock: &Socket, host: &HostPlan, conn: u32) -> Result<(), Error> {
     // This kernel's default is bbr; the plan always names the algorithm.
-    let cc = std::ffi::OsString::from(host.stack.congestion_control.name());
+    let cc = std::ffi::OsString::from(host.stack.congestion_control.kernel_name());
     nix::sys::socket::setsockopt(&sock.as_fd(), nix::sys::socket::sockopt::TcpCongestion, &cc)
         .map_err(|e| Error::Io {
             conn,

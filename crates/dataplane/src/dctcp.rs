@@ -1,0 +1,58 @@
+//! DCTCP for the lab's end hosts (`bpf/dctcp.bpf.c`): a BPF struct_ops
+//! congestion control registered while a [`Dctcp`] lives. Congestion
+//! controls are a kernel-wide list, so once registered every namespace's
+//! sockets can select it by name (`TCP_CONGESTION`); dropping the guard
+//! unregisters it.
+
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::PrintLevel;
+
+use crate::Error;
+
+mod skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/dctcp.skel.rs"));
+}
+use skel::{DctcpSkel, DctcpSkelBuilder};
+
+/// The name sockets select it by.
+pub const NAME: &str = "wl_dctcp";
+
+/// The registration; the congestion control goes away with it.
+pub struct Dctcp {
+    _link: libbpf_rs::Link,
+    _skel: DctcpSkel<'static>,
+}
+
+impl Dctcp {
+    /// Loads and registers `wl_dctcp`; the verifier log is in the error.
+    pub fn register() -> Result<Dctcp, Error> {
+        // As with the switch: the skeleton borrows its storage for its whole
+        // life, and a run registers this at most once.
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        crate::LOAD_LOG.lock().map(|mut l| l.clear()).ok();
+        let prev = libbpf_rs::set_print(Some((PrintLevel::Info, crate::capture_libbpf_log)));
+        let res = DctcpSkelBuilder::default()
+            .open(storage)
+            .and_then(|o| o.load())
+            .and_then(|mut s| {
+                let link = s.maps.wl_dctcp.attach_struct_ops()?;
+                Ok((s, link))
+            });
+        libbpf_rs::set_print(prev);
+        let (skel, link) = res.map_err(|source| Error::Load {
+            source,
+            log: crate::LOAD_LOG
+                .lock()
+                .map(|l| l.clone())
+                .unwrap_or_default(),
+        })?;
+        Ok(Dctcp {
+            _link: link,
+            _skel: skel,
+        })
+    }
+}
