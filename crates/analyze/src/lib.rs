@@ -344,10 +344,21 @@ impl Finding {
         Finding::new(analyzer, name, Kind::Note, message)
     }
 
-    /// Replaces the message (for one written from the samples' summary).
-    pub fn with_message(mut self, message: String) -> Self {
-        self.message = message;
-        self
+    /// A measurement over samples (none when there are none), its message
+    /// made from their summary.
+    pub fn summarized(
+        analyzer: &'static str,
+        name: &'static str,
+        unit: Unit,
+        samples: Vec<f64>,
+        message: impl FnOnce(&Dist) -> String,
+    ) -> Option<Finding> {
+        let f = Finding::measurement(analyzer, name, 0.0, unit, String::new()).samples(samples);
+        let d = f.distribution?;
+        Some(Finding {
+            message: message(&d),
+            ..f
+        })
     }
 
     pub fn conn(mut self, id: u32) -> Self {

@@ -100,12 +100,17 @@ const DRAIN_EVERY: Duration = Duration::from_millis(2);
 /// parsed only when the run is over: no allocation or lock per packet on the
 /// thread that competes with the lab for CPU.
 pub struct Dumper {
+    drain: Drain,
+}
+
+/// A ring being drained on its own thread (`spawn_drain`).
+struct Drain {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>>,
 }
 
-impl Drop for Dumper {
-    /// A run that ends early (an error) still stops its dumper thread.
+impl Drop for Drain {
+    /// A run that ends early (an error) still stops its drain thread.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
@@ -114,19 +119,18 @@ impl Drop for Dumper {
     }
 }
 
+impl Drain {
+    /// Stops after draining what is in the ring; the raw buffer.
+    fn finish(mut self) -> Result<Vec<u8>, Error> {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.take().expect("finish runs once");
+        Ok(thread.join().expect("ring drain thread panicked")?)
+    }
+}
+
 /// Drains `ring` on a thread named `name` into one growing buffer of
 /// `[len: u32][record]`, until `stop`; `stall` delays the first drain.
-fn spawn_drain(
-    ring: libbpf_rs::MapHandle,
-    name: &str,
-    stall: Duration,
-) -> Result<
-    (
-        Arc<AtomicBool>,
-        JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>,
-    ),
-    Error,
-> {
+fn spawn_drain(ring: libbpf_rs::MapHandle, name: &str, stall: Duration) -> Result<Drain, Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -173,7 +177,10 @@ fn spawn_drain(
         })
         .expect("spawning a ring drain thread");
     match ready_rx.recv() {
-        Ok(Ok(())) => Ok((stop, thread)),
+        Ok(Ok(())) => Ok(Drain {
+            stop,
+            thread: Some(thread),
+        }),
         Ok(Err(e)) => Err(Error::Setup(e)),
         Err(_) => Err(Error::Setup(format!("the {name} thread died"))),
     }
@@ -197,18 +204,14 @@ impl Dumper {
         let ring = switch
             .ring_handle()
             .map_err(|e| Error::Setup(e.to_string()))?;
-        let (stop, thread) = spawn_drain(ring, "wirelab-dumper", stall)?;
         Ok(Dumper {
-            stop,
-            thread: Some(thread),
+            drain: spawn_drain(ring, "wirelab-dumper", stall)?,
         })
     }
 
     /// Stops after draining what is in the ring; records in mirror order.
-    pub fn finish(mut self) -> Result<Vec<MirrorRecord>, Error> {
-        self.stop.store(true, Ordering::Release);
-        let thread = self.thread.take().expect("finish runs once");
-        let raw = thread.join().expect("dumper thread panicked")?;
+    pub fn finish(self) -> Result<Vec<MirrorRecord>, Error> {
+        let raw = self.drain.finish()?;
         let mut v: Vec<MirrorRecord> = records(&raw).filter_map(record_from).collect();
         // Records from different CPUs reach the ring slightly out of order;
         // the mirror sequence number is the order (Lumina §3.5).
@@ -219,17 +222,7 @@ impl Dumper {
 
 /// Drains the switch's ground-truth ring (bpf/truth.h) on its own thread.
 pub struct TruthDumper {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<Vec<u8>, libbpf_rs::Error>>>,
-}
-
-impl Drop for TruthDumper {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    drain: Drain,
 }
 
 impl TruthDumper {
@@ -237,18 +230,14 @@ impl TruthDumper {
         let ring = switch
             .truth_ring_handle()
             .map_err(|e| Error::Setup(e.to_string()))?;
-        let (stop, thread) = spawn_drain(ring, "wirelab-truth", Duration::ZERO)?;
         Ok(TruthDumper {
-            stop,
-            thread: Some(thread),
+            drain: spawn_drain(ring, "wirelab-truth", Duration::ZERO)?,
         })
     }
 
     /// Stops after draining what is in the ring; samples in time order.
-    pub fn finish(mut self) -> Result<Vec<TruthSample>, Error> {
-        self.stop.store(true, Ordering::Release);
-        let thread = self.thread.take().expect("finish runs once");
-        let raw = thread.join().expect("truth thread panicked")?;
+    pub fn finish(self) -> Result<Vec<TruthSample>, Error> {
+        let raw = self.drain.finish()?;
         let mut v: Vec<TruthSample> = records(&raw).filter_map(parse_truth_sample).collect();
         // Enqueues and dequeues may run on different CPUs.
         v.sort_by_key(|s| s.ts_ns);

@@ -731,12 +731,7 @@ pub fn dctcp_for(plan: &Plan) -> Result<Option<wirelab_dataplane::dctcp::Dctcp>>
     {
         return Ok(None);
     }
-    let avail = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .unwrap_or_default();
-    if avail
-        .split_whitespace()
-        .any(|c| c == wirelab_dataplane::dctcp::NAME)
-    {
+    if wirelab_dataplane::dctcp::registered() {
         return Ok(None);
     }
     Ok(Some(

@@ -901,11 +901,9 @@ fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
     assert_eq!(r.code, 0, "{}", r.why());
     let q = &r.summary["vaqm"][0];
     assert!(q["marks"].as_u64().unwrap() > 0, "{q}");
-    let avail =
-        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap();
     assert!(
-        !avail.split_whitespace().any(|c| c == "wl_dctcp"),
-        "wl_dctcp left registered: {avail}"
+        !wirelab_dataplane::dctcp::registered(),
+        "wl_dctcp left registered"
     );
     assert_nothing_left("dctcp run");
 }

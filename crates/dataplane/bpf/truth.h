@@ -6,8 +6,8 @@
  * frame timestamps of a pass-through machine; here the kernel says it: the
  * qdisc tracepoints (include/trace/events/qdisc.h) fire after every enqueue
  * and dequeue with the qdisc, whose qstats.backlog is the bytes it holds.
- * Each sample also drains the virtual queue up to now (read-only, the same
- * arithmetic as vq_update), so the two are compared without aligning clocks.
+ * Each sample also drains the virtual queue up to now (read-only, with
+ * vq_update's own vq_drained), so the two are compared without aligning clocks.
  *
  * Loaded only when a run asks for it (Config::truth); not part of the
  * forwarding path.
@@ -73,22 +73,6 @@ struct {
 /* Samples the ring had no room for (reported: the comparison is partial). */
 __u64 truth_lost = 0;
 
-/* The estimate of queue `q` at `now` without changing it (vq_update's
- * drain, NetBump Fig. 5 lines 3-6). */
-static __always_inline __u64 vq_peek(struct wl_vq *q, __u64 now)
-{
-	__u64 bytes = q->bytes, num;
-
-	if (!q->last_ns || now <= q->last_ns || !q->rate_Bps)
-		return bytes;
-	if (now - q->last_ns > q->max_gap_ns)
-		return 0;
-	num = (now - q->last_ns) * q->rate_Bps + q->frac;
-	if (num >= bytes * NS_PER_S)
-		return 0;
-	return bytes - num / NS_PER_S;
-}
-
 static __always_inline void truth_sample(struct Qdisc *qd, struct sk_buff *skb, __u8 kind,
 					 int packets)
 {
@@ -99,6 +83,7 @@ static __always_inline void truth_sample(struct Qdisc *qd, struct sk_buff *skb, 
 	};
 	struct wl_truth_sample *s;
 	struct wl_vq *q;
+	__u64 frac;
 	__u32 *vq;
 
 	vq = bpf_map_lookup_elem(&truth_ports, &k);
@@ -115,7 +100,7 @@ static __always_inline void truth_sample(struct Qdisc *qd, struct sk_buff *skb, 
 	s->ts_ns = pipeline_now();
 	s->actual = qd->qstats.backlog;
 	s->qlen = qd->q.qlen;
-	s->virt = vq_peek(q, s->ts_ns);
+	s->virt = vq_drained(q, s->ts_ns, &frac); /* read-only */
 	s->vq = *vq;
 	s->len = skb->len;
 	s->packets = packets;

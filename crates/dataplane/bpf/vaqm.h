@@ -76,35 +76,40 @@ static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
 #define NS_PER_S 1000000000ULL
 
 /*
- * NetBump Fig. 5 lines 1-8, the leaky bucket: drain elapsed × rate since the
- * last arrival (never below empty), then add this packet. The drain is kept
- * exact across packets: the part of a byte not yet drained carries over in
- * `frac` (byte/1e9), so many small gaps drain as much as one long one.
- * One division per packet (this is the stage's hot path; bench vaqm).
+ * NetBump Fig. 5 lines 1-6: the queue drained from its last update to
+ * `now` at its rate, never below empty. The drain is kept exact across
+ * packets: the part of a byte not yet drained carries over in `*frac`
+ * (byte/1e9), so many small gaps drain as much as one long one. One
+ * division per packet (the stage's hot path; bench vaqm). Also used
+ * read-only by the ground-truth probes (truth.h).
  */
-static __always_inline int vq_update(struct wl_vq *q, __u64 now, __u32 len)
+static __always_inline __u64 vq_drained(const struct wl_vq *q, __u64 now, __u64 *frac)
 {
 	__u64 num, drained;
 
-	if (q->last_ns > 0 && now > q->last_ns && q->rate_Bps) {
-		/* Gaps past max_gap_ns drain more than the capped queue holds,
-		 * and below it elapsed × rate + frac cannot overflow. */
-		if (now - q->last_ns > q->max_gap_ns) {
-			q->bytes = 0;
-			q->frac = 0;
-		} else {
-			num = (now - q->last_ns) * q->rate_Bps + q->frac;
-			if (num >= q->bytes * NS_PER_S) {
-				q->bytes = 0;
-				q->frac = 0;
-			} else {
-				drained = num / NS_PER_S;
-				q->frac = num - drained * NS_PER_S;
-				q->bytes -= drained; /* < bytes: checked above */
-			}
-		}
-	}
-	/* Without a drain rate the queue only fills. */
+	*frac = q->frac;
+	if (!q->last_ns || now <= q->last_ns || !q->rate_Bps)
+		return q->bytes; /* first packet, an earlier clock, or no drain */
+	/* Gaps past max_gap_ns drain more than the capped queue holds, and
+	 * below it elapsed × rate + frac cannot overflow. */
+	if (now - q->last_ns > q->max_gap_ns)
+		goto empty;
+	num = (now - q->last_ns) * q->rate_Bps + q->frac;
+	if (num >= q->bytes * NS_PER_S)
+		goto empty;
+	drained = num / NS_PER_S;
+	*frac = num - drained * NS_PER_S;
+	return q->bytes - drained; /* < bytes: checked above */
+empty:
+	*frac = 0;
+	return 0;
+}
+
+/* Fig. 5 lines 1-8: drain, then add this packet. Returns 0 when the
+ * emulated port's buffer cannot take it (it is not added). */
+static __always_inline int vq_update(struct wl_vq *q, __u64 now, __u32 len)
+{
+	q->bytes = vq_drained(q, now, &q->frac);
 	if (now > q->last_ns)
 		q->last_ns = now;
 	/* A bounded port tail-drops what does not fit (NetBump §3.1: "if we
@@ -188,8 +193,7 @@ hit:
 static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 out_port,
 				   __u64 now, struct wl_mirror_hdr *m)
 {
-	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS;
-	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS, cpu;
 	struct wl_vq *q;
 
 	if (!id || id > WL_MAX_VQS)
@@ -197,6 +201,7 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 	q = bpf_map_lookup_elem(&vqs, &id);
 	if (!q)
 		return WL_AQM_PASS;
+	cpu = bpf_get_smp_processor_id(); /* not under the lock: a helper */
 	if (vaqm_lock)
 		bpf_spin_lock(&q->lock);
 	if (q->pkts && q->cpu != cpu)

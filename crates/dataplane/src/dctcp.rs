@@ -20,6 +20,13 @@ use skel::{DctcpSkel, DctcpSkelBuilder};
 /// The name sockets select it by.
 pub const NAME: &str = "wl_dctcp";
 
+/// Whether a congestion control named `wl_dctcp` is registered now (by
+/// this process or another run).
+pub fn registered() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .is_ok_and(|a| a.split_whitespace().any(|c| c == NAME))
+}
+
 /// The registration; the congestion control goes away with it.
 pub struct Dctcp {
     _link: libbpf_rs::Link,

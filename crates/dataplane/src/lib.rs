@@ -649,19 +649,27 @@ impl Switch {
             .vq_of_dst
             .update(&k.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(format!("classifying {dst} to queue {id}")))?;
-        // Turn the destination lookup on (vq_dst_used in vaqm.h). .bss is
-        // one array element holding the section (shorter than the padded
-        // Rust struct), so read it, set the field in place, write it back.
-        let bss = &self.skel.maps.bss;
-        let zero = 0u32.to_ne_bytes();
-        let mut v = bss
-            .lookup(&zero, MapFlags::ANY)
-            .map_err(map_err("reading .bss"))?
-            .ok_or_else(|| Error::Config(".bss has no element 0".into()))?;
+        // Turn the destination lookup on (vq_dst_used in vaqm.h).
+        let mut v = self.bss_section()?;
         let at = std::mem::offset_of!(types::bss, vq_dst_used);
         v[at..at + 4].copy_from_slice(&1u32.to_ne_bytes());
-        bss.update(&zero, &v, MapFlags::ANY)
+        self.skel
+            .maps
+            .bss
+            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
             .map_err(map_err("turning on the destination classifier"))
+    }
+
+    /// The program's .bss section as bytes: one array element holding the
+    /// whole section, shorter than the padded Rust struct, so fields are
+    /// read and written at their `offset_of!`.
+    fn bss_section(&self) -> Result<Vec<u8>, Error> {
+        self.skel
+            .maps
+            .bss
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading .bss"))?
+            .ok_or_else(|| Error::Config(".bss has no element 0".into()))
     }
 
     pub fn vq_state(&self, id: u32) -> Result<VqState, Error> {
@@ -793,13 +801,7 @@ impl Switch {
 
     /// Ground-truth samples the ring had no room for.
     pub fn truth_lost(&self) -> Result<u64, Error> {
-        let v = self
-            .skel
-            .maps
-            .bss
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err("reading .bss"))?
-            .unwrap_or_default();
+        let v = self.bss_section()?;
         let at = std::mem::offset_of!(types::bss, truth_lost);
         Ok(v.get(at..at + 8)
             .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))

@@ -897,6 +897,21 @@ fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// A queue or token bucket of `b` must take one full Ethernet frame.
+pub(crate) fn holds_a_frame(s: &Spec, b: Bytes, at: String) -> Result<(), Invalid> {
+    let frame = u64::from(s.topology.mtu) + 14;
+    if b.0 < frame {
+        return err(
+            at,
+            format!(
+                "{b} is below one frame ({frame}B at MTU {})",
+                s.topology.mtu
+            ),
+        );
+    }
+    Ok(())
+}
+
 fn validate(s: &Spec) -> Result<(), Invalid> {
     let t = &s.topology;
     if !(576..=9000).contains(&t.mtu) {
@@ -967,16 +982,7 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
                     "needs `bottleneck`",
                 );
             }
-            let frame = u64::from(s.topology.mtu) + 14;
-            if b.0 < frame {
-                return err(
-                    format!("topology.hosts[{i}].bottleneck_burst"),
-                    format!(
-                        "{b} is below one frame ({frame}B at MTU {})",
-                        s.topology.mtu
-                    ),
-                );
-            }
+            holds_a_frame(s, b, format!("topology.hosts[{i}].bottleneck_burst"))?;
         }
         if let Some(n) = h.gids {
             if !(1..=MAX_GIDS).contains(&n) {

@@ -138,16 +138,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
             );
         }
         if let Some(b) = q.buffer {
-            let frame = u64::from(s.topology.mtu) + 14;
-            if b.0 < frame {
-                return err(
-                    format!("{at}.buffer"),
-                    format!(
-                        "{b} does not hold one frame ({frame}B at MTU {})",
-                        s.topology.mtu
-                    ),
-                );
-            }
+            crate::holds_a_frame(s, b, format!("{at}.buffer"))?;
         }
         if q.dctcp.is_some() && q.red.is_some() {
             return err(at, "one discipline per queue: `dctcp` or `red`");

@@ -165,6 +165,11 @@ fn each_rejection_names_path_and_line() {
             "topology.hosts[1].bottleneck_burst: 1000B is below one frame (1514B at MTU 1500) (line 4)",
         ),
         (
+            "virtual buffer below a frame",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 1gbit, buffer: 1KB}\n"),
+            "vaqm.queues[0].buffer: 1000B is below one frame (1514B at MTU 1500) (line 12)",
+        ),
+        (
             "bad host name",
             BASE.replace("name: responder", "name: Responder_1"),
             "topology.hosts[1].name: `Responder_1` must be 1-12 of a-z, 0-9, '-' starting with a letter (line 4)",

@@ -99,12 +99,5 @@ fn distribution(
     samples: Vec<f64>,
     message: impl Fn(&Dist) -> String,
 ) -> Option<Finding> {
-    let f = Finding::measurement(A, name, 0.0, unit, String::new())
-        .conn(conn)
-        .samples(samples);
-    let d = f.distribution?;
-    Some(Finding {
-        message: message(&d),
-        ..f
-    })
+    Finding::summarized(A, name, unit, samples, message).map(|f| f.conn(conn))
 }

@@ -78,15 +78,12 @@ fn judge(
     let marks = idxs.iter().filter(|&&i| meta(i).aqm == "mark").count();
     let drops = idxs.iter().filter(|&&i| meta(i).aqm == "drop").count();
     let overflows = idxs.iter().filter(|&&i| meta(i).aqm == "overflow").count();
-    let d = crate::Dist::of(&queue).expect("at least one packet");
-    out.push(
-        Finding::measurement(A, "queue", 0.0, Unit::Bytes, String::new())
-            .samples(queue)
-            .with_message(format!(
-                "{who}: estimated occupancy at {} packets: median {:.0}B, p99 {:.0}B, max {:.0}B",
-                d.count, d.p50, d.p99, d.max
-            )),
-    );
+    out.extend(Finding::summarized(A, "queue", Unit::Bytes, queue, |d| {
+        format!(
+            "{who}: estimated occupancy at {} packets: median {:.0}B, p99 {:.0}B, max {:.0}B",
+            d.count, d.p50, d.p99, d.max
+        )
+    }));
     out.push(Finding::measurement(
         A,
         "marks",
@@ -211,15 +208,12 @@ fn judge(
                 _ => {}
             }
         }
-        let d = crate::Dist::of(&avgs).expect("at least one packet");
-        out.push(
-            Finding::measurement(A, "red-average", 0.0, Unit::Bytes, String::new())
-                .samples(avgs)
-                .with_message(format!(
-                    "{who}: RED's average (w_q {}): median {:.0}B, p99 {:.0}B, max {:.0}B; thresholds {}B..{}B",
-                    r.w_q, d.p50, d.p99, d.max, r.min.0, r.max.0
-                )),
-        );
+        out.extend(Finding::summarized(A, "red-average", Unit::Bytes, avgs, |d| {
+            format!(
+                "{who}: RED's average (w_q {}): median {:.0}B, p99 {:.0}B, max {:.0}B; thresholds {}B..{}B",
+                r.w_q, d.p50, d.p99, d.max, r.min.0, r.max.0
+            )
+        }));
     }
     checks
 }
@@ -242,30 +236,24 @@ fn truth(f: &VqFacts, out: &mut Vec<Finding>) {
                 .count() as f64
             / n
     };
-    let d = crate::Dist::of(&err).expect("not empty");
     let (w1, w2, w3) = (within(1), within(2), within(3));
-    out.push(
-        Finding::measurement(A, "error", 0.0, Unit::Bytes, String::new())
-            .samples(err)
-            .with_message(format!(
-                "{who}: |virtual - real| over {} samples of the real queue: within 1 MTU ({MTU_FRAME}B) {:.1}%, \
-                 2 MTU {:.1}%, 3 MTU {:.1}%; median {:.0}B, p99 {:.0}B, max {:.0}B (NetBump §6.2.2: 2 MTU 95%)",
-                d.count,
-                w1,
-                w2,
-                w3,
-                d.p50,
-                d.p99,
-                d.max
-            )),
-    );
-    let d = crate::Dist::of(&actual).expect("not empty");
-    out.push(
-        Finding::measurement(A, "real-queue", 0.0, Unit::Bytes, String::new())
-            .samples(actual)
-            .with_message(format!(
+    out.extend(Finding::summarized(A, "error", Unit::Bytes, err, |d| {
+        format!(
+            "{who}: |virtual - real| over {} samples of the real queue: within 1 MTU ({MTU_FRAME}B) {w1:.1}%, \
+             2 MTU {w2:.1}%, 3 MTU {w3:.1}%; median {:.0}B, p99 {:.0}B, max {:.0}B (NetBump §6.2.2: 2 MTU 95%)",
+            d.count, d.p50, d.p99, d.max
+        )
+    }));
+    out.extend(Finding::summarized(
+        A,
+        "real-queue",
+        Unit::Bytes,
+        actual,
+        |d| {
+            format!(
                 "{who}: the real queue behind the port: median {:.0}B, p99 {:.0}B, max {:.0}B",
                 d.p50, d.p99, d.max
-            )),
-    );
+            )
+        },
+    ));
 }
