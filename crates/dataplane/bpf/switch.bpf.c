@@ -35,6 +35,10 @@ const volatile __u8 test_clock = 0;
  * counts updates that arrive from a different CPU, so a broken assumption
  * shows in the run summary instead of silently racing. */
 const volatile __u8 vaqm_lock = 0;
+/* A user discipline is loaded (wirelab_ext.h): the stage calls the hooks,
+ * which the discipline's programs replace (freplace). With 0 the calls are
+ * removed and the built-in stage runs as it is. */
+const volatile __u8 vaqm_ext = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -131,7 +135,11 @@ struct pkt {
 	__u8 is_roce;
 	__u8 tcp_flags;
 	__u8 tos;
+	__u8 ip_proto;
 	__u32 daddr; /* any IPv4 packet (l3_off != 0), for the vAQM classifier */
+	__u32 saddr;
+	__u16 sport; /* TCP and UDP, network byte order */
+	__u16 dport;
 	__u32 seq;
 	struct wl_flow_key key;
 };
@@ -191,11 +199,17 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	p->l3_off = sizeof(*eth);
 	p->tos = ip->tos;
 	p->daddr = ip->daddr;
+	p->saddr = ip->saddr;
+	p->ip_proto = ip->protocol;
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return 0;
 	if (ip->protocol == IPPROTO_UDP) {
 		udp = (void *)ip + ihl;
-		if ((void *)(udp + 1) > end || udp->dest != bpf_htons(WL_ROCE_PORT))
+		if ((void *)(udp + 1) > end)
+			return 0;
+		p->sport = udp->source;
+		p->dport = udp->dest;
+		if (udp->dest != bpf_htons(WL_ROCE_PORT))
 			return 0;
 		return parse_roce(skb, p, ip, ihl);
 	}
@@ -210,6 +224,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	if (doff < sizeof(*tcp) || tot < ihl + doff)
 		return 0;
 	p->is_tcp = 1;
+	p->sport = tcp->source;
+	p->dport = tcp->dest;
 	p->payload_off = p->l4_off + doff;
 	p->payload_len = tot - ihl - doff;
 	p->tcp_flags = ((__u8 *)tcp)[13];
@@ -515,6 +531,7 @@ int wl_switch(struct __sk_buff *skb)
 	struct wl_flow *flow = 0;
 	struct wl_event *ev = 0;
 	struct wl_fwd *out;
+	struct wl_ext_pkt x = {};
 	__u64 dmac = 0;
 	void *data, *end;
 
@@ -561,10 +578,14 @@ int wl_switch(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	__builtin_memcpy(&dmac, data, ETH_ALEN);
 	out = bpf_map_lookup_elem(&fwd, &dmac);
+	if (vaqm_ext) {
+		ext_pkt(&x, skb, &p, port_no, out ? out->port : 0, m.ts_ns);
+		out = ext_forward(&x, out);
+	}
 
 	/* Stage 5: vAQM, on what the events let through to a known port. */
 	if (vaqm_on && out && m.action != WL_EV_DROP &&
-	    vaqm(skb, &p, out->port, m.ts_ns, &m) == WL_AQM_MARK)
+	    vaqm(skb, &p, out->port, m.ts_ns, &m, &x) == WL_AQM_MARK)
 		mark_ce(skb, &p);
 
 	/* The trace shows the packet as the receiver gets it: CE set, a bit

@@ -73,6 +73,108 @@ static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
 	return v ? *v : 0;
 }
 
+/* Switch port -> its device, for a discipline's forward() (Table 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_fwd);
+} port_dev SEC(".maps");
+
+/*
+ * The default hooks of the extension API (wirelab_ext.h). Weak: a user
+ * discipline is compiled on its own and statically linked with this
+ * object (src/ext.rs), and its strong definitions replace these. Weak
+ * also keeps clang from inlining them or deducing anything about them
+ * for the callers. Only called when vaqm_ext is set.
+ */
+__weak __noinline int wl_ext_init(struct wl_ext_vq *vq __wl_nonnull)
+{
+	return 0;
+}
+
+__weak __noinline __u32 wl_ext_classify(struct __sk_buff *skb, struct wl_ext_pkt *p __wl_nonnull)
+{
+	return 0; /* the spec's classifier */
+}
+
+__weak __noinline int wl_ext_vaqm(struct wl_ext_pkt *p __wl_nonnull,
+				  struct wl_ext_vq *vq __wl_nonnull)
+{
+	return 0;
+}
+
+__weak __noinline __u64 wl_ext_estimate_qlen(struct wl_ext_vq *vq __wl_nonnull)
+{
+	return vq->bytes; /* the leaky bucket's */
+}
+
+__weak __noinline __u32 wl_ext_process(struct __sk_buff *skb, struct wl_ext_pkt *p __wl_nonnull,
+				       struct wl_ext_vq *vq __wl_nonnull)
+{
+	return WL_AQM_PASS;
+}
+
+__weak __noinline __u32 wl_ext_forward(struct wl_ext_pkt *p __wl_nonnull)
+{
+	return 0; /* the MAC table's port */
+}
+
+/* The packet as a discipline sees it (struct wl_ext_pkt). */
+static __always_inline void ext_pkt(struct wl_ext_pkt *x, struct __sk_buff *skb, struct pkt *p,
+				    __u32 in_port, __u32 out_port, __u64 now)
+{
+	x->now_ns = now;
+	x->len = skb->len;
+	x->in_port = in_port;
+	x->out_port = out_port;
+	if (!p->l3_off)
+		return;
+	x->saddr = p->saddr;
+	x->daddr = p->daddr;
+	x->sport = p->sport;
+	x->dport = p->dport;
+	x->proto = p->ip_proto;
+	x->ecn = p->tos & 3;
+	x->dscp = p->tos >> 2;
+}
+
+/* A discipline's forward(): the port it names, if the switch has it. */
+static __always_inline struct wl_fwd *ext_forward(struct wl_ext_pkt *x, struct wl_fwd *out)
+{
+	__u32 port = wl_ext_forward(x);
+	struct wl_fwd *o;
+
+	if (!port || port > WL_MAX_PORTS)
+		return out;
+	o = bpf_map_lookup_elem(&port_dev, &port);
+	if (!o || !o->ifindex)
+		return out;
+	x->out_port = port;
+	return o;
+}
+
+/*
+ * A user discipline on queue q, after the leaky bucket: Table 1's init
+ * (once), vAQM and process. Returns the verdict; estimateQlen runs once the
+ * stage has applied it (vaqm()).
+ */
+static __always_inline __u32 vq_ext(struct __sk_buff *skb, struct wl_ext_pkt *x, struct wl_vq *q)
+{
+	struct wl_ext_vq *e = &q->ext;
+	__u32 v;
+
+	e->bytes = q->bytes;
+	e->last_ns = q->last_ns;
+	if (!e->inited) {
+		wl_ext_init(e);
+		e->inited = 1;
+	}
+	wl_ext_vaqm(x, e);
+	v = wl_ext_process(skb, x, e);
+	return v == WL_AQM_MARK || v == WL_AQM_DROP ? v : WL_AQM_PASS;
+}
+
 #define NS_PER_S 1000000000ULL
 
 /*
@@ -191,10 +293,16 @@ hit:
  * reaches the downstream buffer).
  */
 static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 out_port,
-				   __u64 now, struct wl_mirror_hdr *m)
+				   __u64 now, struct wl_mirror_hdr *m, struct wl_ext_pkt *x)
 {
-	__u32 id = vq_classify(p, out_port), verdict = WL_AQM_PASS, cpu;
+	__u32 id = 0, verdict = WL_AQM_PASS, cpu;
+	__u64 qlen;
 	struct wl_vq *q;
+
+	if (vaqm_ext)
+		id = wl_ext_classify(skb, x);
+	if (!id)
+		id = vq_classify(p, out_port);
 
 	if (!id || id > WL_MAX_VQS)
 		return WL_AQM_PASS;
@@ -214,6 +322,10 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 		verdict = vq_dctcp(q);
 	else if (q->discipline == WL_AQM_RED)
 		verdict = vq_red(q);
+	else if (vaqm_ext && q->discipline == WL_AQM_EXT)
+		/* Not under the lock: Switch::load refuses the lock with an
+		 * extension (no calls while a BPF spin lock is held). */
+		verdict = vq_ext(skb, x, q);
 	if (verdict == WL_AQM_MARK && (!p->l3_off || (p->tos & 3) == 0)) {
 		/* A Not-ECT packet (SYN, pure ACK, non-ECN flow): RED drops
 		 * it instead (RFC 3168 §7); a DCTCP switch only marks, so the
@@ -233,8 +345,13 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 		q->marks++;
 	}
 	q->pkts++;
+	qlen = q->bytes;
+	if (vaqm_ext && q->discipline == WL_AQM_EXT) {
+		q->ext.bytes = q->bytes;
+		qlen = wl_ext_estimate_qlen(&q->ext);
+	}
 	m->vq = id;
-	m->vq_bytes = q->bytes > 0xffffffffULL ? 0xffffffff : q->bytes;
+	m->vq_bytes = qlen > 0xffffffffULL ? 0xffffffff : qlen;
 	if (vaqm_lock)
 		bpf_spin_unlock(&q->lock);
 	m->aqm = verdict;

@@ -7,6 +7,8 @@
 #ifndef WIRELAB_H
 #define WIRELAB_H
 
+#include "wirelab_ext.h"
+
 #define WL_MAX_PORTS 64
 #define WL_MAX_CONNS 1024
 /* Largest snap length a spec may ask for: a full 1500-byte-MTU frame + VLAN. */
@@ -117,17 +119,11 @@ enum wl_aqm {
 	WL_AQM_NONE = 0,  /* estimate the queue only */
 	WL_AQM_DCTCP = 1, /* mark above K on the instantaneous queue (§4.2) */
 	WL_AQM_RED = 2,   /* Floyd & Jacobson's RED on the average (§4.1) */
+	WL_AQM_EXT = 3,   /* the user's discipline (wirelab_ext.h hooks) */
 };
 
-/* What the vAQM stage did to a packet (the mirror header's `aqm`). */
-enum wl_aqm_verdict {
-	WL_AQM_PASS = 0,
-	WL_AQM_MARK = 1,
-	WL_AQM_DROP = 2,
-	/* Forwarded, but the emulated port's buffer is full: the downstream
-	 * queue will tail-drop it, so the estimate does not count it. */
-	WL_AQM_OVERFLOW = 3,
-};
+/* The verdicts (enum wl_aqm_verdict) are in wirelab_ext.h, shared with
+ * user disciplines. */
 
 /*
  * One virtual queue: NetBump's "virtual queue table" entry (§3.1: size in
@@ -166,6 +162,8 @@ struct wl_vq {
 	__u64 overflows;  /* packets the emulated port's full buffer tail-drops */
 	__u32 cpu;        /* CPU of the last update */
 	__u32 pad;
+	/* WL_AQM_EXT: the user discipline's view (wirelab_ext.h). */
+	struct wl_ext_vq ext;
 };
 
 /* Ground truth (truth.h): a watched qdisc, and one sample of it. */

@@ -7,7 +7,6 @@
 use std::mem::MaybeUninit;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::PrintLevel;
 
 use crate::Error;
 
@@ -40,23 +39,16 @@ impl Dctcp {
         // life, and a run registers this at most once.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
-        crate::LOAD_LOG.lock().map(|mut l| l.clear()).ok();
-        let prev = libbpf_rs::set_print(Some((PrintLevel::Info, crate::capture_libbpf_log)));
-        let res = DctcpSkelBuilder::default()
-            .open(storage)
-            .and_then(|o| o.load())
-            .and_then(|mut s| {
-                let link = s.maps.wl_dctcp.attach_struct_ops()?;
-                Ok((s, link))
-            });
-        libbpf_rs::set_print(prev);
-        let (skel, link) = res.map_err(|source| Error::Load {
-            source,
-            log: crate::LOAD_LOG
-                .lock()
-                .map(|l| l.clone())
-                .unwrap_or_default(),
-        })?;
+        let (res, log) = crate::with_libbpf_log(|| {
+            DctcpSkelBuilder::default()
+                .open(storage)
+                .and_then(|o| o.load())
+                .and_then(|mut s| {
+                    let link = s.maps.wl_dctcp.attach_struct_ops()?;
+                    Ok((s, link))
+                })
+        });
+        let (skel, link) = res.map_err(|source| Error::Load { source, log })?;
         Ok(Dctcp {
             _link: link,
             _skel: skel,

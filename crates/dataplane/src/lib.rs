@@ -12,6 +12,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 
 pub mod dctcp;
+pub mod ext;
 
 mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code)]
@@ -48,7 +49,13 @@ pub enum Discipline {
         /// Drop instead of mark between the thresholds.
         drop: bool,
     },
+    /// The user's discipline (`ext`, `Switch::load_with`), with its
+    /// numbers (`wl_ext_vq.param`).
+    Extension { params: [u64; EXT_PARAMS] },
 }
+
+/// Numbers a queue passes to a user discipline (`WL_EXT_PARAMS`).
+pub const EXT_PARAMS: usize = 8;
 
 /// A virtual queue: its drain rate and discipline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,6 +203,9 @@ pub struct Config {
     /// Load the ground-truth probes (bpf/truth.h): qdisc tracepoints that
     /// sample a real queue next to its virtual queue (`watch_qdisc`).
     pub truth: bool,
+    /// Call the extension hooks (wirelab_ext.h), which a user discipline
+    /// defines (`Switch::load_with`). Needs `vaqm`; not with `vaqm_lock`.
+    pub extension: bool,
 }
 
 impl Default for Config {
@@ -208,6 +218,7 @@ impl Default for Config {
             test_clock: false,
             vaqm_lock: false,
             truth: false,
+            extension: false,
         }
     }
 }
@@ -295,6 +306,31 @@ pub fn parse_mirror_record(b: &[u8]) -> Option<(wl_mirror_hdr, &[u8])> {
 }
 
 static LOAD_LOG: Mutex<String> = Mutex::new(String::new());
+/// Serializes libbpf's (process-wide) print callback between loads.
+static LOG_USER: Mutex<()> = Mutex::new(());
+
+/// Runs `f` with libbpf's messages (info and up: the verifier's log, the
+/// linker's complaints) collected; returns them with its result.
+pub(crate) fn with_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let _one = LOG_USER.lock().unwrap_or_else(|e| e.into_inner());
+    LOAD_LOG.lock().map(|mut l| l.clear()).ok();
+    let prev = libbpf_rs::set_print(Some((PrintLevel::Info, capture_libbpf_log)));
+    let r = f();
+    libbpf_rs::set_print(prev);
+    (r, LOAD_LOG.lock().map(|l| l.clone()).unwrap_or_default())
+}
+
+thread_local! {
+    /// The object the next skeleton open on this thread uses instead of
+    /// the one it embeds (a pipeline linked with a user discipline).
+    static SKEL_OBJECT: std::cell::Cell<Option<&'static [u8]>> = const { std::cell::Cell::new(None) };
+}
+
+/// Called by the generated skeleton (build.rs routes its embedded object
+/// through here).
+fn skel_object(embedded: &'static [u8]) -> &'static [u8] {
+    SKEL_OBJECT.with(|o| o.get()).unwrap_or(embedded)
+}
 
 fn capture_libbpf_log(level: PrintLevel, msg: String) {
     if level != PrintLevel::Debug {
@@ -321,6 +357,20 @@ fn map_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
 impl Switch {
     /// Loads the program; the verifier log is part of the error on failure.
     pub fn load(config: Config) -> Result<Switch, Error> {
+        Switch::load_with(config, None)
+    }
+
+    /// Loads the pipeline linked with a user discipline (`ext::build`;
+    /// `config.extension` must be set), or the built-in one. A discipline
+    /// the verifier rejects fails the whole load: nothing stays loaded.
+    pub fn load_with(config: Config, ext: Option<&ext::Extension>) -> Result<Switch, Error> {
+        if config.extension != ext.is_some() {
+            return Err(Error::Config(if config.extension {
+                "Config::extension without a discipline to link".into()
+            } else {
+                "a discipline needs Config::extension".into()
+            }));
+        }
         if config.snap_len == 0 || config.snap_len > MAX_SNAP {
             return Err(Error::Config(format!(
                 "snap length {} is outside 1..={MAX_SNAP}",
@@ -333,6 +383,13 @@ impl Switch {
                 config.max_conn
             )));
         }
+        if config.extension && (!config.vaqm || config.vaqm_lock) {
+            // The hooks are calls, and the verifier allows no call while a
+            // BPF spin lock is held.
+            return Err(Error::Config(
+                "a user discipline needs the vAQM stage, without its lock".into(),
+            ));
+        }
         if !config.ring_bytes.is_power_of_two() || config.ring_bytes < 4096 {
             return Err(Error::Config(format!(
                 "capture ring of {} bytes must be a power of two >= 4096",
@@ -344,14 +401,17 @@ impl Switch {
         // of this box are leaked rather than building a self-referential type.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
-        LOAD_LOG.lock().map(|mut l| l.clear()).ok();
-        let prev = libbpf_rs::set_print(Some((PrintLevel::Info, capture_libbpf_log)));
-        let res = open_and_load(storage, config);
-        libbpf_rs::set_print(prev);
-        let skel = res.map_err(|source| Error::Load {
-            source,
-            log: LOAD_LOG.lock().map(|l| l.clone()).unwrap_or_default(),
-        })?;
+        // The skeleton keeps pointing into its object bytes: a linked
+        // pipeline's are leaked like the storage above.
+        let object: Option<&'static [u8]> =
+            ext.map(|e| &*Box::leak(e.object.clone().into_boxed_slice()));
+        let (res, log) = with_libbpf_log(|| {
+            SKEL_OBJECT.with(|o| o.set(object));
+            let r = open_and_load(storage, config);
+            SKEL_OBJECT.with(|o| o.set(None));
+            r
+        });
+        let skel = res.map_err(|source| Error::Load { source, log })?;
         let mut truth = Vec::new();
         if config.truth {
             for p in [&skel.progs.wl_truth_enqueue, &skel.progs.wl_truth_dequeue] {
@@ -402,11 +462,23 @@ impl Switch {
     }
 
     pub fn add_port(&self, ifindex: u32, port: u32) -> Result<(), Error> {
+        if port == 0 || port > MAX_PORTS {
+            return Err(Error::Config(format!(
+                "port {port}: the switch has ports 1..={MAX_PORTS}"
+            )));
+        }
         let v = types::wl_port { port };
         self.skel
             .maps
             .ports
             .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))?;
+        // For a user discipline's forward() (port -> device).
+        let d = types::wl_fwd { ifindex, port };
+        self.skel
+            .maps
+            .port_dev
+            .update(&port.to_ne_bytes(), bytes_of(&d), MapFlags::ANY)
             .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))
     }
 
@@ -622,7 +694,19 @@ impl Switch {
                 // marks repeat for the same arrivals.
                 v.rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(id);
             }
+            Discipline::Extension { params } => {
+                if !self.config.extension {
+                    return Err(Error::Config(format!(
+                        "virtual queue {id}: a user discipline needs Config::extension"
+                    )));
+                }
+                v.discipline = 3;
+                v.ext.param = params;
+            }
         }
+        v.ext.id = id;
+        v.ext.rate_Bps = rate_bytes;
+        v.ext.buffer = cfg.buffer_bytes;
         self.skel
             .maps
             .vqs
@@ -889,6 +973,7 @@ fn open_and_load(
     ro.vaqm_on = config.vaqm as u8;
     ro.test_clock = config.test_clock as u8;
     ro.vaqm_lock = config.vaqm_lock as u8;
+    ro.vaqm_ext = config.extension as u8;
     open.progs.wl_truth_enqueue.set_autoload(config.truth);
     open.progs.wl_truth_dequeue.set_autoload(config.truth);
     open.maps.ring.set_max_entries(config.ring_bytes)?;
