@@ -80,9 +80,9 @@ pub(crate) fn measure(
     let mut dumper = None;
     match dp {
         Datapath::Bridge => bridge(plan)?,
-        Datapath::ForwardOnly => switch = Some(arm_switch(plan, &lab, true)?),
+        Datapath::ForwardOnly => switch = Some(arm_switch(plan, &lab, true, None)?),
         Datapath::Pipeline => {
-            let s = arm_switch(plan, &lab, false)?;
+            let s = arm_switch(plan, &lab, false, None)?;
             dumper = Some(Dumper::start(&s, Duration::ZERO)?);
             switch = Some(s);
         }
@@ -273,7 +273,7 @@ pub fn capture(abort: &Arc<AtomicBool>) -> Result<()> {
         let plan = bench_plan(&yaml)?;
         let pcap = dir.join(format!("tcpdump-{rate}.pcap"));
         let lab = Lab::up(&plan)?;
-        let _switch = arm_switch(&plan, &lab, true)?;
+        let _switch = arm_switch(&plan, &lab, true, None)?;
         let td = tcpdump_start(&plan.switch_ns, &plan.hosts[0].switch_ifname, &pcap)?;
         std::thread::sleep(Duration::from_millis(300)); // tcpdump attaches
         let stop = wirelab_workload::Stop {

@@ -48,7 +48,7 @@ fn plan(qps: u32, verb: &str) -> Result<Plan> {
 fn roce(qps: u32, verb: &str, abort: &Arc<AtomicBool>) -> Result<Result1> {
     let plan = plan(qps, verb)?;
     let lab = Lab::up(&plan)?;
-    let switch = arm_switch(&plan, &lab, false)?;
+    let switch = arm_switch(&plan, &lab, false, None)?;
     let dumper = Dumper::start(&switch, Duration::ZERO)?;
     let prepared = wirelab_workload::roce::prepare(&plan)?;
     arm_roce_flows(&plan, &switch, &prepared.meta)?;
@@ -84,7 +84,7 @@ fn roce(qps: u32, verb: &str, abort: &Arc<AtomicBool>) -> Result<Result1> {
 fn iperf3(streams: u32) -> Result<f64> {
     let plan = plan(streams, "write")?;
     let lab = Lab::up(&plan)?;
-    let switch = arm_switch(&plan, &lab, false)?;
+    let switch = arm_switch(&plan, &lab, false, None)?;
     let dumper = Dumper::start(&switch, Duration::ZERO)?;
     let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
     let mut server = std::process::Command::new("ip")

@@ -178,10 +178,17 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         } => {
             // Parse every spec first: a typo in the third file should not
             // surface after two labs ran.
+            // (And build each spec's own discipline: a C error too.)
             let mut loaded = Vec::new();
             for p in &specs {
                 match wirelab_spec::load(p) {
-                    Ok(s) => loaded.push(s),
+                    Ok(s) => match run::build_extension(&s) {
+                        Ok(e) => loaded.push((s, e)),
+                        Err(e) => {
+                            eprintln!("wirelab: {}: {e:#}", p.display());
+                            return Ok(code::ERROR);
+                        }
+                    },
                     Err(e) => {
                         eprintln!("wirelab: {e}");
                         return Ok(code::ERROR);
@@ -190,7 +197,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             }
             run::require_root()?;
             let mut worst = code::OK;
-            for spec in loaded {
+            for (spec, ext) in loaded {
                 if abort.load(Ordering::SeqCst) {
                     return Ok(code::INTERRUPTED);
                 }
@@ -199,7 +206,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     timeout: std::time::Duration::from_secs(timeout),
                     abort: abort.clone(),
                 };
-                let outcome = run::run(&spec, &opts)?;
+                let outcome = run::run(&spec, ext.as_ref(), &opts)?;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
                 } else {
@@ -216,7 +223,15 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             let mut bad = false;
             for p in &specs {
                 match wirelab_spec::load(p) {
-                    Ok(_) => println!("{}: ok", p.display()),
+                    // A discipline is compiled and linked too (not loaded:
+                    // that needs root and the verifier).
+                    Ok(s) => match run::build_extension(&s) {
+                        Ok(_) => println!("{}: ok", p.display()),
+                        Err(e) => {
+                            eprintln!("wirelab: {}: {e:#}", p.display());
+                            bad = true;
+                        }
+                    },
                     Err(e) => {
                         eprintln!("wirelab: {e}");
                         bad = true;

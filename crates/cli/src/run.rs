@@ -14,6 +14,7 @@ use wirelab_analyze::report::Report;
 use wirelab_analyze::truth::{TruthEvent, TruthPoint, VqFacts};
 use wirelab_analyze::Evidence;
 use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo, TruthDumper};
+use wirelab_dataplane::ext::Extension;
 use wirelab_dataplane::{Action, Config, Discipline, FlowKey, Switch, Track, VqConfig};
 use wirelab_netns::{in_netns, Lab};
 use wirelab_plan::{Plan, Target};
@@ -191,6 +192,14 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
                     "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
                     if drop { "drop" } else { "mark" }
                 ),
+                Discipline::Extension { .. } => format!(
+                    "extension {} {:?}",
+                    plan.vaqm_extension
+                        .as_deref()
+                        .and_then(|p| p.file_name())
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                    q.extension.as_deref().unwrap_or_default()
+                ),
             };
             Ok(VqSummary {
                 id: q.id,
@@ -212,7 +221,11 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
 
 /// A planned virtual queue in the switch's terms.
 fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
-    let discipline = if let Some(d) = &q.dctcp {
+    let discipline = if let Some(p) = &q.extension {
+        let mut params = [0; wirelab_dataplane::EXT_PARAMS];
+        params[..p.len()].copy_from_slice(p); // at most 8: validated
+        Discipline::Extension { params }
+    } else if let Some(d) = &q.dctcp {
         Discipline::Dctcp { k_bytes: d.k.0 }
     } else if let Some(r) = &q.red {
         Discipline::Red {
@@ -249,24 +262,55 @@ fn truth_watches(plan: &Plan) -> Vec<(usize, u32)> {
         .collect()
 }
 
-pub fn arm_switch(plan: &Plan, lab: &Lab, forward_only: bool) -> Result<Switch> {
+/// Compiles the spec's own vAQM discipline (`vaqm.extension`) and links it
+/// with the switch, before anything touches the host: a discipline that
+/// does not compile fails the run with clang's file:line diagnostics.
+pub fn build_extension(spec: &Spec) -> Result<Option<Extension>> {
+    let Some(src) = spec.vaqm.as_ref().and_then(|v| v.extension.as_ref()) else {
+        return Ok(None);
+    };
+    let work = tempfile::tempdir().context("creating a directory to build the discipline in")?;
+    let e = wirelab_dataplane::ext::build(src, work.path())
+        .map_err(|e| anyhow::anyhow!("vaqm.extension: {e}"))?;
+    Ok(Some(e))
+}
+
+pub fn arm_switch(
+    plan: &Plan,
+    lab: &Lab,
+    forward_only: bool,
+    ext: Option<&Extension>,
+) -> Result<Switch> {
     let watches = if forward_only {
         Vec::new()
     } else {
         truth_watches(plan)
     };
-    let switch = Switch::load(Config {
-        snap_len: plan.snap_len,
-        ring_bytes: plan.ring_bytes as u32,
-        max_conn: plan.conns.len() as u32,
-        vaqm: !plan.vaqm.is_empty(),
-        test_clock: false,
-        // Every switch port is steered to one CPU (Lab::up), so the
-        // pipeline is serial; VqState::cpu_moves verifies it per run.
-        vaqm_lock: false,
-        truth: !watches.is_empty(),
-    })
-    .context("loading the switch")?;
+    let ext = ext.filter(|_| !forward_only);
+    let switch = Switch::load_with(
+        Config {
+            snap_len: plan.snap_len,
+            ring_bytes: plan.ring_bytes as u32,
+            max_conn: plan.conns.len() as u32,
+            vaqm: !plan.vaqm.is_empty(),
+            test_clock: false,
+            // Every switch port is steered to one CPU (Lab::up), so the
+            // pipeline is serial; VqState::cpu_moves verifies it per run.
+            vaqm_lock: false,
+            truth: !watches.is_empty(),
+            extension: ext.is_some(),
+        },
+        ext,
+    )
+    .with_context(|| match ext {
+        // The verifier checks the discipline with the pipeline: its log
+        // names the hook ("Validating wl_ext_process() ...").
+        Some(e) => format!(
+            "loading the switch with the discipline {}",
+            e.source.display()
+        ),
+        None => "loading the switch".into(),
+    })?;
     if !watches.is_empty() {
         let netns = wirelab_netns::netns_inode(&plan.switch_ns)?;
         for (h, vq) in &watches {
@@ -379,7 +423,8 @@ pub fn arm_events(
     Ok(())
 }
 
-pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
+/// Runs one spec; `ext` is its discipline from `build_extension`.
+pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outcome> {
     let started = Instant::now();
     let plan = wirelab_plan::plan(spec, &new_run_id());
     let dir = opts.out.join(format!("{}-{}", plan.name, plan.run_id));
@@ -394,7 +439,16 @@ pub fn run(spec: &Spec, opts: &Options) -> Result<Outcome> {
     log.push_str(&format!("lab up: {}\n", lab.namespaces().join(" ")));
     check_abort(&opts.abort)?;
 
-    let switch = arm_switch(&plan, &lab, false)?;
+    let switch = match arm_switch(&plan, &lab, false, ext) {
+        Ok(s) => s,
+        Err(e) => {
+            // Bad input (a discipline the verifier refuses) leaves nothing
+            // behind: not the lab (dropped on return), not the results.
+            drop(lab);
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     let kernel_rx_before = lab.switch_port_rx(&plan)?;
     let counters_before = host_counters(&plan)?;
     let clock_offset = wirelab_capture::monotonic_to_realtime_ns();

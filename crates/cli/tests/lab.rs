@@ -784,8 +784,30 @@ fn vaqm_dctcp_marks_above_k_and_the_trace_shows_the_estimate() {
     let Some((_g, out)) = lab_test() else {
         return;
     };
-    let spec = repo().join("specs/vaqm/dctcp-marks-above-k-on-a-virtual-100mbit-port.yaml");
-    let r = run_spec(&spec, out.path());
+    dctcp_marking_follows_k(
+        &repo().join("specs/vaqm/dctcp-marks-above-k-on-a-virtual-100mbit-port.yaml"),
+        out.path(),
+    );
+}
+
+/// The extension API in the lab: DCTCP written as a user discipline in C
+/// (specs/vaqm/ext/dctcp.c) marks exactly as the built-in one does.
+#[test]
+fn a_user_discipline_in_c_marks_above_k_like_the_built_in_dctcp() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/a-user-discipline-in-c-marks-like-the-built-in-dctcp.yaml");
+    let r = dctcp_marking_follows_k(&spec, out.path());
+    let d = r.summary["vaqm"][0]["discipline"].as_str().unwrap();
+    assert!(d.contains("extension dctcp.c [30000]"), "{d}");
+}
+
+/// A queue marking above K = 30 KB: every mark in the trace is above K
+/// and every ECN-capable packet above K is marked; the receiver counted
+/// the marks.
+fn dctcp_marking_follows_k(spec: &Path, out: &Path) -> Run {
+    let r = run_spec(spec, out);
     assert_eq!(r.code, 0, "{}", r.why());
     let q = &r.summary["vaqm"][0];
     let (pkts, marks, drops) = (
@@ -826,6 +848,70 @@ fn vaqm_dctcp_marks_above_k_and_the_trace_shows_the_estimate() {
     assert_eq!(marked, marks);
     assert_eq!(above_unmarked, q["unmarkable"].as_u64().unwrap());
     assert_nothing_left("vaqm run");
+    r
+}
+
+/// A discipline that does not compile fails before anything exists, with
+/// clang's file:line; one the verifier refuses fails the run with the
+/// verifier's words, after which nothing is left either.
+#[test]
+fn a_broken_user_discipline_exits_2_with_the_compilers_or_verifiers_message() {
+    let Some((_g, dir)) = lab_test() else {
+        return;
+    };
+    let ext = dir.path().join("ext");
+    std::fs::create_dir(&ext).unwrap();
+    let spec = write_spec(
+        dir.path(),
+        "mine.yaml",
+        &format!(
+            "{TWO_HOSTS}traffic:\n  connections:\n    - {{from: a, to: b, message_size: 1KB}}\n\
+             vaqm:\n  extension: ext/mine.c\n  queues:\n    - {{port: b, rate: 100mbit, extension: [1]}}\n"
+        ),
+    );
+    let out = dir.path().join("out");
+    let run = || {
+        wirelab(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let before = lab_namespaces();
+    std::fs::write(
+        ext.join("mine.c"),
+        "#include \"wirelab_ext.h\"\nWL_PROCESS(skb, p, vq)\n{\n\treturn vq->nope;\n}\n",
+    )
+    .unwrap();
+    let o = run();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("vaqm.extension") && err.contains("mine.c:4:"),
+        "{err}"
+    );
+    assert_eq!(lab_namespaces(), before, "nothing created");
+    assert!(!out.exists(), "no results folder");
+
+    // Compiles, links, but reads past vq->param[] by a packet's port.
+    std::fs::write(
+        ext.join("mine.c"),
+        "#include \"wirelab_ext.h\"\nWL_PROCESS(skb, p, vq) { return vq->param[p->dport]; }\n",
+    )
+    .unwrap();
+    let o = run();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("verifier log") && err.contains("invalid access to memory"),
+        "{err}"
+    );
+    assert_nothing_left("a refused discipline");
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "no results: {left:?}");
 }
 
 /// NetBump §6.2.2 in the lab: the qdisc tracepoints record the real

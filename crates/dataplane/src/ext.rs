@@ -122,7 +122,10 @@ fn hooks_defined(source: &Path, obj: &Path) -> Result<Vec<&'static str>, Compile
         if !matches!(f.linkage(), Linkage::Global) {
             continue;
         }
-        let name = f.name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = f
+            .name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         match HOOKS.iter().find(|h| **h == name) {
             Some(h) => found.push(*h),
             None if name.starts_with("wl_ext_") => {
@@ -168,7 +171,14 @@ fn compile(source: &Path, work: &Path) -> Result<PathBuf, CompileError> {
     // -g: BTF, which the linker merges and the verifier checks global
     // functions by; -O2: the verifier needs clang's optimised code.
     let res = Command::new("clang")
-        .args(["-O2", "-g", "-Wall", "-target", "bpf", "-fno-color-diagnostics"])
+        .args([
+            "-O2",
+            "-g",
+            "-Wall",
+            "-target",
+            "bpf",
+            "-fno-color-diagnostics",
+        ])
         .arg("-I")
         .arg(&include)
         .arg("-I")

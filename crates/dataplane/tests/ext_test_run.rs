@@ -131,7 +131,11 @@ fn the_dctcp_example_decides_exactly_as_the_built_in_dctcp() {
         let p = if i == 4 { &not_ect } else { &ect };
         let (vu, ou, mu) = send(&user, t, p);
         let (vb, ob, mb) = send(&built_in, t, p);
-        assert_eq!((vu, &ou, mu.vq_bytes, mu.aqm), (vb, &ob, mb.vq_bytes, mb.aqm), "packet {i}");
+        assert_eq!(
+            (vu, &ou, mu.vq_bytes, mu.aqm),
+            (vb, &ob, mb.vq_bytes, mb.aqm),
+            "packet {i}"
+        );
         seen.push((mu.vq_bytes, mu.aqm));
         // A mark is CE on the wire.
         let ce = ou[15] & 3 == 3;
@@ -162,14 +166,16 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
     // min 2500, max 4500, w_q = 1 (the average is the queue), max_p = 1:
     // at a queue of 3000, p_b = 1/4, so count reaches 1/p_b = 4 and forces
     // a mark within every 4 packets (Floyd & Jacobson §7).
-    let (sw, hooks) =
-        with_discipline(&example("red.c"), &[2500, 4500, 65536, 65536], work.path());
+    let (sw, hooks) = with_discipline(&example("red.c"), &[2500, 4500, 65536, 65536], work.path());
     assert_eq!(hooks, ["wl_ext_vaqm", "wl_ext_process"]);
     let p = frame(9000, IpEcn::Ect0);
     // 1000, 2000 below min: pass.
     for i in 0..2 {
         let (v, _, m) = send(&sw, T0, &p);
-        assert_eq!((v, m.vq_bytes, m.aqm), (verdict::REDIRECT, 1000 * (i + 1), PASS));
+        assert_eq!(
+            (v, m.vq_bytes, m.aqm),
+            (verdict::REDIRECT, 1000 * (i + 1), PASS)
+        );
     }
     // Hold the queue at 3000: each packet comes as 1000 bytes drained.
     let mut since_mark = 0;
@@ -183,7 +189,10 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
         } else {
             assert_eq!(m.aqm, PASS);
             since_mark += 1;
-            assert!(since_mark < 4, "more than 1/p_b unmarked packets in a row at {i}");
+            assert!(
+                since_mark < 4,
+                "more than 1/p_b unmarked packets in a row at {i}"
+            );
         }
     }
     assert!(marks >= 10, "{marks} marks in 40 packets at p_b = 1/4");
@@ -214,7 +223,7 @@ WL_CLASSIFY(skb, p) { return p->dport == bpf_htons(9001) ? 2 : 0; }
 WL_FORWARD(p) { return p->dport == bpf_htons(9001) ? 3 : 0; }
 WL_ESTIMATE_QLEN(vq) { return vq->state[0] * 100000 + vq->state[1]; }
 WL_PROCESS(skb, p, vq) { return vq->state[2]++ ? WL_AQM_MARK : WL_AQM_PASS; }
-"#
+"#,
     )
     .unwrap();
     let (sw, hooks) = with_discipline(&src, &[7], work.path());
@@ -224,7 +233,9 @@ WL_PROCESS(skb, p, vq) { return vq->state[2]++ ? WL_AQM_MARK : WL_AQM_PASS; }
         &VqConfig {
             rate_bps: 8_000_000,
             buffer_bytes: 0,
-            discipline: Discipline::Extension { params: params(&[9]) },
+            discipline: Discipline::Extension {
+                params: params(&[9]),
+            },
         },
     )
     .unwrap();
@@ -303,5 +314,8 @@ fn a_broken_discipline_fails_with_the_compilers_or_verifiers_message_and_leaves_
         Switch::load_with(config(false), Some(&e)),
         Err(Error::Config(_))
     ));
-    assert!(matches!(Switch::load_with(config(true), None), Err(Error::Config(_))));
+    assert!(matches!(
+        Switch::load_with(config(true), None),
+        Err(Error::Config(_))
+    ));
 }

@@ -58,6 +58,8 @@ pub struct Plan {
     pub expect: Vec<Expect>,
     /// The switch's virtual queues (vAQM), numbered from 1.
     pub vaqm: Vec<VqPlan>,
+    /// The user discipline linked into the switch (`vaqm.extension`).
+    pub vaqm_extension: Option<std::path::PathBuf>,
 }
 
 /// One virtual queue, resolved to switch ports and addresses.
@@ -72,6 +74,8 @@ pub struct VqPlan {
     pub buffer: Option<Bytes>,
     pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
     pub red: Option<wirelab_spec::vaqm::Red>,
+    /// The user discipline's numbers (`vq->param[]`), when it runs here.
+    pub extension: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -380,6 +384,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 buffer: q.buffer,
                 dctcp: q.dctcp.clone(),
                 red: q.red.clone(),
+                extension: q.extension.clone(),
             }
         })
         .collect();
@@ -397,5 +402,6 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         capture_stall: spec.capture.stall_dumper.unwrap_or_default(),
         expect: spec.expect.clone(),
         vaqm,
+        vaqm_extension: spec.vaqm.as_ref().and_then(|v| v.extension.clone()),
     }
 }

@@ -737,6 +737,25 @@ pub fn load(path: &std::path::Path) -> Result<Spec, LoadError> {
         path: path.display().to_string(),
         error,
     })?;
+    // A discipline's C file is named relative to the spec.
+    if let Some(ext) = spec.vaqm.as_mut().and_then(|v| v.extension.as_mut()) {
+        if ext.is_relative() {
+            *ext = path
+                .parent()
+                .unwrap_or(std::path::Path::new(""))
+                .join(&*ext);
+        }
+        if !ext.is_file() {
+            return Err(LoadError::Invalid {
+                path: path.display().to_string(),
+                error: SpecError {
+                    line: lines::LineIndex::build(&text).line_of("vaqm.extension"),
+                    path: "vaqm.extension".into(),
+                    message: format!("no such file: {}", ext.display()),
+                },
+            });
+        }
+    }
     if spec.name.is_none() {
         spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     }

@@ -14,9 +14,17 @@ pub const MAX_QUEUES: usize = 64;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Vaqm {
+    /// A discipline of your own: a C file against wirelab_ext.h (NetBump's
+    /// Table 1 hooks), relative to this spec. wirelab compiles it with
+    /// clang and links it into the switch; queues with `extension:` run it.
+    #[serde(default)]
+    pub extension: Option<std::path::PathBuf>,
     /// Virtual queues, numbered from 1 in this order.
     pub queues: Vec<VQueue>,
 }
+
+/// Numbers a queue hands its `extension` discipline (`vq->param[]`).
+pub const MAX_EXTENSION_PARAMS: usize = 8;
 
 /// One virtual queue: what it holds, how fast it drains, its discipline.
 /// Without `dctcp` or `red` it only estimates (and the trace shows it).
@@ -44,6 +52,10 @@ pub struct VQueue {
     /// RED on the average queue (NetBump §4.1, Floyd & Jacobson 1993).
     #[serde(default)]
     pub red: Option<Red>,
+    /// Run `vaqm.extension` on this queue, with these numbers as its
+    /// `vq->param[0..]` (at most 8; their meaning is the discipline's).
+    #[serde(default)]
+    pub extension: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -140,8 +152,33 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
         if let Some(b) = q.buffer {
             crate::holds_a_frame(s, b, format!("{at}.buffer"))?;
         }
-        if q.dctcp.is_some() && q.red.is_some() {
-            return err(at, "one discipline per queue: `dctcp` or `red`");
+        if [q.dctcp.is_some(), q.red.is_some(), q.extension.is_some()]
+            .iter()
+            .filter(|d| **d)
+            .count()
+            > 1
+        {
+            return err(
+                at,
+                "one discipline per queue: `dctcp`, `red` or `extension`",
+            );
+        }
+        if let Some(p) = &q.extension {
+            if v.extension.is_none() {
+                return err(
+                    format!("{at}.extension"),
+                    "no discipline to run: name its C file in `vaqm.extension`",
+                );
+            }
+            if p.len() > MAX_EXTENSION_PARAMS {
+                return err(
+                    format!("{at}.extension"),
+                    format!(
+                        "at most {MAX_EXTENSION_PARAMS} numbers (vq->param[]), got {}",
+                        p.len()
+                    ),
+                );
+            }
         }
         if let Some(d) = &q.dctcp {
             if d.k.0 == 0 {

@@ -203,7 +203,22 @@ fn each_rejection_names_path_and_line() {
         (
             "vAQM queue with two disciplines",
             with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, dctcp: {k: 30KB}, red: {min: 10KB, max: 20KB, max_p: 0.1}}\n"),
-            "vaqm.queues[0]: one discipline per queue: `dctcp` or `red` (line 12)",
+            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red` or `extension` (line 12)",
+        ),
+        (
+            "vAQM queue running an extension the spec does not name",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, extension: [30000]}\n"),
+            "vaqm.queues[0].extension: no discipline to run: name its C file in `vaqm.extension` (line 12)",
+        ),
+        (
+            "vAQM extension with more numbers than vq->param holds",
+            with("vaqm:\n  extension: ext/dctcp.c\n  queues:\n    - {port: responder, rate: 100mbit, extension: [1, 2, 3, 4, 5, 6, 7, 8, 9]}\n"),
+            "vaqm.queues[0].extension: at most 8 numbers (vq->param[]), got 9 (line 13)",
+        ),
+        (
+            "vAQM queue with a built-in discipline and an extension",
+            with("vaqm:\n  extension: ext/dctcp.c\n  queues:\n    - {port: responder, rate: 100mbit, dctcp: {k: 30KB}, extension: [1]}\n"),
+            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red` or `extension` (line 13)",
         ),
         (
             "vAQM RED thresholds the wrong way round",
@@ -385,4 +400,28 @@ fn every_example_spec_is_valid() {
         }
     }
     assert!(n >= 5);
+}
+
+#[test]
+fn a_discipline_file_is_found_next_to_the_spec_or_its_line_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("ext")).unwrap();
+    std::fs::write(dir.path().join("ext/mine.c"), "").unwrap();
+    let spec = dir.path().join("s.yaml");
+    let text = with("vaqm:\n  extension: ext/mine.c\n  queues:\n    - {port: responder, rate: 100mbit, extension: [1]}\n");
+    std::fs::write(&spec, &text).unwrap();
+    let s = wirelab_spec::load(&spec).unwrap();
+    assert_eq!(
+        s.vaqm.unwrap().extension.unwrap(),
+        dir.path().join("ext/mine.c"),
+        "relative to the spec, not to the working directory"
+    );
+    std::fs::write(&spec, text.replace("mine.c", "gone.c")).unwrap();
+    let e = wirelab_spec::load(&spec).unwrap_err().to_string();
+    assert!(
+        e.contains("vaqm.extension: no such file:")
+            && e.contains("ext/gone.c")
+            && e.contains("(line 11)"),
+        "{e}"
+    );
 }
