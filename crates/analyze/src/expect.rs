@@ -73,6 +73,9 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
     if let Some(p) = x.packet {
         claim.push_str(&format!(" packet {}", p.0));
     }
+    if let Some(q) = x.queue {
+        claim.push_str(&format!(" of queue {}", q.0));
+    }
     if stat != Stat::Every {
         claim = format!("{stat:?}({claim})").to_lowercase();
     }
@@ -89,6 +92,7 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
         .iter()
         .filter(|f| conn.is_none_or(|c| f.connection == Some(c)))
         .filter(|f| x.packet.is_none_or(|p| f.packet == Some(p.0)))
+        .filter(|f| x.queue.is_none_or(|q| f.queue == Some(q.0)))
         .collect();
     let (lo, hi) = x.bounds();
     let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);

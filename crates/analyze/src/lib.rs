@@ -231,6 +231,9 @@ pub struct Finding {
     /// the relative PSN Lumina plots NACK latencies against.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_message: Option<u32>,
+    /// The virtual queue (vAQM) the finding is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
     pub value: Option<f64>,
     pub unit: Option<Unit>,
     /// The specification text the verdict rests on.
@@ -242,6 +245,17 @@ pub struct Finding {
     /// The samples themselves (for `expect:` and plots; summarized in JSON).
     #[serde(skip)]
     pub samples: Vec<f64>,
+    /// The measurement over time, for the report's plots (one line each).
+    #[serde(skip)]
+    pub series: Vec<Series>,
+}
+
+/// A measurement over time: `(seconds from the series' start, value in
+/// the finding's unit)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
 }
 
 /// Summary of a sample set.
@@ -285,6 +299,7 @@ impl Finding {
             packet: None,
             device: None,
             in_message: None,
+            queue: None,
             value: None,
             unit: None,
             rule: None,
@@ -292,6 +307,7 @@ impl Finding {
             evidence: Vec::new(),
             distribution: None,
             samples: Vec::new(),
+            series: Vec::new(),
         }
     }
 
@@ -359,6 +375,17 @@ impl Finding {
             message: message(&d),
             ..f
         })
+    }
+
+    /// Adds a line to the finding's plot over time.
+    pub fn series(mut self, label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        if !points.is_empty() {
+            self.series.push(Series {
+                label: label.into(),
+                points,
+            });
+        }
+        self
     }
 
     pub fn conn(mut self, id: u32) -> Self {

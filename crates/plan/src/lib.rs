@@ -155,6 +155,9 @@ pub struct ConnPlan {
     pub transport: Transport,
     /// RoCE settings of this connection's QPs.
     pub roce: Option<RoceConnPlan>,
+    /// When the requester posts its first message, after the workload
+    /// starts (`start` + k × `stagger` for the group's k-th connection).
+    pub start: Nanos,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -343,6 +346,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                     requester_sport: 49152 + 2 * id as u16,
                     responder_sport: 49153 + 2 * id as u16,
                 }),
+                start: Nanos(g.start.map_or(0, |s| s.0) + k as u64 * g.stagger.map_or(0, |s| s.0)),
             });
         }
     }

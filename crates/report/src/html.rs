@@ -122,6 +122,46 @@ pub fn render(r: &Report) -> String {
             let _ = write!(o, "<h2>{title} (CDF)</h2>{}", cdf(&series, title));
         }
     }
+    // Measurements over time (findings with series), one chart per finding
+    // name: goodput per connection, fairness, virtual and real queues.
+    let mut charts: Vec<(
+        &str,
+        &str,
+        Option<wirelab_spec::Unit>,
+        Vec<&wirelab_analyze::Series>,
+    )> = Vec::new();
+    for f in r.analyzers.iter().flat_map(|an| an.findings.iter()) {
+        if f.series.is_empty() {
+            continue;
+        }
+        match charts
+            .iter_mut()
+            .find(|c| c.0 == f.analyzer && c.1 == f.name)
+        {
+            Some(c) => c.3.extend(f.series.iter()),
+            None => charts.push((f.analyzer, f.name, f.unit, f.series.iter().collect())),
+        }
+    }
+    if !charts.is_empty() {
+        o.push_str("<h2>Over time</h2><p>Seconds from the first packet of the trace.</p>");
+        for (an, name, unit, series) in &charts {
+            let title = match (*an, *name) {
+                ("flow", "goodput") => "Goodput per connection (NetBump Fig. 15)",
+                ("flow", "fairness") => "Jain's fairness index of the connections sending together",
+                ("vaqm", "queue") => "Virtual queue estimate at each packet (NetBump Fig. 14)",
+                ("vaqm", "real-queue") => {
+                    "Real queue (qdisc tracepoints) and the estimate (NetBump Fig. 10)"
+                }
+                _ => name,
+            };
+            let _ = write!(
+                o,
+                "<h3>{an}.{name}: {}</h3>{}",
+                esc(title),
+                over_time(series, *unit)
+            );
+        }
+    }
     // Findings.
     o.push_str("<h2>Findings</h2>");
     for an in &r.analyzers {
@@ -505,6 +545,56 @@ fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
             let color = Palette99::pick(n).stroke_width(2);
             if let Ok(s) = ch.draw_series(LineSeries::new(pts, color)) {
                 s.label(format!("conn {conn}")).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
+                });
+            }
+        }
+        let _ = ch
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw();
+        let _ = root.present();
+    }
+    svg
+}
+
+/// Lines over time, one per series; values scaled to a readable unit.
+fn over_time(series: &[&wirelab_analyze::Series], unit: Option<wirelab_spec::Unit>) -> String {
+    use wirelab_spec::Unit;
+    let (scale, ylabel) = match unit {
+        Some(Unit::Bytes) => (1e-3, "KB"),
+        Some(Unit::BitsPerSec) => (1e-6, "Mbit/s"),
+        Some(Unit::Nanos) => (1e-3, "us"),
+        _ => (1.0, ""),
+    };
+    let pts = || series.iter().flat_map(|s| s.points.iter());
+    let xmax = pts().map(|p| p.0).fold(1e-3, f64::max);
+    let ymax = pts().map(|p| p.1 * scale).fold(1e-9, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 360)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let Ok(mut ch) = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax * 1.08)
+        else {
+            return String::new();
+        };
+        let _ = ch.configure_mesh().x_desc("s").y_desc(ylabel).draw();
+        for (n, s) in series.iter().take(16).enumerate() {
+            let k = s.points.len().div_ceil(MAX_POINTS / 4).max(1);
+            let line: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .step_by(k)
+                .map(|p| (p.0, p.1 * scale))
+                .collect();
+            let color = Palette99::pick(n).stroke_width(1);
+            if let Ok(d) = ch.draw_series(LineSeries::new(line, color)) {
+                d.label(s.label.clone()).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
                 });
             }

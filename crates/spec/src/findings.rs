@@ -106,6 +106,7 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("counters.counter-disagrees", Unit::Count),
     ("flow.mct", Unit::Nanos),
     ("flow.goodput", Unit::BitsPerSec),
+    ("flow.fairness", Unit::Count),
     ("flow.rtt", Unit::Nanos),
     ("flow.flight", Unit::Bytes),
     ("flow.retransmissions", Unit::Count),

@@ -341,6 +341,14 @@ pub struct ConnGroup {
     /// RoCE: retries after a timeout, 0..7 (default 7).
     #[serde(default)]
     pub max_retransmit_retry: Option<u8>,
+    /// TCP: the group's first connection posts its first message this long
+    /// after the workload starts (default: at once).
+    #[serde(default)]
+    pub start: Option<Nanos>,
+    /// TCP: each further connection of the group starts this much after
+    /// the one before (DCTCP's convergence test: flows joining one by one).
+    #[serde(default)]
+    pub stagger: Option<Nanos>,
 }
 
 fn one() -> Index {
@@ -622,6 +630,10 @@ pub struct Expect {
     pub connection: Option<IndexOrAll>,
     #[serde(default)]
     pub packet: Option<Index>,
+    /// With `finding`: only the findings about this virtual queue (vAQM,
+    /// numbered from 1 in `vaqm.queues` order).
+    #[serde(default)]
+    pub queue: Option<Index>,
     /// How many times the packet was retransmitted.
     #[serde(default)]
     pub retransmitted: Option<u32>,
@@ -792,6 +804,23 @@ pub const ROCE_OVERHEAD: u32 = 60;
 
 fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> {
     let roce = s.traffic.transport == Transport::Roce;
+    for (field, set) in [
+        ("start", g.start.is_some()),
+        ("stagger", g.stagger.is_some()),
+    ] {
+        if set && roce {
+            return err(
+                format!("{at}.{field}"),
+                "is a TCP setting; RoCE QPs start together",
+            );
+        }
+        if set && s.traffic.barrier {
+            return err(
+                format!("{at}.{field}"),
+                "cannot delay a connection under `traffic.barrier`: every round waits for all",
+            );
+        }
+    }
     if !roce {
         if g.verb.contains(Verb::Send) {
             return err(
@@ -1194,6 +1223,18 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
             if x.at_least.is_none() && x.at_most.is_none() && x.equals.is_none() {
                 return err(at, "`finding` needs `at_least`, `at_most` or `equals`");
             }
+            let queues = s.vaqm.as_ref().map_or(0, |v| v.queues.len());
+            if let Some(q) = x.queue.filter(|q| q.0 as usize > queues) {
+                return err(
+                    format!("{at}.queue"),
+                    format!(
+                        "virtual queue {} does not exist (the spec has {queues})",
+                        q.0
+                    ),
+                );
+            }
+        } else if x.queue.is_some() {
+            return err(format!("{at}.queue"), "`queue` goes with `finding`");
         } else if x.stat.is_some() {
             return err(format!("{at}.stat"), "`stat` goes with `finding`");
         } else if x.counter.is_none() && (x.equals.is_some() || x.tolerance.is_some()) {

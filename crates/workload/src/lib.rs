@@ -257,6 +257,18 @@ pub struct Stop {
 }
 
 impl Stop {
+    /// Waits until `at` (a connection's `start`), checking the stop.
+    fn wait_until(&self, at: Instant, conn: u32) -> Result<(), Error> {
+        loop {
+            self.check(conn)?;
+            let now = Instant::now();
+            if now >= at {
+                return Ok(());
+            }
+            std::thread::sleep((at - now).min(POLL));
+        }
+    }
+
     fn check(&self, conn: u32) -> Result<(), Error> {
         if self.abort.load(Ordering::Relaxed) {
             return Err(Error::Interrupted);
@@ -494,6 +506,7 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
         .max()
         .unwrap_or(0);
     let barrier = plan.barrier.then(|| Barrier::new(plan.conns.len()));
+    let begin = Instant::now();
     let mut reports: Vec<ConnReport> = std::thread::scope(|sc| {
         let handles: Vec<_> = conns
             .pairs
@@ -506,7 +519,11 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
                     // With a barrier every connection takes part in every
                     // round; one with fewer messages idles through the rest.
                     let own = c.messages.div_ceil(c.tx_depth);
-                    let mut res = requester(c, req, stop, barrier, own);
+                    // A delayed start (never with a barrier: validated).
+                    let at = begin + Duration::from_nanos(c.start.0);
+                    let mut res = stop
+                        .wait_until(at, c.id)
+                        .and_then(|()| requester(c, req, stop, barrier, own));
                     if let Some(b) = barrier {
                         match res {
                             Ok(_) => {

@@ -21,6 +21,7 @@ impl Analyzer for Flow {
 
     fn run(&self, input: &Input) -> (u64, Vec<Finding>) {
         let mut out = Vec::new();
+        let timeline = Timeline::of(input);
         for c in &input.analysis.connections {
             if let Some(mct) = input.facts.and_then(|f| f.mct_ns.get(&c.id)) {
                 let s = mct.iter().map(|v| *v as f64).collect();
@@ -50,7 +51,8 @@ impl Analyzer for Flow {
                                 fmt_value(g, Unit::BitsPerSec)
                             ),
                         )
-                        .conn(c.id),
+                        .conn(c.id)
+                        .series(format!("conn {}", c.id), timeline.goodput(c.id)),
                     );
                 }
             }
@@ -86,7 +88,125 @@ impl Analyzer for Flow {
                 .conn(c.id),
             );
         }
+        out.extend(timeline.fairness());
         (0, out)
+    }
+}
+
+/// Data that reached the receiver, per connection, in time bins at the
+/// vantage point: goodput over time, and the fairness between the
+/// connections sending at the same time (DCTCP's convergence test,
+/// Alizadeh et al. §4.1; NetBump Fig. 15).
+struct Timeline {
+    /// The trace's first packet: the plots' zero.
+    t0: u64,
+    start: u64,
+    bin: u64,
+    /// (connection, first and last data packet, bytes per bin).
+    conns: Vec<(u32, u64, u64, Vec<u64>)>,
+}
+
+/// Bins over the data-carrying span of the trace.
+const BINS: u64 = 100;
+
+impl Timeline {
+    fn of(input: &Input) -> Timeline {
+        let t0 = input.trace.packets.first().map_or(0, |p| p.ts_ns);
+        let data = |c: &crate::model::ConnAnalysis| {
+            c.segs
+                .iter()
+                .filter(|s| s.data && s.first && !s.lost && s.tcp.payload_len > 0)
+                .map(|s| (s.ts, u64::from(s.tcp.payload_len)))
+                .collect::<Vec<_>>()
+        };
+        let per: Vec<(u32, Vec<(u64, u64)>)> = input
+            .analysis
+            .connections
+            .iter()
+            .map(|c| (c.id, data(c)))
+            .filter(|(_, d)| !d.is_empty())
+            .collect();
+        let start = per.iter().map(|(_, d)| d[0].0).min().unwrap_or(0);
+        let end = per.iter().map(|(_, d)| d[d.len() - 1].0).max().unwrap_or(0);
+        // At least 1 ms: finer bins show packet trains, not rates.
+        let bin = ((end - start) / BINS).max(1_000_000);
+        let n = ((end - start) / bin + 1) as usize;
+        let conns = per
+            .into_iter()
+            .map(|(id, d)| {
+                let mut bytes = vec![0u64; n];
+                for (ts, len) in &d {
+                    bytes[((ts - start) / bin) as usize] += len;
+                }
+                (id, d[0].0, d[d.len() - 1].0, bytes)
+            })
+            .collect();
+        Timeline {
+            t0,
+            start,
+            bin,
+            conns,
+        }
+    }
+
+    fn mid(&self, b: usize) -> f64 {
+        (self.start + b as u64 * self.bin + self.bin / 2).saturating_sub(self.t0) as f64 / 1e9
+    }
+
+    /// Goodput of `conn` in each bin of its data span, bits per second.
+    fn goodput(&self, conn: u32) -> Vec<(f64, f64)> {
+        let Some((_, first, last, bytes)) = self.conns.iter().find(|c| c.0 == conn) else {
+            return Vec::new();
+        };
+        let (b0, b1) = (
+            ((first - self.start) / self.bin) as usize,
+            ((last - self.start) / self.bin) as usize,
+        );
+        (b0..=b1)
+            .map(|b| (self.mid(b), bytes[b] as f64 * 8e9 / self.bin as f64))
+            .collect()
+    }
+
+    /// Jain's index (Σx)² / (n Σx²) over the connections that sent for the
+    /// whole of a bin, in every bin where two or more did.
+    fn fairness(&self) -> Option<Finding> {
+        let mut points = Vec::new();
+        let n = self.conns.first().map_or(0, |c| c.3.len());
+        for b in 0..n {
+            let (lo, hi) = (
+                self.start + b as u64 * self.bin,
+                self.start + (b as u64 + 1) * self.bin,
+            );
+            let x: Vec<f64> = self
+                .conns
+                .iter()
+                .filter(|c| c.1 <= lo && c.2 >= hi)
+                .map(|c| c.3[b] as f64)
+                .collect();
+            let sum: f64 = x.iter().sum();
+            let sq: f64 = x.iter().map(|v| v * v).sum();
+            if x.len() >= 2 && sq > 0.0 {
+                points.push((self.mid(b), sum * sum / (x.len() as f64 * sq)));
+            }
+        }
+        let bin = self.bin;
+        Finding::summarized(
+            A,
+            "fairness",
+            Unit::Count,
+            points.iter().map(|p| p.1).collect(),
+            |d| {
+                format!(
+                    "Jain's fairness index of the goodput of the connections sending together, \
+                     over {} bins of {}: median {:.3}, min {:.3} (1 = equal shares)",
+                    d.count,
+                    fmt_duration(bin),
+                    d.p50,
+                    d.min
+                )
+            },
+        )
+        .map(|f| f.series("Jain's index", points))
     }
 }
 

@@ -44,12 +44,23 @@ impl Analyzer for Vaqm {
         }
         let mut out = Vec::new();
         let mut checks = 0;
+        // Every finding names its queue (`expect: {queue: N, ...}`).
+        let tag = |out: &mut Vec<Finding>, from: usize, vq: u32| {
+            for f in &mut out[from..] {
+                f.queue = Some(vq);
+            }
+        };
         for (&vq, idxs) in &per {
             let f = facts.iter().find(|f| f.id == vq);
+            let from = out.len();
             checks += judge(input, vq, idxs, f, &mut out);
+            tag(&mut out, from, vq);
         }
+        let t0 = input.trace.packets.first().map_or(0, |p| p.ts_ns);
         for f in facts {
-            truth(f, &mut out);
+            let from = out.len();
+            truth(f, t0, &mut out);
+            tag(&mut out, from, f.id);
         }
         (checks, out)
     }
@@ -75,15 +86,28 @@ fn judge(
     let who = name_of(vq, f);
     let meta = |i: usize| trace.packets[i].meta.as_ref().expect("filtered on meta");
     let queue: Vec<f64> = idxs.iter().map(|&i| f64::from(meta(i).vq_bytes)).collect();
+    let t0 = trace.packets.first().map_or(0, |p| p.ts_ns);
+    let over_time: Vec<(f64, f64)> = idxs
+        .iter()
+        .map(|&i| {
+            (
+                secs(trace.packets[i].ts_ns, t0),
+                f64::from(meta(i).vq_bytes),
+            )
+        })
+        .collect();
     let marks = idxs.iter().filter(|&&i| meta(i).aqm == "mark").count();
     let drops = idxs.iter().filter(|&&i| meta(i).aqm == "drop").count();
     let overflows = idxs.iter().filter(|&&i| meta(i).aqm == "overflow").count();
-    out.extend(Finding::summarized(A, "queue", Unit::Bytes, queue, |d| {
-        format!(
-            "{who}: estimated occupancy at {} packets: median {:.0}B, p99 {:.0}B, max {:.0}B",
-            d.count, d.p50, d.p99, d.max
-        )
-    }));
+    out.extend(
+        Finding::summarized(A, "queue", Unit::Bytes, queue, |d| {
+            format!(
+                "{who}: estimated occupancy at {} packets: median {:.0}B, p99 {:.0}B, max {:.0}B",
+                d.count, d.p50, d.p99, d.max
+            )
+        })
+        .map(|f| f.series(who.clone(), over_time)),
+    );
     out.push(Finding::measurement(
         A,
         "marks",
@@ -220,7 +244,12 @@ fn judge(
 
 /// The estimate against the real queue (NetBump Fig. 10): the error and
 /// the real occupancy, over every sample.
-fn truth(f: &VqFacts, out: &mut Vec<Finding>) {
+/// Seconds from `t0` (the trace's first packet) to `ts`, both ns.
+fn secs(ts: u64, t0: u64) -> f64 {
+    ts.saturating_sub(t0) as f64 / 1e9
+}
+
+fn truth(f: &VqFacts, t0: u64, out: &mut Vec<Finding>) {
     if f.truth.is_empty() {
         return;
     }
@@ -244,16 +273,27 @@ fn truth(f: &VqFacts, out: &mut Vec<Finding>) {
             d.count, d.p50, d.p99, d.max
         )
     }));
-    out.extend(Finding::summarized(
-        A,
-        "real-queue",
-        Unit::Bytes,
-        actual,
-        |d| {
+    // NetBump Fig. 10: the real queue and the estimate, over time.
+    let real: Vec<(f64, f64)> = f
+        .truth
+        .iter()
+        .map(|p| (secs(p.ts_ns, t0), p.actual_bytes as f64))
+        .collect();
+    let estimate: Vec<(f64, f64)> = f
+        .truth
+        .iter()
+        .map(|p| (secs(p.ts_ns, t0), p.virtual_bytes as f64))
+        .collect();
+    out.extend(
+        Finding::summarized(A, "real-queue", Unit::Bytes, actual, |d| {
             format!(
                 "{who}: the real queue behind the port: median {:.0}B, p99 {:.0}B, max {:.0}B",
                 d.p50, d.p99, d.max
             )
-        },
-    ));
+        })
+        .map(|f| {
+            f.series(format!("{who}: real (qdisc)"), real)
+                .series(format!("{who}: estimate"), estimate)
+        }),
+    );
 }
