@@ -851,6 +851,32 @@ fn dctcp_marking_follows_k(spec: &Path, out: &Path) -> Run {
     r
 }
 
+/// The seed's experiments (NetBump Figs. 14 and 15) pass their expectations
+/// and draw their plots.
+#[test]
+fn netbump_figure_specs_pass_their_expectations_and_plot() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let figs: Vec<PathBuf> = specs_in("specs/vaqm")
+        .into_iter()
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("fig"))
+        .collect();
+    assert!(figs.len() >= 3, "{figs:?}");
+    for spec in &figs {
+        let r = run_spec(spec, out.path());
+        assert_eq!(r.code, 0, "{}: {}", spec.display(), r.why());
+        let html = std::fs::read_to_string(
+            Path::new(r.summary["results"].as_str().unwrap()).join("report.html"),
+        )
+        .unwrap();
+        for plot in ["flow.goodput:", "vaqm.real-queue:"] {
+            assert!(html.contains(plot), "{}: no {plot} plot", spec.display());
+        }
+        assert_nothing_left("a NetBump figure run");
+    }
+}
+
 /// A discipline that does not compile fails before anything exists, with
 /// clang's file:line; one the verifier refuses fails the run with the
 /// verifier's words, after which nothing is left either.

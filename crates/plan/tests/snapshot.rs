@@ -104,3 +104,23 @@ traffic:
     assert_eq!(plan.hosts[1].gids.len(), 3);
     assert_eq!(plan.hosts[1].gids[0], plan.hosts[1].ip);
 }
+
+#[test]
+fn connections_start_at_their_group_start_plus_the_stagger() {
+    let spec = wirelab_spec::parse(
+        "topology:
+  hosts:
+    - {name: a}
+    - {name: b}
+traffic:
+  connections:
+    - {from: a, to: b, message_size: 1KB}
+    - {from: a, to: b, count: 3, message_size: 1KB, start: 1s, stagger: 250ms}
+    - {from: b, to: a, count: 2, message_size: 1KB, stagger: 10ms}
+",
+    )
+    .unwrap();
+    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let starts: Vec<u64> = plan.conns.iter().map(|c| c.start.0 / 1_000_000).collect();
+    assert_eq!(starts, [0, 1000, 1250, 1500, 0, 10]);
+}

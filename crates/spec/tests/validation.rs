@@ -221,6 +221,11 @@ fn each_rejection_names_path_and_line() {
             "vaqm.queues[0]: one discipline per queue: `dctcp`, `red` or `extension` (line 13)",
         ),
         (
+            "a delayed start under a barrier",
+            with("").replace("message_size: 14480", "message_size: 14480\n      start: 1s").replace("traffic:\n", "traffic:\n  barrier: true\n"),
+            "traffic.connections[0].start: cannot delay a connection under `traffic.barrier`: every round waits for all (line 11)",
+        ),
+        (
             "vAQM RED thresholds the wrong way round",
             with("vaqm:\n  queues:\n    - {port: responder, rate: 1gbit, red: {min: 20KB, max: 10KB, max_p: 0.1}}\n"),
             "vaqm.queues[0].red.max: must be above min (20000B >= 10000B) (line 12)",
