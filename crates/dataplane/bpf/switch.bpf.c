@@ -35,9 +35,10 @@ const volatile __u8 test_clock = 0;
  * counts updates that arrive from a different CPU, so a broken assumption
  * shows in the run summary instead of silently racing. */
 const volatile __u8 vaqm_lock = 0;
-/* A user discipline is loaded (wirelab_ext.h): the stage calls the hooks,
- * which the discipline's programs replace (freplace). With 0 the calls are
- * removed and the built-in stage runs as it is. */
+/* A user discipline is linked in (wirelab_ext.h, src/ext.rs): the stage
+ * calls the hooks, whose weak defaults the discipline's definitions
+ * replace. With 0 the calls are removed and the built-in stage runs as it
+ * is. */
 const volatile __u8 vaqm_ext = 0;
 
 struct {
