@@ -32,9 +32,10 @@ fn html_marks_drops_retransmissions_and_ce() {
     assert!(!h.contains("<script"), "self-contained, no scripts");
     assert_eq!(
         h.matches("<svg").count(),
-        3,
-        "time–sequence, latency bars, RTT CDF"
+        4,
+        "time–sequence, latency bars, RTT CDF, goodput over time"
     );
+    assert!(h.contains("flow.goodput: Goodput per connection"));
     assert!(h.contains("#FF0000"), "retransmissions in red");
     assert!(h.contains("Retransmission latency"));
     assert!(!h.contains("#FF8C00"), "no CE mark in this trace");
