@@ -192,6 +192,14 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
                     "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
                     if drop { "drop" } else { "mark" }
                 ),
+                Discipline::Qcn(p) => format!(
+                    "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
+                    p.q_eq,
+                    p.w,
+                    p.fb_max,
+                    p.p_min as f64 / wirelab_qcn::cp::P_ONE as f64,
+                    p.p_max as f64 / wirelab_qcn::cp::P_ONE as f64
+                ),
                 Discipline::Extension { .. } => format!(
                     "extension {} {:?}",
                     plan.vaqm_extension

@@ -288,6 +288,58 @@ hit:
 }
 
 /*
+ * IEEE 802.1Qau congestion point (NetBump §4.3; Alizadeh et al., Allerton
+ * 2008 §3): each frame is sampled with a probability that grows linearly
+ * from p_min to p_max with the last sample's quantised |Fb|; a sample
+ * computes Fb = -(Q_off + w Q_delta) with Q_off = Q - Q_eq and Q_delta =
+ * Q - Q_old (the queue at the previous sample), and Fb < 0 asks for a
+ * CNM carrying |Fb| quantised to 1..fb_max. Returns that value, 0 = none.
+ * crates/qcn/src/cp.rs computes the same, integer for integer.
+ */
+/* 64-byte units, rounded down, saturated to 16 bits (cnmQOffset,
+ * cnmQDelta). A shift, not a division: signed division needs BPF ISA v4. */
+static __always_inline __s16 units64(__s64 bytes)
+{
+	bytes >>= 6;
+	if (bytes > 0x7fff)
+		return 0x7fff;
+	if (bytes < -0x8000)
+		return -0x8000;
+	return bytes;
+}
+
+static __always_inline __u32 vq_qcn(struct wl_vq *q, struct pkt *pk)
+{
+	__u64 p, qlen = q->bytes, mag;
+	__s64 fb;
+	__u32 rnd;
+
+	p = q->p_min + (q->p_max - q->p_min) * q->last_qfb / q->fb_max;
+	q->rng ^= q->rng << 13;
+	q->rng ^= q->rng >> 7;
+	q->rng ^= q->rng << 17;
+	rnd = q->rng >> 32;
+	if ((__u64)rnd >= p)
+		return 0;
+	q->samples++;
+	pk->qcn_off = units64((__s64)qlen - (__s64)q->q_eq);
+	pk->qcn_delta = units64((__s64)qlen - (__s64)q->q_old);
+	fb = -(((__s64)qlen - (__s64)q->q_eq) + (__s64)q->qcn_w * ((__s64)qlen - (__s64)q->q_old));
+	q->q_old = qlen;
+	if (fb >= 0) {
+		q->last_qfb = 0;
+		return 0;
+	}
+	mag = (__u64)(-fb) * q->fb_max / q->fb_range;
+	if (mag < 1)
+		mag = 1;
+	if (mag > q->fb_max)
+		mag = q->fb_max;
+	q->last_qfb = mag;
+	return mag;
+}
+
+/*
  * The stage: returns the verdict and fills the mirror header's vq fields.
  * A dropped packet leaves the queue again (Fig. 5 line 11: it never
  * reaches the downstream buffer).
@@ -322,6 +374,9 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 		verdict = vq_dctcp(q);
 	else if (q->discipline == WL_AQM_RED)
 		verdict = vq_red(q);
+	else if (q->discipline == WL_AQM_QCN)
+		/* The packet passes; the switch sends the CNM (switch.bpf.c). */
+		m->qcn_fb = vq_qcn(q, p);
 	else if (vaqm_ext && q->discipline == WL_AQM_EXT)
 		/* Not under the lock: Switch::load refuses the lock with an
 		 * extension (no calls while a BPF spin lock is held). */

@@ -120,7 +120,13 @@ enum wl_aqm {
 	WL_AQM_DCTCP = 1, /* mark above K on the instantaneous queue (§4.2) */
 	WL_AQM_RED = 2,   /* Floyd & Jacobson's RED on the average (§4.1) */
 	WL_AQM_EXT = 3,   /* the user's discipline (wirelab_ext.h hooks) */
+	WL_AQM_QCN = 4,   /* an 802.1Qau congestion point: CNMs upstream (§4.3) */
 };
+
+/* The bytes of a sampled frame's MSDU a CNM carries (802.1Qau §33.4). */
+#define WL_CNM_MSDU 64
+#define WL_CNM_HDR 38
+#define WL_ETH_P_CN 0x22E9
 
 /* The verdicts (enum wl_aqm_verdict) are in wirelab_ext.h, shared with
  * user disciplines. */
@@ -146,7 +152,17 @@ struct wl_vq {
 	__u64 max_p;      /* RED max_p, in 2^-32 */
 	__u64 max_gap_ns; /* longest gap whose drain fits 64 bits in byte/1e9 */
 	__u64 buffer;     /* the emulated port's buffer, bytes; 0 = unbounded */
+	/* QCN congestion point (802.1Qau; crates/qcn/src/cp.rs is the
+	 * reference): equilibrium, weight, quantisation, sampling in 2^-32. */
+	__u64 q_eq;
+	__u64 qcn_w;
+	__u64 fb_max;
+	__u64 fb_range;   /* |Fb| that quantises to fb_max: q_eq (1 + 2w) */
+	__u64 p_min;
+	__u64 p_max;
 	/* State. */
+	__u64 q_old;      /* QCN: the queue at the previous sample */
+	__u64 last_qfb;   /* QCN: the previous sample's quantised |Fb| */
 	__u64 bytes;      /* VQ->tokens: the estimated occupancy */
 	__u64 last_ns;    /* VQ->lastUpdate; 0 = no packet yet */
 	__u64 frac;       /* drain not yet a whole byte, in byte/1e9 */
@@ -160,6 +176,8 @@ struct wl_vq {
 	__u64 unmarkable; /* marks that fell on Not-ECT packets (RED drops them) */
 	__u64 cpu_moves;  /* updates from another CPU than the previous one */
 	__u64 overflows;  /* packets the emulated port's full buffer tail-drops */
+	__u64 samples;    /* QCN: frames sampled */
+	__u64 cnms;       /* QCN: notifications sent upstream */
 	__u32 cpu;        /* CPU of the last update */
 	__u32 pad;
 	/* WL_AQM_EXT: the user discipline's view (wirelab_ext.h). */
@@ -200,6 +218,10 @@ struct wl_counters {
 	__u64 no_route;
 	__u64 aqm_drops;
 	__u64 aqm_marks;
+	/* QCN: notifications sent back out of this (ingress) port, and
+	 * sampled frames that could not be cloned (forwarded, no CNM). */
+	__u64 cnm_sent;
+	__u64 cnm_failed;
 };
 
 /* Header of one mirrored packet in the capture ring; cap_len bytes follow. */
@@ -219,7 +241,9 @@ struct wl_mirror_hdr {
 	__u32 vq;       /* virtual queue, 0 = none */
 	__u32 vq_bytes; /* its estimated occupancy after this packet */
 	__u32 aqm;      /* enum wl_aqm_verdict */
-	__u32 pad;
+	/* QCN: the quantised |Fb| of the CNM this packet caused to be sent
+	 * back towards its source, 0 = none. */
+	__u32 qcn_fb;
 };
 
 #endif

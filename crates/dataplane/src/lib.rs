@@ -52,6 +52,9 @@ pub enum Discipline {
     /// The user's discipline (`ext`, `Switch::load_with`), with its
     /// numbers (`wl_ext_vq.param`).
     Extension { params: [u64; EXT_PARAMS] },
+    /// An IEEE 802.1Qau congestion point (§4.3): sampled frames with
+    /// Fb < 0 send a CNM back out of their ingress port.
+    Qcn(wirelab_qcn::cp::CpParams),
 }
 
 /// Numbers a queue passes to a user discipline (`WL_EXT_PARAMS`).
@@ -90,6 +93,11 @@ pub struct VqState {
     pub cpu_moves: u64,
     /// Packets that found the buffer full (`VqConfig::buffer_bytes`).
     pub overflows: u64,
+    /// QCN: frames sampled, and the quantised |Fb| of the last sample.
+    pub samples: u64,
+    pub last_qfb: u64,
+    /// QCN: the queue at the last sample (Q_old).
+    pub q_old: u64,
 }
 
 /// Which of its two tracking slots a RoCE direction's data packets use
@@ -694,6 +702,24 @@ impl Switch {
                 // marks repeat for the same arrivals.
                 v.rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(id);
             }
+            Discipline::Qcn(p) => {
+                if p.q_eq == 0 || p.fb_max == 0 || p.fb_max > 63 || p.p_min > p.p_max
+                    || p.p_max > wirelab_qcn::cp::P_ONE
+                {
+                    return Err(Error::Config(format!(
+                        "virtual queue {id}: QCN needs q_eq > 0, 1 <= fb_max <= 63 \
+                         (6 bits) and p_min <= p_max <= 1"
+                    )));
+                }
+                v.discipline = 4;
+                v.q_eq = p.q_eq;
+                v.qcn_w = p.w;
+                v.fb_max = p.fb_max;
+                v.fb_range = p.fb_range();
+                v.p_min = p.p_min;
+                v.p_max = p.p_max;
+                v.rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(id);
+            }
             Discipline::Extension { params } => {
                 if !self.config.extension {
                     return Err(Error::Config(format!(
@@ -776,6 +802,9 @@ impl Switch {
             unmarkable: q.unmarkable,
             cpu_moves: q.cpu_moves,
             overflows: q.overflows,
+            samples: q.samples,
+            last_qfb: q.last_qfb,
+            q_old: q.q_old,
         })
     }
 
@@ -839,6 +868,8 @@ impl Switch {
                 t.no_route += c.no_route;
                 t.aqm_drops += c.aqm_drops;
                 t.aqm_marks += c.aqm_marks;
+                t.cnm_sent += c.cnm_sent;
+                t.cnm_failed += c.cnm_failed;
             }
         }
         Ok(t)

@@ -9,15 +9,13 @@ use std::path::{Path, PathBuf};
 
 mod common;
 use common::{have_bpf, run_frame};
-use etherparse::{IpEcn, IpNumber, Ipv4Header, UdpHeader};
+use etherparse::IpEcn;
 use wirelab_dataplane::ext::{self, CompileError, Extension};
 use wirelab_dataplane::{
     verdict, wl_mirror_hdr, Config, Discipline, Error, Switch, VqConfig, EXT_PARAMS,
 };
 
-const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 const LO_IFINDEX: u32 = 1;
 const OUT_IFINDEX: u32 = 4242;
@@ -30,26 +28,7 @@ const US: u64 = 1_000;
 const T0: u64 = 1_000_000;
 
 fn frame(dport: u16, ecn: IpEcn) -> Vec<u8> {
-    let payload = vec![0x5a; LEN - 14 - 20 - 8];
-    let udp = UdpHeader::without_ipv4_checksum(40000, dport, payload.len()).unwrap();
-    let mut ip = Ipv4Header::new(
-        (8 + payload.len()) as u16,
-        64,
-        IpNumber::UDP,
-        A.octets(),
-        B.octets(),
-    )
-    .unwrap();
-    ip.ecn = ecn;
-    ip.header_checksum = ip.calc_header_checksum();
-    let mut out = Vec::new();
-    out.extend_from_slice(&MAC_B);
-    out.extend_from_slice(&MAC_A);
-    out.extend_from_slice(&0x0800u16.to_be_bytes());
-    ip.write(&mut out).unwrap();
-    udp.write(&mut out).unwrap();
-    out.extend_from_slice(&payload);
-    out
+    common::udp_frame(B, dport, LEN, ecn)
 }
 
 fn example(name: &str) -> PathBuf {

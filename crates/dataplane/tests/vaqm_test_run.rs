@@ -8,13 +8,11 @@ use std::net::Ipv4Addr;
 
 mod common;
 use common::{have_bpf, run_frame};
-use etherparse::{IpEcn, IpNumber, Ipv4Header, UdpHeader};
+use etherparse::{IpEcn, Ipv4Header};
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Config, Discipline, Switch, VqConfig};
 
-const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const C: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 const LO_IFINDEX: u32 = 1;
 const OUT_IFINDEX: u32 = 4242;
@@ -24,29 +22,9 @@ const PASS: u32 = 0;
 const MARK: u32 = 1;
 const DROP: u32 = 2;
 
-/// A UDP frame from A to `dst` of `len` bytes in all.
+/// A UDP frame from 198.18.0.1 to `dst` of `len` bytes in all.
 fn frame(dst: Ipv4Addr, len: usize, ecn: IpEcn) -> Vec<u8> {
-    let payload = vec![0x5a; len - 14 - 20 - 8];
-    let udp = UdpHeader::without_ipv4_checksum(40000, 9000, payload.len()).unwrap();
-    let mut ip = Ipv4Header::new(
-        (8 + payload.len()) as u16,
-        64,
-        IpNumber::UDP,
-        A.octets(),
-        dst.octets(),
-    )
-    .unwrap();
-    ip.ecn = ecn;
-    ip.header_checksum = ip.calc_header_checksum();
-    let mut out = Vec::new();
-    out.extend_from_slice(&MAC_B);
-    out.extend_from_slice(&MAC_A);
-    out.extend_from_slice(&0x0800u16.to_be_bytes());
-    ip.write(&mut out).unwrap();
-    udp.write(&mut out).unwrap();
-    out.extend_from_slice(&payload);
-    assert_eq!(out.len(), len);
-    out
+    common::udp_frame(dst, 9000, len, ecn)
 }
 
 /// A switch with the vAQM stage: port 1 = loopback, B behind port 2, whose

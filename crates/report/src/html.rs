@@ -514,49 +514,25 @@ fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
         .flat_map(|s| s.1.iter().copied())
         .fold(1.0, f64::max)
         / 1e3;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1000, 360)).into_drawing_area();
-        let _ = root.fill(&WHITE);
-        let Ok(mut ch) = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..xmax * 1.05, 0f64..1.0)
-        else {
-            return String::new();
-        };
-        let _ = ch
-            .configure_mesh()
-            .x_desc(format!("{title} (us)"))
-            .y_desc("fraction")
-            .draw();
-        for (n, (conn, samples)) in series.iter().take(16).enumerate() {
+    let lines = series
+        .iter()
+        .take(16)
+        .map(|(conn, samples)| {
             let mut v = samples.clone();
             v.sort_by(f64::total_cmp);
             let k = v.len().div_ceil(MAX_POINTS).max(1);
             let len = v.len() as f64;
-            let pts: Vec<(f64, f64)> = v
+            let pts = v
                 .iter()
                 .enumerate()
                 .step_by(k)
                 .map(|(i, x)| (x / 1e3, (i + 1) as f64 / len))
                 .collect();
-            let color = Palette99::pick(n).stroke_width(2);
-            if let Ok(s) = ch.draw_series(LineSeries::new(pts, color)) {
-                s.label(format!("conn {conn}")).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
-                });
-            }
-        }
-        let _ = ch
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw();
-        let _ = root.present();
-    }
-    svg
+            (format!("conn {conn}"), pts)
+        })
+        .collect();
+    let axes = (xmax * 1.05, 1.0, format!("{title} (us)"), "fraction");
+    lines_chart(lines, axes, 2)
 }
 
 /// Lines over time, one per series; values scaled to a readable unit.
@@ -571,6 +547,29 @@ fn over_time(series: &[&wirelab_analyze::Series], unit: Option<wirelab_spec::Uni
     let pts = || series.iter().flat_map(|s| s.points.iter());
     let xmax = pts().map(|p| p.0).fold(1e-3, f64::max);
     let ymax = pts().map(|p| p.1 * scale).fold(1e-9, f64::max);
+    let lines = series
+        .iter()
+        .take(16)
+        .map(|s| {
+            let k = s.points.len().div_ceil(MAX_POINTS / 4).max(1);
+            let line = s
+                .points
+                .iter()
+                .step_by(k)
+                .map(|p| (p.0, p.1 * scale))
+                .collect();
+            (s.label.clone(), line)
+        })
+        .collect();
+    lines_chart(lines, (xmax * 1.02, ymax * 1.08, "s".into(), ylabel), 1)
+}
+
+/// Labelled lines from 0 to (xmax, ymax), with a legend.
+fn lines_chart(
+    lines: Vec<(String, Vec<(f64, f64)>)>,
+    (xmax, ymax, xdesc, ydesc): (f64, f64, String, &str),
+    stroke: u32,
+) -> String {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 360)).into_drawing_area();
@@ -579,22 +578,15 @@ fn over_time(series: &[&wirelab_analyze::Series], unit: Option<wirelab_spec::Uni
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax * 1.08)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
         else {
             return String::new();
         };
-        let _ = ch.configure_mesh().x_desc("s").y_desc(ylabel).draw();
-        for (n, s) in series.iter().take(16).enumerate() {
-            let k = s.points.len().div_ceil(MAX_POINTS / 4).max(1);
-            let line: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .step_by(k)
-                .map(|p| (p.0, p.1 * scale))
-                .collect();
-            let color = Palette99::pick(n).stroke_width(1);
-            if let Ok(d) = ch.draw_series(LineSeries::new(line, color)) {
-                d.label(s.label.clone()).legend(move |(x, y)| {
+        let _ = ch.configure_mesh().x_desc(xdesc).y_desc(ydesc).draw();
+        for (n, (label, pts)) in lines.into_iter().enumerate() {
+            let color = Palette99::pick(n).stroke_width(stroke);
+            if let Ok(d) = ch.draw_series(LineSeries::new(pts, color)) {
+                d.label(label).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 15, y)], Palette99::pick(n))
                 });
             }

@@ -32,3 +32,37 @@ pub fn run_frame(sw: &Switch, input: &[u8]) -> (u32, Vec<u8>, Vec<(wl_mirror_hdr
     let records = got.take();
     (v, out, records)
 }
+
+/// An ECN-settable UDP frame of `len` bytes in all, from 198.18.0.1
+/// (02:00:00:00:00:01) port 40000 to `dst` (02:00:00:00:00:02) port
+/// `dport`: what the vAQM fixtures queue.
+#[allow(dead_code)] // not every fixture file sends UDP
+pub fn udp_frame(
+    dst: std::net::Ipv4Addr,
+    dport: u16,
+    len: usize,
+    ecn: etherparse::IpEcn,
+) -> Vec<u8> {
+    use etherparse::{IpNumber, Ipv4Header, UdpHeader};
+    let payload = vec![0x5a; len - 14 - 20 - 8];
+    let udp = UdpHeader::without_ipv4_checksum(40000, dport, payload.len()).unwrap();
+    let mut ip = Ipv4Header::new(
+        (8 + payload.len()) as u16,
+        64,
+        IpNumber::UDP,
+        [198, 18, 0, 1],
+        dst.octets(),
+    )
+    .unwrap();
+    ip.ecn = ecn;
+    ip.header_checksum = ip.calc_header_checksum();
+    let mut out = Vec::new();
+    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    out.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    out.extend_from_slice(&0x0800u16.to_be_bytes());
+    ip.write(&mut out).unwrap();
+    udp.write(&mut out).unwrap();
+    out.extend_from_slice(&payload);
+    assert_eq!(out.len(), len);
+    out
+}
