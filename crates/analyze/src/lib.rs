@@ -15,6 +15,7 @@ pub mod model;
 pub mod report;
 pub mod results;
 pub mod roce;
+pub mod rp;
 pub mod truth;
 
 use std::collections::BTreeMap;
@@ -164,6 +165,8 @@ pub struct RunFacts {
     pub roce_profile: BTreeMap<String, String>,
     /// The switch's virtual queues (NetBump) with their ground truth.
     pub vaqm: Vec<truth::VqFacts>,
+    /// QCN reaction points: their rate changes and the CNMs they received.
+    pub qcn: Vec<rp::RpFacts>,
 }
 
 impl RunFacts {

@@ -126,6 +126,8 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
             rate: wirelab_spec::BitsPerSec,
             dctcp: Option<wirelab_spec::vaqm::Dctcp>,
             red: Option<wirelab_spec::vaqm::Red>,
+            #[serde(default)]
+            qcn: Option<wirelab_spec::vaqm::Qcn>,
         }
         let truth = crate::truth::read_csv(&dir.join(crate::truth::TRUTH_FILE)).unwrap_or_default();
         for q in plan["vaqm"].as_array().into_iter().flatten() {
@@ -138,7 +140,32 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
                 rate_bps: q.rate.0,
                 dctcp: q.dctcp,
                 red: q.red,
+                qcn: q.qcn,
                 truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
+            });
+        }
+        // QCN reaction points: their rate changes, and the CNMs each
+        // received (from the summary).
+        let points = crate::rp::read_csv(&dir.join(crate::rp::RP_FILE)).unwrap_or_default();
+        for rp in plan["reaction_points"].as_array().into_iter().flatten() {
+            let Some(host) = rp["host"]
+                .as_u64()
+                .and_then(|h| plan["hosts"][h as usize]["name"].as_str())
+            else {
+                continue;
+            };
+            let cnms = s["reaction_points"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["host"].as_str() == Some(host))
+                .and_then(|r| r["cnms"].as_u64())
+                .unwrap_or(0);
+            f.qcn.push(crate::rp::RpFacts {
+                host: host.to_string(),
+                cnms,
+                line_rate_bps: rp["params"]["line_rate"].as_u64().unwrap_or(0),
+                points: points.iter().filter(|p| p.host == host).cloned().collect(),
             });
         }
         for c in plan["conns"].as_array().into_iter().flatten() {

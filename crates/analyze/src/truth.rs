@@ -53,6 +53,7 @@ pub struct VqFacts {
     pub rate_bps: u64,
     pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
     pub red: Option<wirelab_spec::vaqm::Red>,
+    pub qcn: Option<wirelab_spec::vaqm::Qcn>,
     /// Ground-truth samples of the real queue behind the port (empty when
     /// the port has no bottleneck to compare with).
     pub truth: Vec<TruthPoint>,

@@ -86,6 +86,7 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
                 _ => "unknown",
             }
             .to_string(),
+            cnm: h.qcn_fb,
         },
         pkt_len: h.pkt_len,
         data: data.to_vec(),

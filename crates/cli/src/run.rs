@@ -101,6 +101,9 @@ pub struct Summary {
     /// vAQM: each virtual queue as the switch left it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub vaqm: Vec<VqSummary>,
+    /// QCN: what each reaction point received and did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reaction_points: Vec<wirelab_workload::qcn::RpReport>,
     pub error: Option<String>,
 }
 
@@ -124,6 +127,9 @@ pub struct VqSummary {
     pub cpu_moves: u64,
     /// Packets that found the emulated buffer full (left out of the estimate).
     pub overflows: u64,
+    /// QCN: frames sampled, and CNMs sent back (counted per ingress port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qcn_samples: Option<u64>,
 }
 
 pub struct Outcome {
@@ -222,6 +228,7 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
                 bytes_at_end: st.bytes,
                 cpu_moves: st.cpu_moves,
                 overflows: st.overflows,
+                qcn_samples: q.qcn.as_ref().map(|_| st.samples),
             })
         })
         .collect()
@@ -235,6 +242,14 @@ fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
         Discipline::Extension { params }
     } else if let Some(d) = &q.dctcp {
         Discipline::Dctcp { k_bytes: d.k.0 }
+    } else if let Some(c) = &q.qcn {
+        Discipline::Qcn(wirelab_qcn::cp::CpParams {
+            q_eq: c.q_eq.0,
+            w: u64::from(c.w),
+            fb_max: u64::from(c.fb_max),
+            p_min: wirelab_qcn::cp::prob(c.p_min),
+            p_max: wirelab_qcn::cp::prob(c.p_max),
+        })
     } else if let Some(r) = &q.red {
         Discipline::Red {
             min_bytes: r.min.0,
@@ -476,7 +491,35 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
     };
     let mut roce_meta = Vec::new();
     let mut device_counters = Vec::new();
+    // QCN reaction points limit their hosts from before the first packet.
+    let reaction_points = if plan.reaction_points.is_empty() {
+        None
+    } else {
+        Some(
+            wirelab_workload::qcn::start(&plan, &stop)
+                .context("starting the QCN reaction points")?,
+        )
+    };
     let workload = (|| -> Result<(Vec<wirelab_workload::ConnMeta>, Vec<ConnReport>)> {
+        if plan
+            .conns
+            .iter()
+            .any(|c| c.transport == wirelab_spec::Transport::Udp)
+        {
+            // Nothing to hand off: UDP flows are not armed (no events).
+            let meta = plan
+                .conns
+                .iter()
+                .map(|c| wirelab_workload::ConnMeta {
+                    id: c.id,
+                    requester: std::net::SocketAddrV4::new(c.requester_ip, c.sport),
+                    responder: std::net::SocketAddrV4::new(c.responder_ip, c.dport),
+                    data_mss: plan.mtu - 28,
+                })
+                .collect();
+            let reports = wirelab_workload::udp::run(&plan, &stop)?;
+            return Ok((meta, reports));
+        }
         if plan.conns.iter().any(|c| c.roce.is_some()) {
             let prepared = wirelab_workload::roce::prepare(&plan)?;
             roce_meta = prepared.meta.clone();
@@ -535,6 +578,30 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
     };
     let kernel_rx_after = lab.switch_port_rx(&plan)?;
     let counters_after = host_counters(&plan)?;
+    let rp_reports = match reaction_points {
+        Some(r) => r.finish().context("stopping the QCN reaction points")?,
+        None => Vec::new(),
+    };
+    let rp_facts: Vec<wirelab_analyze::rp::RpFacts> = rp_reports
+        .iter()
+        .zip(&plan.reaction_points)
+        .map(|(r, p)| wirelab_analyze::rp::RpFacts {
+            host: r.host.clone(),
+            cnms: r.cnms,
+            line_rate_bps: p.params.line_rate,
+            points: r
+                .changes
+                .iter()
+                .map(|c| wirelab_analyze::rp::RpPoint {
+                    host: r.host.clone(),
+                    ts_ns: (i128::from(c.now_ns) + clock_offset) as u64,
+                    current_bps: c.current_bps,
+                    target_bps: c.target_bps,
+                    fb: c.fb,
+                })
+                .collect(),
+        })
+        .collect();
 
     let mut port_counts = Vec::new();
     let mut port_info = Vec::new();
@@ -572,6 +639,13 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
     };
     if !truth.is_empty() {
         wirelab_analyze::truth::write_csv(&dir.join(wirelab_analyze::truth::TRUTH_FILE), &truth)?;
+    }
+    if !rp_facts.is_empty() {
+        let all: Vec<_> = rp_facts
+            .iter()
+            .flat_map(|f| f.points.iter().cloned())
+            .collect();
+        wirelab_analyze::rp::write_csv(&dir.join(wirelab_analyze::rp::RP_FILE), &all)?;
     }
     let integrity = wirelab_capture::check_integrity(&records, &port_counts, seq_issued);
     let trace_path = dir.join("trace.pcapng");
@@ -649,6 +723,7 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
             .map(|h| (h.name.clone(), h.stack.roce.profile.clone()))
             .collect(),
         vaqm: vq_facts(&plan, &truth),
+        qcn: rp_facts,
     };
     let report = wirelab_analyze::report::build(
         &trace_path.display().to_string(),
@@ -776,6 +851,7 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
         roce: roce_meta,
         device_counters,
         vaqm: vaqm_summary(&plan, &switch)?,
+        reaction_points: rp_reports,
         error: workload_failed,
     };
     write_results(&dir, &summary, &log, &port_counts)?;
@@ -832,6 +908,7 @@ pub fn vq_facts(plan: &Plan, truth: &[TruthPoint]) -> Vec<VqFacts> {
             rate_bps: q.rate.0,
             dctcp: q.dctcp.clone(),
             red: q.red.clone(),
+            qcn: q.qcn.clone(),
             truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
         })
         .collect()

@@ -703,7 +703,10 @@ impl Switch {
                 v.rng = 0x9e37_79b9_7f4a_7c15 ^ u64::from(id);
             }
             Discipline::Qcn(p) => {
-                if p.q_eq == 0 || p.fb_max == 0 || p.fb_max > 63 || p.p_min > p.p_max
+                if p.q_eq == 0
+                    || p.fb_max == 0
+                    || p.fb_max > 63
+                    || p.p_min > p.p_max
                     || p.p_max > wirelab_qcn::cp::P_ONE
                 {
                     return Err(Error::Config(format!(

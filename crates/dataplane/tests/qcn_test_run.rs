@@ -35,7 +35,11 @@ impl PrivateNetns {
         let name = format!("wlfx-{tag}-{}", std::process::id());
         let ip = |args: &[&str]| {
             let o = Command::new("ip").args(args).output().expect("ip runs");
-            assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         };
         let _ = Command::new("ip").args(["netns", "del", &name]).output();
         ip(&["netns", "add", &name]);
@@ -51,7 +55,9 @@ impl PrivateNetns {
 impl Drop for PrivateNetns {
     fn drop(&mut self) {
         let _ = nix::sched::setns(self.home.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET);
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
@@ -108,7 +114,11 @@ fn every_sample_with_negative_fb_sends_a_cnm_back_to_the_source() {
         let q = 1000 * k;
         let want = cp::feedback(&p, q, q_old);
         q_old = q;
-        assert_eq!((m.vq_bytes as u64, m.qcn_fb as u64), (q, want.quantised), "frame {k}");
+        assert_eq!(
+            (m.vq_bytes as u64, m.qcn_fb as u64),
+            (q, want.quantised),
+            "frame {k}"
+        );
         assert_eq!(v, verdict::REDIRECT, "frame {k}");
         if want.quantised == 0 {
             // Fb >= 0 (frame 1: Q_off -2000 + 2 × 1000): forwarded as is.
@@ -197,5 +207,9 @@ fn a_frame_that_cannot_be_cloned_is_forwarded_without_a_cnm() {
         assert_eq!((v, out), (verdict::REDIRECT, input.clone()));
     }
     let c = sw.counters(1).unwrap();
-    assert_eq!((c.cnm_sent, c.cnm_failed), (0, 2), "frames 2 and 3 had Fb < 0");
+    assert_eq!(
+        (c.cnm_sent, c.cnm_failed),
+        (0, 2),
+        "frames 2 and 3 had Fb < 0"
+    );
 }

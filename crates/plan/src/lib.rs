@@ -60,6 +60,18 @@ pub struct Plan {
     pub vaqm: Vec<VqPlan>,
     /// The user discipline linked into the switch (`vaqm.extension`).
     pub vaqm_extension: Option<std::path::PathBuf>,
+    /// QCN reaction points: hosts whose sending is rate-limited by the
+    /// CNMs they receive (`vaqm.reaction_point`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reaction_points: Vec<RpPlan>,
+}
+
+/// A QCN reaction point on a host's link into the switch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RpPlan {
+    /// Index into `Plan::hosts`.
+    pub host: usize,
+    pub params: wirelab_qcn::rp::RpParams,
 }
 
 /// One virtual queue, resolved to switch ports and addresses.
@@ -74,6 +86,8 @@ pub struct VqPlan {
     pub buffer: Option<Bytes>,
     pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
     pub red: Option<wirelab_spec::vaqm::Red>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qcn: Option<wirelab_spec::vaqm::Qcn>,
     /// The user discipline's numbers (`vq->param[]`), when it runs here.
     pub extension: Option<Vec<u64>>,
 }
@@ -158,6 +172,9 @@ pub struct ConnPlan {
     /// When the requester posts its first message, after the workload
     /// starts (`start` + k × `stagger` for the group's k-th connection).
     pub start: Nanos,
+    /// UDP: the sending rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<BitsPerSec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -347,6 +364,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                     responder_sport: 49153 + 2 * id as u16,
                 }),
                 start: Nanos(g.start.map_or(0, |s| s.0) + k as u64 * g.stagger.map_or(0, |s| s.0)),
+                rate: g.rate,
             });
         }
     }
@@ -388,8 +406,38 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 buffer: q.buffer,
                 dctcp: q.dctcp.clone(),
                 red: q.red.clone(),
+                qcn: q.qcn.clone(),
                 extension: q.extension.clone(),
             }
+        })
+        .collect();
+    let reaction_points = spec
+        .vaqm
+        .iter()
+        .filter_map(|v| Some((v, v.reaction_point.as_ref()?)))
+        .flat_map(|(v, rp)| {
+            // G_d = 1 / (2 fb_max): the first QCN queue's quantisation
+            // (validation made sure there is one).
+            let fb_max = v
+                .queues
+                .iter()
+                .find_map(|q| q.qcn.as_ref())
+                .map_or(63, |q| q.fb_max);
+            let d =
+                wirelab_qcn::rp::RpParams::standard(rp.line_rate.map_or(1_000_000_000, |r| r.0));
+            let params = wirelab_qcn::rp::RpParams {
+                line_rate: d.line_rate,
+                min_rate: rp.min_rate.map_or(d.min_rate, |r| r.0),
+                fb_max: u64::from(fb_max),
+                r_ai: rp.r_ai.map_or(d.r_ai, |r| r.0),
+                fr_cycle_frames: rp.fr_cycle_frames.map_or(d.fr_cycle_frames, u64::from),
+                ai_cycle_frames: rp.ai_cycle_frames.map_or(d.ai_cycle_frames, u64::from),
+                fr_cycles: rp.fr_cycles.unwrap_or(d.fr_cycles),
+            };
+            rp.hosts.iter().map(move |h| RpPlan {
+                host: host_index(h),
+                params,
+            })
         })
         .collect();
     Plan {
@@ -407,5 +455,6 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         expect: spec.expect.clone(),
         vaqm,
         vaqm_extension: spec.vaqm.as_ref().and_then(|v| v.extension.clone()),
+        reaction_points,
     }
 }

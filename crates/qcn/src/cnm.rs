@@ -201,11 +201,19 @@ mod tests {
     fn errors_name_offsets() {
         assert_eq!(
             Cnm::parse(&FRAME[..20]),
-            Err(Error::Truncated { offset: 0, need: 38, have: 20 })
+            Err(Error::Truncated {
+                offset: 0,
+                need: 38,
+                have: 20
+            })
         );
         assert_eq!(
             Cnm::parse(&FRAME[..50]),
-            Err(Error::Truncated { offset: 38, need: 28, have: 12 })
+            Err(Error::Truncated {
+                offset: 38,
+                need: 28,
+                have: 12
+            })
         );
         let mut other = FRAME;
         other[12] = 0x08;

@@ -215,14 +215,20 @@ mod tests {
     fn fast_recovery_halves_the_gap_each_cycle_then_additive_increase() {
         let mut r = rp();
         r.on_cnm(0, 32); // CR 500, TR 1000
-        // 599 frames: no cycle yet.
+                         // 599 frames: no cycle yet.
         assert!(r.on_frames(1, 599).is_empty());
         // Five FR cycles of 600 frames: 750, 875, 937.5, 968.75, 984.375.
         let c = r.on_frames(2, 1 + 4 * 600);
         let rates: Vec<u64> = c.iter().map(|c| c.current_bps).collect();
         assert_eq!(
             rates,
-            vec![750_000_000, 875_000_000, 937_500_000, 968_750_000, 984_375_000]
+            vec![
+                750_000_000,
+                875_000_000,
+                937_500_000,
+                968_750_000,
+                984_375_000
+            ]
         );
         assert!(c.iter().all(|c| c.phase == Phase::FastRecovery));
         // AI: cycles of 100 frames, TR += 2 Mb/s, CR = (CR + TR) / 2.

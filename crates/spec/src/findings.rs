@@ -166,6 +166,11 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("vaqm.red-average", Unit::Bytes),
     ("vaqm.error", Unit::Bytes),
     ("vaqm.real-queue", Unit::Bytes),
+    ("vaqm.cnms", Unit::Count),
+    ("vaqm.qcn-feedback", Unit::Count),
+    ("vaqm.send-rate", Unit::BitsPerSec),
+    ("vaqm.rp-rate", Unit::BitsPerSec),
+    ("vaqm.cnm-lost", Unit::Count),
 ];
 
 pub fn unit_of(finding: &str) -> Option<Unit> {

@@ -282,7 +282,9 @@ pub struct RoceStack {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Traffic {
-    /// `tcp` (kernel sockets) or `roce` (wirelab's RoCEv2 RC transport over UDP 4791).
+    /// `tcp` (kernel sockets), `roce` (wirelab's RoCEv2 RC transport over
+    /// UDP 4791) or `udp` (an unresponsive paced sender, as NetBump's QCN
+    /// experiment, Fig. 17).
     #[serde(default)]
     pub transport: Transport,
     /// Start round r+1 only when every connection completed round r
@@ -299,6 +301,7 @@ pub enum Transport {
     #[default]
     Tcp,
     Roce,
+    Udp,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -341,6 +344,11 @@ pub struct ConnGroup {
     /// RoCE: retries after a timeout, 0..7 (default 7).
     #[serde(default)]
     pub max_retransmit_retry: Option<u8>,
+    /// UDP: the rate each connection sends its datagrams at (required):
+    /// `messages` × `message_size` bytes in datagrams that fill the MTU,
+    /// paced, never reacting to loss or marks.
+    #[serde(default)]
+    pub rate: Option<BitsPerSec>,
     /// TCP: the group's first connection posts its first message this long
     /// after the workload starts (default: at once).
     #[serde(default)]
@@ -804,6 +812,45 @@ pub const ROCE_OVERHEAD: u32 = 60;
 
 fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> {
     let roce = s.traffic.transport == Transport::Roce;
+    let udp = s.traffic.transport == Transport::Udp;
+    match (udp, g.rate) {
+        (true, None) => {
+            return err(
+                format!("{at}.rate"),
+                "a UDP connection needs `rate` (how fast it sends, e.g. 300mbit)",
+            )
+        }
+        (true, Some(r)) if r.0 < 8_000 => {
+            return err(format!("{at}.rate"), format!("at least 8kbit, got {r}"))
+        }
+        (false, Some(_)) => {
+            return err(
+                format!("{at}.rate"),
+                "is a UDP setting (TCP and RoCE pace themselves); set `traffic.transport: udp`",
+            )
+        }
+        _ => {}
+    }
+    if udp {
+        if g.verb != Verbs::single(Verb::Write) {
+            return err(
+                format!("{at}.verb"),
+                "UDP connections only send (`write`, the default)",
+            );
+        }
+        if g.tx_depth.0 != 1 {
+            return err(
+                format!("{at}.tx_depth"),
+                "UDP connections do not post messages",
+            );
+        }
+        if s.traffic.barrier {
+            return err(
+                "traffic.barrier",
+                "UDP connections have no rounds to wait for",
+            );
+        }
+    }
     for (field, set) in [
         ("start", g.start.is_some()),
         ("stagger", g.stagger.is_some()),
@@ -1101,6 +1148,12 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
     let mut seen = std::collections::BTreeSet::new();
     for (i, e) in s.events.iter().enumerate() {
         let at = format!("events[{i}]");
+        if s.traffic.transport == Transport::Udp {
+            return err(
+                at,
+                "UDP datagrams carry no sequence numbers to address; events need TCP or RoCE",
+            );
+        }
         if e.connection.0 > total {
             return err(
                 format!("{at}.connection"),

@@ -21,6 +21,74 @@ pub struct Vaqm {
     pub extension: Option<std::path::PathBuf>,
     /// Virtual queues, numbered from 1 in this order.
     pub queues: Vec<VQueue>,
+    /// QCN reaction points (NetBump §4.3): the listed hosts' links into the
+    /// switch receive the CNMs of `qcn` queues and limit the host's sending
+    /// rate (fast recovery, additive increase). Without it CNMs are sent
+    /// and traced, but nobody reacts.
+    #[serde(default)]
+    pub reaction_point: Option<ReactionPoint>,
+}
+
+/// An 802.1Qau congestion point on a virtual queue (NetBump §4.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Qcn {
+    /// Equilibrium queue Q_eq (802.1Qau: 20% of the buffer).
+    pub q_eq: Bytes,
+    /// Weight of the queue's growth in Fb = -(Q_off + w Q_delta)
+    /// (802.1Qau: 2; NetBump §6.3.3 used 1).
+    #[serde(default = "default_qcn_w")]
+    pub w: u32,
+    /// The quantised |Fb| that halves a reaction point's rate, at most 63
+    /// (6 bits; NetBump §6.3.3 used 32).
+    #[serde(default = "default_fb_max")]
+    pub fb_max: u32,
+    /// Chance a frame is sampled when there is no congestion (1%).
+    #[serde(default = "default_p_min")]
+    pub p_min: f64,
+    /// Chance at |Fb| >= fb_max (10%; NetBump §6.3.3 used 20%).
+    #[serde(default = "default_p_max")]
+    pub p_max: f64,
+}
+
+fn default_qcn_w() -> u32 {
+    2
+}
+fn default_fb_max() -> u32 {
+    63
+}
+fn default_p_min() -> f64 {
+    0.01
+}
+fn default_p_max() -> f64 {
+    0.10
+}
+
+/// Where QCN's reaction point runs and how it recovers (802.1Qau RP,
+/// byte-counter model as NetBump §6.3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReactionPoint {
+    /// Hosts whose sending the reaction point limits.
+    pub hosts: Vec<String>,
+    /// The rate before any CNM, and the most it recovers to. Default 1gbit.
+    #[serde(default)]
+    pub line_rate: Option<BitsPerSec>,
+    /// Never limited below this. Default 1mbit.
+    #[serde(default)]
+    pub min_rate: Option<BitsPerSec>,
+    /// Additive increase per cycle (802.1Qau: 5mbit; NetBump: 1.5mbit).
+    #[serde(default)]
+    pub r_ai: Option<BitsPerSec>,
+    /// Frames per fast-recovery cycle (default 100; NetBump §6.3.3: 600).
+    #[serde(default)]
+    pub fr_cycle_frames: Option<u32>,
+    /// Frames per additive-increase cycle (default 100).
+    #[serde(default)]
+    pub ai_cycle_frames: Option<u32>,
+    /// Fast-recovery cycles before additive increase (default 5).
+    #[serde(default)]
+    pub fr_cycles: Option<u32>,
 }
 
 /// Numbers a queue hands its `extension` discipline (`vq->param[]`).
@@ -52,6 +120,10 @@ pub struct VQueue {
     /// RED on the average queue (NetBump §4.1, Floyd & Jacobson 1993).
     #[serde(default)]
     pub red: Option<Red>,
+    /// An 802.1Qau congestion point: sampled frames with Fb < 0 send a
+    /// CNM back to their source (NetBump §4.3). Packets pass unmarked.
+    #[serde(default)]
+    pub qcn: Option<Qcn>,
     /// Run `vaqm.extension` on this queue, with these numbers as its
     /// `vq->param[0..]` (at most 8; their meaning is the discipline's).
     #[serde(default)]
@@ -152,16 +224,49 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
         if let Some(b) = q.buffer {
             crate::holds_a_frame(s, b, format!("{at}.buffer"))?;
         }
-        if [q.dctcp.is_some(), q.red.is_some(), q.extension.is_some()]
-            .iter()
-            .filter(|d| **d)
-            .count()
+        if [
+            q.dctcp.is_some(),
+            q.red.is_some(),
+            q.qcn.is_some(),
+            q.extension.is_some(),
+        ]
+        .iter()
+        .filter(|d| **d)
+        .count()
             > 1
         {
             return err(
                 at,
-                "one discipline per queue: `dctcp`, `red` or `extension`",
+                "one discipline per queue: `dctcp`, `red`, `qcn` or `extension`",
             );
+        }
+        if let Some(c) = &q.qcn {
+            if c.q_eq.0 == 0 {
+                return err(format!("{at}.qcn.q_eq"), "must be above 0");
+            }
+            if !(1..=63).contains(&c.fb_max) {
+                return err(
+                    format!("{at}.qcn.fb_max"),
+                    format!("must be 1..63 (QntzFb is 6 bits), got {}", c.fb_max),
+                );
+            }
+            if c.w > 64 {
+                return err(format!("{at}.qcn.w"), format!("must be 0..64, got {}", c.w));
+            }
+            for (f, p) in [("p_min", c.p_min), ("p_max", c.p_max)] {
+                if !(0.0..=1.0).contains(&p) {
+                    return err(
+                        format!("{at}.qcn.{f}"),
+                        format!("must be in [0, 1], got {p}"),
+                    );
+                }
+            }
+            if c.p_min > c.p_max {
+                return err(
+                    format!("{at}.qcn.p_max"),
+                    format!("must be at least p_min ({} < {})", c.p_max, c.p_min),
+                );
+            }
         }
         if let Some(p) = &q.extension {
             if v.extension.is_none() {
@@ -203,6 +308,41 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
                     format!("{at}.red.max_p"),
                     format!("must be in (0, 1], got {}", r.max_p),
                 );
+            }
+        }
+    }
+    if let Some(rp) = &v.reaction_point {
+        if !v.queues.iter().any(|q| q.qcn.is_some()) {
+            return err(
+                "vaqm.reaction_point",
+                "no queue sends CNMs: give a queue `qcn:`",
+            );
+        }
+        if rp.hosts.is_empty() {
+            return err("vaqm.reaction_point.hosts", "name at least one host");
+        }
+        for (j, h) in rp.hosts.iter().enumerate() {
+            if !host(h) {
+                return err(
+                    format!("vaqm.reaction_point.hosts[{j}]"),
+                    format!("no host named `{h}`"),
+                );
+            }
+        }
+        let line = rp.line_rate.map_or(1_000_000_000, |r| r.0);
+        let min = rp.min_rate.map_or(1_000_000, |r| r.0);
+        if min == 0 || min > line {
+            return err(
+                "vaqm.reaction_point.min_rate",
+                format!("must be above 0 and at most line_rate ({line} bit/s), got {min} bit/s"),
+            );
+        }
+        for (f, n) in [
+            ("fr_cycle_frames", rp.fr_cycle_frames),
+            ("ai_cycle_frames", rp.ai_cycle_frames),
+        ] {
+            if n == Some(0) {
+                return err(format!("vaqm.reaction_point.{f}"), "must be at least 1");
             }
         }
     }

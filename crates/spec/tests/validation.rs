@@ -203,7 +203,7 @@ fn each_rejection_names_path_and_line() {
         (
             "vAQM queue with two disciplines",
             with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, dctcp: {k: 30KB}, red: {min: 10KB, max: 20KB, max_p: 0.1}}\n"),
-            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red` or `extension` (line 12)",
+            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red`, `qcn` or `extension` (line 12)",
         ),
         (
             "vAQM queue running an extension the spec does not name",
@@ -218,7 +218,7 @@ fn each_rejection_names_path_and_line() {
         (
             "vAQM queue with a built-in discipline and an extension",
             with("vaqm:\n  extension: ext/dctcp.c\n  queues:\n    - {port: responder, rate: 100mbit, dctcp: {k: 30KB}, extension: [1]}\n"),
-            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red` or `extension` (line 13)",
+            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red`, `qcn` or `extension` (line 13)",
         ),
         (
             "a delayed start under a barrier",
@@ -229,6 +229,60 @@ fn each_rejection_names_path_and_line() {
             "vAQM RED thresholds the wrong way round",
             with("vaqm:\n  queues:\n    - {port: responder, rate: 1gbit, red: {min: 20KB, max: 10KB, max_p: 0.1}}\n"),
             "vaqm.queues[0].red.max: must be above min (20000B >= 10000B) (line 12)",
+        ),
+        (
+            "QCN feedback wider than 6 bits",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB, fb_max: 64}}\n"),
+            "vaqm.queues[0].qcn.fb_max: must be 1..63 (QntzFb is 6 bits), got 64 (line 12)",
+        ),
+        (
+            "QCN sampling above one",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB, p_max: 1.5}}\n"),
+            "vaqm.queues[0].qcn.p_max: must be in [0, 1], got 1.5 (line 12)",
+        ),
+        (
+            "QCN p_min above p_max",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB, p_min: 0.3, p_max: 0.2}}\n"),
+            "vaqm.queues[0].qcn.p_max: must be at least p_min (0.2 < 0.3) (line 12)",
+        ),
+        (
+            "QCN with RED on one queue",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB}, red: {min: 10KB, max: 20KB, max_p: 0.1}}\n"),
+            "vaqm.queues[0]: one discipline per queue: `dctcp`, `red`, `qcn` or `extension` (line 12)",
+        ),
+        (
+            "a reaction point without a congestion point",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit}\n  reaction_point:\n    hosts: [requester]\n"),
+            "vaqm.reaction_point: no queue sends CNMs: give a queue `qcn:` (line 13)",
+        ),
+        (
+            "a reaction point on no host",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB}}\n  reaction_point:\n    hosts: [nobody]\n"),
+            "vaqm.reaction_point.hosts[0]: no host named `nobody` (line 14)",
+        ),
+        (
+            "a reaction point whose floor is above its line rate",
+            with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB}}\n  reaction_point: {hosts: [requester], line_rate: 10mbit, min_rate: 20mbit}\n"),
+            "vaqm.reaction_point.min_rate: must be above 0 and at most line_rate (10000000 bit/s), got 20000000 bit/s (line 13)",
+        ),
+        (
+            "a UDP connection without a rate",
+            BASE.replace("connections:", "transport: udp\n  connections:"),
+            "traffic.connections[0].rate: a UDP connection needs `rate` (how fast it sends, e.g. 300mbit) (line 8)",
+        ),
+        (
+            "a rate on a TCP connection",
+            BASE.replace("message_size: 14480", "message_size: 14480\n      rate: 100mbit"),
+            "traffic.connections[0].rate: is a UDP setting (TCP and RoCE pace themselves); set `traffic.transport: udp` (line 10)",
+        ),
+        (
+            "an event on UDP",
+            format!(
+                "{}events:\n  - {{connection: 1, packet: 1, action: drop}}\n",
+                BASE.replace("connections:", "transport: udp\n  connections:")
+                    .replace("message_size: 14480", "message_size: 14480\n      rate: 100mbit")
+            ),
+            "events[0]: UDP datagrams carry no sequence numbers to address; events need TCP or RoCE (line 13)",
         ),
         (
             "vAQM queue that classifies nothing",

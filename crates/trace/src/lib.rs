@@ -141,19 +141,37 @@ fn malformed(layer: &str, offset: usize, detail: impl ToString) -> NotTcp {
 /// The IP ECN field of any IPv4 or IPv6 packet (0 Not-ECT, 1 ECT(1),
 /// 2 ECT(0), 3 CE); None when the packet is not IP.
 pub fn ip_ecn(link: Link, data: &[u8]) -> Option<u8> {
-    use etherparse::{LaxNetSlice, LaxSlicedPacket};
-    let p = match link {
-        Link::Ethernet => LaxSlicedPacket::from_ethernet(data).ok()?,
-        Link::RawIp => LaxSlicedPacket::from_ip(data).ok()?,
-        Link::LinuxSll => {
-            let et = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
-            LaxSlicedPacket::from_ether_type(etherparse::EtherType(et), data.get(16..)?)
-        }
-    };
-    match &p.net {
+    use etherparse::LaxNetSlice;
+    match &sliced(link, data)?.net {
         Some(LaxNetSlice::Ipv4(ip)) => Some(ip.header().ecn().value()),
         Some(LaxNetSlice::Ipv6(ip)) => Some(ip.header().traffic_class() & 3),
         _ => None,
+    }
+}
+
+/// The IP source address of any IPv4 or IPv6 packet; None when not IP.
+pub fn ip_source(link: Link, data: &[u8]) -> Option<std::net::IpAddr> {
+    use etherparse::LaxNetSlice;
+    match &sliced(link, data)?.net {
+        Some(LaxNetSlice::Ipv4(ip)) => Some(ip.header().source_addr().into()),
+        Some(LaxNetSlice::Ipv6(ip)) => Some(ip.header().source_addr().into()),
+        _ => None,
+    }
+}
+
+/// The packet's layers, leniently (a truncated snapshot still has its IP header).
+fn sliced(link: Link, data: &[u8]) -> Option<etherparse::LaxSlicedPacket<'_>> {
+    use etherparse::LaxSlicedPacket;
+    match link {
+        Link::Ethernet => LaxSlicedPacket::from_ethernet(data).ok(),
+        Link::RawIp => LaxSlicedPacket::from_ip(data).ok(),
+        Link::LinuxSll => {
+            let et = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
+            Some(LaxSlicedPacket::from_ether_type(
+                etherparse::EtherType(et),
+                data.get(16..)?,
+            ))
+        }
     }
 }
 

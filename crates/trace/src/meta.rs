@@ -5,7 +5,9 @@
 //! `wirelab seq=12 ts=8812345678 port=1 conn=1 dir=data idx=5 iter=2 first=0 event=drop#2`
 //!
 //! and, for a packet that went through a virtual queue of the vAQM stage,
-//! ` vq=1 vqlen=3000 aqm=mark` (queue, its estimated bytes, the verdict).
+//! ` vq=1 vqlen=3000 aqm=mark` (queue, its estimated bytes, the verdict),
+//! and ` cnm=12` when a QCN queue sent a CNM with quantised |Fb| 12 back to
+//! the packet's source because of it.
 //!
 //! A comment keeps the captured headers exactly as they were on the wire and
 //! is shown by Wireshark/tshark as `frame.comment`.
@@ -33,6 +35,8 @@ pub struct Meta {
     pub vq: u32,
     pub vq_bytes: u32,
     pub aqm: String,
+    /// QCN: the quantised |Fb| of the CNM this packet caused, 0 = none.
+    pub cnm: u32,
 }
 
 impl Default for Meta {
@@ -51,6 +55,7 @@ impl Default for Meta {
             vq: 0,
             vq_bytes: 0,
             aqm: "none".into(),
+            cnm: 0,
         }
     }
 }
@@ -79,6 +84,9 @@ impl Meta {
                 " vq={} vqlen={} aqm={}",
                 self.vq, self.vq_bytes, self.aqm
             ));
+        }
+        if self.cnm != 0 {
+            s.push_str(&format!(" cnm={}", self.cnm));
         }
         s
     }
@@ -116,6 +124,7 @@ impl Meta {
                 "vq" => m.vq = v.parse().ok()?,
                 "vqlen" => m.vq_bytes = v.parse().ok()?,
                 "aqm" => m.aqm = v.to_string(),
+                "cnm" => m.cnm = v.parse().ok()?,
                 _ => {} // newer writers may add keys
             }
         }
@@ -161,6 +170,14 @@ mod tests {
         let s = q.encode();
         assert!(s.ends_with("event=drop#2 vq=3 vqlen=41000 aqm=drop"), "{s}");
         assert_eq!(Meta::decode(&s), Some(q.clone()));
+        let cnm = Meta {
+            aqm: "none".into(),
+            cnm: 12,
+            ..q.clone()
+        };
+        let s = cnm.encode();
+        assert!(s.ends_with("vq=3 vqlen=41000 aqm=none cnm=12"), "{s}");
+        assert_eq!(Meta::decode(&s), Some(cnm));
         let aqm_only = Meta {
             event: "none".into(),
             event_id: 0,

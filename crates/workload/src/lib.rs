@@ -11,7 +11,9 @@
 //! 5-tuples the plan already fixed; `connect` completes the handshakes and
 //! returns runtime metadata (MSS); `run` sends the messages.
 
+pub mod qcn;
 pub mod roce;
+pub mod udp;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -79,6 +81,10 @@ pub struct ConnReport {
     /// Message bytes over the time from the first post to the last completion.
     pub goodput_bps: u64,
     pub error: Option<String>,
+    /// UDP: datagrams sent and received (a UDP message is complete when
+    /// sent; what arrived is here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<udp::UdpStats>,
 }
 
 impl ConnReport {
@@ -111,6 +117,7 @@ impl ConnReport {
             },
             messages,
             error,
+            udp: None,
         }
     }
 }

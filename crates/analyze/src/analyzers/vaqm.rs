@@ -22,6 +22,10 @@ pub const MTU_FRAME: u64 = 1514;
 
 const DCTCP_RULE: &str =
     "DCTCP (Alizadeh et al. 2010 §3.1): mark CE when the instantaneous queue exceeds K";
+const QCN_RULE: &str =
+    "802.1Qau (NetBump §4.3): only a QCN congestion point sends CNMs, with |Fb| quantised to 1..fb_max";
+const CNM_RULE: &str =
+    "802.1Qau (NetBump §4.3): every CNM reaches the reaction point it is addressed to";
 const RED_RULE: &str =
     "RED (Floyd & Jacobson 1993 §4): no marks below min_th; above max_th every packet is dropped";
 
@@ -62,6 +66,7 @@ impl Analyzer for Vaqm {
             truth(f, t0, &mut out);
             tag(&mut out, from, f.id);
         }
+        checks += reaction_points(input, t0, &mut out);
         (checks, out)
     }
 }
@@ -134,8 +139,38 @@ fn judge(
             ),
         ));
     }
+    let cnms: Vec<usize> = idxs.iter().copied().filter(|&i| meta(i).cnm > 0).collect();
+    let qcn = f.and_then(|f| f.qcn.as_ref());
+    if qcn.is_some() || !cnms.is_empty() {
+        qcn_findings(input, &who, idxs, &cnms, out);
+    }
     let Some(f) = f else { return 0 };
     let mut checks = 0;
+    for &i in &cnms {
+        checks += 1;
+        let fb = meta(i).cnm;
+        match qcn {
+            None => out.push(
+                Finding::violation(
+                    A,
+                    "wrong-decision",
+                    QCN_RULE,
+                    format!("{who}: a CNM (|Fb| {fb}) from a queue without `qcn`"),
+                )
+                .evidence([evidence(trace, i)]),
+            ),
+            Some(q) if fb > q.fb_max => out.push(
+                Finding::violation(
+                    A,
+                    "wrong-decision",
+                    QCN_RULE,
+                    format!("{who}: a CNM with |Fb| {fb} above fb_max = {}", q.fb_max),
+                )
+                .evidence([evidence(trace, i)]),
+            ),
+            Some(_) => {}
+        }
+    }
     let mut wrong = |i: usize, rule: &'static str, msg: String| {
         out.push(
             Finding::violation(A, "wrong-decision", rule, format!("{who}: {msg}"))
@@ -296,4 +331,140 @@ fn truth(f: &VqFacts, t0: u64, out: &mut Vec<Finding>) {
                 .series(format!("{who}: estimate"), estimate)
         }),
     );
+}
+
+/// QCN at one queue: the CNMs it sent, their feedback, and each source's
+/// sending rate into the queue over time (NetBump Fig. 17's throughput).
+fn qcn_findings(input: &Input, who: &str, idxs: &[usize], cnms: &[usize], out: &mut Vec<Finding>) {
+    let trace = input.trace;
+    let meta = |i: usize| trace.packets[i].meta.as_ref().expect("filtered on meta");
+    let fbs: Vec<f64> = cnms.iter().map(|&i| f64::from(meta(i).cnm)).collect();
+    out.push(
+        Finding::measurement(
+            A,
+            "cnms",
+            cnms.len() as f64,
+            Unit::Count,
+            format!(
+                "{who}: {} CNMs sent back to the sources of {} packets",
+                cnms.len(),
+                idxs.len()
+            ),
+        )
+        .evidence(cnms.iter().take(20).map(|&i| evidence(trace, i))),
+    );
+    out.extend(Finding::summarized(
+        A,
+        "qcn-feedback",
+        Unit::Count,
+        fbs,
+        |d| {
+            format!(
+                "{who}: quantised |Fb| of the CNMs: median {:.0}, max {:.0} (6 bits)",
+                d.p50, d.max
+            )
+        },
+    ));
+    // Bytes per source and 10 ms bin (at least 100 bins over the span).
+    let (Some(&first), Some(&last)) = (idxs.first(), idxs.last()) else {
+        return;
+    };
+    let (start, end) = (trace.packets[first].ts_ns, trace.packets[last].ts_ns);
+    let bin = ((end - start) / 100).clamp(1_000_000, 10_000_000);
+    let t0 = trace.packets.first().map_or(0, |p| p.ts_ns);
+    let mut per: BTreeMap<std::net::IpAddr, Vec<u64>> = BTreeMap::new();
+    let n = ((end - start) / bin + 1) as usize;
+    for &i in idxs {
+        let p = &trace.packets[i];
+        let Some(src) = wirelab_trace::ip_source(p.link, &p.data) else {
+            continue;
+        };
+        per.entry(src).or_insert_with(|| vec![0; n])[((p.ts_ns - start) / bin) as usize] +=
+            u64::from(p.orig_len);
+    }
+    for (src, bytes) in per {
+        let name = input
+            .facts
+            .and_then(|f| f.host_of(src))
+            .map_or_else(|| src.to_string(), str::to_string);
+        let rate = |b: u64| b as f64 * 8e9 / bin as f64;
+        let pts: Vec<(f64, f64)> = bytes
+            .iter()
+            .enumerate()
+            .map(|(k, &b)| (secs(start + k as u64 * bin + bin / 2, t0), rate(b)))
+            .collect();
+        let busy: Vec<f64> = bytes.iter().filter(|b| **b > 0).map(|&b| rate(b)).collect();
+        out.extend(
+            Finding::summarized(A, "send-rate", Unit::BitsPerSec, busy, |d| {
+                format!(
+                    "{who}: {name} sent into the queue at median {}, p99 {} ({} bins of {})",
+                    crate::fmt_value(d.p50, Unit::BitsPerSec),
+                    crate::fmt_value(d.p99, Unit::BitsPerSec),
+                    d.count,
+                    crate::fmt_duration(bin)
+                )
+            })
+            .map(|f| f.series(name.clone(), pts)),
+        );
+    }
+}
+
+/// Each QCN reaction point: its rate over time, and whether every CNM the
+/// switch sent to its host arrived. Returns the checks made.
+fn reaction_points(input: &Input, t0: u64, out: &mut Vec<Finding>) -> u64 {
+    let Some(facts) = input.facts else { return 0 };
+    let mut checks = 0;
+    for rp in &facts.qcn {
+        let addrs = facts.addresses_of(&rp.host);
+        let sent: Vec<usize> = input
+            .trace
+            .packets
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.meta.as_ref().is_some_and(|m| m.cnm > 0))
+            .filter(|(_, p)| {
+                wirelab_trace::ip_source(p.link, &p.data).is_some_and(|s| addrs.contains(&s))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        checks += 1;
+        if rp.cnms != sent.len() as u64 {
+            out.push(
+                Finding::violation(
+                    A,
+                    "cnm-lost",
+                    CNM_RULE,
+                    format!(
+                        "the reaction point on {} received {} CNMs; the switch sent it {}",
+                        rp.host,
+                        rp.cnms,
+                        sent.len()
+                    ),
+                )
+                .evidence(sent.iter().take(20).map(|&i| evidence(input.trace, i))),
+            );
+        }
+        let mut pts: Vec<(f64, f64)> = vec![(0.0, rp.line_rate_bps as f64)];
+        pts.extend(
+            rp.points
+                .iter()
+                .map(|p| (secs(p.ts_ns, t0), p.current_bps as f64)),
+        );
+        let rates: Vec<f64> = rp.points.iter().map(|p| p.current_bps as f64).collect();
+        let host = rp.host.clone();
+        let cnms = rp.cnms;
+        let line = rp.line_rate_bps as f64;
+        out.extend(
+            Finding::summarized(A, "rp-rate", Unit::BitsPerSec, rates, |d| {
+                format!(
+                    "the reaction point on {host} ({cnms} CNMs) limited it to median {}, min {} (line rate {})",
+                    crate::fmt_value(d.p50, Unit::BitsPerSec),
+                    crate::fmt_value(d.min, Unit::BitsPerSec),
+                    crate::fmt_value(line, Unit::BitsPerSec)
+                )
+            })
+            .map(|f| f.series(format!("{} limiter", rp.host), pts)),
+        );
+    }
+    checks
 }
