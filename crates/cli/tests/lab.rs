@@ -858,9 +858,13 @@ fn netbump_figure_specs_pass_their_expectations_and_plot() {
     let Some((_g, out)) = lab_test() else {
         return;
     };
+    // Fig. 17 (QCN over UDP) has its own test.
     let figs: Vec<PathBuf> = specs_in("specs/vaqm")
         .into_iter()
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("fig"))
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("fig") && !n.starts_with("fig17")
+        })
         .collect();
     assert!(figs.len() >= 3, "{figs:?}");
     for spec in &figs {
@@ -1018,4 +1022,73 @@ fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
         "wl_dctcp left registered"
     );
     assert_nothing_left("dctcp run");
+}
+
+/// NetBump Fig. 17: QCN pushes three unresponsive UDP senders back
+/// upstream. The switch's CNMs (one per `cnm=` packet in the trace) all
+/// reach the reaction points, which cut and shape their hosts; without
+/// QCN the same senders keep the real buffer full. Both leave nothing.
+#[test]
+fn qcn_reaction_points_shape_udp_senders_and_the_baseline_fills_the_buffer() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let qcn = run_spec(
+        &repo().join("specs/vaqm/fig17-qcn-pushes-three-udp-flows-back-upstream.yaml"),
+        out.path(),
+    );
+    assert_eq!(qcn.code, 0, "{}", qcn.why());
+    let dir = PathBuf::from(qcn.summary["results"].as_str().unwrap());
+    // Every packet that caused a CNM, from the trace as written.
+    let trace = wirelab_trace::read(&dir.join("trace.pcapng")).unwrap();
+    let sent = trace
+        .packets
+        .iter()
+        .filter(|p| p.meta.as_ref().is_some_and(|m| m.cnm > 0))
+        .count() as u64;
+    let rps = qcn.summary["reaction_points"].as_array().unwrap();
+    assert_eq!(rps.len(), 3);
+    let received: u64 = rps.iter().map(|r| r["cnms"].as_u64().unwrap()).sum();
+    assert!(sent >= 10, "{sent} CNMs");
+    assert_eq!(received, sent, "every CNM reached a reaction point");
+    for r in rps {
+        assert!(r["cnms"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["bad_cnms"], 0, "{r}");
+        assert_eq!(r["tc_errors"], "", "{r}");
+        // Cut below the line rate at least once.
+        assert!(r["min_rate_bps"].as_u64().unwrap() < 100_000_000, "{r}");
+    }
+    // The rate log has every change, and the report plots it.
+    let log = std::fs::read_to_string(dir.join("qcn-rp.csv")).unwrap();
+    let changes: u64 = rps
+        .iter()
+        .map(|r| r["rate_changes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        log.lines().count() as u64,
+        changes + 1,
+        "header + one line per change"
+    );
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for plot in ["vaqm.send-rate:", "vaqm.rp-rate:", "vaqm.real-queue:"] {
+        assert!(html.contains(plot), "no {plot} plot");
+    }
+    assert_nothing_left("a QCN run");
+
+    let base = run_spec(
+        &repo().join("specs/vaqm/fig17-udp-flows-without-qcn-baseline.yaml"),
+        out.path(),
+    );
+    assert_eq!(base.code, 0, "{}", base.why());
+    // Two thirds of the offered load cannot fit: the receiver got about a
+    // third of what each sender sent.
+    for w in base.summary["workload"].as_array().unwrap() {
+        let u = &w["udp"];
+        let (tx, rx) = (
+            u["datagrams_sent"].as_u64().unwrap(),
+            u["datagrams_received"].as_u64().unwrap(),
+        );
+        assert!(rx * 2 < tx, "{w}");
+    }
+    assert_nothing_left("the QCN baseline");
 }
