@@ -76,6 +76,9 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
     if let Some(q) = x.queue {
         claim.push_str(&format!(" of queue {}", q.0));
     }
+    if let Some(l) = &x.label {
+        claim.push_str(&format!(" [{l}]"));
+    }
     if stat != Stat::Every {
         claim = format!("{stat:?}({claim})").to_lowercase();
     }
@@ -93,6 +96,11 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
         .filter(|f| conn.is_none_or(|c| f.connection == Some(c)))
         .filter(|f| x.packet.is_none_or(|p| f.packet == Some(p.0)))
         .filter(|f| x.queue.is_none_or(|q| f.queue == Some(q.0)))
+        .filter(|f| {
+            x.label
+                .as_deref()
+                .is_none_or(|l| label_matches(l, f.label.as_deref()))
+        })
         .collect();
     let (lo, hi) = x.bounds();
     let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
@@ -310,5 +318,31 @@ fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts, reports: &[AnalyzerR
         claim: "unknown claim".into(),
         pass: false,
         observed: "the spec validator should have rejected this".into(),
+    }
+}
+
+/// Every comma-separated part of the expectation's `label` is one of the
+/// finding label's parts: `25us, batch 1` matches `bump 2, 25us, batch 1`
+/// but not `bump 2, 25us, batch 16`.
+fn label_matches(want: &str, label: Option<&str>) -> bool {
+    let Some(label) = label else { return false };
+    let have: Vec<&str> = label.split(',').map(str::trim).collect();
+    want.split(',').map(str::trim).all(|w| have.contains(&w))
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::label_matches;
+
+    #[test]
+    fn label_parts_match_whole() {
+        let l = Some("bump 2, 25us, batch 1");
+        assert!(label_matches("25us, batch 1", l));
+        assert!(label_matches("bump 2", l));
+        assert!(!label_matches("batch 16", l));
+        assert!(!label_matches("batch", l));
+        assert!(label_matches("bump 2", Some("bump 2, 25us, batch 16")));
+        assert!(!label_matches("batch 1", Some("bump 2, 25us, batch 16")));
+        assert!(!label_matches("bump 2", None));
     }
 }

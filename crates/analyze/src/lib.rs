@@ -8,6 +8,7 @@
 //! trait over their own model.
 
 pub mod analyzers;
+pub mod distributed;
 pub mod expect;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -237,6 +238,10 @@ pub struct Finding {
     /// The virtual queue (vAQM) the finding is about.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
+    /// Which variant of a measurement this is, when one finding name has
+    /// several (a distributed bump, its update delay and batch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub value: Option<f64>,
     pub unit: Option<Unit>,
     /// The specification text the verdict rests on.
@@ -303,6 +308,7 @@ impl Finding {
             device: None,
             in_message: None,
             queue: None,
+            label: None,
             value: None,
             unit: None,
             rule: None,
@@ -403,6 +409,11 @@ impl Finding {
 
     pub fn in_message(mut self, n: u32) -> Self {
         self.in_message = Some(n).filter(|n| *n > 0);
+        self
+    }
+
+    pub fn label(mut self, l: impl Into<String>) -> Self {
+        self.label = Some(l.into());
         self
     }
 

@@ -128,6 +128,10 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
             red: Option<wirelab_spec::vaqm::Red>,
             #[serde(default)]
             qcn: Option<wirelab_spec::vaqm::Qcn>,
+            #[serde(default)]
+            buffer: Option<wirelab_spec::Bytes>,
+            #[serde(default)]
+            distributed: Option<wirelab_spec::vaqm::Distributed>,
         }
         let truth = crate::truth::read_csv(&dir.join(crate::truth::TRUTH_FILE)).unwrap_or_default();
         for q in plan["vaqm"].as_array().into_iter().flatten() {
@@ -141,6 +145,8 @@ pub fn facts(dir: &Path) -> Option<RunFacts> {
                 dctcp: q.dctcp,
                 red: q.red,
                 qcn: q.qcn,
+                buffer_bytes: q.buffer.map_or(0, |b| b.0),
+                distributed: q.distributed,
                 truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
             });
         }

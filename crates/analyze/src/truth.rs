@@ -54,6 +54,9 @@ pub struct VqFacts {
     pub dctcp: Option<wirelab_spec::vaqm::Dctcp>,
     pub red: Option<wirelab_spec::vaqm::Red>,
     pub qcn: Option<wirelab_spec::vaqm::Qcn>,
+    /// The emulated port's buffer (0 = unbounded), as the switch used it.
+    pub buffer_bytes: u64,
+    pub distributed: Option<wirelab_spec::vaqm::Distributed>,
     /// Ground-truth samples of the real queue behind the port (empty when
     /// the port has no bottleneck to compare with).
     pub truth: Vec<TruthPoint>,

@@ -909,6 +909,8 @@ pub fn vq_facts(plan: &Plan, truth: &[TruthPoint]) -> Vec<VqFacts> {
             dctcp: q.dctcp.clone(),
             red: q.red.clone(),
             qcn: q.qcn.clone(),
+            buffer_bytes: q.buffer.map_or(0, |b| b.0),
+            distributed: q.distributed.clone(),
             truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
         })
         .collect()

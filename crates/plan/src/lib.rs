@@ -88,6 +88,8 @@ pub struct VqPlan {
     pub red: Option<wirelab_spec::vaqm::Red>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qcn: Option<wirelab_spec::vaqm::Qcn>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<wirelab_spec::vaqm::Distributed>,
     /// The user discipline's numbers (`vq->param[]`), when it runs here.
     pub extension: Option<Vec<u64>>,
 }
@@ -407,6 +409,7 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 dctcp: q.dctcp.clone(),
                 red: q.red.clone(),
                 qcn: q.qcn.clone(),
+                distributed: q.distributed.clone(),
                 extension: q.extension.clone(),
             }
         })

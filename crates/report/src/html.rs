@@ -111,15 +111,51 @@ pub fn render(r: &Report) -> String {
         ("mct", "Message completion time"),
         ("rtt", "RTT at the vantage point"),
     ] {
-        let series: Vec<(u32, Vec<f64>)> = r
+        let series: Vec<(String, Vec<f64>)> = r
             .analyzers
             .iter()
             .flat_map(|an| an.findings.iter())
             .filter(|f| f.analyzer == "flow" && f.name == name && !f.samples.is_empty())
-            .map(|f| (f.connection.unwrap_or(0), f.samples.clone()))
+            .map(|f| {
+                (
+                    format!("conn {}", f.connection.unwrap_or(0)),
+                    f.samples.clone(),
+                )
+            })
             .collect();
         if !series.is_empty() {
-            let _ = write!(o, "<h2>{title} (CDF)</h2>{}", cdf(&series, title));
+            let _ = write!(
+                o,
+                "<h2>{title} (CDF)</h2>{}",
+                cdf(&series, title, 1e3, "us")
+            );
+        }
+    }
+    // Distributed NetBump: one CDF per finding name, a line per variant.
+    for (name, title) in [
+        (
+            "distributed-error",
+            "Distributed bumps: |estimate - in-sync estimate| (NetBump Fig. 11)",
+        ),
+        (
+            "distributed-truth-error",
+            "Distributed bumps: |estimate - real queue| (NetBump Figs. 12-13)",
+        ),
+    ] {
+        let series: Vec<(String, Vec<f64>)> = r
+            .analyzers
+            .iter()
+            .flat_map(|an| an.findings.iter())
+            .filter(|f| f.analyzer == "vaqm" && f.name == name && !f.samples.is_empty())
+            .map(|f| (f.label.clone().unwrap_or_default(), f.samples.clone()))
+            .collect();
+        if !series.is_empty() {
+            let _ = write!(
+                o,
+                "<h2>vaqm.{name}: {} (CDF)</h2>{}",
+                esc(title),
+                cdf(&series, "error", 1e3, "KB")
+            );
         }
     }
     // Measurements over time (findings with series), one chart per finding
@@ -508,16 +544,18 @@ fn roce_sweep(series: &SweepSeries) -> String {
     svg
 }
 
-fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
+/// Cumulative distributions, one line per labelled sample set; values
+/// divided by `scale` and shown in `unit`.
+fn cdf(series: &[(String, Vec<f64>)], title: &str, scale: f64, unit: &str) -> String {
     let xmax = series
         .iter()
         .flat_map(|s| s.1.iter().copied())
         .fold(1.0, f64::max)
-        / 1e3;
+        / scale;
     let lines = series
         .iter()
         .take(16)
-        .map(|(conn, samples)| {
+        .map(|(label, samples)| {
             let mut v = samples.clone();
             v.sort_by(f64::total_cmp);
             let k = v.len().div_ceil(MAX_POINTS).max(1);
@@ -526,12 +564,12 @@ fn cdf(series: &[(u32, Vec<f64>)], title: &str) -> String {
                 .iter()
                 .enumerate()
                 .step_by(k)
-                .map(|(i, x)| (x / 1e3, (i + 1) as f64 / len))
+                .map(|(i, x)| (x / scale, (i + 1) as f64 / len))
                 .collect();
-            (format!("conn {conn}"), pts)
+            (label.clone(), pts)
         })
         .collect();
-    let axes = (xmax * 1.05, 1.0, format!("{title} (us)"), "fraction");
+    let axes = (xmax * 1.05, 1.0, format!("{title} ({unit})"), "fraction");
     lines_chart(lines, axes, 2)
 }
 

@@ -171,6 +171,9 @@ pub const FINDINGS: &[(&str, Unit)] = &[
     ("vaqm.send-rate", Unit::BitsPerSec),
     ("vaqm.rp-rate", Unit::BitsPerSec),
     ("vaqm.cnm-lost", Unit::Count),
+    ("vaqm.replay-mismatch", Unit::Count),
+    ("vaqm.distributed-error", Unit::Bytes),
+    ("vaqm.distributed-truth-error", Unit::Bytes),
 ];
 
 pub fn unit_of(finding: &str) -> Option<Unit> {

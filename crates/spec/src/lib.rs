@@ -642,6 +642,12 @@ pub struct Expect {
     /// numbered from 1 in `vaqm.queues` order).
     #[serde(default)]
     pub queue: Option<Index>,
+    /// With `finding`: only the variants whose label has these
+    /// comma-separated parts, e.g. `25us, batch 4` for a distributed
+    /// bump's findings labelled `bump 2, 25us, batch 4` (labels are in the
+    /// JSON report).
+    #[serde(default)]
+    pub label: Option<String>,
     /// How many times the packet was retransmitted.
     #[serde(default)]
     pub retransmitted: Option<u32>,
@@ -1288,6 +1294,8 @@ fn validate(s: &Spec) -> Result<(), Invalid> {
             }
         } else if x.queue.is_some() {
             return err(format!("{at}.queue"), "`queue` goes with `finding`");
+        } else if x.label.is_some() {
+            return err(format!("{at}.label"), "`label` goes with `finding`");
         } else if x.stat.is_some() {
             return err(format!("{at}.stat"), "`stat` goes with `finding`");
         } else if x.counter.is_none() && (x.equals.is_some() || x.tolerance.is_some()) {

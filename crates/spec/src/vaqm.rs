@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{err, BitsPerSec, Bytes, Invalid, Spec};
+use crate::{err, BitsPerSec, Bytes, Invalid, Nanos, Spec};
 
 /// The switch's virtual queues (`WL_MAX_VQS`).
 pub const MAX_QUEUES: usize = 64;
@@ -27,6 +27,25 @@ pub struct Vaqm {
     /// and traced, but nobody reacts.
     #[serde(default)]
     pub reaction_point: Option<ReactionPoint>,
+}
+
+/// Most delays or batch sizes one distributed queue compares.
+pub const MAX_DISTRIBUTED_VARIANTS: usize = 8;
+
+/// Bumps sharing one downstream queue (NetBump §3.2.2, Fig. 6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Distributed {
+    /// Each bump: the hosts whose packets into this queue it forwards
+    /// itself. An empty list is a bump that sees none of them and knows
+    /// the queue only from its neighbours' updates (NetBump Fig. 12).
+    pub bumps: Vec<Vec<String>>,
+    /// Update delays to compare, from sending to arrival (default [0]).
+    #[serde(default)]
+    pub delays: Vec<Nanos>,
+    /// Packets per update to compare (1 = an update per packet; default [1]).
+    #[serde(default)]
+    pub batches: Vec<u32>,
 }
 
 /// An 802.1Qau congestion point on a virtual queue (NetBump §4.3).
@@ -120,6 +139,12 @@ pub struct VQueue {
     /// RED on the average queue (NetBump §4.1, Floyd & Jacobson 1993).
     #[serde(default)]
     pub red: Option<Red>,
+    /// Distributed NetBump (§3.2.2): bumps that each see part of this
+    /// queue's traffic and exchange (length, port) updates; the `vaqm`
+    /// analyzer replays the run through them and reports each bump's
+    /// estimate against the in-sync one and the real queue (Figs. 11-13).
+    #[serde(default)]
+    pub distributed: Option<Distributed>,
     /// An 802.1Qau congestion point: sampled frames with Fb < 0 send a
     /// CNM back to their source (NetBump §4.3). Packets pass unmarked.
     #[serde(default)]
@@ -239,6 +264,53 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
                 at,
                 "one discipline per queue: `dctcp`, `red`, `qcn` or `extension`",
             );
+        }
+        if let Some(d) = &q.distributed {
+            let at = format!("{at}.distributed");
+            if d.bumps.len() < 2 {
+                return err(
+                    format!("{at}.bumps"),
+                    "at least two bumps share a queue (a list of hosts each; [] sees none)",
+                );
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (b, hosts) in d.bumps.iter().enumerate() {
+                for (j, h) in hosts.iter().enumerate() {
+                    if !host(h) {
+                        return err(
+                            format!("{at}.bumps[{b}][{j}]"),
+                            format!("no host named `{h}`"),
+                        );
+                    }
+                    if !seen.insert(h.clone()) {
+                        return err(
+                            format!("{at}.bumps[{b}][{j}]"),
+                            format!("`{h}` is already forwarded by another bump"),
+                        );
+                    }
+                }
+            }
+            for (f, n) in [("delays", d.delays.len()), ("batches", d.batches.len())] {
+                if n > MAX_DISTRIBUTED_VARIANTS {
+                    return err(
+                        format!("{at}.{f}"),
+                        format!("at most {MAX_DISTRIBUTED_VARIANTS} values, got {n}"),
+                    );
+                }
+            }
+            for (j, t) in d.delays.iter().enumerate() {
+                if t.0 > 1_000_000_000 {
+                    return err(format!("{at}.delays[{j}]"), format!("at most 1s, got {t}"));
+                }
+            }
+            for (j, b) in d.batches.iter().enumerate() {
+                if !(1..=1024).contains(b) {
+                    return err(
+                        format!("{at}.batches[{j}]"),
+                        format!("must be 1..1024, got {b}"),
+                    );
+                }
+            }
         }
         if let Some(c) = &q.qcn {
             if c.q_eq.0 == 0 {

@@ -231,6 +231,26 @@ fn each_rejection_names_path_and_line() {
             "vaqm.queues[0].red.max: must be above min (20000B >= 10000B) (line 12)",
         ),
         (
+            "one bump is not distributed",
+            with("vaqm:\n  queues:\n    - port: responder\n      rate: 100mbit\n      distributed: {bumps: [[requester]]}\n"),
+            "vaqm.queues[0].distributed.bumps: at least two bumps share a queue (a list of hosts each; [] sees none) (line 14)",
+        ),
+        (
+            "a host in two bumps",
+            with("vaqm:\n  queues:\n    - port: responder\n      rate: 100mbit\n      distributed: {bumps: [[requester], [requester]]}\n"),
+            "vaqm.queues[0].distributed.bumps[1][0]: `requester` is already forwarded by another bump (line 14)",
+        ),
+        (
+            "a batch of zero packets",
+            with("vaqm:\n  queues:\n    - port: responder\n      rate: 100mbit\n      distributed: {bumps: [[requester], []], batches: [0]}\n"),
+            "vaqm.queues[0].distributed.batches[0]: must be 1..1024, got 0 (line 14)",
+        ),
+        (
+            "a label without a finding",
+            with("expect:\n  - {connection: 1, messages_completed: true, label: bump 1}\n"),
+            "expect[0].label: `label` goes with `finding` (line 11)",
+        ),
+        (
             "QCN feedback wider than 6 bits",
             with("vaqm:\n  queues:\n    - {port: responder, rate: 100mbit, qcn: {q_eq: 20KB, fb_max: 64}}\n"),
             "vaqm.queues[0].qcn.fb_max: must be 1..63 (QntzFb is 6 bits), got 64 (line 12)",

@@ -26,6 +26,8 @@ const QCN_RULE: &str =
     "802.1Qau (NetBump §4.3): only a QCN congestion point sends CNMs, with |Fb| quantised to 1..fb_max";
 const CNM_RULE: &str =
     "802.1Qau (NetBump §4.3): every CNM reaches the reaction point it is addressed to";
+const REPLAY_RULE: &str =
+    "NetBump Fig. 5: the switch's estimate is the leaky bucket of the packets it queued, at its drain rate";
 const RED_RULE: &str =
     "RED (Floyd & Jacobson 1993 §4): no marks below min_th; above max_th every packet is dropped";
 
@@ -146,6 +148,9 @@ fn judge(
     }
     let Some(f) = f else { return 0 };
     let mut checks = 0;
+    if let Some(d) = &f.distributed {
+        checks += distributed(input, &who, idxs, f, d, out);
+    }
     for &i in &cnms {
         checks += 1;
         let fb = meta(i).cnm;
@@ -465,6 +470,183 @@ fn reaction_points(input: &Input, t0: u64, out: &mut Vec<Finding>) -> u64 {
             })
             .map(|f| f.series(format!("{} limiter", rp.host), pts)),
         );
+    }
+    checks
+}
+
+/// Distributed NetBump (§3.2.2, §6.2.3): the run's packets into this queue
+/// replayed through bumps that each forward some hosts' packets and hear
+/// of the rest by updates, for every delay and batch size the spec asks
+/// for (`crate::distributed`). First the replay is checked against the
+/// switch: one bucket seeing every packet must give the trace's estimate,
+/// packet for packet. Returns the checks made.
+fn distributed(
+    input: &Input,
+    who: &str,
+    idxs: &[usize],
+    f: &VqFacts,
+    d: &wirelab_spec::vaqm::Distributed,
+    out: &mut Vec<Finding>,
+) -> u64 {
+    use crate::distributed::{replay, Arrival, Exchange};
+    let trace = input.trace;
+    let meta = |i: usize| trace.packets[i].meta.as_ref().expect("filtered on meta");
+    let Some(facts) = input.facts else { return 0 };
+    let bump_of = |i: usize| {
+        let p = &trace.packets[i];
+        let src = wirelab_trace::ip_source(p.link, &p.data)?;
+        let host = facts.host_of(src)?;
+        d.bumps.iter().position(|b| b.iter().any(|h| h == host))
+    };
+    // Dropped packets never reach the queue (the switch takes their bytes
+    // off again); everything else is an arrival, overflows included (the
+    // buffer check leaves them out, as the switch does).
+    let kept: Vec<usize> = idxs
+        .iter()
+        .copied()
+        .filter(|&i| meta(i).aqm != "drop")
+        .collect();
+    let arrivals: Vec<Arrival> = kept
+        .iter()
+        .map(|&i| Arrival {
+            ts_ns: meta(i).ts,
+            len: trace.packets[i].orig_len,
+            bump: bump_of(i),
+        })
+        .collect();
+    // The truth samples are on the trace's clock (epoch); packet metadata
+    // `ts` is the switch's (monotonic): the packets' own capture time
+    // bridges the two.
+    let offset = kept
+        .first()
+        .map_or(0, |&i| trace.packets[i].ts_ns as i128 - meta(i).ts as i128);
+    let probes: Vec<u64> = f
+        .truth
+        .iter()
+        .map(|p| (p.ts_ns as i128 - offset) as u64)
+        .collect();
+    let n = d.bumps.len();
+    let delays = if d.delays.is_empty() {
+        vec![0]
+    } else {
+        d.delays.iter().map(|t| t.0).collect()
+    };
+    let batches = if d.batches.is_empty() {
+        vec![1]
+    } else {
+        d.batches.clone()
+    };
+    let mut checks = 1;
+    let sync = replay(
+        &arrivals,
+        n,
+        f.rate_bps,
+        f.buffer_bytes,
+        Exchange {
+            delay_ns: 0,
+            batch: 1,
+        },
+        &[],
+    );
+    if let Some(k) = (0..kept.len()).find(|&k| sync.in_sync[k] != u64::from(meta(kept[k]).vq_bytes))
+    {
+        out.push(
+            Finding::violation(
+                A,
+                "replay-mismatch",
+                REPLAY_RULE,
+                format!(
+                    "{who}: replaying the trace gives {}B after this packet; the switch reported {}B",
+                    sync.in_sync[k],
+                    meta(kept[k]).vq_bytes
+                ),
+            )
+            .evidence([evidence(trace, kept[k])]),
+        );
+        return checks; // the model does not describe this queue
+    }
+    let span_s = match (arrivals.first(), arrivals.last()) {
+        (Some(a), Some(b)) if b.ts_ns > a.ts_ns => (b.ts_ns - a.ts_ns) as f64 / 1e9,
+        _ => 0.0,
+    };
+    let mtus = |v: &[f64], m: u64| {
+        100.0 * v.iter().filter(|e| **e <= (m * MTU_FRAME) as f64).count() as f64
+            / v.len().max(1) as f64
+    };
+    for &delay in &delays {
+        for &batch in &batches {
+            checks += 1;
+            let r = replay(
+                &arrivals,
+                n,
+                f.rate_bps,
+                f.buffer_bytes,
+                Exchange {
+                    delay_ns: delay,
+                    batch,
+                },
+                &probes,
+            );
+            let rate = if span_s > 0.0 {
+                r.update_bytes as f64 / span_s
+            } else {
+                0.0
+            };
+            for b in 0..n {
+                let hosts = if d.bumps[b].is_empty() {
+                    "sees none".to_string()
+                } else {
+                    d.bumps[b].join(", ")
+                };
+                let label = format!(
+                    "bump {}, {}, batch {batch}",
+                    b + 1,
+                    wirelab_spec::Nanos(delay)
+                );
+                // Against the in-sync estimate, where the bump decides: at
+                // its own packets (or at every packet, for a bump that
+                // forwards none).
+                let own: Vec<usize> = (0..arrivals.len())
+                    .filter(|&k| arrivals[k].bump == Some(b) || d.bumps[b].is_empty())
+                    .collect();
+                let err: Vec<f64> = own
+                    .iter()
+                    .map(|&k| r.bumps[b][k].abs_diff(r.in_sync[k]) as f64)
+                    .collect();
+                let (w1, w2, w3) = (mtus(&err, 1), mtus(&err, 2), mtus(&err, 3));
+                out.extend(
+                    Finding::summarized(A, "distributed-error", Unit::Bytes, err, |s| {
+                        format!(
+                            "{who}: {label} ({hosts}): |estimate - in sync| at {} packets: within 1 MTU {w1:.1}%, 2 MTU {w2:.1}%, \
+                             3 MTU {w3:.1}%; median {:.0}B, p99 {:.0}B, max {:.0}B; updates {} ({:.0} B/s) \
+                             (NetBump Fig. 11: under 2 MTU at 25 us)",
+                            s.count, s.p50, s.p99, s.max, r.updates, rate
+                        )
+                    })
+                    .map(|f| f.label(label.clone())),
+                );
+                if f.truth.is_empty() {
+                    continue;
+                }
+                let real: Vec<f64> = r.at_probes[b]
+                    .iter()
+                    .zip(&f.truth)
+                    .map(|(e, t)| e.abs_diff(t.actual_bytes) as f64)
+                    .collect();
+                let (w1, w2, w3) = (mtus(&real, 1), mtus(&real, 2), mtus(&real, 3));
+                out.extend(
+                    Finding::summarized(A, "distributed-truth-error", Unit::Bytes, real, |s| {
+                        format!(
+                            "{who}: {label} ({hosts}): |estimate - real queue| at {} samples: within 1 MTU {w1:.1}%, \
+                             2 MTU {w2:.1}%, 3 MTU {w3:.1}%; median {:.0}B, p99 {:.0}B \
+                             (NetBump Fig. 12: within 3 MTU 90%)",
+                            s.count, s.p50, s.p99
+                        )
+                    })
+                    .map(|f| f.label(label.clone())),
+                );
+            }
+        }
     }
     checks
 }
