@@ -8,6 +8,7 @@ mod bench;
 mod bench_analyze;
 mod bench_roce;
 mod bench_vaqm;
+mod bump;
 mod run;
 mod summary;
 
@@ -80,6 +81,29 @@ enum Cmd {
         /// List the findings `expect:` can name, with their units.
         #[arg(long, conflicts_with = "json")]
         findings: bool,
+    },
+    /// Run the switch with its vAQM stage inline between two existing
+    /// interfaces of a namespace (NetBump's bump on the wire): each side's
+    /// frames leave by the other, marked or dropped by the queues of
+    /// `--config` (a YAML `vaqm:` section whose queues name an interface as
+    /// `port`), all of them captured; then the trace, the analysis and a
+    /// summary, and the interfaces are left as they were.
+    Bump {
+        /// The namespace (`ip netns list`) that holds both interfaces.
+        namespace: String,
+        iface_a: String,
+        iface_b: String,
+        /// The queues: `vaqm: {queues: [{port: IFACE, rate: ..., dctcp: ...}]}`.
+        #[arg(long)]
+        config: PathBuf,
+        /// Seconds to stay inline (Ctrl-C stops sooner).
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
@@ -264,11 +288,65 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 min_rto.0,
             )
         }
+        Cmd::Bump {
+            namespace,
+            iface_a,
+            iface_b,
+            config,
+            duration,
+            out,
+            json,
+        } => {
+            let args = bump::Args {
+                ns: &namespace,
+                ifaces: [&iface_a, &iface_b],
+                config: &config,
+                duration: std::time::Duration::from_secs(duration),
+                out: &out,
+            };
+            run::require_root()?;
+            let (spec, links) = match bump::load(&args) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("wirelab: {e:#}");
+                    return Ok(code::ERROR);
+                }
+            };
+            let (s, c) = bump::run(&args, &spec, links, abort)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!(
+                    "wirelab bump {} {}<->{}: {} ({} packets, {})",
+                    s.namespace,
+                    s.interfaces[0],
+                    s.interfaces[1],
+                    s.verdict,
+                    s.integrity.in_trace,
+                    s.results
+                );
+                for q in &s.vaqm {
+                    println!(
+                        "  vq {} toward {}: {} packets, {} marked, {} dropped, {} overflowed",
+                        q.id,
+                        q.port.as_deref().unwrap_or("-"),
+                        q.packets,
+                        q.marks,
+                        q.drops,
+                        q.overflows
+                    );
+                }
+            }
+            Ok(c)
+        }
         Cmd::Clean { all } => {
             run::require_root()?;
             let c = wirelab_netns::clean(all)?;
             for ns in &c.namespaces {
                 println!("removed namespace {ns}");
+            }
+            for b in &c.bumps {
+                println!("detached a killed bump from {b}");
             }
             for r in &c.registry_entries {
                 println!("removed registry entry {r}");

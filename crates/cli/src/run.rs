@@ -235,7 +235,7 @@ fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
 }
 
 /// A planned virtual queue in the switch's terms.
-fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
+pub(crate) fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
     let discipline = if let Some(p) = &q.extension {
         let mut params = [0; wirelab_dataplane::EXT_PARAMS];
         params[..p.len()].copy_from_slice(p); // at most 8: validated

@@ -1099,3 +1099,282 @@ fn qcn_reaction_points_shape_udp_senders_and_the_baseline_fills_the_buffer() {
     }
     assert_nothing_left("the QCN baseline");
 }
+
+/// Three namespaces made by hand, as a user's own set-up would be: a
+/// sender, a bump host with two interfaces and a receiver (lab addresses,
+/// ECN on). Deleted on drop, also when the test fails.
+struct HandMadeLab {
+    prefix: String,
+}
+
+impl HandMadeLab {
+    fn new(tag: &str) -> HandMadeLab {
+        let prefix = format!("wlbt{}{tag}", std::process::id());
+        let g = HandMadeLab { prefix };
+        let ip = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().unwrap();
+            assert!(
+                o.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        for n in ["l", "m", "r"] {
+            ip(&["netns", "add", &g.ns(n)]);
+            ip(&["-n", &g.ns(n), "link", "set", "lo", "up"]);
+        }
+        ip(&[
+            "-n",
+            &g.ns("l"),
+            "link",
+            "add",
+            "name",
+            "veth-a",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "bump-a",
+            "netns",
+            &g.ns("m"),
+        ]);
+        ip(&[
+            "-n",
+            &g.ns("r"),
+            "link",
+            "add",
+            "name",
+            "veth-b",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "bump-b",
+            "netns",
+            &g.ns("m"),
+        ]);
+        ip(&[
+            "-n",
+            &g.ns("l"),
+            "addr",
+            "add",
+            "198.18.9.1/24",
+            "dev",
+            "veth-a",
+        ]);
+        ip(&[
+            "-n",
+            &g.ns("r"),
+            "addr",
+            "add",
+            "198.18.9.2/24",
+            "dev",
+            "veth-b",
+        ]);
+        for (n, d) in [
+            ("l", "veth-a"),
+            ("r", "veth-b"),
+            ("m", "bump-a"),
+            ("m", "bump-b"),
+        ] {
+            ip(&["-n", &g.ns(n), "link", "set", d, "up"]);
+        }
+        for n in ["l", "r"] {
+            wirelab_netns::in_netns(&g.ns(n), || {
+                wirelab_netns::write_sysctl("net.ipv4.tcp_ecn", "1")
+            })
+            .unwrap()
+            .unwrap();
+        }
+        g
+    }
+
+    fn ns(&self, n: &str) -> String {
+        format!("{}{n}", self.prefix)
+    }
+
+    fn bump_attached(&self) -> bool {
+        let o = Command::new("tc")
+            .args([
+                "-n",
+                &self.ns("m"),
+                "filter",
+                "show",
+                "dev",
+                "bump-a",
+                "ingress",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("wl_switch")
+    }
+
+    fn clsact_left(&self) -> bool {
+        ["bump-a", "bump-b"].iter().any(|d| {
+            let o = Command::new("tc")
+                .args(["-n", &self.ns("m"), "qdisc", "show", "dev", d])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).contains("clsact")
+        })
+    }
+
+    /// A bounded TCP transfer (8 MiB) from the sender to the receiver.
+    fn transfer(&self) -> u64 {
+        use std::io::{Read, Write};
+        let l = wirelab_netns::in_netns(&self.ns("r"), || {
+            std::net::TcpListener::bind("198.18.9.2:5201")
+        })
+        .unwrap()
+        .unwrap();
+        let rx = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0u64;
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return n,
+                    Ok(k) => n += k as u64,
+                }
+            }
+        });
+        let mut c = wirelab_netns::in_netns(&self.ns("l"), || {
+            std::net::TcpStream::connect_timeout(
+                &"198.18.9.2:5201".parse().unwrap(),
+                Duration::from_secs(5),
+            )
+        })
+        .unwrap()
+        .unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let chunk = vec![0x5au8; 1 << 16];
+        for _ in 0..128 {
+            c.write_all(&chunk).unwrap();
+        }
+        drop(c);
+        rx.join().unwrap()
+    }
+}
+
+impl Drop for HandMadeLab {
+    fn drop(&mut self) {
+        for n in ["l", "m", "r"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(n)])
+                .output();
+        }
+    }
+}
+
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `wirelab bump` inline between two interfaces of a namespace it did not
+/// make: the traffic crosses it, the DCTCP queue marks, the trace is
+/// complete, and the interfaces are left as they were. Bad input exits 2
+/// with nothing attached; a bump killed with SIGKILL is detached by
+/// `wirelab clean`.
+#[test]
+fn bump_runs_inline_between_existing_interfaces_and_leaves_them_as_found() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let lab = HandMadeLab::new("a");
+    let cfg = out.path().join("bump.yaml");
+    std::fs::write(
+        &cfg,
+        "vaqm:\n  queues:\n    - {port: bump-b, rate: 50mbit, dctcp: {k: 20KB}}\nanalyzers: [vaqm, flow]\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_wirelab");
+    let bump = |extra: &[&str]| {
+        let mut c = Command::new(bin);
+        c.args(["bump", &lab.ns("m"), "bump-a", "bump-b", "--config"])
+            .arg(&cfg)
+            .arg("--out")
+            .arg(out.path())
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let child = bump(&["--duration", "4", "--json"]).spawn().unwrap();
+    wait_for("the bump to attach", || lab.bump_attached());
+    let moved = lab.transfer();
+    assert_eq!(moved, 8 << 20);
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    let violations: Vec<String> = s["analysis"]["analyzers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["findings"].as_array().into_iter().flatten())
+        .filter(|f| f["kind"] == "violation")
+        .map(|f| format!("{}.{}: {}", f["analyzer"], f["name"], f["message"]))
+        .collect();
+    assert_eq!(o.status.code(), Some(0), "{stderr}{violations:#?}");
+    assert_eq!(s["verdict"], "PASS", "{}", s["integrity"]);
+    let integ = &s["integrity"];
+    assert_eq!(integ["valid"], true, "{integ}");
+    // The transfer's data and its ACKs both crossed the bump (as GSO
+    // super-packets: the bump leaves the interfaces' offloads as they are).
+    for p in integ["ports"].as_array().unwrap() {
+        assert!(p["switch_rx"].as_u64().unwrap() > 50, "{integ}");
+    }
+    let q = &s["vaqm"][0];
+    assert!(
+        q["marks"].as_u64().unwrap() > 0,
+        "ECN data above K is marked: {q}"
+    );
+    let results = PathBuf::from(s["results"].as_str().unwrap());
+    let trace = wirelab_trace::read(&results.join("trace.pcapng")).unwrap();
+    assert_eq!(
+        trace.packets.len() as u64,
+        integ["in_trace"].as_u64().unwrap()
+    );
+    assert!(results.join("report.html").exists());
+    assert!(
+        !lab.bump_attached() && !lab.clsact_left(),
+        "the bump detached"
+    );
+    let left: Vec<_> = std::fs::read_dir("/run/wirelab")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "registry entries left: {left:?}");
+
+    // Bad input: a queue on an interface the bump does not sit on.
+    std::fs::write(&cfg, "vaqm:\n  queues:\n    - {port: eth7, rate: 50mbit}\n").unwrap();
+    let o = bump(&["--duration", "1"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("vaqm.queues[0].port: no interface named `eth7` (line 3)"),
+        "{e}"
+    );
+    assert!(!lab.bump_attached() && !lab.clsact_left());
+
+    // Killed: `wirelab clean` detaches what it left.
+    std::fs::write(
+        &cfg,
+        "vaqm:\n  queues:\n    - {port: bump-b, rate: 50mbit}\n",
+    )
+    .unwrap();
+    let mut child = bump(&["--duration", "60"]).spawn().unwrap();
+    wait_for("the bump to attach", || lab.bump_attached());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(lab.bump_attached(), "SIGKILL leaves the program attached");
+    let o = wirelab(&["clean"]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("detached a killed bump from"), "{said}");
+    assert!(!lab.bump_attached() && !lab.clsact_left(), "{said}");
+}

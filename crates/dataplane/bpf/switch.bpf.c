@@ -55,6 +55,16 @@ struct {
 	__type(value, struct wl_fwd);
 } fwd SEC(".maps");
 
+/* Where a frame whose destination MAC is not in `fwd` goes, by ingress
+ * port: `wirelab bump` between two interfaces forwards each one's frames
+ * to the other, whatever their addresses (a bump on the wire). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_fwd);
+} default_out SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 2 * WL_MAX_CONNS);
@@ -633,6 +643,11 @@ int wl_switch(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	__builtin_memcpy(&dmac, data, ETH_ALEN);
 	out = bpf_map_lookup_elem(&fwd, &dmac);
+	if (!out) {
+		out = bpf_map_lookup_elem(&default_out, &port_no);
+		if (out && !out->ifindex)
+			out = 0;
+	}
 	if (vaqm_ext) {
 		ext_pkt(&x, skb, &p, port_no, out ? out->port : 0, m.ts_ns);
 		out = ext_forward(&x, out);

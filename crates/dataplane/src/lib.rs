@@ -490,6 +490,41 @@ impl Switch {
             .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))
     }
 
+    /// Frames arriving on switch port `from` whose destination MAC has no
+    /// `add_fwd` entry leave through `ifindex` (switch port `port`): a
+    /// bump's two sides forward to each other.
+    pub fn set_default_out(&self, from: u32, ifindex: u32, port: u32) -> Result<(), Error> {
+        let v = types::wl_fwd { ifindex, port };
+        self.skel
+            .maps
+            .default_out
+            .update(&from.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!("forwarding port {from} to port {port}")))
+    }
+
+    /// Removes the pipeline from tc ingress of `ifindex` (and the clsact
+    /// qdisc too with `remove_qdisc`, when the caller created it). The
+    /// caller must be in the device's namespace.
+    pub fn detach(&self, ifindex: i32, remove_qdisc: bool) -> Result<(), Error> {
+        let mut hook = TcHookBuilder::new(self.skel.progs.wl_switch.as_fd())
+            .ifindex(ifindex)
+            .handle(1)
+            .priority(1)
+            .hook(libbpf_rs::TC_INGRESS);
+        let r = hook.detach();
+        let r = if remove_qdisc {
+            r.and(
+                TcHookBuilder::new(self.skel.progs.wl_switch.as_fd())
+                    .ifindex(ifindex)
+                    .hook(libbpf_rs::TC_INGRESS | libbpf_rs::TC_EGRESS)
+                    .destroy(),
+            )
+        } else {
+            r
+        };
+        r.map_err(|source| Error::Attach { ifindex, source })
+    }
+
     /// Static forwarding entry: frames to `mac` leave through `ifindex`.
     pub fn add_fwd(&self, mac: [u8; 6], ifindex: u32, port: u32) -> Result<(), Error> {
         let mut k = [0u8; 8];

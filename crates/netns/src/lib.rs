@@ -48,6 +48,105 @@ const NETNS_DIR: &str = "/run/netns";
 struct RegistryEntry {
     pid: u32,
     namespaces: Vec<String>,
+    /// `wirelab bump`: the programs it attached to interfaces it does not
+    /// own, removed again by `clean` if the bump died.
+    #[serde(default)]
+    bumps: Vec<BumpAttach>,
+}
+
+/// The switch attached at tc ingress of an existing interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BumpAttach {
+    pub ns: String,
+    pub ifname: String,
+    /// The bump created the interface's clsact qdisc (and removes it).
+    pub created_clsact: bool,
+}
+
+impl BumpAttach {
+    /// Removes the bump's filter (tc handle 1, priority 1 at ingress) and
+    /// the clsact qdisc it created; gone already is fine.
+    pub fn remove(&self) -> Result<(), Error> {
+        if !Path::new(NETNS_DIR).join(&self.ns).exists() {
+            return Ok(()); // the namespace, and the interface, are gone
+        }
+        let present = |what: &str| {
+            run("tc", &["-n", &self.ns, what, "show", "dev", &self.ifname])
+                .map(|o| o.contains("clsact") || o.contains("handle 0x1"))
+                .unwrap_or(false)
+        };
+        if self.created_clsact {
+            if present("qdisc") {
+                run(
+                    "tc",
+                    &[
+                        "-n",
+                        &self.ns,
+                        "qdisc",
+                        "del",
+                        "dev",
+                        &self.ifname,
+                        "clsact",
+                    ],
+                )?;
+            }
+        } else {
+            let _ = run(
+                "tc",
+                &[
+                    "-n",
+                    &self.ns,
+                    "filter",
+                    "del",
+                    "dev",
+                    &self.ifname,
+                    "ingress",
+                    "pref",
+                    "1",
+                    "handle",
+                    "1",
+                    "bpf",
+                ],
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Whether `ifname` in namespace `ns` has a clsact qdisc.
+pub fn has_clsact(ns: &str, ifname: &str) -> Result<bool, Error> {
+    Ok(run("tc", &["-n", ns, "qdisc", "show", "dev", ifname])?.contains("clsact"))
+}
+
+/// A bump's registry entry, removed on drop (after the bump detached).
+pub struct BumpRegistration {
+    path: PathBuf,
+}
+
+impl BumpRegistration {
+    /// Records the attachments before they are made, so a killed bump is
+    /// cleaned up by `wirelab clean`.
+    pub fn new(id: &str, attach: &[BumpAttach]) -> Result<BumpRegistration, Error> {
+        fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
+        let path = Path::new(REGISTRY_DIR).join(format!("bump-{id}.json"));
+        let entry = RegistryEntry {
+            pid: std::process::id(),
+            namespaces: Vec::new(),
+            bumps: attach.to_vec(),
+        };
+        fs::write(
+            &path,
+            serde_json::to_vec(&entry).expect("registry entry serialises"),
+        )
+        .map_err(io("writing the bump registry"))?;
+        Ok(BumpRegistration { path })
+    }
+}
+
+impl Drop for BumpRegistration {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 fn registry_path(run_id: &str) -> PathBuf {
@@ -105,6 +204,7 @@ impl Lab {
         let entry = RegistryEntry {
             pid: std::process::id(),
             namespaces: namespaces.clone(),
+            bumps: Vec::new(),
         };
         fs::write(
             registry_path(&plan.run_id),
@@ -342,6 +442,8 @@ pub fn fmt_mac(m: &[u8; 6]) -> String {
 struct LinkJson {
     ifindex: u32,
     #[serde(default)]
+    mtu: u32,
+    #[serde(default)]
     stats64: Option<Stats64>,
 }
 #[derive(Deserialize)]
@@ -373,6 +475,12 @@ pub fn ifindex(ns: &str, dev: &str) -> Result<u32, Error> {
     Ok(link_json(ns, dev)?.ifindex)
 }
 
+/// A device's (ifindex, MTU) in namespace `ns`.
+pub fn link_info(ns: &str, dev: &str) -> Result<(u32, u32), Error> {
+    let l = link_json(ns, dev)?;
+    Ok((l.ifindex, l.mtu))
+}
+
 pub fn link_rx_packets(ns: &str, dev: &str) -> Result<u64, Error> {
     Ok(link_json(ns, dev)?.stats64.map_or(0, |s| s.rx.packets))
 }
@@ -402,6 +510,8 @@ pub struct Cleaned {
     pub registry_entries: Vec<String>,
     /// Namespaces left alone because their run is still alive.
     pub kept: Vec<String>,
+    /// Interfaces (`ns:ifname`) a killed `wirelab bump` was attached to.
+    pub bumps: Vec<String>,
 }
 
 /// Removes what killed runs left: registry entries whose process is gone,
@@ -425,6 +535,10 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
                     owned_by_live.insert(ns, entry.pid);
                 }
                 continue;
+            }
+            for b in &entry.bumps {
+                b.remove()?;
+                out.bumps.push(format!("{}:{}", b.ns, b.ifname));
             }
             fs::remove_file(&p).map_err(io(format!("removing {}", p.display())))?;
             out.registry_entries.push(p.display().to_string());

@@ -717,6 +717,49 @@ pub fn parse(text: &str) -> Result<Spec, SpecError> {
     parse_yaml(text, validate)
 }
 
+/// What `wirelab bump` runs between two existing interfaces: the vAQM
+/// stage (its queues name an interface as their `port`: the packets that
+/// leave through it) and the capture settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BumpSpec {
+    pub vaqm: vaqm::Vaqm,
+    #[serde(default)]
+    pub capture: Capture,
+    /// The analyzers to run on the trace (all of them when absent).
+    #[serde(default)]
+    pub analyzers: Option<Vec<AnalyzerName>>,
+}
+
+/// Parses a bump's YAML for the interfaces `ports` (their MTU `mtu`).
+pub fn parse_bump(text: &str, ports: [&str; 2], mtu: u32) -> Result<BumpSpec, SpecError> {
+    parse_yaml(text, |b: &BumpSpec| {
+        vaqm::validate_queues(&b.vaqm, &|n| ports.contains(&n), "interface", mtu)?;
+        let v = &b.vaqm;
+        for (field, set) in [
+            ("extension", v.extension.is_some()),
+            ("reaction_point", v.reaction_point.is_some()),
+        ] {
+            if set {
+                return err(
+                    format!("vaqm.{field}"),
+                    "needs a lab's hosts; `wirelab bump` runs the queues, capture and analysis only",
+                );
+            }
+        }
+        for (i, q) in v.queues.iter().enumerate() {
+            if q.distributed.is_some() || q.extension.is_some() || !q.destinations.is_empty() {
+                return err(
+                    format!("vaqm.queues[{i}]"),
+                    "`wirelab bump` queues are classified by `port` (an interface) and run \
+                     dctcp, red, qcn or estimate only",
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Deserialises any wirelab YAML document, then runs its cross-field
 /// checks; either kind of error names the YAML path and line.
 pub fn parse_yaml<T: serde::de::DeserializeOwned>(
@@ -1000,14 +1043,15 @@ fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
 
 /// A queue or token bucket of `b` must take one full Ethernet frame.
 pub(crate) fn holds_a_frame(s: &Spec, b: Bytes, at: String) -> Result<(), Invalid> {
-    let frame = u64::from(s.topology.mtu) + 14;
+    frame_fits(s.topology.mtu, b, at)
+}
+
+pub(crate) fn frame_fits(mtu: u32, b: Bytes, at: String) -> Result<(), Invalid> {
+    let frame = u64::from(mtu) + 14;
     if b.0 < frame {
         return err(
             at,
-            format!(
-                "{b} is below one frame ({frame}B at MTU {})",
-                s.topology.mtu
-            ),
+            format!("{b} is below one frame ({frame}B at MTU {mtu})"),
         );
     }
     Ok(())

@@ -195,6 +195,18 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
     let Some(v) = &s.vaqm else {
         return Ok(());
     };
+    let host = |name: &str| s.topology.hosts.iter().any(|h| h.name == name);
+    validate_queues(v, &host, "host", s.topology.mtu)
+}
+
+/// The section's own checks, for ports and hosts named `host` (a lab's
+/// hosts, or `wirelab bump`'s two interfaces) on links of `mtu`.
+pub(crate) fn validate_queues(
+    v: &Vaqm,
+    host: &dyn Fn(&str) -> bool,
+    kind: &str,
+    mtu: u32,
+) -> Result<(), Invalid> {
     if v.queues.is_empty() {
         return err("vaqm.queues", "no queues; remove `vaqm` or add a queue");
     }
@@ -204,7 +216,6 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
             format!("at most {MAX_QUEUES} queues, got {}", v.queues.len()),
         );
     }
-    let host = |name: &str| s.topology.hosts.iter().any(|h| h.name == name);
     let mut ports = std::collections::BTreeSet::new();
     let mut dests = std::collections::BTreeSet::new();
     for (i, q) in v.queues.iter().enumerate() {
@@ -217,7 +228,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
         }
         if let Some(p) = &q.port {
             if !host(p) {
-                return err(format!("{at}.port"), format!("no host named `{p}`"));
+                return err(format!("{at}.port"), format!("no {kind} named `{p}`"));
             }
             if !ports.insert(p.clone()) {
                 return err(
@@ -230,7 +241,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
             if !host(d) {
                 return err(
                     format!("{at}.destinations[{j}]"),
-                    format!("no host named `{d}`"),
+                    format!("no {kind} named `{d}`"),
                 );
             }
             if !dests.insert(d.clone()) {
@@ -247,7 +258,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
             );
         }
         if let Some(b) = q.buffer {
-            crate::holds_a_frame(s, b, format!("{at}.buffer"))?;
+            crate::frame_fits(mtu, b, format!("{at}.buffer"))?;
         }
         if [
             q.dctcp.is_some(),
@@ -279,7 +290,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
                     if !host(h) {
                         return err(
                             format!("{at}.bumps[{b}][{j}]"),
-                            format!("no host named `{h}`"),
+                            format!("no {kind} named `{h}`"),
                         );
                     }
                     if !seen.insert(h.clone()) {
@@ -397,7 +408,7 @@ pub(crate) fn validate(s: &Spec) -> Result<(), Invalid> {
             if !host(h) {
                 return err(
                     format!("vaqm.reaction_point.hosts[{j}]"),
-                    format!("no host named `{h}`"),
+                    format!("no {kind} named `{h}`"),
                 );
             }
         }

@@ -504,3 +504,39 @@ fn a_discipline_file_is_found_next_to_the_spec_or_its_line_is_named() {
         "{e}"
     );
 }
+
+/// `wirelab bump`'s YAML: queues name the bump's interfaces; what needs a
+/// lab's hosts is refused with its path and line.
+#[test]
+fn bump_configs_name_interfaces_and_refuse_lab_only_settings() {
+    use wirelab_spec::parse_bump;
+    let ok = parse_bump(
+        "vaqm:\n  queues:\n    - {port: eth1, rate: 1gbit, red: {min: 30KB, max: 90KB, max_p: 0.1}}\nanalyzers: [vaqm]\n",
+        ["eth0", "eth1"],
+        1500,
+    )
+    .unwrap();
+    assert_eq!(ok.vaqm.queues[0].port.as_deref(), Some("eth1"));
+    for (yaml, want) in [
+        (
+            "vaqm:\n  queues:\n    - {port: eth2, rate: 1gbit}\n",
+            "vaqm.queues[0].port: no interface named `eth2` (line 3)",
+        ),
+        (
+            "vaqm:\n  queues:\n    - {port: eth1, rate: 1gbit, qcn: {q_eq: 20KB}}\n  reaction_point: {hosts: [eth0]}\n",
+            "vaqm.reaction_point: needs a lab's hosts; `wirelab bump` runs the queues, capture and analysis only (line 4)",
+        ),
+        (
+            "vaqm:\n  queues:\n    - port: eth1\n      rate: 1gbit\n      distributed: {bumps: [[eth0], []]}\n",
+            "vaqm.queues[0]: `wirelab bump` queues are classified by `port` (an interface) and run dctcp, red, qcn or estimate only (line 3)",
+        ),
+        (
+            "vaqm:\n  queues:\n    - {port: eth1, rate: 1gbit, buffer: 1000}\n",
+            "vaqm.queues[0].buffer: 1000B is below one frame (9014B at MTU 9000) (line 3)",
+        ),
+    ] {
+        let mtu = if yaml.contains("buffer") { 9000 } else { 1500 };
+        let e = parse_bump(yaml, ["eth0", "eth1"], mtu).unwrap_err().to_string();
+        assert_eq!(e, want);
+    }
+}
