@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+mod common;
+
 use wirelab_analyze::distributed::LeakyBucket;
 use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::truth::VqFacts;
@@ -19,12 +21,7 @@ const T0: u64 = 1_700_000_000_000_000_000;
 const MONO0: u64 = 5_000_000_000;
 
 fn frame(src: u8) -> Vec<u8> {
-    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, src], [2, 0, 0, 0, 0, 4])
-        .ipv4([198, 18, 0, src], [198, 18, 0, 4], 64)
-        .udp(40000 + u16::from(src), 5001);
-    let mut out = Vec::new();
-    b.write(&mut out, &vec![0u8; 1500 - 42]).unwrap();
-    out
+    common::udp_frame(src, 1500)
 }
 
 /// 200 packets from s1 and s2 in turn, 100 µs apart, into a 100 Mbit/s

@@ -7,6 +7,8 @@
 
 use std::net::IpAddr;
 
+mod common;
+
 use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::rp::{RpFacts, RpPoint};
 use wirelab_analyze::truth::VqFacts;
@@ -19,13 +21,7 @@ const T0: u64 = 1_700_000_000_000_000_000;
 
 /// A 1000-byte UDP frame from 198.18.0.`src` to 198.18.0.4.
 fn frame(src: u8) -> Vec<u8> {
-    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, src], [2, 0, 0, 0, 0, 4])
-        .ipv4([198, 18, 0, src], [198, 18, 0, 4], 64)
-        .udp(40000 + u16::from(src), 5001);
-    let payload = vec![0u8; 1000 - 42];
-    let mut out = Vec::new();
-    b.write(&mut out, &payload).unwrap();
-    out
+    common::udp_frame(src, 1000)
 }
 
 /// 40 packets 100 µs apart, alternating between s1 and s2, through queue

@@ -18,8 +18,6 @@ use wirelab_dataplane::{Config, Switch};
 use wirelab_netns::{in_netns, BumpAttach, BumpRegistration};
 use wirelab_spec::{AnalyzerName, BumpSpec};
 
-use crate::code;
-
 pub struct Args<'a> {
     pub ns: &'a str,
     pub ifaces: [&'a str; 2],
@@ -243,34 +241,11 @@ pub fn run(
     crate::analyze::write_html(&dir.join("report.html"), &report)?;
     let vaqm = plans
         .iter()
-        .map(|q| {
-            let st = switch.vq_state(q.id)?;
-            Ok(crate::run::VqSummary {
-                id: q.id,
-                port: q.port.as_ref().map(|p| p.1.clone()),
-                destinations: Vec::new(),
-                rate: q.rate.to_string(),
-                discipline: format!("{:?}", crate::run::vq_config(q).discipline),
-                packets: st.pkts,
-                marks: st.marks,
-                drops: st.drops,
-                unmarkable: st.unmarkable,
-                bytes_at_end: st.bytes,
-                cpu_moves: st.cpu_moves,
-                overflows: st.overflows,
-                qcn_samples: q.qcn.as_ref().map(|_| st.samples),
-            })
-        })
+        .map(|q| crate::run::VqSummary::of(q, &switch, ""))
         .collect::<Result<Vec<_>>>()?;
     drop(registration);
     let violations = report.analyzers.iter().any(|a| a.violations > 0);
-    let (verdict, code) = if !integrity.valid {
-        ("INVALID", code::INVALID)
-    } else if violations {
-        ("FAIL", code::EXPECT_FAILED)
-    } else {
-        ("PASS", code::OK)
-    };
+    let (verdict, code) = crate::run::verdict(false, integrity.valid, violations);
     let summary = BumpSummary {
         schema: "wirelab.bump/1",
         namespace: args.ns.to_string(),

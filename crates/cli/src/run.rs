@@ -181,57 +181,78 @@ fn dp_action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Actio
 }
 
 fn vaqm_summary(plan: &Plan, switch: &Switch) -> Result<Vec<VqSummary>> {
+    let ext = plan
+        .vaqm_extension
+        .as_deref()
+        .and_then(|p| p.file_name())
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     plan.vaqm
         .iter()
-        .map(|q| {
-            let st = switch.vq_state(q.id)?;
-            let discipline = match vq_config(q).discipline {
-                Discipline::None => "estimate only".to_string(),
-                Discipline::Dctcp { k_bytes } => format!("dctcp K {k_bytes}B"),
-                Discipline::Red {
-                    min_bytes,
-                    max_bytes,
-                    w_q,
-                    max_p,
-                    drop,
-                } => format!(
-                    "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
-                    if drop { "drop" } else { "mark" }
-                ),
-                Discipline::Qcn(p) => format!(
-                    "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
-                    p.q_eq,
-                    p.w,
-                    p.fb_max,
-                    p.p_min as f64 / wirelab_qcn::cp::P_ONE as f64,
-                    p.p_max as f64 / wirelab_qcn::cp::P_ONE as f64
-                ),
-                Discipline::Extension { .. } => format!(
-                    "extension {} {:?}",
-                    plan.vaqm_extension
-                        .as_deref()
-                        .and_then(|p| p.file_name())
-                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-                    q.extension.as_deref().unwrap_or_default()
-                ),
-            };
-            Ok(VqSummary {
-                id: q.id,
-                port: q.port.as_ref().map(|p| p.1.clone()),
-                destinations: q.destinations.iter().map(|d| d.to_string()).collect(),
-                rate: q.rate.to_string(),
-                discipline,
-                packets: st.pkts,
-                marks: st.marks,
-                drops: st.drops,
-                unmarkable: st.unmarkable,
-                bytes_at_end: st.bytes,
-                cpu_moves: st.cpu_moves,
-                overflows: st.overflows,
-                qcn_samples: q.qcn.as_ref().map(|_| st.samples),
-            })
-        })
+        .map(|q| VqSummary::of(q, switch, &ext))
         .collect()
+}
+
+impl VqSummary {
+    /// Queue `q` as the switch left it; `ext` names the user discipline's
+    /// file, if the queue runs one.
+    pub(crate) fn of(q: &wirelab_plan::VqPlan, switch: &Switch, ext: &str) -> Result<VqSummary> {
+        let st = switch.vq_state(q.id)?;
+        let discipline = match vq_config(q).discipline {
+            Discipline::None => "estimate only".to_string(),
+            Discipline::Dctcp { k_bytes } => format!("dctcp K {k_bytes}B"),
+            Discipline::Red {
+                min_bytes,
+                max_bytes,
+                w_q,
+                max_p,
+                drop,
+            } => format!(
+                "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
+                if drop { "drop" } else { "mark" }
+            ),
+            Discipline::Qcn(p) => format!(
+                "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
+                p.q_eq,
+                p.w,
+                p.fb_max,
+                p.p_min as f64 / wirelab_qcn::cp::P_ONE as f64,
+                p.p_max as f64 / wirelab_qcn::cp::P_ONE as f64
+            ),
+            Discipline::Extension { .. } => format!(
+                "extension {ext} {:?}",
+                q.extension.as_deref().unwrap_or_default()
+            ),
+        };
+        Ok(VqSummary {
+            id: q.id,
+            port: q.port.as_ref().map(|p| p.1.clone()),
+            destinations: q.destinations.iter().map(|d| d.to_string()).collect(),
+            rate: q.rate.to_string(),
+            discipline,
+            packets: st.pkts,
+            marks: st.marks,
+            drops: st.drops,
+            unmarkable: st.unmarkable,
+            bytes_at_end: st.bytes,
+            cpu_moves: st.cpu_moves,
+            overflows: st.overflows,
+            qcn_samples: q.qcn.as_ref().map(|_| st.samples),
+        })
+    }
+}
+
+/// A run's verdict and exit code: an interruption first, then an
+/// incomplete trace, then any failed claim.
+pub(crate) fn verdict(interrupted: bool, valid: bool, failed: bool) -> (&'static str, u8) {
+    if interrupted {
+        ("INTERRUPTED", code::INTERRUPTED)
+    } else if !valid {
+        ("INVALID", code::INVALID)
+    } else if failed {
+        ("FAIL", code::EXPECT_FAILED)
+    } else {
+        ("PASS", code::OK)
+    }
 }
 
 /// A planned virtual queue in the switch's terms.
@@ -809,15 +830,7 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
         .collect();
     let workload_failed = reports.iter().find_map(|r| r.error.clone());
     let expect_failed = verdicts.iter().any(|v| !v.pass) || workload_failed.is_some();
-    let (verdict, code) = if interrupted {
-        ("INTERRUPTED", code::INTERRUPTED)
-    } else if !integrity.valid {
-        ("INVALID", code::INVALID)
-    } else if expect_failed {
-        ("FAIL", code::EXPECT_FAILED)
-    } else {
-        ("PASS", code::OK)
-    };
+    let (verdict, code) = verdict(interrupted, integrity.valid, expect_failed);
     let summary = Summary {
         schema: "wirelab.run/1",
         name: plan.name.clone(),

@@ -282,6 +282,16 @@ fn judge(
     checks
 }
 
+/// The shares (%) of byte errors within 1, 2 and 3 MTU: NetBump §6.2's
+/// measure of an estimate.
+fn within_mtus(err: &[f64]) -> (f64, f64, f64) {
+    let share = |m: u64| {
+        100.0 * err.iter().filter(|e| **e <= (m * MTU_FRAME) as f64).count() as f64
+            / err.len().max(1) as f64
+    };
+    (share(1), share(2), share(3))
+}
+
 /// The estimate against the real queue (NetBump Fig. 10): the error and
 /// the real occupancy, over every sample.
 /// Seconds from `t0` (the trace's first packet) to `ts`, both ns.
@@ -296,16 +306,7 @@ fn truth(f: &VqFacts, t0: u64, out: &mut Vec<Finding>) {
     let who = name_of(f.id, Some(f));
     let err: Vec<f64> = f.truth.iter().map(|p| p.error() as f64).collect();
     let actual: Vec<f64> = f.truth.iter().map(|p| p.actual_bytes as f64).collect();
-    let n = err.len() as f64;
-    let within = |mtus: u64| {
-        100.0
-            * err
-                .iter()
-                .filter(|e| **e <= (mtus * MTU_FRAME) as f64)
-                .count() as f64
-            / n
-    };
-    let (w1, w2, w3) = (within(1), within(2), within(3));
+    let (w1, w2, w3) = within_mtus(&err);
     out.extend(Finding::summarized(A, "error", Unit::Bytes, err, |d| {
         format!(
             "{who}: |virtual - real| over {} samples of the real queue: within 1 MTU ({MTU_FRAME}B) {w1:.1}%, \
@@ -569,10 +570,6 @@ fn distributed(
         (Some(a), Some(b)) if b.ts_ns > a.ts_ns => (b.ts_ns - a.ts_ns) as f64 / 1e9,
         _ => 0.0,
     };
-    let mtus = |v: &[f64], m: u64| {
-        100.0 * v.iter().filter(|e| **e <= (m * MTU_FRAME) as f64).count() as f64
-            / v.len().max(1) as f64
-    };
     for &delay in &delays {
         for &batch in &batches {
             checks += 1;
@@ -613,7 +610,7 @@ fn distributed(
                     .iter()
                     .map(|&k| r.bumps[b][k].abs_diff(r.in_sync[k]) as f64)
                     .collect();
-                let (w1, w2, w3) = (mtus(&err, 1), mtus(&err, 2), mtus(&err, 3));
+                let (w1, w2, w3) = within_mtus(&err);
                 out.extend(
                     Finding::summarized(A, "distributed-error", Unit::Bytes, err, |s| {
                         format!(
@@ -633,7 +630,7 @@ fn distributed(
                     .zip(&f.truth)
                     .map(|(e, t)| e.abs_diff(t.actual_bytes) as f64)
                     .collect();
-                let (w1, w2, w3) = (mtus(&real, 1), mtus(&real, 2), mtus(&real, 3));
+                let (w1, w2, w3) = within_mtus(&real);
                 out.extend(
                     Finding::summarized(A, "distributed-truth-error", Unit::Bytes, real, |s| {
                         format!(

@@ -1,5 +1,8 @@
 //! What the analyzer tests share.
 
+// Each test file uses part of it.
+#![allow(dead_code)]
+
 /// Every golden trace folder under tests/golden/ (scripts/goldens.sh makes
 /// all but the first, an older run kept without its run facts).
 pub const GOLDENS: [&str; 6] = [
@@ -18,4 +21,15 @@ pub fn options(name: &str) -> wirelab_analyze::Options {
         .join("tests/golden")
         .join(name);
     wirelab_analyze::results::options(&dir, 200_000_000)
+}
+
+/// A UDP frame of `len` bytes in all from 198.18.0.`src` (port 40000 +
+/// src) to 198.18.0.4:5001: the made traces of the vAQM tests.
+pub fn udp_frame(src: u8, len: usize) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, src], [2, 0, 0, 0, 0, 4])
+        .ipv4([198, 18, 0, src], [198, 18, 0, 4], 64)
+        .udp(40000 + u16::from(src), 5001);
+    let mut out = Vec::new();
+    b.write(&mut out, &vec![0u8; len - 42]).unwrap();
+    out
 }
