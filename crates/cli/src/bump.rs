@@ -214,19 +214,7 @@ pub fn run(
     )?;
     let trace = wirelab_trace::read(&trace_path)?;
     let facts = wirelab_analyze::RunFacts {
-        vaqm: plans
-            .iter()
-            .map(|q| wirelab_analyze::truth::VqFacts {
-                id: q.id,
-                port: q.port.as_ref().map(|p| p.1.clone()),
-                rate_bps: q.rate.0,
-                dctcp: q.dctcp.clone(),
-                red: q.red.clone(),
-                qcn: q.qcn.clone(),
-                buffer_bytes: q.buffer.map_or(0, |b| b.0),
-                ..Default::default()
-            })
-            .collect(),
+        vaqm: crate::run::vq_facts(&plans, &[]),
         ..Default::default()
     };
     let report = wirelab_analyze::report::build(

@@ -743,7 +743,7 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
             .iter()
             .map(|h| (h.name.clone(), h.stack.roce.profile.clone()))
             .collect(),
-        vaqm: vq_facts(&plan, &truth),
+        vaqm: vq_facts(&plan.vaqm, &truth),
         qcn: rp_facts,
     };
     let report = wirelab_analyze::report::build(
@@ -911,9 +911,9 @@ fn truth_points(samples: &[wirelab_dataplane::TruthSample], clock_offset: i128) 
         .collect()
 }
 
-/// What the `vaqm` analyzer needs about each queue of the plan.
-pub fn vq_facts(plan: &Plan, truth: &[TruthPoint]) -> Vec<VqFacts> {
-    plan.vaqm
+/// What the `vaqm` analyzer needs about each queue.
+pub fn vq_facts(queues: &[wirelab_plan::VqPlan], truth: &[TruthPoint]) -> Vec<VqFacts> {
+    queues
         .iter()
         .map(|q| VqFacts {
             id: q.id,
