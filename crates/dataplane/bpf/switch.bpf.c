@@ -543,9 +543,12 @@ static __always_inline void mirror(struct __sk_buff *skb, struct wl_mirror_hdr *
  * frame's source MAC, from the switch (02:77:6c:00:00:<egress port>),
  * carrying |Fb| and the frame's first 64 MSDU bytes so the reaction point
  * knows the flow, and sent back out of the ingress port. Returns the tc
- * verdict, or -1 if the frame could not be cloned (it is then forwarded
- * without a CNM and the queue's cnm_failed counts it).
+ * verdict for the CNM; CNM_NOT_CLONED if the frame could not be cloned
+ * (the caller forwards it as usual), CNM_LOST if it was but the CNM could
+ * not be built (the skb is then dropped: the frame already went).
  */
+#define CNM_NOT_CLONED -1
+#define CNM_LOST -2
 static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_fwd *out, __u32 in_ifindex,
 				    struct wl_mirror_hdr *m, struct pkt *p)
 {
@@ -553,7 +556,7 @@ static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_fwd *out, _
 	__u32 len = skb->len, carried;
 
 	if (len <= ETH_HLEN)
-		return -1;
+		return CNM_NOT_CLONED;
 	carried = len - ETH_HLEN;
 	if (carried > WL_CNM_MSDU)
 		carried = WL_CNM_MSDU;
@@ -561,13 +564,13 @@ static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_fwd *out, _
 	 * shows the verifier bounds that survive clang's register copies. */
 	carried = ((carried - 1) & (WL_CNM_MSDU - 1)) + 1;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, msdu, carried))
-		return -1;
+		return CNM_NOT_CLONED;
 	/* DA <- the frame's SA; the encapsulated DA <- the frame's DA. */
 	if (bpf_skb_load_bytes(skb, ETH_ALEN, h, ETH_ALEN) ||
 	    bpf_skb_load_bytes(skb, 0, h + 30, ETH_ALEN))
-		return -1;
+		return CNM_NOT_CLONED;
 	if (bpf_clone_redirect(skb, out->ifindex, 0))
-		return -1;
+		return CNM_NOT_CLONED;
 	h[6] = 0x02; h[7] = 0x77; h[8] = 0x6c; h[11] = out->port;
 	h[12] = WL_ETH_P_CN >> 8; h[13] = WL_ETH_P_CN & 0xff;
 	h[14] = 0; /* version 0 */
@@ -581,7 +584,7 @@ static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_fwd *out, _
 	if (bpf_skb_change_tail(skb, WL_CNM_HDR + carried, 0) ||
 	    bpf_skb_store_bytes(skb, 0, h, WL_CNM_HDR, 0) ||
 	    bpf_skb_store_bytes(skb, WL_CNM_HDR, msdu, carried, 0))
-		return TC_ACT_SHOT; /* the frame went; this CNM is lost */
+		return CNM_LOST;
 	return bpf_redirect(in_ifindex, 0);
 }
 
@@ -696,6 +699,8 @@ int wl_switch(struct __sk_buff *skb)
 			return v;
 		}
 		c->cnm_failed++;
+		if (v == CNM_LOST)
+			return TC_ACT_SHOT;
 	}
 	return bpf_redirect(out->ifindex, 0);
 }

@@ -287,15 +287,6 @@ hit:
 	return q->red_drop ? WL_AQM_DROP : WL_AQM_MARK;
 }
 
-/*
- * IEEE 802.1Qau congestion point (NetBump §4.3; Alizadeh et al., Allerton
- * 2008 §3): each frame is sampled with a probability that grows linearly
- * from p_min to p_max with the last sample's quantised |Fb|; a sample
- * computes Fb = -(Q_off + w Q_delta) with Q_off = Q - Q_eq and Q_delta =
- * Q - Q_old (the queue at the previous sample), and Fb < 0 asks for a
- * CNM carrying |Fb| quantised to 1..fb_max. Returns that value, 0 = none.
- * crates/qcn/src/cp.rs computes the same, integer for integer.
- */
 /* 64-byte units, rounded down, saturated to 16 bits (cnmQOffset,
  * cnmQDelta). A shift, not a division: signed division needs BPF ISA v4. */
 static __always_inline __s16 units64(__s64 bytes)
@@ -308,6 +299,15 @@ static __always_inline __s16 units64(__s64 bytes)
 	return bytes;
 }
 
+/*
+ * IEEE 802.1Qau congestion point (NetBump §4.3; Alizadeh et al., Allerton
+ * 2008 §3): each frame is sampled with a probability that grows linearly
+ * from p_min to p_max with the last sample's quantised |Fb|; a sample
+ * computes Fb = -(Q_off + w Q_delta) with Q_off = Q - Q_eq and Q_delta =
+ * Q - Q_old (the queue at the previous sample), and Fb < 0 asks for a
+ * CNM carrying |Fb| quantised to 1..fb_max. Returns that value, 0 = none.
+ * crates/qcn/src/cp.rs computes the same, integer for integer.
+ */
 static __always_inline __u32 vq_qcn(struct wl_vq *q, struct pkt *pk)
 {
 	__u64 p, qlen = q->bytes, mag;

@@ -176,8 +176,7 @@ struct wl_vq {
 	__u64 unmarkable; /* marks that fell on Not-ECT packets (RED drops them) */
 	__u64 cpu_moves;  /* updates from another CPU than the previous one */
 	__u64 overflows;  /* packets the emulated port's full buffer tail-drops */
-	__u64 samples;    /* QCN: frames sampled */
-	__u64 cnms;       /* QCN: notifications sent upstream */
+	__u64 samples;    /* QCN: frames sampled (CNMs: the ports' cnm_sent) */
 	__u32 cpu;        /* CPU of the last update */
 	__u32 pad;
 	/* WL_AQM_EXT: the user discipline's view (wirelab_ext.h). */
@@ -219,7 +218,8 @@ struct wl_counters {
 	__u64 aqm_drops;
 	__u64 aqm_marks;
 	/* QCN: notifications sent back out of this (ingress) port, and
-	 * sampled frames that could not be cloned (forwarded, no CNM). */
+	 * those that were not (the frame could not be cloned and went on
+	 * alone, or the CNM could not be built after the clone). */
 	__u64 cnm_sent;
 	__u64 cnm_failed;
 };

@@ -78,8 +78,12 @@ fn tc_rate(bps: u64) -> String {
 /// Puts the htb limiter on each reaction point's link (at its line rate)
 /// and starts the reaction points.
 pub fn start(plan: &Plan, stop: &Stop) -> Result<ReactionPoints, Error> {
-    let done = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
+    // Built first, so that a failure half-way stops (on drop) the
+    // reaction points already running.
+    let mut rps = ReactionPoints {
+        done: Arc::new(AtomicBool::new(false)),
+        threads: Vec::new(),
+    };
     for rp in &plan.reaction_points {
         let h = plan.hosts[rp.host].clone();
         let dev = h.ifname.clone();
@@ -120,12 +124,12 @@ pub fn start(plan: &Plan, stop: &Stop) -> Result<ReactionPoints, Error> {
             .spawn()
             .map_err(ioe(&h.name, "starting tc -batch"))?;
         let rp = rp.clone();
-        let (done, stop) = (done.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
+        let (done, stop) = (rps.done.clone(), stop.clone());
+        rps.threads.push(std::thread::spawn(move || {
             react(&h, &rp, sock, netdev, tc, &done, &stop)
         }));
     }
-    Ok(ReactionPoints { done, threads })
+    Ok(rps)
 }
 
 impl ReactionPoints {
