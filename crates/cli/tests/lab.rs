@@ -869,16 +869,7 @@ fn netbump_figure_specs_pass_their_expectations_and_plot() {
     assert!(figs.len() >= 8, "{figs:?}");
     for spec in &figs {
         let name = spec.file_name().unwrap().to_string_lossy().into_owned();
-        let mut r = run_spec(spec, out.path());
-        // The DCTCP figures overran the real queue in 3 of 7 runs inside
-        // `make test` and in none of 11 run alone (README: not explained
-        // yet); their bounds allow for it, and a run that still fails
-        // gets one more, said aloud: a DCTCP regression fails both.
-        if r.code != 0 && name.contains("dctcp") {
-            eprintln!("RETRY {name}: the first run failed: {}", r.why());
-            assert_nothing_left("a failed NetBump figure run");
-            r = run_spec(spec, out.path());
-        }
+        let r = run_spec(spec, out.path());
         assert_eq!(r.code, 0, "{}: {}", spec.display(), r.why());
         let html = std::fs::read_to_string(
             Path::new(r.summary["results"].as_str().unwrap()).join("report.html"),
