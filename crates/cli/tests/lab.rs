@@ -1088,15 +1088,13 @@ fn qcn_reaction_points_shape_udp_senders_and_the_baseline_fills_the_buffer() {
     );
     assert_eq!(base.code, 0, "{}", base.why());
     // Two thirds of the offered load cannot fit: the receiver got about a
-    // third of what each sender sent.
+    // third of what the senders sent (each flow's share varies).
+    let (mut tx, mut rx) = (0, 0);
     for w in base.summary["workload"].as_array().unwrap() {
-        let u = &w["udp"];
-        let (tx, rx) = (
-            u["datagrams_sent"].as_u64().unwrap(),
-            u["datagrams_received"].as_u64().unwrap(),
-        );
-        assert!(rx * 2 < tx, "{w}");
+        tx += w["udp"]["datagrams_sent"].as_u64().unwrap();
+        rx += w["udp"]["datagrams_received"].as_u64().unwrap();
     }
+    assert!(rx * 2 < tx, "received {rx} of {tx} datagrams");
     assert_nothing_left("the QCN baseline");
 }
 
