@@ -127,7 +127,8 @@ pub struct VqSummary {
     pub cpu_moves: u64,
     /// Packets that found the emulated buffer full (left out of the estimate).
     pub overflows: u64,
-    /// QCN: frames sampled, and CNMs sent back (counted per ingress port).
+    /// QCN: frames the congestion point sampled (the CNMs it sent are the
+    /// trace's `cnm=` packets, and each reaction point's count).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qcn_samples: Option<u64>,
 }

@@ -349,11 +349,11 @@ pub struct ConnGroup {
     /// paced, never reacting to loss or marks.
     #[serde(default)]
     pub rate: Option<BitsPerSec>,
-    /// TCP: the group's first connection posts its first message this long
-    /// after the workload starts (default: at once).
+    /// TCP and UDP: the group's first connection posts its first message
+    /// this long after the workload starts (default: at once).
     #[serde(default)]
     pub start: Option<Nanos>,
-    /// TCP: each further connection of the group starts this much after
+    /// TCP and UDP: each further connection of the group starts this much after
     /// the one before (DCTCP's convergence test: flows joining one by one).
     #[serde(default)]
     pub stagger: Option<Nanos>,
