@@ -32,17 +32,12 @@ pub struct RpFacts {
 }
 
 pub fn write_csv(path: &Path, points: &[RpPoint]) -> Result<(), csv::Error> {
-    let mut w = csv::Writer::from_path(path)?;
-    for p in points {
-        w.serialize(p)?;
-    }
-    w.flush()?;
-    Ok(())
+    crate::truth::write_rows(path, points)
 }
 
 /// Reads a `qcn-rp.csv`; the error names the record that is wrong.
 pub fn read_csv(path: &Path) -> Result<Vec<RpPoint>, csv::Error> {
-    csv::Reader::from_path(path)?.deserialize().collect()
+    crate::truth::read_rows(path)
 }
 
 #[cfg(test)]

@@ -65,16 +65,27 @@ pub struct VqFacts {
 pub const TRUTH_FILE: &str = "queue-truth.csv";
 
 pub fn write_csv(path: &Path, points: &[TruthPoint]) -> Result<(), csv::Error> {
+    write_rows(path, points)
+}
+
+/// Reads a `queue-truth.csv`; the error names the record that is wrong.
+pub fn read_csv(path: &Path) -> Result<Vec<TruthPoint>, csv::Error> {
+    read_rows(path)
+}
+
+/// The results folder's CSV files (`queue-truth.csv`, `qcn-rp.csv`): a
+/// header from the field names, one row per record.
+pub(crate) fn write_rows<T: Serialize>(path: &Path, rows: &[T]) -> Result<(), csv::Error> {
     let mut w = csv::Writer::from_path(path)?;
-    for p in points {
-        w.serialize(p)?;
+    for r in rows {
+        w.serialize(r)?;
     }
     w.flush()?;
     Ok(())
 }
 
-/// Reads a `queue-truth.csv`; the error names the record that is wrong.
-pub fn read_csv(path: &Path) -> Result<Vec<TruthPoint>, csv::Error> {
+/// Reads such a file; the error names the record that is wrong.
+pub(crate) fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, csv::Error> {
     csv::Reader::from_path(path)?.deserialize().collect()
 }
 

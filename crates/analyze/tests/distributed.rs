@@ -15,14 +15,10 @@ use wirelab_analyze::truth::VqFacts;
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_spec::vaqm::Distributed;
 use wirelab_spec::{AnalyzerName, Nanos};
-use wirelab_trace::{Link, Meta, Packet, Trace};
+use wirelab_trace::{Meta, Trace};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const MONO0: u64 = 5_000_000_000;
-
-fn frame(src: u8) -> Vec<u8> {
-    common::udp_frame(src, 1500)
-}
 
 /// 200 packets from s1 and s2 in turn, 100 µs apart, into a 100 Mbit/s
 /// queue; their metadata carries the switch's estimate (Fig. 5).
@@ -30,26 +26,15 @@ fn trace() -> Trace {
     let mut q = LeakyBucket::new(100_000_000, 0);
     let packets = (0..200u64)
         .map(|i| {
-            let src = 1 + (i % 2) as u8;
-            let data = frame(src);
             let ts = MONO0 + i * 100_000;
-            q.add(ts, data.len() as u64);
-            Packet {
-                frame: i + 1,
-                ts_ns: T0 + i * 100_000,
-                orig_len: data.len() as u32,
-                data,
-                interface: u32::from(src) - 1,
-                link: Link::Ethernet,
-                meta: Some(Meta {
-                    seq: i,
-                    ts,
-                    port: u32::from(src),
-                    vq: 1,
-                    vq_bytes: q.bytes as u32,
-                    ..Default::default()
-                }),
-            }
+            q.add(ts, 1500);
+            let meta = Meta {
+                ts,
+                vq: 1,
+                vq_bytes: q.bytes as u32,
+                ..Default::default()
+            };
+            common::made_packet(i, 1 + (i % 2) as u8, 1500, T0 + i * 100_000, meta)
         })
         .collect();
     Trace {

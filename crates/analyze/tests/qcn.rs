@@ -15,39 +15,24 @@ use wirelab_analyze::truth::VqFacts;
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_spec::vaqm::Qcn;
 use wirelab_spec::{AnalyzerName, Bytes};
-use wirelab_trace::{Link, Meta, Packet, Trace};
+use wirelab_trace::{Meta, Trace};
 
 const T0: u64 = 1_700_000_000_000_000_000;
-
-/// A 1000-byte UDP frame from 198.18.0.`src` to 198.18.0.4.
-fn frame(src: u8) -> Vec<u8> {
-    common::udp_frame(src, 1000)
-}
 
 /// 40 packets 100 µs apart, alternating between s1 and s2, through queue
 /// 1; packets at `cnm` carry that feedback.
 fn trace(cnm: &[(usize, u32)]) -> Trace {
-    let packets = (0..40)
+    let packets = (0..40usize)
         .map(|i| {
-            let src = 1 + (i % 2) as u8;
-            let data = frame(src);
-            Packet {
-                frame: i as u64 + 1,
-                ts_ns: T0 + i as u64 * 100_000,
-                orig_len: data.len() as u32,
-                data,
-                interface: u32::from(src) - 1,
-                link: Link::Ethernet,
-                meta: Some(Meta {
-                    seq: i as u64,
-                    ts: T0 + i as u64 * 100_000,
-                    port: u32::from(src),
-                    vq: 1,
-                    vq_bytes: 1000 * i as u32,
-                    cnm: cnm.iter().find(|c| c.0 == i).map_or(0, |c| c.1),
-                    ..Default::default()
-                }),
-            }
+            let t = T0 + i as u64 * 100_000;
+            let meta = Meta {
+                ts: t,
+                vq: 1,
+                vq_bytes: 1000 * i as u32,
+                cnm: cnm.iter().find(|c| c.0 == i).map_or(0, |c| c.1),
+                ..Default::default()
+            };
+            common::made_packet(i as u64, 1 + (i % 2) as u8, 1000, t, meta)
         })
         .collect();
     Trace {

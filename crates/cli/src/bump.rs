@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use wirelab_capture::{Dumper, Integrity, PortCounts, PortInfo};
+use wirelab_capture::{Dumper, Integrity};
 use wirelab_dataplane::{Config, Switch};
 use wirelab_netns::{in_netns, BumpAttach, BumpRegistration};
 use wirelab_spec::{AnalyzerName, BumpSpec};
@@ -183,24 +183,16 @@ pub fn run(
         .iter()
         .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
         .collect::<Result<_, _>>()?;
-    let mut counts = Vec::new();
-    let mut info = Vec::new();
-    for i in 0..2 {
-        let c = switch.counters(i as u32 + 1)?;
-        counts.push(PortCounts {
-            port: i as u32 + 1,
-            kernel_rx: rx_after[i] - rx_before[i],
-            switch_rx: c.rx_pkts,
-            mirrored: c.mirrored,
-            mirror_lost: c.mirror_lost,
-        });
-        info.push(PortInfo {
-            port: i as u32 + 1,
-            name: args.ifaces[i].to_string(),
-            received: c.rx_pkts,
-            lost: c.mirror_lost,
-        });
-    }
+    let (counts, info) = crate::run::port_records(
+        &switch,
+        (0..2).map(|i| {
+            (
+                i as u32 + 1,
+                args.ifaces[i].to_string(),
+                rx_after[i] - rx_before[i],
+            )
+        }),
+    )?;
     let seq = switch.mirror_seq()?;
     let records = dumper.finish()?;
     let integrity = wirelab_capture::check_integrity(&records, &counts, seq);

@@ -242,6 +242,34 @@ impl VqSummary {
     }
 }
 
+/// Each switch port's counters next to what the kernel counted into it
+/// (the integrity check), and its name and counts for the pcapng: from
+/// (port, name, kernel rx packets).
+pub(crate) fn port_records(
+    switch: &Switch,
+    ports: impl Iterator<Item = (u32, String, u64)>,
+) -> Result<(Vec<PortCounts>, Vec<PortInfo>)> {
+    let mut counts = Vec::new();
+    let mut info = Vec::new();
+    for (port, name, kernel_rx) in ports {
+        let c = switch.counters(port)?;
+        counts.push(PortCounts {
+            port,
+            kernel_rx,
+            switch_rx: c.rx_pkts,
+            mirrored: c.mirrored,
+            mirror_lost: c.mirror_lost,
+        });
+        info.push(PortInfo {
+            port,
+            name,
+            received: c.rx_pkts,
+            lost: c.mirror_lost,
+        });
+    }
+    Ok((counts, info))
+}
+
 /// A run's verdict and exit code: an interruption first, then an
 /// incomplete trace, then any failed claim.
 pub(crate) fn verdict(interrupted: bool, valid: bool, failed: bool) -> (&'static str, u8) {
@@ -625,24 +653,16 @@ pub fn run(spec: &Spec, ext: Option<&Extension>, opts: &Options) -> Result<Outco
         })
         .collect();
 
-    let mut port_counts = Vec::new();
-    let mut port_info = Vec::new();
-    for (i, h) in plan.hosts.iter().enumerate() {
-        let c = switch.counters(h.port)?;
-        port_counts.push(PortCounts {
-            port: h.port,
-            kernel_rx: kernel_rx_after[i] - kernel_rx_before[i],
-            switch_rx: c.rx_pkts,
-            mirrored: c.mirrored,
-            mirror_lost: c.mirror_lost,
-        });
-        port_info.push(PortInfo {
-            port: h.port,
-            name: format!("{}({})", h.switch_ifname, h.name),
-            received: c.rx_pkts,
-            lost: c.mirror_lost,
-        });
-    }
+    let (port_counts, port_info) = port_records(
+        &switch,
+        plan.hosts.iter().enumerate().map(|(i, h)| {
+            (
+                h.port,
+                format!("{}({})", h.switch_ifname, h.name),
+                kernel_rx_after[i] - kernel_rx_before[i],
+            )
+        }),
+    )?;
     let seq_issued = switch.mirror_seq()?;
     // Counters first, then the drain: every packet counted has its record in
     // the ring by now, so the trace can only be complete or honestly short.

@@ -33,3 +33,29 @@ pub fn udp_frame(src: u8, len: usize) -> Vec<u8> {
     b.write(&mut out, &vec![0u8; len - 42]).unwrap();
     out
 }
+
+/// Packet `i` (from 0) of a made trace: a UDP frame of `len` bytes from
+/// 198.18.0.`src` captured at `ts_ns`, with `meta` (its seq and port
+/// filled in from `i` and `src`).
+pub fn made_packet(
+    i: u64,
+    src: u8,
+    len: usize,
+    ts_ns: u64,
+    meta: wirelab_trace::Meta,
+) -> wirelab_trace::Packet {
+    let data = udp_frame(src, len);
+    wirelab_trace::Packet {
+        frame: i + 1,
+        ts_ns,
+        orig_len: data.len() as u32,
+        data,
+        interface: u32::from(src) - 1,
+        link: wirelab_trace::Link::Ethernet,
+        meta: Some(wirelab_trace::Meta {
+            seq: i,
+            port: u32::from(src),
+            ..meta
+        }),
+    }
+}
