@@ -137,7 +137,12 @@ enum BenchCmd {
     Capture,
     /// RoCE goodput and message rate of 1 and 16 QPs through the switch,
     /// against iperf3's UDP goodput on the same path.
-    Roce,
+    Roce {
+        /// Rounds of each case (RoCE and iperf3 back to back); medians are
+        /// reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Packets per second of the TCP analyzers on a generated trace, against
     /// `tshark -2 -Y tcp.analysis.flags` on the same file.
     Analyze {
@@ -368,7 +373,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     bench::switch_overhead(abort, messages, rounds)?
                 }
                 BenchCmd::Capture => bench::capture(abort)?,
-                BenchCmd::Roce => bench_roce::run(abort)?,
+                BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
                 BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
                 BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
             }

@@ -312,7 +312,14 @@ impl Device {
         if self.cfg.profile.frozen_counters.iter().any(|c| c == name) {
             return;
         }
-        *self.counters.0.entry(name.to_string()).or_insert(0) += 1;
+        // Every counter exists from the start (Counters::zero); the entry
+        // API would allocate the key on every packet.
+        match self.counters.0.get_mut(name) {
+            Some(v) => *v += 1,
+            None => {
+                self.counters.0.insert(name.to_string(), 1);
+            }
+        }
     }
 
     pub fn create_qp(&mut self, c: QpConfig) {
@@ -815,8 +822,9 @@ impl Device {
     }
 
     pub fn handle_timeout(&mut self, now: u64) {
-        let qpns: Vec<u32> = self.order.clone();
-        for qpn in qpns {
+        // Called for every packet sent: index rather than clone the order.
+        for i in 0..self.order.len() {
+            let qpn = self.order[i];
             let qp = self.qps.get_mut(&qpn).unwrap();
             qp.rp.on_timer(now);
             if let Some((t, to, _)) = qp.rewind {
