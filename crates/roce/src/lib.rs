@@ -1,8 +1,9 @@
 //! wirelab's RoCEv2 RC transport, sans I/O: the caller hands in datagrams
 //! and the time, and takes out datagrams, completions and the next deadline
 //! (DESIGN.md: "handle_packet(now, bytes), handle_timeout(now),
-//! poll_transmit(now)"). The lab driver runs it over UDP sockets in the host
-//! namespaces; tests run it on virtual time.
+//! poll_transmit(now)"). The lab driver runs it in the host namespaces
+//! (whole IPv4 packets out of a raw socket, UDP 4791 in); tests run it on
+//! virtual time.
 
 pub mod dcqcn;
 pub mod device;

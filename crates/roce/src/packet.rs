@@ -393,9 +393,10 @@ pub fn build(
 
 /// The IPv4 and UDP header fields the ICRC covers (Annex A17.8: TOS, TTL,
 /// the IP header checksum and the UDP checksum are masked, so only these
-/// matter). wirelab sends from unconnected UDP sockets with DF set, for
-/// which Linux writes IP ID 0 (ip_select_ident_segs), so the receiver and
-/// any analyzer can recompute the same value.
+/// matter). wirelab writes the headers itself (`header`) and sends them from
+/// a raw socket with DF set and IP ID 0, which Linux keeps for a DF packet
+/// sent without a connected socket (ip_select_ident_segs), so the receiver
+/// and any analyzer can recompute the same value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Udp {
     pub src: Ipv4Addr,

@@ -1,8 +1,11 @@
 //! The RoCE workload (Lumina §3.2): wirelab's RoCEv2 transport (`roce`,
-//! sans-IO) driven over UDP sockets in the host namespaces. One device per
-//! host (a NIC port: the CNP limiter's "port" scope is this device), one QP
-//! per connection end, real RoCEv2 packets on UDP 4791 with ECT(0) set and
-//! the ECN field read back on receipt (IP_TOS / IP_RECVTOS).
+//! sans-IO) driven in the host namespaces. One device per host (a NIC
+//! port: the CNP limiter's "port" scope is this device), one QP per
+//! connection end, real RoCEv2 packets to UDP 4791 with ECT(0) set, sent as
+//! whole IPv4 packets from one raw socket per host (`tx_socket`) and read
+//! from one UDP socket with the ECN field (IP_RECVTOS), the GID they were
+//! sent to (IP_PKTINFO) and the kernel's receive time, in batches
+//! (`BATCH`).
 //!
 //! Hand-off (Lumina §3.3): `prepare` creates the QPs with random QPNs and
 //! initial PSNs and returns them; the control plane arms the switch; `run`
