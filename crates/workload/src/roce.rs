@@ -100,8 +100,12 @@ fn device_config(h: &HostPlan) -> Result<DeviceConfig, Error> {
 /// corrupted payload reaches the transport. One socket lets a flush hand
 /// the kernel every ready packet of every QP in one sendmmsg.
 fn tx_socket() -> Result<Socket, Error> {
-    Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))
-        .map_err(ioe(0, "creating the raw socket RoCE packets leave by"))
+    Socket::new(
+        Domain::IPV4,
+        Type::RAW,
+        Some(Protocol::from(libc::IPPROTO_RAW)),
+    )
+    .map_err(ioe(0, "creating the raw socket RoCE packets leave by"))
 }
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> std::io::Result<()> {
@@ -157,80 +161,81 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
         }
         let mut dev = Device::new(device_config(h)?);
         let mut requests = Vec::new();
-        let (rx, tx) = wirelab_netns::in_netns(&h.ns, || -> Result<(UdpSocket, Socket), Error> {
-            for c in &mine {
-                let r = c.roce.expect("RoCE connection");
-                let m = &meta[c.id as usize - 1];
-                let req = c.requester == hi;
-                // Each end on the GID the plan gave this connection.
-                let (sport, local_qpn, remote_qpn, ipsn, remote_ipsn, local, remote) = if req {
-                    (
-                        r.requester_sport,
-                        m.requester_qpn,
-                        m.responder_qpn,
-                        m.ipsn,
-                        m.responder_ipsn,
-                        c.requester_ip,
-                        c.responder_ip,
-                    )
-                } else {
-                    (
-                        r.responder_sport,
-                        m.responder_qpn,
-                        m.requester_qpn,
-                        m.responder_ipsn,
-                        m.ipsn,
-                        c.responder_ip,
-                        c.requester_ip,
-                    )
-                };
-                dev.create_qp(QpConfig {
-                    sport,
-                    ipsn,
-                    remote_ipsn,
-                    mtu: r.mtu,
-                    timeout: r.timeout,
-                    retry_cnt: r.retry_cnt,
-                    ..QpConfig::new(local_qpn, remote_qpn, local, remote)
-                });
-                if req {
-                    requests.push((c.id, local_qpn));
-                } else {
-                    // Lumina §3.2: the responder keeps a receive posted for every Send.
-                    let sends = (0..c.messages)
-                        .filter(|&k| c.verb.of(k) == Verb::Send)
-                        .count();
-                    if sends > 0 {
-                        dev.post_recv(local_qpn, sends as u64).expect("QP exists");
+        let (rx, tx) =
+            wirelab_netns::in_netns(&h.ns, || -> Result<(UdpSocket, Socket), Error> {
+                for c in &mine {
+                    let r = c.roce.expect("RoCE connection");
+                    let m = &meta[c.id as usize - 1];
+                    let req = c.requester == hi;
+                    // Each end on the GID the plan gave this connection.
+                    let (sport, local_qpn, remote_qpn, ipsn, remote_ipsn, local, remote) = if req {
+                        (
+                            r.requester_sport,
+                            m.requester_qpn,
+                            m.responder_qpn,
+                            m.ipsn,
+                            m.responder_ipsn,
+                            c.requester_ip,
+                            c.responder_ip,
+                        )
+                    } else {
+                        (
+                            r.responder_sport,
+                            m.responder_qpn,
+                            m.requester_qpn,
+                            m.responder_ipsn,
+                            m.ipsn,
+                            c.responder_ip,
+                            c.requester_ip,
+                        )
+                    };
+                    dev.create_qp(QpConfig {
+                        sport,
+                        ipsn,
+                        remote_ipsn,
+                        mtu: r.mtu,
+                        timeout: r.timeout,
+                        retry_cnt: r.retry_cnt,
+                        ..QpConfig::new(local_qpn, remote_qpn, local, remote)
+                    });
+                    if req {
+                        requests.push((c.id, local_qpn));
+                    } else {
+                        // Lumina §3.2: the responder keeps a receive posted for every Send.
+                        let sends = (0..c.messages)
+                            .filter(|&k| c.verb.of(k) == Verb::Send)
+                            .count();
+                        if sends > 0 {
+                            dev.post_recv(local_qpn, sends as u64).expect("QP exists");
+                        }
                     }
                 }
-            }
-            // Every GID of the host: the wildcard address (the namespace has
-            // only lab addresses), with IP_PKTINFO telling which one a
-            // datagram was sent to.
-            let rx = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, ROCEV2_PORT))
-                .map_err(ioe(0, "binding UDP 4791"))?;
-            setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_PKTINFO, 1)
-                .map_err(ioe(0, "IP_PKTINFO"))?;
-            rx.set_nonblocking(true).map_err(ioe(0, "O_NONBLOCK"))?;
-            // A deep receive queue, as an RNIC's RX buffer: with the default
-            // 208 KiB a burst of marked traffic overflows it, and those losses
-            // happen where the switch cannot see them (UdpRcvbufErrors).
-            setsockopt_int(
-                rx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                32 << 20,
-            )
-            .map_err(ioe(0, "SO_RCVBUFFORCE"))?;
-            setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
-                .map_err(ioe(0, "IP_RECVTOS"))?;
-            // The kernel's receive time of each datagram: the device's CNP
-            // limiter judges intervals between arrivals, like a NIC's.
-            setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
-                .map_err(ioe(0, "SO_TIMESTAMPNS"))?;
-            Ok((rx, tx_socket()?))
-        })??;
+                // Every GID of the host: the wildcard address (the namespace has
+                // only lab addresses), with IP_PKTINFO telling which one a
+                // datagram was sent to.
+                let rx = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, ROCEV2_PORT))
+                    .map_err(ioe(0, "binding UDP 4791"))?;
+                setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_PKTINFO, 1)
+                    .map_err(ioe(0, "IP_PKTINFO"))?;
+                rx.set_nonblocking(true).map_err(ioe(0, "O_NONBLOCK"))?;
+                // A deep receive queue, as an RNIC's RX buffer: with the default
+                // 208 KiB a burst of marked traffic overflows it, and those losses
+                // happen where the switch cannot see them (UdpRcvbufErrors).
+                setsockopt_int(
+                    rx.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    32 << 20,
+                )
+                .map_err(ioe(0, "SO_RCVBUFFORCE"))?;
+                setsockopt_int(rx.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+                    .map_err(ioe(0, "IP_RECVTOS"))?;
+                // The kernel's receive time of each datagram: the device's CNP
+                // limiter judges intervals between arrivals, like a NIC's.
+                setsockopt_int(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+                    .map_err(ioe(0, "SO_TIMESTAMPNS"))?;
+                Ok((rx, tx_socket()?))
+            })??;
         hosts.push(HostDev {
             host: hi,
             dev,
@@ -668,9 +673,7 @@ fn send_batch(fd: RawFd, txs: &[Tx]) {
     let mut i = 0;
     while i < msgs.len() {
         // SAFETY: msgs[i..] are valid mmsghdrs over live buffers.
-        let r = unsafe {
-            libc::sendmmsg(fd, msgs[i..].as_mut_ptr(), (msgs.len() - i) as u32, 0)
-        };
+        let r = unsafe { libc::sendmmsg(fd, msgs[i..].as_mut_ptr(), (msgs.len() - i) as u32, 0) };
         // sendmmsg stops at the first packet the kernel refuses (a full
         // socket buffer): that one is a loss the transport recovers from,
         // the rest still go.
