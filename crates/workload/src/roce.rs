@@ -251,8 +251,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
 /// With a system call per packet the switch's CPU drains its backlog between
 /// packets, so nearly every packet costs the sender an RPS IPI
 /// (net_rps_send_ipi), a VM exit on these machines; sent in batches, most
-/// find the backlog still scheduled (a 16-QP `bench roce` run: about 95k
-/// IPIs before, 35k after, and 0.5-0.75 of iperf3's goodput before).
+/// find the backlog still scheduled (`wirelab run` of the bench's 16-QP
+/// workload, 64 MiB: about 95k IPIs before, 33k-39k after).
 const BATCH: usize = 32;
 
 /// A datagram read from the RoCE socket.
