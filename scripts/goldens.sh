@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the analyzer goldens from real runs: `make goldens` (root).
-# Each golden is a results folder's trace.pcapng, summary.json and plan.json
+# Each golden is a results folder's trace.pcapng, facts.json (what the
+# analysis reads), summary.json and plan.json (for people)
 # under crates/analyze/tests/golden/<name>/, plus findings.json, the
 # analyzers' findings on it, written by the golden test with WIRELAB_BLESS=1.
 # Review the diff before committing: the hand-written assertions in
@@ -22,7 +23,7 @@ for name in "${!goldens[@]}"; do
   dir=crates/analyze/tests/golden/$name
   mkdir -p "$dir"
   res=$(ls -d "$out"/*/ | head -n 1)
-  cp "$res"/trace.pcapng "$res"/summary.json "$res"/plan.json "$dir"/
+  cp "$res"/trace.pcapng "$res"/facts.json "$res"/summary.json "$res"/plan.json "$dir"/
   rm -rf "$res"
   echo "golden $name <- $spec"
 done

@@ -141,9 +141,14 @@ pub fn analyze_with(trace: &Trace, opts: Options) -> Analysis {
     model::build(trace, opts, &|_| {})
 }
 
-/// What the workload and the hosts reported, beside the trace.
-#[derive(Debug, Default, Clone)]
+/// What the workload and the hosts reported, beside the trace: written by a
+/// run as `facts.json` (`results::write`) and read back by `wirelab
+/// analyze` on the results folder (`results::read`).
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RunFacts {
+    /// What each host's stack lets the analysis assume (`Options`).
+    pub hosts: Vec<HostFacts>,
     /// Connection id -> (messages completed, messages expected).
     pub completed: BTreeMap<u32, (u32, u32)>,
     /// Connection id -> message completion times.
@@ -170,7 +175,32 @@ pub struct RunFacts {
     pub qcn: Vec<rp::RpFacts>,
 }
 
+/// One host's settings that the analysis depends on.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HostFacts {
+    pub name: String,
+    /// The route's rto_min, when the spec set one.
+    pub rto_min_ns: Option<u64>,
+    /// `net.ipv4.tcp_early_retrans`, when the spec set it.
+    pub early_retrans: Option<String>,
+}
+
 impl RunFacts {
+    /// What the analysis may assume about these hosts (`Options::for_hosts`);
+    /// `default_rto` when the run named no host.
+    pub fn options(&self, default_rto: u64) -> Options {
+        if self.hosts.is_empty() {
+            Options::for_hosts(std::iter::empty(), Some(default_rto))
+        } else {
+            Options::for_hosts(
+                self.hosts
+                    .iter()
+                    .map(|h| (h.rto_min_ns, h.early_retrans.clone())),
+                None,
+            )
+        }
+    }
+
     /// Every address of `host`: its GIDs, else its lab address.
     pub fn addresses_of(&self, host: &str) -> Vec<IpAddr> {
         match self.gids.get(host) {

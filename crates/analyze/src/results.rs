@@ -1,13 +1,143 @@
-//! A run's results folder as analysis input: the run facts in
-//! `summary.json` (schema `wirelab.run/1`) and the options its `plan.json`
-//! implies. `wirelab analyze` uses these next to a results folder's trace,
-//! and so do the golden tests.
+//! A run's results folder as analysis input: the run's facts, typed, in
+//! `facts.json` (with the ground truth and the reaction points' rate
+//! changes in their CSV files beside it). A run writes them
+//! (`write`); `wirelab analyze` and the golden tests read them back
+//! (`read`), the same type both ways.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
 use crate::{Options, RunFacts};
+
+/// The facts file of a results folder.
+pub const FACTS_FILE: &str = "facts.json";
+/// Its layout's version; a file of another version is not read.
+pub const FACTS_SCHEMA: &str = "wirelab.facts/1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: schema `{found}`, this wirelab reads `{FACTS_SCHEMA}`")]
+    Schema { path: PathBuf, found: String },
+    #[error("{path}: {source}")]
+    Csv { path: PathBuf, source: csv::Error },
+}
+
+// Not `#[serde(flatten)]`: flattening buffers the content, and the
+// integer-keyed maps (connection ids) then fail to read back.
+#[derive(Serialize, Deserialize)]
+struct FactsFile {
+    schema: String,
+    facts: RunFacts,
+}
+
+/// Writes `facts` into the results folder `dir`: `facts.json`, and the
+/// queues' ground truth and the reaction points' changes as CSV when there
+/// are any.
+pub fn write(dir: &Path, facts: &RunFacts) -> Result<(), Error> {
+    let truth: Vec<_> = facts
+        .vaqm
+        .iter()
+        .flat_map(|q| q.truth.iter().copied())
+        .collect();
+    if !truth.is_empty() {
+        let path = dir.join(crate::truth::TRUTH_FILE);
+        crate::truth::write_csv(&path, &truth).map_err(|source| Error::Csv { path, source })?;
+    }
+    let points: Vec<_> = facts
+        .qcn
+        .iter()
+        .flat_map(|r| r.points.iter().cloned())
+        .collect();
+    if !points.is_empty() {
+        let path = dir.join(crate::rp::RP_FILE);
+        crate::rp::write_csv(&path, &points).map_err(|source| Error::Csv { path, source })?;
+    }
+    let path = dir.join(FACTS_FILE);
+    let file = FactsFile {
+        schema: FACTS_SCHEMA.into(),
+        facts: facts.clone(),
+    };
+    let bytes = serde_json::to_vec_pretty(&file).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    std::fs::write(&path, bytes).map_err(|source| Error::Io { path, source })
+}
+
+/// The facts of the results folder `dir`; `None` when it has none (a
+/// capture from anywhere else). A damaged file is an error naming it.
+pub fn read(dir: &Path) -> Result<Option<RunFacts>, Error> {
+    let path = dir.join(FACTS_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(Error::Io { path, source }),
+    };
+    #[derive(Deserialize)]
+    struct Head {
+        schema: String,
+    }
+    let head: Head = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    if head.schema != FACTS_SCHEMA {
+        return Err(Error::Schema {
+            path,
+            found: head.schema,
+        });
+    }
+    let file: FactsFile = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    let mut f = file.facts;
+    let truth_path = dir.join(crate::truth::TRUTH_FILE);
+    if truth_path.exists() {
+        let truth = crate::truth::read_csv(&truth_path).map_err(|source| Error::Csv {
+            path: truth_path,
+            source,
+        })?;
+        for q in &mut f.vaqm {
+            q.truth = truth.iter().filter(|p| p.vq == q.id).copied().collect();
+        }
+    }
+    let rp_path = dir.join(crate::rp::RP_FILE);
+    if rp_path.exists() {
+        let points = crate::rp::read_csv(&rp_path).map_err(|source| Error::Csv {
+            path: rp_path,
+            source,
+        })?;
+        for r in &mut f.qcn {
+            r.points = points
+                .iter()
+                .filter(|p| p.host == r.host)
+                .cloned()
+                .collect();
+        }
+    }
+    Ok(Some(f))
+}
+
+/// The analysis options a results folder implies (`RunFacts::options`);
+/// Linux defaults with `default_rto` for a folder without facts.
+pub fn options(dir: &Path, default_rto: u64) -> Result<Options, Error> {
+    Ok(match read(dir)? {
+        Some(f) => f.options(default_rto),
+        None => Options::for_hosts(std::iter::empty(), Some(default_rto)),
+    })
+}
 
 impl Options {
     /// What the analysis may assume, from each host's (rto_min,
@@ -46,176 +176,4 @@ impl Options {
         o.min_rto_ns = rto.or(default_rto).unwrap_or(o.min_rto_ns);
         o
     }
-}
-
-fn read(dir: &Path, name: &str) -> Option<Value> {
-    serde_json::from_slice(&std::fs::read(dir.join(name)).ok()?).ok()
-}
-
-/// The options a run's plan.json implies; `default_rto` without one.
-pub fn options(dir: &Path, default_rto: u64) -> Options {
-    let hosts: Vec<(Option<u64>, Option<String>)> = read(dir, "plan.json")
-        .and_then(|p| p["hosts"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .map(|h| {
-            let rto = h["stack"]["rto_min"]
-                .as_str()
-                .and_then(|r| r.parse::<wirelab_spec::Nanos>().ok())
-                .map(|n| n.0);
-            let er = h["stack"]["sysctls"]["net.ipv4.tcp_early_retrans"]
-                .as_str()
-                .map(String::from);
-            (rto, er)
-        })
-        .collect();
-    if hosts.is_empty() {
-        Options::for_hosts(std::iter::empty(), Some(default_rto))
-    } else {
-        Options::for_hosts(hosts.into_iter(), None)
-    }
-}
-
-/// The run facts in a results folder's summary.json, if it has one.
-pub fn facts(dir: &Path) -> Option<RunFacts> {
-    let s = read(dir, "summary.json")?;
-    if s["schema"] != "wirelab.run/1" {
-        return None;
-    }
-    let mut f = RunFacts::default();
-    for h in s["hosts"].as_array().into_iter().flatten() {
-        if let (Some(n), Some(ip)) = (
-            h["name"].as_str(),
-            h["ip"].as_str().and_then(|i| i.parse().ok()),
-        ) {
-            f.addresses.insert(n.to_string(), ip);
-        }
-    }
-    for (host, m) in s["counters"].as_object().into_iter().flatten() {
-        let m = m
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
-            .collect();
-        f.counters.insert(host.clone(), m);
-    }
-    for d in s["device_counters"].as_array().into_iter().flatten() {
-        let Some(host) = d["host"].as_str() else {
-            continue;
-        };
-        let m = d["after"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| {
-                Some((
-                    k.clone(),
-                    v.as_i64()? - d["before"][k].as_i64().unwrap_or(0),
-                ))
-            })
-            .collect();
-        f.device_counters.insert(host.to_string(), m);
-    }
-    if let Some(plan) = read(dir, "plan.json") {
-        // The virtual queues, with the ground truth the run recorded.
-        #[derive(serde::Deserialize)]
-        struct Vq {
-            id: u32,
-            port: Option<(u32, String)>,
-            rate: wirelab_spec::BitsPerSec,
-            dctcp: Option<wirelab_spec::vaqm::Dctcp>,
-            red: Option<wirelab_spec::vaqm::Red>,
-            #[serde(default)]
-            qcn: Option<wirelab_spec::vaqm::Qcn>,
-            #[serde(default)]
-            buffer: Option<wirelab_spec::Bytes>,
-            #[serde(default)]
-            distributed: Option<wirelab_spec::vaqm::Distributed>,
-        }
-        let truth = crate::truth::read_csv(&dir.join(crate::truth::TRUTH_FILE)).unwrap_or_default();
-        for q in plan["vaqm"].as_array().into_iter().flatten() {
-            let Ok(q) = serde_json::from_value::<Vq>(q.clone()) else {
-                continue;
-            };
-            f.vaqm.push(crate::truth::VqFacts {
-                id: q.id,
-                port: q.port.map(|p| p.1),
-                rate_bps: q.rate.0,
-                dctcp: q.dctcp,
-                red: q.red,
-                qcn: q.qcn,
-                buffer_bytes: q.buffer.map_or(0, |b| b.0),
-                distributed: q.distributed,
-                truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
-            });
-        }
-        // QCN reaction points: their rate changes, and the CNMs each
-        // received (from the summary).
-        let points = crate::rp::read_csv(&dir.join(crate::rp::RP_FILE)).unwrap_or_default();
-        for rp in plan["reaction_points"].as_array().into_iter().flatten() {
-            let Some(host) = rp["host"]
-                .as_u64()
-                .and_then(|h| plan["hosts"][h as usize]["name"].as_str())
-            else {
-                continue;
-            };
-            let cnms = s["reaction_points"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|r| r["host"].as_str() == Some(host))
-                .and_then(|r| r["cnms"].as_u64())
-                .unwrap_or(0);
-            f.qcn.push(crate::rp::RpFacts {
-                host: host.to_string(),
-                cnms,
-                line_rate_bps: rp["params"]["line_rate"].as_u64().unwrap_or(0),
-                points: points.iter().filter(|p| p.host == host).cloned().collect(),
-            });
-        }
-        for c in plan["conns"].as_array().into_iter().flatten() {
-            let (Some(id), Some(t), Some(r)) = (
-                c["id"].as_u64(),
-                c["roce"]["timeout"].as_u64(),
-                c["roce"]["retry_cnt"].as_u64(),
-            ) else {
-                continue;
-            };
-            if let Some(t) = wirelab_roce::local_ack_timeout_ns(t as u8) {
-                f.roce_retransmit.insert(id as u32, (t, r as u32));
-            }
-        }
-        for h in plan["hosts"].as_array().into_iter().flatten() {
-            if let (Some(n), Some(p)) = (h["name"].as_str(), h["stack"]["roce"]["profile"].as_str())
-            {
-                f.roce_profile.insert(n.to_string(), p.to_string());
-            }
-            let (Some(n), Some(t)) = (
-                h["name"].as_str(),
-                h["stack"]["roce"]["min_time_between_cnps"].as_str(),
-            ) else {
-                continue;
-            };
-            if let Ok(t) = t.parse::<wirelab_spec::Nanos>() {
-                f.cnp_interval_ns.insert(n.to_string(), t.0);
-            }
-        }
-    }
-    for w in s["workload"].as_array().into_iter().flatten() {
-        let Some(id) = w["id"].as_u64() else { continue };
-        let msgs = w["messages"].as_array().cloned().unwrap_or_default();
-        f.mct_ns.insert(
-            id as u32,
-            msgs.iter().filter_map(|m| m["mct_ns"].as_u64()).collect(),
-        );
-        f.completed.insert(
-            id as u32,
-            (
-                msgs.len() as u32,
-                w["expected_messages"].as_u64().unwrap_or(0) as u32,
-            ),
-        );
-    }
-    Some(f)
 }

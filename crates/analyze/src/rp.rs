@@ -22,12 +22,14 @@ pub struct RpPoint {
 }
 
 /// One host's reaction point.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RpFacts {
     pub host: String,
     /// CNMs its socket received during the run.
     pub cnms: u64,
     pub line_rate_bps: u64,
+    /// Kept in `RP_FILE`.
+    #[serde(skip)]
     pub points: Vec<RpPoint>,
 }
 

@@ -45,7 +45,7 @@ impl TruthPoint {
 }
 
 /// What the analyzer needs to know about one virtual queue of a run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct VqFacts {
     pub id: u32,
     /// The host whose switch port the queue emulates, if any.
@@ -58,7 +58,8 @@ pub struct VqFacts {
     pub buffer_bytes: u64,
     pub distributed: Option<wirelab_spec::vaqm::Distributed>,
     /// Ground-truth samples of the real queue behind the port (empty when
-    /// the port has no bottleneck to compare with).
+    /// the port has no bottleneck to compare with): kept in `TRUTH_FILE`.
+    #[serde(skip)]
     pub truth: Vec<TruthPoint>,
 }
 

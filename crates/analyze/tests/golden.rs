@@ -28,7 +28,9 @@ fn golden(name: &str) -> Trace {
 /// The run facts saved with a golden (what `wirelab analyze` reads beside a
 /// results folder's trace).
 fn facts(name: &str) -> RunFacts {
-    wirelab_analyze::results::facts(&dir(name)).expect("a golden with run facts")
+    wirelab_analyze::results::read(&dir(name))
+        .unwrap()
+        .expect("a golden with run facts")
 }
 
 fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
@@ -37,7 +39,10 @@ fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
 }
 
 fn report(name: &str) -> Report {
-    let f = dir(name).join("summary.json").exists().then(|| facts(name));
+    let f = dir(name)
+        .join(wirelab_analyze::results::FACTS_FILE)
+        .exists()
+        .then(|| facts(name));
     report_with(name, &golden(name), f.as_ref())
 }
 

@@ -1,6 +1,6 @@
 //! `wirelab analyze`: any pcap/pcapng through the analyzers; next to a run's
-//! results (summary.json, plan.json) the run's counters, workload and
-//! rto_min are used too.
+//! results (facts.json) the run's counters, workload and rto_min are used
+//! too.
 
 use std::path::Path;
 
@@ -60,19 +60,19 @@ pub fn run(
         }
     };
     let dir = trace.parent().unwrap_or(Path::new("."));
-    // A results folder's ground truth is read with its facts; a broken
-    // file is named here rather than silently left out.
-    let truth = dir.join(wirelab_analyze::truth::TRUTH_FILE);
-    if truth.exists() {
-        if let Err(e) = wirelab_analyze::truth::read_csv(&truth) {
-            eprintln!("wirelab: {}: {e}", truth.display());
+    // A results folder's facts (with its ground truth) are read with the
+    // trace; a broken file is named here rather than silently left out.
+    let facts = match wirelab_analyze::results::read(dir) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
             return Ok(code::ERROR);
         }
-    }
-    let (facts, opts) = (
-        wirelab_analyze::results::facts(dir),
-        wirelab_analyze::results::options(dir, min_rto_ns),
-    );
+    };
+    let opts = match &facts {
+        Some(f) => f.options(min_rto_ns),
+        None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
+    };
     let pb = progress_bar(t.packets.len() as u64, "analyzing");
     let report = wirelab_analyze::report::build(
         &trace.display().to_string(),

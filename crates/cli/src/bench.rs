@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use wirelab_capture::Dumper;
+use wirelab_lab::capability::{self, Cx};
+use wirelab_lab::switch::{self, Mode};
 use wirelab_netns::{run as sh, Lab};
 use wirelab_plan::Plan;
-
-use crate::run::{arm_events, arm_switch};
+use wirelab_workload::{Finished, Stop};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Datapath {
@@ -42,8 +43,63 @@ impl Datapath {
 pub(crate) fn bench_plan(yaml: &str) -> Result<Plan> {
     let mut spec = wirelab_spec::parse(yaml).context("benchmark spec")?;
     spec.name = Some("bench".into());
-    let r: u32 = rand::random();
-    Ok(wirelab_plan::plan(&spec, &format!("{:06x}", r & 0xff_ffff)))
+    Ok(wirelab_plan::plan(
+        &spec,
+        &wirelab_lab::new_run_id(),
+        rand::random(),
+    )?)
+}
+
+pub(crate) fn stop(abort: &Arc<AtomicBool>, timeout: Duration) -> Stop {
+    Stop {
+        abort: abort.clone(),
+        deadline: Instant::now() + timeout,
+        limit: timeout,
+    }
+}
+
+/// A workload through the hand-off on `switch` (its capabilities armed),
+/// or straight through a datapath that has nothing to arm.
+pub(crate) fn drive(
+    plan: &Plan,
+    lab: &Lab,
+    switch: Option<&wirelab_dataplane::Switch>,
+    stop: &Stop,
+) -> Result<Finished> {
+    match switch {
+        Some(switch) => {
+            let cx = Cx {
+                plan,
+                lab,
+                switch,
+                clock_offset: 0,
+            };
+            let mut caps = capability::for_plan(plan, false);
+            let (_, f) = wirelab_lab::handoff(
+                &cx,
+                &mut caps,
+                stop,
+                &mut String::new(),
+                &wirelab_lab::Quiet,
+            )?;
+            Ok(f)
+        }
+        None => {
+            let mut wl = wirelab_workload::for_plan(plan);
+            wl.prepare(plan)?;
+            wl.connect(plan)?;
+            Ok(wl.run(plan, stop)?)
+        }
+    }
+}
+
+/// The switch of a benchmark lab, with the plan's capabilities.
+pub(crate) fn arm(plan: &Plan, lab: &Lab, mode: Mode) -> Result<wirelab_dataplane::Switch> {
+    let mut caps = match mode {
+        Mode::Pipeline => capability::for_plan(plan, false),
+        Mode::ForwardOnly => Vec::new(),
+    };
+    Ok(switch::arm(plan, lab, mode, &mut caps, None)?)
 }
 
 fn bridge(plan: &Plan) -> Result<()> {
@@ -80,24 +136,18 @@ pub(crate) fn measure(
     let mut dumper = None;
     match dp {
         Datapath::Bridge => bridge(plan)?,
-        Datapath::ForwardOnly => switch = Some(arm_switch(plan, &lab, true, None)?),
+        Datapath::ForwardOnly => switch = Some(arm(plan, &lab, Mode::ForwardOnly)?),
         Datapath::Pipeline => {
-            let s = arm_switch(plan, &lab, false, None)?;
+            let s = arm(plan, &lab, Mode::Pipeline)?;
             dumper = Some(Dumper::start(&s, Duration::ZERO)?);
             switch = Some(s);
         }
     }
-    let stop = wirelab_workload::Stop {
-        abort: abort.clone(),
-        deadline: Instant::now() + timeout,
-        limit: timeout,
-    };
-    let prepared = wirelab_workload::prepare(plan)?;
-    let connected = wirelab_workload::connect(plan, prepared)?;
-    if let (Datapath::Pipeline, Some(s)) = (dp, &switch) {
-        arm_events(plan, s, &connected.meta, &mut String::new())?;
-    }
-    let reports = wirelab_workload::run(plan, connected, &stop);
+    let stop = stop(abort, timeout);
+    // Flows and events are armed on the full pipeline only: the
+    // baselines classify nothing.
+    let armed = switch.as_ref().filter(|_| dp == Datapath::Pipeline);
+    let reports = drive(plan, &lab, armed, &stop)?.reports;
     let prog = switch
         .as_ref()
         .map_or((0, 0), |s| s.prog_stats(dp == Datapath::ForwardOnly));
@@ -273,17 +323,11 @@ pub fn capture(abort: &Arc<AtomicBool>) -> Result<()> {
         let plan = bench_plan(&yaml)?;
         let pcap = dir.join(format!("tcpdump-{rate}.pcap"));
         let lab = Lab::up(&plan)?;
-        let _switch = arm_switch(&plan, &lab, true, None)?;
+        let _switch = arm(&plan, &lab, Mode::ForwardOnly)?;
         let td = tcpdump_start(&plan.switch_ns, &plan.hosts[0].switch_ifname, &pcap)?;
         std::thread::sleep(Duration::from_millis(300)); // tcpdump attaches
-        let stop = wirelab_workload::Stop {
-            abort: abort.clone(),
-            deadline: Instant::now() + Duration::from_secs(120),
-            limit: Duration::from_secs(120),
-        };
-        let prepared = wirelab_workload::prepare(&plan)?;
-        let connected = wirelab_workload::connect(&plan, prepared)?;
-        let reports = wirelab_workload::run(&plan, connected, &stop);
+        let stop = stop(abort, Duration::from_secs(120));
+        let reports = drive(&plan, &lab, None, &stop)?.reports;
         std::thread::sleep(Duration::from_millis(100));
         let (td_pkts, td_drop) = tcpdump_stop(td)?;
         drop(lab);

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use wirelab_capture::Dumper;
@@ -14,7 +14,7 @@ use wirelab_netns::{run as sh, Lab};
 use wirelab_plan::Plan;
 
 use crate::bench::median;
-use crate::run::{arm_roce_flows, arm_switch};
+use wirelab_lab::switch::Mode;
 
 /// Payload bytes per packet: the RoCE path MTU that fits a 1500-byte link
 /// (60 bytes of IP, UDP, BTH and ICRC).
@@ -53,16 +53,13 @@ fn plan(qps: u32, verb: &str) -> Result<Plan> {
 fn roce(qps: u32, verb: &str, abort: &Arc<AtomicBool>) -> Result<Result1> {
     let plan = plan(qps, verb)?;
     let lab = Lab::up(&plan)?;
-    let switch = arm_switch(&plan, &lab, false, None)?;
+    let switch = crate::bench::arm(&plan, &lab, Mode::Pipeline)?;
     let dumper = Dumper::start(&switch, Duration::ZERO)?;
-    let prepared = wirelab_workload::roce::prepare(&plan)?;
-    arm_roce_flows(&plan, &switch, &prepared.meta)?;
-    let stop = wirelab_workload::Stop {
-        abort: abort.clone(),
-        deadline: Instant::now() + Duration::from_secs(120),
-        limit: Duration::from_secs(120),
-    };
-    let (reports, counters) = wirelab_workload::roce::run(&plan, prepared, &stop);
+    let stop = crate::bench::stop(abort, Duration::from_secs(120));
+    let wirelab_workload::Finished {
+        reports,
+        device_counters: counters,
+    } = crate::bench::drive(&plan, &lab, Some(&switch), &stop)?;
     dumper.finish()?;
     drop(lab);
     if abort.load(Ordering::SeqCst) {
@@ -94,7 +91,7 @@ fn roce(qps: u32, verb: &str, abort: &Arc<AtomicBool>) -> Result<Result1> {
 fn iperf3(streams: u32) -> Result<f64> {
     let plan = plan(streams, "write")?;
     let lab = Lab::up(&plan)?;
-    let switch = arm_switch(&plan, &lab, false, None)?;
+    let switch = crate::bench::arm(&plan, &lab, Mode::Pipeline)?;
     let dumper = Dumper::start(&switch, Duration::ZERO)?;
     let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
     let mut server = std::process::Command::new("ip")

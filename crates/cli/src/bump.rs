@@ -1,245 +1,49 @@
-//! `wirelab bump`: the switch pipeline with its vAQM stage inline between
-//! two existing interfaces of one namespace (NetBump's "bump on the wire",
-//! seed 003 §3): each interface's frames leave through the other, marked
-//! or dropped as the queues' disciplines say, every one mirrored into the
-//! trace. It runs for `--duration` or until Ctrl-C, then writes the trace,
-//! the analysis and a summary, and detaches, leaving the interfaces as it
-//! found them (a registry entry lets `wirelab clean` do that for a bump
-//! that was killed).
+//! `wirelab bump`: checks the bump's config (exit 2 when it is wrong), runs
+//! it through `wirelab_lab::bump`, prints its summary.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
 
-use anyhow::{bail, Context, Result};
-use serde::Serialize;
-use wirelab_capture::{Dumper, Integrity};
-use wirelab_dataplane::{Config, Switch};
-use wirelab_netns::{in_netns, BumpAttach, BumpRegistration};
-use wirelab_spec::{AnalyzerName, BumpSpec};
+use anyhow::Result;
+use wirelab_lab::bump::Args;
 
-pub struct Args<'a> {
-    pub ns: &'a str,
-    pub ifaces: [&'a str; 2],
-    pub config: &'a Path,
-    pub duration: Duration,
-    pub out: &'a Path,
-}
+use crate::code;
 
-#[derive(Debug, Serialize)]
-pub struct BumpSummary {
-    pub schema: &'static str,
-    pub namespace: String,
-    pub interfaces: [String; 2],
-    pub results: String,
-    pub verdict: &'static str,
-    pub duration_ms: u64,
-    pub integrity: Integrity,
-    pub vaqm: Vec<crate::run::VqSummary>,
-    pub analysis: wirelab_analyze::report::Report,
-}
-
-/// Reads and checks the bump's YAML against the two interfaces; exit 2
-/// material when it is wrong.
-pub fn load(args: &Args) -> Result<(BumpSpec, [(u32, u32); 2])> {
-    let text = std::fs::read_to_string(args.config)
-        .with_context(|| format!("reading {}", args.config.display()))?;
-    if !Path::new("/run/netns").join(args.ns).exists() {
-        bail!("no network namespace `{}` (see `ip netns list`)", args.ns);
-    }
-    if args.ifaces[0] == args.ifaces[1] {
-        bail!(
-            "a bump needs two different interfaces, got `{}` twice",
-            args.ifaces[0]
-        );
-    }
-    let mut links = [(0, 0); 2];
-    for (i, dev) in args.ifaces.iter().enumerate() {
-        links[i] = wirelab_netns::link_info(args.ns, dev)
-            .with_context(|| format!("no interface `{dev}` in namespace `{}`", args.ns))?;
-    }
-    let mtu = links[0].1.min(links[1].1).max(68);
-    let spec = wirelab_spec::parse_bump(&text, args.ifaces, mtu)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))?;
-    Ok((spec, links))
-}
-
-/// The queues in the switch's terms: port 1 is the first interface, 2 the
-/// second; a queue's `port` names the interface its packets leave by.
-fn queues(spec: &BumpSpec, ifaces: [&str; 2]) -> Vec<wirelab_plan::VqPlan> {
-    spec.vaqm
-        .queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| wirelab_plan::VqPlan {
-            id: i as u32 + 1,
-            port: q.port.as_deref().map(|p| {
-                let n = ifaces.iter().position(|d| *d == p).expect("validated") as u32 + 1;
-                (n, p.to_string())
-            }),
-            destinations: Vec::new(),
-            rate: q.rate,
-            buffer: q.buffer,
-            dctcp: q.dctcp.clone(),
-            red: q.red.clone(),
-            qcn: q.qcn.clone(),
-            distributed: None,
-            extension: None,
-        })
-        .collect()
-}
-
-pub fn run(
-    args: &Args,
-    spec: &BumpSpec,
-    links: [(u32, u32); 2],
-    abort: &AtomicBool,
-) -> Result<(BumpSummary, u8)> {
-    let started = Instant::now();
-    let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let dir: PathBuf = args.out.join(format!("bump-{}-{id}", args.ns));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let plans = queues(spec, args.ifaces);
-    let switch = Switch::load(Config {
-        snap_len: spec.capture.snap_len,
-        ring_bytes: spec.capture.ring_size.0 as u32,
-        max_conn: 1,
-        vaqm: !plans.is_empty(),
-        ..Config::default()
-    })
-    .context("loading the switch")?;
-    for (i, (ifindex, _)) in links.iter().enumerate() {
-        let (other, _) = links[1 - i];
-        switch.add_port(*ifindex, i as u32 + 1)?;
-        switch.set_default_out(i as u32 + 1, other, 2 - i as u32)?;
-    }
-    for q in &plans {
-        switch.set_vq(q.id, &crate::run::vq_config(q))?;
-        if let Some((port, _)) = &q.port {
-            switch.vq_for_port(*port, q.id)?;
+pub fn run(args: &Args, json: bool, abort: &AtomicBool) -> Result<u8> {
+    let (spec, links) = match wirelab_lab::bump::load(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("wirelab: {:#}", anyhow::Error::from(e));
+            return Ok(code::ERROR);
         }
-    }
-    // Record what is about to be attached before attaching it.
-    let attach: Vec<BumpAttach> = args
-        .ifaces
-        .iter()
-        .map(|d| {
-            Ok(BumpAttach {
-                ns: args.ns.to_string(),
-                ifname: d.to_string(),
-                created_clsact: !wirelab_netns::has_clsact(args.ns, d)?,
-            })
-        })
-        .collect::<Result<_>>()?;
-    let registration = BumpRegistration::new(&id, &attach)?;
-    // Detaches on every way out of here, errors included.
-    struct Attached<'a> {
-        switch: &'a Switch,
-        ns: &'a str,
-        attach: Vec<(i32, BumpAttach)>,
-    }
-    impl Drop for Attached<'_> {
-        fn drop(&mut self) {
-            let _ = in_netns(self.ns, || {
-                for (ifindex, a) in &self.attach {
-                    if self.switch.detach(*ifindex, a.created_clsact).is_err() {
-                        let _ = a.remove();
-                    }
-                }
-            });
-        }
-    }
-    let mut attached = Attached {
-        switch: &switch,
-        ns: args.ns,
-        attach: Vec::new(),
     };
-    let rx_before: Vec<u64> = args
-        .ifaces
-        .iter()
-        .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
-        .collect::<Result<_, _>>()?;
-    let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
-    let dumper = Dumper::start(&switch, Duration::ZERO)?;
-    for (i, (ifindex, _)) in links.iter().enumerate() {
-        attached.attach.push((*ifindex as i32, attach[i].clone()));
-        in_netns(args.ns, || switch.attach_ingress(*ifindex as i32))?
-            .with_context(|| format!("attaching to {}", args.ifaces[i]))?;
-    }
     eprintln!(
         "wirelab: bump between {} and {} in {} for {:?} (Ctrl-C stops it)",
         args.ifaces[0], args.ifaces[1], args.ns, args.duration
     );
-    let until = Instant::now() + args.duration;
-    while Instant::now() < until && !abort.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(20));
+    let (s, verdict) = wirelab_lab::bump::run(args, &spec, links, abort, &wirelab_lab::Quiet)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!(
+            "wirelab bump {} {}<->{}: {} ({} packets, {})",
+            s.namespace,
+            s.interfaces[0],
+            s.interfaces[1],
+            s.verdict,
+            s.integrity.in_trace,
+            s.results
+        );
+        for q in &s.vaqm {
+            println!(
+                "  vq {} toward {}: {} packets, {} marked, {} dropped, {} overflowed",
+                q.id,
+                q.port.as_deref().unwrap_or("-"),
+                q.packets,
+                q.marks,
+                q.drops,
+                q.overflows
+            );
+        }
     }
-    // Detach first: from here on nothing enters, so counters and the
-    // ring describe the same packets.
-    drop(attached);
-    std::thread::sleep(Duration::from_millis(20));
-    let rx_after: Vec<u64> = args
-        .ifaces
-        .iter()
-        .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
-        .collect::<Result<_, _>>()?;
-    let (counts, info) = crate::run::port_records(
-        &switch,
-        (0..2).map(|i| {
-            (
-                i as u32 + 1,
-                args.ifaces[i].to_string(),
-                rx_after[i] - rx_before[i],
-            )
-        }),
-    )?;
-    let seq = switch.mirror_seq()?;
-    let records = dumper.finish()?;
-    let integrity = wirelab_capture::check_integrity(&records, &counts, seq);
-    let trace_path = dir.join("trace.pcapng");
-    wirelab_capture::write_pcapng(
-        &trace_path,
-        &records,
-        &info,
-        spec.capture.snap_len,
-        clock_offset,
-    )?;
-    let trace = wirelab_trace::read(&trace_path)?;
-    let facts = wirelab_analyze::RunFacts {
-        vaqm: crate::run::vq_facts(&plans, &[]),
-        ..Default::default()
-    };
-    let report = wirelab_analyze::report::build(
-        &trace_path.display().to_string(),
-        &trace,
-        wirelab_analyze::Options::default(),
-        Some(&facts),
-        spec.analyzers.as_deref().unwrap_or(&AnalyzerName::ALL),
-        &[],
-        &|_| {},
-    );
-    crate::analyze::write_html(&dir.join("report.html"), &report)?;
-    let vaqm = plans
-        .iter()
-        .map(|q| crate::run::VqSummary::of(q, &switch, ""))
-        .collect::<Result<Vec<_>>>()?;
-    drop(registration);
-    let violations = report.analyzers.iter().any(|a| a.violations > 0);
-    let (verdict, code) = crate::run::verdict(false, integrity.valid, violations);
-    let summary = BumpSummary {
-        schema: "wirelab.bump/1",
-        namespace: args.ns.to_string(),
-        interfaces: [args.ifaces[0].to_string(), args.ifaces[1].to_string()],
-        results: dir.display().to_string(),
-        verdict,
-        duration_ms: started.elapsed().as_millis() as u64,
-        integrity,
-        vaqm,
-        analysis: report,
-    };
-    std::fs::write(
-        dir.join("summary.json"),
-        serde_json::to_vec_pretty(&summary)?,
-    )?;
-    Ok((summary, code))
+    Ok(crate::run::exit_code(verdict))
 }

@@ -44,6 +44,11 @@ enum Cmd {
         /// Stop a run whose workload has not finished after this many seconds.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// The seed of the run's random choices (QPNs, initial PSNs); each
+        /// run's plan.json records the one it used, so a run can be
+        /// repeated exactly. Random when absent.
+        #[arg(long)]
+        seed: Option<u64>,
         /// Print the summary as JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -202,62 +207,30 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             specs,
             out,
             timeout,
+            seed,
             json,
             verbose,
-        } => {
-            // Parse every spec first: a typo in the third file should not
-            // surface after two labs ran.
-            // (And build each spec's own discipline: a C error too.)
-            let mut loaded = Vec::new();
-            for p in &specs {
-                match wirelab_spec::load(p) {
-                    Ok(s) => match run::build_extension(&s) {
-                        Ok(e) => loaded.push((s, e)),
-                        Err(e) => {
-                            eprintln!("wirelab: {}: {e:#}", p.display());
-                            return Ok(code::ERROR);
-                        }
-                    },
-                    Err(e) => {
-                        eprintln!("wirelab: {e}");
-                        return Ok(code::ERROR);
-                    }
-                }
-            }
-            run::require_root()?;
-            let mut worst = code::OK;
-            for (spec, ext) in loaded {
-                if abort.load(Ordering::SeqCst) {
-                    return Ok(code::INTERRUPTED);
-                }
-                let opts = run::Options {
-                    out: out.clone(),
-                    timeout: std::time::Duration::from_secs(timeout),
-                    abort: abort.clone(),
-                };
-                let outcome = run::run(&spec, ext.as_ref(), &opts)?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&outcome.summary)?);
-                } else {
-                    summary::print(&outcome.summary, verbose);
-                }
-                worst = worst.max(outcome.code);
-                if outcome.code == code::INTERRUPTED {
-                    return Ok(code::INTERRUPTED);
-                }
-            }
-            Ok(worst)
-        }
+        } => run::run(
+            run::Args {
+                specs,
+                out,
+                timeout,
+                seed,
+                json,
+                verbose,
+            },
+            abort,
+        ),
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
                 match wirelab_spec::load(p) {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).
-                    Ok(s) => match run::build_extension(&s) {
+                    Ok(s) => match wirelab_lab::build_extension(&s) {
                         Ok(_) => println!("{}: ok", p.display()),
                         Err(e) => {
-                            eprintln!("wirelab: {}: {e:#}", p.display());
+                            eprintln!("wirelab: {}: {:#}", p.display(), anyhow::Error::from(e));
                             bad = true;
                         }
                     },
@@ -302,7 +275,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             out,
             json,
         } => {
-            let args = bump::Args {
+            let args = wirelab_lab::bump::Args {
                 ns: &namespace,
                 ifaces: [&iface_a, &iface_b],
                 config: &config,
@@ -310,39 +283,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 out: &out,
             };
             run::require_root()?;
-            let (spec, links) = match bump::load(&args) {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("wirelab: {e:#}");
-                    return Ok(code::ERROR);
-                }
-            };
-            let (s, c) = bump::run(&args, &spec, links, abort)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
-            } else {
-                println!(
-                    "wirelab bump {} {}<->{}: {} ({} packets, {})",
-                    s.namespace,
-                    s.interfaces[0],
-                    s.interfaces[1],
-                    s.verdict,
-                    s.integrity.in_trace,
-                    s.results
-                );
-                for q in &s.vaqm {
-                    println!(
-                        "  vq {} toward {}: {} packets, {} marked, {} dropped, {} overflowed",
-                        q.id,
-                        q.port.as_deref().unwrap_or("-"),
-                        q.packets,
-                        q.marks,
-                        q.drops,
-                        q.overflows
-                    );
-                }
-            }
-            Ok(c)
+            bump::run(&args, json, abort)
         }
         Cmd::Clean { all } => {
             run::require_root()?;

@@ -2,7 +2,7 @@
 
 use wirelab_analyze::fmt_duration as us;
 
-use crate::run::Summary;
+use wirelab_lab::Summary;
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {

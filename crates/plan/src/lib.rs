@@ -46,6 +46,8 @@ pub const SERVICE_PORT: u16 = 5001;
 pub struct Plan {
     pub name: String,
     pub run_id: String,
+    /// Every random choice of the run is drawn from this (see `plan`).
+    pub seed: u64,
     pub switch_ns: String,
     pub mtu: u32,
     pub hosts: Vec<HostPlan>,
@@ -256,15 +258,31 @@ impl EventPlan {
             Target::Index(i) => i,
             Target::InMessage { message, packet } => {
                 let per_msg = conn.message_size.0.div_ceil(mss.max(1) as u64) as u32;
-                (message - 1) * per_msg + packet
+                message.saturating_sub(1) * per_msg + packet
             }
         }
     }
 }
 
+/// Why a spec could not be planned. `wirelab_spec::parse` and `load` rule
+/// all of these out; a library caller that builds a `Spec` by hand gets
+/// this error instead of a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: no host named `{name}` in topology.hosts (was the spec validated?)")]
+    UnknownHost { path: String, name: String },
+    #[error("topology.hosts: {0} hosts; the lab numbers switch ports 1..=250")]
+    TooManyHosts(usize),
+}
+
 /// Resolves a validated spec. `run_id` makes every name unique so that runs
-/// can go in parallel (a short lowercase hex string).
-pub fn plan(spec: &Spec, run_id: &str) -> Plan {
+/// can go in parallel (a short lowercase hex string); `seed` is where every
+/// random choice of the run comes from (QPNs, initial PSNs), recorded in the
+/// plan so that a run can be repeated exactly.
+pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
+    if spec.topology.hosts.len() > 250 {
+        return Err(Error::TooManyHosts(spec.topology.hosts.len()));
+    }
     let name = spec.name.clone().unwrap_or_else(|| "spec".to_string());
     let defaults = &spec.stack;
     let hosts: Vec<HostPlan> = spec
@@ -337,10 +355,22 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
             }
         })
         .collect();
-    let host_index = |n: &str| hosts.iter().position(|h| h.name == n).expect("validated");
+    let host_index = |n: &str, path: String| {
+        hosts
+            .iter()
+            .position(|h| h.name == n)
+            .ok_or_else(|| Error::UnknownHost {
+                path,
+                name: n.to_string(),
+            })
+    };
     let mut conns = Vec::new();
-    for g in &spec.traffic.connections {
-        let (rq, rs) = (host_index(&g.from), host_index(&g.to));
+    for (gi, g) in spec.traffic.connections.iter().enumerate() {
+        let at = |f: &str| format!("traffic.connections[{gi}].{f}");
+        let (rq, rs) = (
+            host_index(&g.from, at("from"))?,
+            host_index(&g.to, at("to"))?,
+        );
         for k in 0..g.count.0 as usize {
             let id = conns.len() as u32 + 1;
             let gid = |h: usize| hosts[h].gids[k % hosts[h].gids.len()];
@@ -399,11 +429,20 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         .flat_map(|v| v.queues.iter())
         .enumerate()
         .map(|(i, q)| {
-            let host = |n: &str| hosts.iter().find(|h| h.name == n).expect("validated");
-            VqPlan {
+            let host = |n: &str, f: &str| {
+                host_index(n, format!("vaqm.queues[{i}].{f}")).map(|h| &hosts[h])
+            };
+            Ok(VqPlan {
                 id: i as u32 + 1,
-                port: q.port.as_deref().map(|p| (host(p).port, p.to_string())),
-                destinations: q.destinations.iter().map(|d| host(d).ip).collect(),
+                port: match q.port.as_deref() {
+                    Some(p) => Some((host(p, "port")?.port, p.to_string())),
+                    None => None,
+                },
+                destinations: q
+                    .destinations
+                    .iter()
+                    .map(|d| Ok(host(d, "destinations")?.ip))
+                    .collect::<Result<_, Error>>()?,
                 rate: q.rate,
                 buffer: q.buffer,
                 dctcp: q.dctcp.clone(),
@@ -411,9 +450,9 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 qcn: q.qcn.clone(),
                 distributed: q.distributed.clone(),
                 extension: q.extension.clone(),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, Error>>()?;
     let reaction_points = spec
         .vaqm
         .iter()
@@ -437,15 +476,18 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
                 ai_cycle_frames: rp.ai_cycle_frames.map_or(d.ai_cycle_frames, u64::from),
                 fr_cycles: rp.fr_cycles.unwrap_or(d.fr_cycles),
             };
-            rp.hosts.iter().map(move |h| RpPlan {
-                host: host_index(h),
-                params,
+            rp.hosts.iter().map(move |h| {
+                Ok(RpPlan {
+                    host: host_index(h, "vaqm.reaction_point.hosts".into())?,
+                    params,
+                })
             })
         })
-        .collect();
-    Plan {
+        .collect::<Result<_, Error>>()?;
+    Ok(Plan {
         name,
         run_id: run_id.to_string(),
+        seed,
         switch_ns: format!("{NS_PREFIX}{run_id}-switch"),
         mtu: spec.topology.mtu,
         hosts,
@@ -459,5 +501,5 @@ pub fn plan(spec: &Spec, run_id: &str) -> Plan {
         vaqm,
         vaqm_extension: spec.vaqm.as_ref().and_then(|v| v.extension.clone()),
         reaction_points,
-    }
+    })
 }

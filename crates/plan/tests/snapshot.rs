@@ -26,7 +26,7 @@ events:
 #[test]
 fn plan_matches_snapshot() {
     let spec = wirelab_spec::parse(SPEC).unwrap();
-    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
     let got = serde_json::to_string_pretty(&plan).unwrap() + "\n";
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/incast.json");
     if std::env::var_os("WIRELAB_BLESS").is_some() {
@@ -42,7 +42,7 @@ fn plan_matches_snapshot() {
 #[test]
 fn message_relative_events_resolve_with_the_runtime_mss() {
     let spec = wirelab_spec::parse(SPEC).unwrap();
-    let plan = wirelab_plan::plan(&spec, "x");
+    let plan = wirelab_plan::plan(&spec, "x", 1).unwrap();
     let ev = &plan.events[0];
     let conn = &plan.conns[2];
     // 10 000 bytes at MSS 1448 is 7 segments; packet 4 of message 2 is 7 + 4.
@@ -62,8 +62,8 @@ fn message_relative_events_resolve_with_the_runtime_mss() {
 #[test]
 fn names_are_unique_per_run() {
     let spec = wirelab_spec::parse(SPEC).unwrap();
-    let a = wirelab_plan::plan(&spec, "aaaaaa");
-    let b = wirelab_plan::plan(&spec, "bbbbbb");
+    let a = wirelab_plan::plan(&spec, "aaaaaa", 1).unwrap();
+    let b = wirelab_plan::plan(&spec, "bbbbbb", 1).unwrap();
     for (x, y) in a.hosts.iter().zip(&b.hosts) {
         assert_ne!(x.ns, y.ns);
         assert!(x.ns.starts_with(wirelab_plan::NS_PREFIX));
@@ -85,7 +85,7 @@ traffic:
 ",
     )
     .unwrap();
-    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
     let ips: Vec<(String, String)> = plan
         .conns
         .iter()
@@ -120,7 +120,29 @@ traffic:
 ",
     )
     .unwrap();
-    let plan = wirelab_plan::plan(&spec, "0a1b2c");
+    let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
     let starts: Vec<u64> = plan.conns.iter().map(|c| c.start.0 / 1_000_000).collect();
     assert_eq!(starts, [0, 1000, 1250, 1500, 0, 10]);
+}
+
+#[test]
+fn a_spec_that_skipped_validation_is_an_error_naming_the_field_not_a_panic() {
+    // A library caller may build a Spec by hand; planning it must not panic.
+    let mut spec = wirelab_spec::parse(SPEC).unwrap();
+    spec.traffic.connections[1].to = "nowhere".into();
+    let e = wirelab_plan::plan(&spec, "x", 1).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "traffic.connections[1].to: no host named `nowhere` in topology.hosts (was the spec validated?)"
+    );
+}
+
+#[test]
+fn the_seed_is_recorded_and_nothing_else_depends_on_it() {
+    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let a = wirelab_plan::plan(&spec, "x", 1).unwrap();
+    let mut b = wirelab_plan::plan(&spec, "x", 2).unwrap();
+    assert_eq!((a.seed, b.seed), (1, 2));
+    b.seed = 1;
+    assert_eq!(a, b, "the seed only feeds the run's random choices");
 }

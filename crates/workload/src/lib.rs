@@ -11,9 +11,12 @@
 //! 5-tuples the plan already fixed; `connect` completes the handshakes and
 //! returns runtime metadata (MSS); `run` sends the messages.
 
+mod handoff;
 pub mod qcn;
 pub mod roce;
 pub mod udp;
+
+pub use handoff::{for_plan, Finished, Flow, Roce, Tcp, Udp, Workload};
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -57,8 +60,12 @@ pub struct ConnMeta {
     pub id: u32,
     pub requester: SocketAddrV4,
     pub responder: SocketAddrV4,
-    /// MSS of the data sender's socket (TCP_MAXSEG once connected).
+    /// MSS of the data sender's socket (TCP_MAXSEG once connected); for
+    /// RoCE the path MTU (one PSN per payload of that size).
     pub data_mss: u32,
+    /// RoCE: the QPNs and initial PSNs the devices chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roce: Option<roce::RoceMeta>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -249,6 +256,7 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
             requester: local,
             responder: remote,
             data_mss,
+            roce: None,
         });
         pairs.push((id, req, resp));
     }

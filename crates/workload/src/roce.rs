@@ -17,7 +17,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use wirelab_plan::{HostPlan, Plan};
@@ -129,9 +129,11 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> std::io::Result<(
 /// Creates every QP (random QPNs and initial PSNs, as RNICs pick them) and
 /// its sockets in the host namespaces.
 pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
-    let mut rng = rand::thread_rng();
+    // From the plan's seed: the same plan numbers its QPs and PSNs the
+    // same way, so a run can be repeated exactly.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed);
     let mut used = std::collections::HashSet::new();
-    let mut qpn = || loop {
+    let mut qpn = |rng: &mut rand::rngs::StdRng| loop {
         let q = rng.gen_range(0x100..0x00ff_ffff);
         if used.insert(q) {
             return q;
@@ -139,14 +141,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
     };
     let mut meta = Vec::new();
     for c in &plan.conns {
-        let (a, b) = (qpn(), qpn());
-        let mut r = rand::thread_rng();
+        let (a, b) = (qpn(&mut rng), qpn(&mut rng));
         meta.push(RoceMeta {
             id: c.id,
             requester_qpn: a,
             responder_qpn: b,
-            ipsn: r.gen_range(0..0x0100_0000),
-            responder_ipsn: r.gen_range(0..0x0100_0000),
+            ipsn: rng.gen_range(0..0x0100_0000),
+            responder_ipsn: rng.gen_range(0..0x0100_0000),
         });
     }
     let mut hosts: Vec<HostDev> = Vec::new();

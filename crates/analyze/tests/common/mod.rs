@@ -14,13 +14,13 @@ pub const GOLDENS: [&str; 6] = [
     "incast",
 ];
 
-/// The analysis options of a golden's run (from its plan.json); Linux
+/// The analysis options of a golden's run (from its facts.json); Linux
 /// defaults for a golden kept without run facts.
 pub fn options(name: &str) -> wirelab_analyze::Options {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(name);
-    wirelab_analyze::results::options(&dir, 200_000_000)
+    wirelab_analyze::results::options(&dir, 200_000_000).unwrap()
 }
 
 /// A UDP frame of `len` bytes in all from 198.18.0.`src` (port 40000 +

@@ -1,0 +1,403 @@
+//! Switch-side capabilities: what a run adds to the plain lab, each one a
+//! `Capability` that the engine calls at fixed points of the run. The
+//! engine knows none of them by name; `for_plan` picks the ones a plan
+//! uses.
+//!
+//! | hook | when | events | vAQM | QCN reaction points |
+//! |---|---|---|---|---|
+//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — |
+//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — |
+//! | `start` | just before the workload | — | the truth ring's drain | the limiters |
+//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — |
+//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts |
+//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did |
+
+use wirelab_analyze::report::Report;
+use wirelab_analyze::truth::{TruthEvent, TruthPoint, VqFacts};
+use wirelab_analyze::{Evidence, RunFacts};
+use wirelab_capture::TruthDumper;
+use wirelab_dataplane::{Action, Config, Switch};
+use wirelab_netns::Lab;
+use wirelab_plan::{Plan, Target};
+use wirelab_workload::{ConnMeta, Stop};
+
+use crate::summary::{EventSummary, Summary, VqSummary};
+use crate::{During, Error};
+
+/// What a capability sees of the run.
+pub struct Cx<'a> {
+    pub plan: &'a Plan,
+    pub lab: &'a Lab,
+    pub switch: &'a Switch,
+    /// Add to the pipeline's clock (CLOCK_MONOTONIC) for the trace's
+    /// (ns since the epoch).
+    pub clock_offset: i128,
+}
+
+/// One capability of a run. Every hook has a default that does nothing.
+pub trait Capability: Send {
+    fn name(&self) -> &'static str;
+    /// What it needs loaded into the switch.
+    fn configure(&self, _config: &mut Config) {}
+    /// The switch is loaded and not yet attached: fill this stage's tables.
+    fn arm(&mut self, _cx: &Cx) -> Result<(), Error> {
+        Ok(())
+    }
+    /// Just before the workload's first packet.
+    fn start(&mut self, _cx: &Cx, _stop: &Stop) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The workload reported its runtime metadata (Lumina §3.3): arm what
+    /// is addressed by it. Lines for `workload.log` go to `log`.
+    fn connected(&mut self, _cx: &Cx, _meta: &[ConnMeta], _log: &mut String) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The workload is over and the capture drained: add what this
+    /// capability observed to the facts the analysis reads.
+    fn collect(&mut self, _cx: &Cx, _facts: &mut RunFacts, _log: &mut String) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The analysis is done: fill this capability's part of the summary.
+    fn summarize(
+        &mut self,
+        _cx: &Cx,
+        _meta: &[ConnMeta],
+        _analysis: &Report,
+        _summary: &mut Summary,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The capabilities `plan` uses; `extension`: a user discipline is linked.
+pub fn for_plan(plan: &Plan, extension: bool) -> Vec<Box<dyn Capability>> {
+    let mut caps: Vec<Box<dyn Capability>> = vec![Box::new(Events)];
+    if !plan.vaqm.is_empty() {
+        caps.push(Box::new(Vaqm::new(plan, extension)));
+    }
+    if !plan.reaction_points.is_empty() {
+        caps.push(Box::new(ReactionPoints::default()));
+    }
+    caps
+}
+
+/// Lumina's event injector (§3.3): each event armed at the data packet
+/// index its logical address resolves to with the runtime MSS.
+pub struct Events;
+
+/// The switch's action for a spec's.
+pub fn action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Action {
+    match a {
+        wirelab_spec::Action::Drop => Action::Drop,
+        wirelab_spec::Action::Ecn => Action::Ecn,
+        wirelab_spec::Action::Corrupt => Action::Corrupt,
+        // Validation made sure an edit names its field.
+        wirelab_spec::Action::Edit => match edit.map(|e| e.migreq) {
+            Some(0) => Action::MigReqClear,
+            _ => Action::MigReqSet,
+        },
+    }
+}
+
+fn data_mss(meta: &[ConnMeta], conn: u32) -> Result<u32, Error> {
+    meta.iter()
+        .find(|m| m.id == conn)
+        .map(|m| m.data_mss)
+        .ok_or_else(|| {
+            Error::BadInput(format!(
+                "an event names connection {conn}, which the workload did not report"
+            ))
+        })
+}
+
+fn target_text(t: Target) -> String {
+    match t {
+        Target::All => "all".into(),
+        Target::Index(i) => format!("packet {i}"),
+        Target::InMessage { message, packet } => format!("message {message} packet {packet}"),
+    }
+}
+
+impl Capability for Events {
+    fn name(&self) -> &'static str {
+        "events"
+    }
+    fn connected(&mut self, cx: &Cx, meta: &[ConnMeta], log: &mut String) -> Result<(), Error> {
+        let plan = cx.plan;
+        if plan.events.iter().any(|e| e.edit.is_some()) {
+            let deltas: Vec<u32> = (0..wirelab_dataplane::ICRC_SHIFTS)
+                .map(wirelab_roce::packet::migreq_icrc_delta)
+                .collect();
+            cx.switch
+                .set_icrc_migreq_table(&deltas)
+                .during("filling the switch's ICRC table")?;
+        }
+        for e in &plan.events {
+            let conn = &plan.conns[e.conn as usize - 1];
+            let index = e.resolve_index(conn, data_mss(meta, e.conn)?);
+            cx.switch
+                .add_event(e.conn, index, e.iteration, action(e.action, e.edit), e.id)
+                .during(format!("arming event {}", e.id))?;
+            log.push_str(&format!(
+                "event {} armed: conn {} index {} iteration {} {}\n",
+                e.id,
+                e.conn,
+                index,
+                e.iteration,
+                e.action.name()
+            ));
+        }
+        Ok(())
+    }
+    fn summarize(
+        &mut self,
+        cx: &Cx,
+        meta: &[ConnMeta],
+        analysis: &Report,
+        summary: &mut Summary,
+    ) -> Result<(), Error> {
+        for e in &cx.plan.events {
+            let conn = &cx.plan.conns[e.conn as usize - 1];
+            let index = e.resolve_index(conn, data_mss(meta, e.conn)?);
+            let hit: Vec<Evidence> = analysis
+                .analysis
+                .connections
+                .iter()
+                .filter(|c| c.id == e.conn)
+                .flat_map(|c| c.events.iter().filter(|a| a.event_id == e.id).map(|a| a.at))
+                .collect();
+            summary.events.push(EventSummary {
+                id: e.id,
+                conn: e.conn,
+                target: target_text(e.target),
+                iteration: if e.iteration == 0 {
+                    "all".into()
+                } else {
+                    e.iteration.to_string()
+                },
+                action: e.action.name().into(),
+                armed_index: index,
+                hits: cx
+                    .switch
+                    .event_hits(e.conn, index, e.iteration)
+                    .during(format!("reading the hits of event {}", e.id))?,
+                hit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// NetBump's virtual queues (seed 003 §3–4) with their ground truth: the
+/// real queue behind a port with a bottleneck, sampled by qdisc
+/// tracepoints next to the estimate (§6.2.2).
+pub struct Vaqm {
+    extension: bool,
+    /// (host index, virtual queue) of each queue with a real queue to
+    /// compare with.
+    watches: Vec<(usize, u32)>,
+    truth: Option<TruthDumper>,
+}
+
+impl Vaqm {
+    pub fn new(plan: &Plan, extension: bool) -> Vaqm {
+        let watches = plan
+            .vaqm
+            .iter()
+            .filter_map(|q| {
+                let (port, _) = q.port.as_ref()?;
+                let h = plan.hosts.iter().position(|h| h.port == *port)?;
+                plan.hosts[h].bottleneck.as_ref()?;
+                Some((h, q.id))
+            })
+            .collect();
+        Vaqm {
+            extension,
+            watches,
+            truth: None,
+        }
+    }
+}
+
+/// What the `vaqm` analyzer needs about each queue.
+pub fn vq_facts(queues: &[wirelab_plan::VqPlan], truth: &[TruthPoint]) -> Vec<VqFacts> {
+    queues
+        .iter()
+        .map(|q| VqFacts {
+            id: q.id,
+            port: q.port.as_ref().map(|p| p.1.clone()),
+            rate_bps: q.rate.0,
+            dctcp: q.dctcp.clone(),
+            red: q.red.clone(),
+            qcn: q.qcn.clone(),
+            buffer_bytes: q.buffer.map_or(0, |b| b.0),
+            distributed: q.distributed.clone(),
+            truth: truth.iter().filter(|p| p.vq == q.id).copied().collect(),
+        })
+        .collect()
+}
+
+/// Ground-truth samples in the trace's clock (ns since the epoch).
+fn truth_points(samples: &[wirelab_dataplane::TruthSample], clock_offset: i128) -> Vec<TruthPoint> {
+    samples
+        .iter()
+        .map(|s| TruthPoint {
+            ts_ns: (i128::from(s.ts_ns) + clock_offset) as u64,
+            vq: s.vq,
+            event: if s.enqueue {
+                TruthEvent::Enqueue
+            } else {
+                TruthEvent::Dequeue
+            },
+            actual_bytes: u64::from(s.actual),
+            actual_packets: s.qlen,
+            virtual_bytes: s.virt,
+            packet_bytes: s.len,
+            packets: s.packets,
+        })
+        .collect()
+}
+
+impl Capability for Vaqm {
+    fn name(&self) -> &'static str {
+        "vaqm"
+    }
+    fn configure(&self, config: &mut Config) {
+        config.vaqm = true;
+        // Every switch port is steered to one CPU (Lab::up), so the
+        // pipeline is serial; VqState::cpu_moves verifies it per run.
+        config.vaqm_lock = false;
+        config.truth = !self.watches.is_empty();
+        config.extension = self.extension;
+    }
+    fn arm(&mut self, cx: &Cx) -> Result<(), Error> {
+        let (plan, switch) = (cx.plan, cx.switch);
+        if !self.watches.is_empty() {
+            let netns = wirelab_netns::netns_inode(&plan.switch_ns)
+                .during("reading the switch namespace's inode")?;
+            for (h, vq) in &self.watches {
+                switch
+                    .watch_qdisc(netns, cx.lab.switch_ifindex[*h], *vq)
+                    .during(format!("watching the real queue of virtual queue {vq}"))?;
+            }
+        }
+        for q in &plan.vaqm {
+            let at = format!("setting up virtual queue {}", q.id);
+            switch
+                .set_vq(q.id, &crate::switch::vq_config(q))
+                .during(at.clone())?;
+            if let Some((port, _)) = &q.port {
+                switch.vq_for_port(*port, q.id).during(at.clone())?;
+            }
+            for d in &q.destinations {
+                switch.vq_for_dst(*d, q.id).during(at.clone())?;
+            }
+        }
+        Ok(())
+    }
+    fn start(&mut self, cx: &Cx, _stop: &Stop) -> Result<(), Error> {
+        if cx.switch.config().truth {
+            self.truth =
+                Some(TruthDumper::start(cx.switch).during("starting the ground-truth drain")?);
+        }
+        Ok(())
+    }
+    fn collect(&mut self, cx: &Cx, facts: &mut RunFacts, log: &mut String) -> Result<(), Error> {
+        let truth = match self.truth.take() {
+            Some(t) => {
+                let lost = cx.switch.truth_lost().during("reading the truth ring")?;
+                if lost > 0 {
+                    log.push_str(&format!(
+                        "ground truth: {lost} samples lost to a full ring; the comparison is partial\n"
+                    ));
+                }
+                truth_points(
+                    &t.finish().during("draining the ground truth")?,
+                    cx.clock_offset,
+                )
+            }
+            None => Vec::new(),
+        };
+        facts.vaqm = vq_facts(&cx.plan.vaqm, &truth);
+        Ok(())
+    }
+    fn summarize(
+        &mut self,
+        cx: &Cx,
+        _meta: &[ConnMeta],
+        _analysis: &Report,
+        summary: &mut Summary,
+    ) -> Result<(), Error> {
+        let ext = cx
+            .plan
+            .vaqm_extension
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        summary.vaqm = cx
+            .plan
+            .vaqm
+            .iter()
+            .map(|q| VqSummary::of(q, cx.switch, &ext))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
+}
+
+/// QCN reaction points (NetBump §6.3.3, 802.1Qau RP): hosts whose sending
+/// the CNMs they receive slow down, from before the first packet.
+#[derive(Default)]
+pub struct ReactionPoints {
+    running: Option<wirelab_workload::qcn::ReactionPoints>,
+    reports: Vec<wirelab_workload::qcn::RpReport>,
+}
+
+impl Capability for ReactionPoints {
+    fn name(&self) -> &'static str {
+        "qcn-reaction-points"
+    }
+    fn start(&mut self, cx: &Cx, stop: &Stop) -> Result<(), Error> {
+        self.running = Some(
+            wirelab_workload::qcn::start(cx.plan, stop)
+                .during("starting the QCN reaction points")?,
+        );
+        Ok(())
+    }
+    fn collect(&mut self, cx: &Cx, facts: &mut RunFacts, _log: &mut String) -> Result<(), Error> {
+        if let Some(r) = self.running.take() {
+            self.reports = r.finish().during("stopping the QCN reaction points")?;
+        }
+        facts.qcn = self
+            .reports
+            .iter()
+            .zip(&cx.plan.reaction_points)
+            .map(|(r, p)| wirelab_analyze::rp::RpFacts {
+                host: r.host.clone(),
+                cnms: r.cnms,
+                line_rate_bps: p.params.line_rate,
+                points: r
+                    .changes
+                    .iter()
+                    .map(|c| wirelab_analyze::rp::RpPoint {
+                        host: r.host.clone(),
+                        ts_ns: (i128::from(c.now_ns) + cx.clock_offset) as u64,
+                        current_bps: c.current_bps,
+                        target_bps: c.target_bps,
+                        fb: c.fb,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(())
+    }
+    fn summarize(
+        &mut self,
+        _cx: &Cx,
+        _meta: &[ConnMeta],
+        _analysis: &Report,
+        summary: &mut Summary,
+    ) -> Result<(), Error> {
+        summary.reaction_points = std::mem::take(&mut self.reports);
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! The run's summary (`summary.json`, schema `wirelab.run/1`): what the
+//! CLI prints and the lab tests read.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use wirelab_analyze::expect::Verdict;
+use wirelab_analyze::report::Report;
+use wirelab_analyze::Evidence;
+use wirelab_capture::Integrity;
+use wirelab_dataplane::{Discipline, Switch};
+use wirelab_workload::ConnReport;
+
+use crate::{During, Error};
+
+#[derive(Debug, Serialize)]
+pub struct HostSummary {
+    pub name: String,
+    pub ip: String,
+    pub port: u32,
+    pub namespace: String,
+    pub congestion_control: String,
+    pub bottleneck: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConnSummary {
+    pub id: u32,
+    pub requester: String,
+    pub responder: String,
+    pub verb: String,
+    pub messages: u32,
+    pub message_size: u64,
+    pub tx_depth: u32,
+    /// Runtime metadata reported by the workload and the switch.
+    pub data_mss: u32,
+    pub data_isn: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventSummary {
+    pub id: u32,
+    pub conn: u32,
+    pub target: String,
+    pub iteration: String,
+    pub action: String,
+    /// The switch's data packet index the event was armed at (0 = all).
+    pub armed_index: u32,
+    pub hits: u64,
+    pub hit: Vec<Evidence>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Version of this document's layout.
+    pub schema: &'static str,
+    pub name: String,
+    pub description: Option<String>,
+    pub run_id: String,
+    pub results: String,
+    pub verdict: &'static str,
+    pub duration_ms: u64,
+    pub mtu: u32,
+    pub hosts: Vec<HostSummary>,
+    pub connections: Vec<ConnSummary>,
+    pub events: Vec<EventSummary>,
+    pub integrity: Integrity,
+    pub analysis: Report,
+    pub workload: Vec<ConnReport>,
+    pub expect: Vec<Verdict>,
+    pub counters: BTreeMap<String, BTreeMap<String, i64>>,
+    /// RoCE: the QPNs and initial PSNs each connection used.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roce: Vec<wirelab_workload::roce::RoceMeta>,
+    /// RoCE: each host's device counters before and after the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_counters: Vec<wirelab_workload::roce::DeviceCounters>,
+    /// vAQM: each virtual queue as the switch left it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vaqm: Vec<VqSummary>,
+    /// QCN: what each reaction point received and did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reaction_points: Vec<wirelab_workload::qcn::RpReport>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VqSummary {
+    pub id: u32,
+    /// The host whose switch port the queue emulates.
+    pub port: Option<String>,
+    pub destinations: Vec<String>,
+    pub rate: String,
+    pub discipline: String,
+    pub packets: u64,
+    pub marks: u64,
+    pub drops: u64,
+    /// Marks that fell on Not-ECT packets: RED dropped them, DCTCP let
+    /// them pass unmarked.
+    pub unmarkable: u64,
+    pub bytes_at_end: u64,
+    /// Updates from a different CPU than the one before (should be 0: the
+    /// lab runs the switch on one CPU and the stage takes no lock).
+    pub cpu_moves: u64,
+    /// Packets that found the emulated buffer full (left out of the estimate).
+    pub overflows: u64,
+    /// QCN: frames the congestion point sampled (the CNMs it sent are the
+    /// trace's `cnm=` packets, and each reaction point's count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qcn_samples: Option<u64>,
+}
+
+impl VqSummary {
+    /// Queue `q` as the switch left it; `ext` names the user discipline's
+    /// file, if the queue runs one.
+    pub fn of(q: &wirelab_plan::VqPlan, switch: &Switch, ext: &str) -> Result<VqSummary, Error> {
+        let st = switch
+            .vq_state(q.id)
+            .during(format!("reading virtual queue {}", q.id))?;
+        let discipline = match crate::switch::vq_config(q).discipline {
+            Discipline::None => "estimate only".to_string(),
+            Discipline::Dctcp { k_bytes } => format!("dctcp K {k_bytes}B"),
+            Discipline::Red {
+                min_bytes,
+                max_bytes,
+                w_q,
+                max_p,
+                drop,
+            } => format!(
+                "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
+                if drop { "drop" } else { "mark" }
+            ),
+            Discipline::Qcn(p) => format!(
+                "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
+                p.q_eq,
+                p.w,
+                p.fb_max,
+                p.p_min as f64 / wirelab_qcn::cp::P_ONE as f64,
+                p.p_max as f64 / wirelab_qcn::cp::P_ONE as f64
+            ),
+            Discipline::Extension { .. } => format!(
+                "extension {ext} {:?}",
+                q.extension.as_deref().unwrap_or_default()
+            ),
+        };
+        Ok(VqSummary {
+            id: q.id,
+            port: q.port.as_ref().map(|p| p.1.clone()),
+            destinations: q.destinations.iter().map(|d| d.to_string()).collect(),
+            rate: q.rate.to_string(),
+            discipline,
+            packets: st.pkts,
+            marks: st.marks,
+            drops: st.drops,
+            unmarkable: st.unmarkable,
+            bytes_at_end: st.bytes,
+            cpu_moves: st.cpu_moves,
+            overflows: st.overflows,
+            qcn_samples: q.qcn.as_ref().map(|_| st.samples),
+        })
+    }
+}
