@@ -351,10 +351,53 @@ fn capture_libbpf_log(level: PrintLevel, msg: String) {
 /// A loaded switch pipeline. Attach it to each port inside the switch
 /// namespace; detaching happens when the namespace (and its veths) goes.
 pub struct Switch {
-    skel: SwitchSkel<'static>,
+    /// Dropped by hand (`Drop`), before the memory it borrows.
+    skel: std::mem::ManuallyDrop<SwitchSkel<'static>>,
     config: Config,
     /// The ground-truth tracepoints, attached while the switch lives.
-    _truth: Vec<libbpf_rs::Link>,
+    truth: Vec<libbpf_rs::Link>,
+    /// The skeleton's OpenObject storage, and a linked pipeline's object
+    /// bytes (the skeleton keeps pointing into them): owned here, freed
+    /// once the skeleton is gone, so a process that loads many switches
+    /// (many runs, a fuzzing campaign) does not grow.
+    storage: Heap<MaybeUninit<libbpf_rs::OpenObject>>,
+    object: Option<Heap<[u8]>>,
+}
+
+/// Heap memory handed out as `'static` to the skeleton and reclaimed in
+/// `Switch::drop`. A raw pointer rather than a `Box`: a `Box` asserts
+/// unique access, and the skeleton holds a reference into it.
+struct Heap<T: ?Sized>(std::ptr::NonNull<T>);
+
+impl<T: ?Sized> Heap<T> {
+    fn new(b: Box<T>) -> Heap<T> {
+        Heap(std::ptr::NonNull::from(Box::leak(b)))
+    }
+    /// SAFETY: the caller makes sure nothing borrows the memory any more,
+    /// and calls this once.
+    unsafe fn free(&self) {
+        drop(Box::from_raw(self.0.as_ptr()));
+    }
+}
+
+// SAFETY: plain heap memory owned by one Switch; only the skeleton, which
+// moves with it, touches it, and a shared `&Heap` gives no access to it.
+unsafe impl<T: ?Sized + Send> Send for Heap<T> {}
+unsafe impl<T: ?Sized + Sync> Sync for Heap<T> {}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.truth.clear();
+        // SAFETY: the skeleton is dropped exactly once, here, and not used
+        // after; then nothing borrows `storage` or `object` any more.
+        unsafe {
+            std::mem::ManuallyDrop::drop(&mut self.skel);
+            self.storage.free();
+            if let Some(o) = &self.object {
+                o.free();
+            }
+        }
+    }
 }
 
 fn map_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
@@ -404,36 +447,59 @@ impl Switch {
                 config.ring_bytes
             )));
         }
-        // The skeleton borrows its OpenObject storage for as long as it lives;
-        // a Switch is loaded a handful of times per process, so the few bytes
-        // of this box are leaked rather than building a self-referential type.
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        // The skeleton keeps pointing into its object bytes: a linked
-        // pipeline's are leaked like the storage above.
-        let object: Option<&'static [u8]> =
-            ext.map(|e| &*Box::leak(e.object.clone().into_boxed_slice()));
+        // The skeleton borrows its OpenObject storage, and a linked
+        // pipeline's object bytes, for as long as it lives: the Switch owns
+        // both and frees them after the skeleton (`Drop`).
+        let storage = Heap::new(Box::new(MaybeUninit::<libbpf_rs::OpenObject>::uninit()));
+        let object = ext.map(|e| Heap::new(e.object.clone().into_boxed_slice()));
+        // SAFETY: both live until `Switch::drop` (or the error path below)
+        // frees them, after the skeleton that borrows them is gone; nothing
+        // else refers to them.
+        let (storage_ref, object_ref): (&'static mut _, Option<&'static [u8]>) = unsafe {
+            (
+                &mut *storage.0.as_ptr(),
+                object.as_ref().map(|o| &*o.0.as_ptr()),
+            )
+        };
         let (res, log) = with_libbpf_log(|| {
-            SKEL_OBJECT.with(|o| o.set(object));
-            let r = open_and_load(storage, config);
+            SKEL_OBJECT.with(|o| o.set(object_ref));
+            let r = open_and_load(storage_ref, config);
             SKEL_OBJECT.with(|o| o.set(None));
             r
         });
-        let skel = res.map_err(|source| Error::Load { source, log })?;
-        let mut truth = Vec::new();
+        let skel = match res {
+            Ok(s) => s,
+            Err(source) => {
+                // SAFETY: no skeleton exists to borrow them.
+                unsafe {
+                    storage.free();
+                    if let Some(o) = &object {
+                        o.free();
+                    }
+                }
+                return Err(Error::Load { source, log });
+            }
+        };
+        let mut switch = Switch {
+            skel: std::mem::ManuallyDrop::new(skel),
+            config,
+            truth: Vec::new(),
+            storage,
+            object,
+        };
         if config.truth {
-            for p in [&skel.progs.wl_truth_enqueue, &skel.progs.wl_truth_dequeue] {
-                truth.push(p.attach().map_err(|source| Error::Map {
+            for p in [
+                &switch.skel.progs.wl_truth_enqueue,
+                &switch.skel.progs.wl_truth_dequeue,
+            ] {
+                let link = p.attach().map_err(|source| Error::Map {
                     what: "attaching the qdisc tracepoints (ground truth)".into(),
                     source,
-                })?);
+                })?;
+                switch.truth.push(link);
             }
         }
-        Ok(Switch {
-            skel,
-            config,
-            _truth: truth,
-        })
+        Ok(switch)
     }
 
     pub fn config(&self) -> Config {
