@@ -29,6 +29,7 @@ bench: build
 	$(WIRELAB) bench analyze
 	$(WIRELAB) bench roce
 	$(WIRELAB) bench vaqm
+	$(WIRELAB) bench runs
 
 # Reruns the specs behind the analyzer goldens and rewrites their reviewed
 # findings (review the diff before committing).

@@ -7,6 +7,7 @@ mod analyze;
 mod bench;
 mod bench_analyze;
 mod bench_roce;
+mod bench_runs;
 mod bench_vaqm;
 mod bump;
 mod run;
@@ -153,6 +154,12 @@ enum BenchCmd {
     Analyze {
         #[arg(long, default_value_t = 1_000_000)]
         packets: u64,
+    },
+    /// Many runs in one process through the run engine, with the process's
+    /// resident memory every tenth run (it must stay flat).
+    Runs {
+        #[arg(long, default_value_t = 50)]
+        runs: u32,
     },
     /// ns per packet and Mpps of the pipeline with the vAQM stage against
     /// the same pipeline without it.
@@ -317,6 +324,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
                 BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
                 BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
+                BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
             }
             Ok(code::OK)
         }
