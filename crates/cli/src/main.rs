@@ -292,52 +292,59 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             run::require_root()?;
             bump::run(&args, json, abort)
         }
-        Cmd::Clean { all } => {
-            run::require_root()?;
-            let c = wirelab_netns::clean(all)?;
-            for ns in &c.namespaces {
-                println!("removed namespace {ns}");
-            }
-            for b in &c.bumps {
-                println!("detached a killed bump from {b}");
-            }
-            for r in &c.registry_entries {
-                println!("removed registry entry {r}");
-            }
-            for ns in &c.kept {
-                println!("kept {ns} (its run is still alive; --all removes it)");
-            }
-            if c.namespaces.is_empty() && c.registry_entries.is_empty() {
-                println!("nothing to clean");
-            }
-            Ok(code::OK)
-        }
-        Cmd::Bench { which } => {
-            if !matches!(which, BenchCmd::Analyze { .. }) {
-                run::require_root()?;
-            }
-            match which {
-                BenchCmd::SwitchOverhead { messages, rounds } => {
-                    bench::switch_overhead(abort, messages, rounds)?
-                }
-                BenchCmd::Capture => bench::capture(abort)?,
-                BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
-                BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
-                BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
-                BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
-            }
-            Ok(code::OK)
-        }
-        Cmd::Schema { analysis } => {
-            if analysis {
-                print!("{}", wirelab_analyze::report::json_schema());
-            } else {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&wirelab_spec::json_schema())?
-                );
-            }
-            Ok(code::OK)
-        }
+        Cmd::Clean { all } => clean(all),
+        Cmd::Bench { which } => bench(which, abort),
+        Cmd::Schema { analysis } => schema(analysis),
     }
+}
+
+/// `wirelab clean`: namespaces and registry entries of killed runs.
+fn clean(all: bool) -> anyhow::Result<u8> {
+    run::require_root()?;
+    let c = wirelab_netns::clean(all)?;
+    for ns in &c.namespaces {
+        println!("removed namespace {ns}");
+    }
+    for b in &c.bumps {
+        println!("detached a killed bump from {b}");
+    }
+    for r in &c.registry_entries {
+        println!("removed registry entry {r}");
+    }
+    for ns in &c.kept {
+        println!("kept {ns} (its run is still alive; --all removes it)");
+    }
+    if c.namespaces.is_empty() && c.registry_entries.is_empty() {
+        println!("nothing to clean");
+    }
+    Ok(code::OK)
+}
+
+fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
+    if !matches!(which, BenchCmd::Analyze { .. }) {
+        run::require_root()?;
+    }
+    match which {
+        BenchCmd::SwitchOverhead { messages, rounds } => {
+            bench::switch_overhead(abort, messages, rounds)?
+        }
+        BenchCmd::Capture => bench::capture(abort)?,
+        BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
+        BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
+        BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
+        BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
+    }
+    Ok(code::OK)
+}
+
+fn schema(analysis: bool) -> anyhow::Result<u8> {
+    if analysis {
+        print!("{}", wirelab_analyze::report::json_schema());
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&wirelab_spec::json_schema())?
+        );
+    }
+    Ok(code::OK)
 }

@@ -13,6 +13,24 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 pub fn print(s: &Summary, verbose: bool) {
+    print_lab(s);
+    print_switch(s);
+    print!("{}", wirelab_report::terminal::render(&s.analysis, verbose));
+    print_workload(s, verbose);
+    for v in &s.expect {
+        println!(
+            "  expect     {} {}: {}",
+            if v.pass { "PASS" } else { "FAIL" },
+            v.claim,
+            v.observed
+        );
+    }
+    println!("  results    {}/ (report.html)", s.results);
+    println!("{}", s.verdict);
+}
+
+/// The hosts and the connections.
+fn print_lab(s: &Summary) {
     println!(
         "wirelab run {} (run {}, {} ms)",
         s.name, s.run_id, s.duration_ms
@@ -52,6 +70,10 @@ pub fn print(s: &Summary, verbose: bool) {
             isn
         );
     }
+}
+
+/// The switch: its queues, its events, the integrity of its capture.
+fn print_switch(s: &Summary) {
     for q in &s.vaqm {
         let what = match (&q.port, q.destinations.is_empty()) {
             (Some(p), true) => format!("port to {p}"),
@@ -113,7 +135,10 @@ pub fn print(s: &Summary, verbose: bool) {
     for r in &i.reasons {
         println!("             INVALID because {r}");
     }
-    print!("{}", wirelab_report::terminal::render(&s.analysis, verbose));
+}
+
+/// Each connection's message completion times.
+fn print_workload(s: &Summary, verbose: bool) {
     for w in &s.workload {
         let mut mct: Vec<u64> = w.messages.iter().map(|m| m.mct_ns).collect();
         mct.sort_unstable();
@@ -137,14 +162,4 @@ pub fn print(s: &Summary, verbose: bool) {
             }
         }
     }
-    for v in &s.expect {
-        println!(
-            "  expect     {} {}: {}",
-            if v.pass { "PASS" } else { "FAIL" },
-            v.claim,
-            v.observed
-        );
-    }
-    println!("  results    {}/ (report.html)", s.results);
-    println!("{}", s.verdict);
 }
