@@ -35,28 +35,7 @@ struct Cli {
 enum Cmd {
     /// Run specs: bring up the lab, arm the switch, run the workload, capture,
     /// check integrity, analyze, check expectations, tear down.
-    Run {
-        /// Spec files (YAML).
-        #[arg(required = true)]
-        specs: Vec<PathBuf>,
-        /// Where results folders go.
-        #[arg(long, default_value = "results")]
-        out: PathBuf,
-        /// Stop a run whose workload has not finished after this many seconds.
-        #[arg(long, default_value_t = 60)]
-        timeout: u64,
-        /// The seed of the run's random choices (QPNs, initial PSNs); each
-        /// run's plan.json records the one it used, so a run can be
-        /// repeated exactly. Random when absent.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Print the summary as JSON instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Show every retransmission and message.
-        #[arg(short, long)]
-        verbose: bool,
-    },
+    Run(run::Args),
     /// Check specs without touching the host.
     Check {
         #[arg(required = true)]
@@ -210,24 +189,7 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
     match cli.cmd {
-        Cmd::Run {
-            specs,
-            out,
-            timeout,
-            seed,
-            json,
-            verbose,
-        } => run::run(
-            run::Args {
-                specs,
-                out,
-                timeout,
-                seed,
-                json,
-                verbose,
-            },
-            abort,
-        ),
+        Cmd::Run(args) => run::run(args, abort),
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {

@@ -29,12 +29,27 @@ pub fn exit_code(v: Verdict) -> u8 {
     }
 }
 
+#[derive(clap::Args)]
 pub struct Args {
+    /// Spec files (YAML).
+    #[arg(required = true)]
     pub specs: Vec<PathBuf>,
+    /// Where results folders go.
+    #[arg(long, default_value = "results")]
     pub out: PathBuf,
+    /// Stop a run whose workload has not finished after this many seconds.
+    #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// The seed of the run's random choices (QPNs, initial PSNs); each
+    /// run's plan.json records the one it used, so a run can be
+    /// repeated exactly. Random when absent.
+    #[arg(long)]
     pub seed: Option<u64>,
+    /// Print the summary as JSON instead of text.
+    #[arg(long)]
     pub json: bool,
+    /// Show every retransmission and message.
+    #[arg(short, long)]
     pub verbose: bool,
 }
 
