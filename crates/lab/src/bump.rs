@@ -172,12 +172,16 @@ pub fn run(
         ns: args.ns,
         attach: Vec::new(),
     };
-    let rx_before: Vec<u64> = args
-        .ifaces
-        .iter()
-        .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
-        .collect::<Result<_, _>>()
-        .during("reading interface counters")?;
+    // Packets the kernel counted into each interface: the integrity
+    // check's independent witness.
+    let rx = || -> Result<Vec<u64>, Error> {
+        args.ifaces
+            .iter()
+            .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
+            .collect::<Result<_, _>>()
+            .during("reading interface counters")
+    };
+    let rx_before = rx()?;
     let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
     let dumper = Dumper::start(&switch, Duration::ZERO).during("starting the capture")?;
     for (i, (ifindex, _)) in links.iter().enumerate() {
@@ -195,12 +199,7 @@ pub fn run(
     // ring describe the same packets.
     drop(attached);
     std::thread::sleep(Duration::from_millis(20));
-    let rx_after: Vec<u64> = args
-        .ifaces
-        .iter()
-        .map(|d| wirelab_netns::link_rx_packets(args.ns, d))
-        .collect::<Result<_, _>>()
-        .during("reading interface counters")?;
+    let rx_after = rx()?;
     let (counts, info) = crate::switch::port_records(
         &switch,
         (0..2).map(|i| {

@@ -164,8 +164,7 @@ impl Run<'_> {
         let failed = claims.iter().any(|v| !v.pass) || workload_failed.is_some();
         let verdict = Verdict::of(interrupted, integrity.valid, failed);
         let mut summary = self.summary(spec, &meta, finished, integrity, report, claims, &facts)?;
-        summary.verdict = verdict.name();
-        summary.error = workload_failed;
+        (summary.verdict, summary.error) = (verdict.name(), workload_failed);
         let analysis = summary.analysis.clone();
         for c in &mut self.caps {
             c.summarize(&self.cx, &meta, &analysis, &mut summary)?;
