@@ -14,7 +14,8 @@ use wirelab_analyze::report::{self, Report};
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_roce::packet::{self, Kind as PKind};
 use wirelab_roce::sim::{Fate, Seen, Sim};
-use wirelab_roce::{load_profile, Device, DeviceConfig, QpConfig, Verb, WorkRequest};
+use wirelab_roce::{Device, DeviceConfig, QpConfig, Verb, WorkRequest};
+use wirelab_spec::roce::load_profile;
 use wirelab_spec::AnalyzerName;
 use wirelab_trace::{Link, Meta, Packet, Trace};
 

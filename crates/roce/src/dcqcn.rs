@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
-pub use wirelab_spec::roce::CnpScope;
+pub use crate::profile::CnpScope;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum LimiterKey {

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
+use crate::profile::{Profile, COUNTERS};
 use serde::Serialize;
-use wirelab_spec::roce::{Profile, COUNTERS};
 
 use crate::dcqcn::{CnpLimiter, Rp, RpParams};
 use crate::packet::{self, op, Bth, Ipv4Udp, Kind, NakCode, Packet, Position, Reth, Syndrome};

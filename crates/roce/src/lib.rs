@@ -8,6 +8,7 @@
 pub mod dcqcn;
 pub mod device;
 pub mod packet;
+pub mod profile;
 pub mod psn;
 pub mod sim;
 
@@ -15,4 +16,4 @@ pub use device::{
     local_ack_timeout_ns, Completion, Counters, Device, DeviceConfig, PostError, QpConfig, Rx,
     Status, Tx, Verb, WorkRequest,
 };
-pub use wirelab_spec::roce::{load_profile, CnpScope, Profile};
+pub use profile::{CnpScope, Profile};

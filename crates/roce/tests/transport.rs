@@ -6,7 +6,8 @@ use std::net::Ipv4Addr;
 
 use wirelab_roce::packet::{self, op, Syndrome};
 use wirelab_roce::sim::{Fate, Seen, Sim};
-use wirelab_roce::{load_profile, Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest};
+use wirelab_roce::{Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest};
+use wirelab_spec::roce::load_profile;
 
 const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);

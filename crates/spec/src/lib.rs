@@ -7,7 +7,8 @@
 pub mod findings;
 mod lines;
 pub mod roce;
-pub mod units;
+/// Quantities as types; their own crate so protocol cores share them without YAML.
+pub use wirelab_units as units;
 pub mod vaqm;
 
 use std::collections::BTreeMap;
