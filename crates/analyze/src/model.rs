@@ -19,6 +19,7 @@ use std::net::IpAddr;
 use schemars::JsonSchema;
 use serde::Serialize;
 use wirelab_spec::Recovery;
+use wirelab_trace::Action;
 use wirelab_trace::{Tcp, Trace};
 
 use crate::{Evidence, Options};
@@ -114,8 +115,11 @@ pub struct Retransmission {
     pub ts_ns: u64,
     /// The transmission it repeats (the one that was lost).
     pub previous: Evidence,
-    /// Event the switch applied to the previous transmission, if any.
-    pub previous_event: String,
+    /// What the switch did to the previous transmission; `None` when the
+    /// trace has no wirelab metadata (written "unknown").
+    #[serde(serialize_with = "action_or_unknown")]
+    #[schemars(with = "String")]
+    pub previous_event: Option<Action>,
     /// From the previous transmission to this one, at the vantage point.
     pub since_loss_ns: u64,
     pub recovery: Recovery,
@@ -155,8 +159,8 @@ impl std::fmt::Display for Retransmission {
             crate::fmt_duration(self.since_loss_ns),
             self.previous
         )?;
-        if self.previous_event != "none" && self.previous_event != "unknown" {
-            write!(f, " {}", self.previous_event)?;
+        if let Some(a) = self.previous_event.filter(|a| *a != Action::None) {
+            write!(f, " {a}")?;
         }
         f.write_str(")")
     }
@@ -197,9 +201,17 @@ pub struct BaseRtt {
     pub source: &'static str,
 }
 
+fn action_or_unknown<S: serde::Serializer>(a: &Option<Action>, s: S) -> Result<S::Ok, S::Error> {
+    match a {
+        Some(a) => a.serialize(s),
+        None => s.serialize_str("unknown"),
+    }
+}
+
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AppliedEvent {
-    pub event: String,
+    #[schemars(with = "String")]
+    pub event: Action,
     pub event_id: u32,
     pub at: Evidence,
     pub packet: u32,
@@ -596,7 +608,7 @@ impl<'a> Builder<'a> {
                 index: 0,
                 iter: 0,
                 first: false,
-                lost: meta.is_some_and(|m| m.dropped() || m.event == "corrupt"),
+                lost: meta.is_some_and(|m| m.dropped() || m.event == Action::Corrupt),
                 dupack: false,
             };
             if !data {
@@ -784,9 +796,9 @@ impl<'a> Builder<'a> {
                 if m.data_dir && (m.index != index || m.iter != iter) {
                     self.out.iteration_mismatches.push(self.ev(idx));
                 }
-                if m.event != "none" {
+                if m.event != Action::None {
                     self.out.events.push(AppliedEvent {
-                        event: m.event.clone(),
+                        event: m.event,
                         event_id: m.event_id,
                         at: self.ev(idx),
                         packet: index,
@@ -930,7 +942,7 @@ impl<'a> Builder<'a> {
                     previous_event: trace.packets[s.1.last_tx_idx]
                         .meta
                         .as_ref()
-                        .map_or_else(|| "unknown".to_string(), |m| m.event.clone()),
+                        .map(|m| m.event),
                     since_loss_ns: ts.saturating_sub(s.1.last_tx_ts),
                     recovery: reason.recovery(),
                     reason,

@@ -9,6 +9,7 @@ use std::net::Ipv4Addr;
 
 use wirelab_roce::packet::{self, op, Kind, NakCode, Position, Syndrome};
 use wirelab_roce::psn;
+use wirelab_trace::Action;
 use wirelab_trace::{Link, Trace};
 
 use crate::Evidence;
@@ -201,7 +202,7 @@ pub fn build(trace: &Trace) -> RoceView {
             r.ts = m.ts;
             r.conn = m.conn;
             r.delivered = !m.dropped();
-            r.corrupted = m.event == "corrupt";
+            r.corrupted = m.event == Action::Corrupt;
         }
         all.push(r);
     }

@@ -13,7 +13,7 @@ use wirelab_analyze::expect::{evaluate, RunFacts};
 use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::{analyze, Analysis, Kind, Options, Reason};
 use wirelab_spec::{AnalyzerName, Recovery};
-use wirelab_trace::Trace;
+use wirelab_trace::{Action, Trace};
 
 fn dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -184,14 +184,14 @@ fn drop_twice_fast_then_timeout() {
         (Recovery::Fast, Reason::Rack, 2, Some(22))
     );
     assert_eq!(r[0].previous.mirror_seq, Some(7));
-    assert_eq!(r[0].previous_event, "drop");
+    assert_eq!(r[0].previous_event, Some(Action::Drop));
     // The first SACK (#17, packet 6 delivered) is the RACK trigger.
     assert_eq!(r[0].trigger.and_then(|e| e.mirror_seq), Some(17));
     assert_eq!(
         (r[1].recovery, r[1].iteration, r[1].at.mirror_seq),
         (Recovery::Timeout, 3, Some(23))
     );
-    assert_eq!(r[1].previous_event, "drop");
+    assert_eq!(r[1].previous_event, Some(Action::Drop));
     // RTO with rto_min 200ms: more than 200ms, far less than a second.
     assert!((200_000_000..1_000_000_000).contains(&r[1].since_loss_ns));
     assert!(

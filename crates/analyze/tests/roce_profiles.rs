@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use wirelab_analyze::report::{self, Report};
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_roce::packet::{self, Kind as PKind};
-use wirelab_roce::sim::{Fate, Seen, Sim};
+use wirelab_roce::sim::{Action, Seen, Sim};
 use wirelab_roce::{Device, DeviceConfig, QpConfig, Verb, WorkRequest};
 use wirelab_spec::roce::load_profile;
 use wirelab_spec::AnalyzerName;
@@ -84,13 +84,13 @@ fn rel(s: &Seen) -> u32 {
 }
 
 /// The switch's events: what Lumina's specs inject.
-fn fate(s: &Seen, log: &[Seen]) -> Fate {
+fn fate(s: &Seen, log: &[Seen]) -> Action {
     let c = conn_of(s);
     let kind = packet::kind(s.opcode);
     let seen_before = |f: &dyn Fn(&Seen) -> bool| log.iter().any(|x| conn_of(x) == c && f(x));
     match (c, kind) {
         // A write loses its 5th packet once.
-        (1, PKind::Data) if rel(s) == 5 && !seen_before(&|x| x.psn == s.psn) => Fate::Drop,
+        (1, PKind::Data) if rel(s) == 5 && !seen_before(&|x| x.psn == s.psn) => Action::Drop,
         // A read loses its 3rd response once.
         (2, PKind::ReadResponse)
             if rel(s) == 3
@@ -98,24 +98,24 @@ fn fate(s: &Seen, log: &[Seen]) -> Fate {
                     x.psn == s.psn && packet::kind(x.opcode) == PKind::ReadResponse
                 }) =>
         {
-            Fate::Drop
+            Action::Drop
         }
         // The last packet of connection 3's only message, every time.
-        (3, PKind::Data) if rel(s) == 3 => Fate::Drop,
+        (3, PKind::Data) if rel(s) == 3 => Action::Drop,
         // Send + read: the send's 2nd packet and the second read's 2nd
         // response (relative PSN 14) are lost once each.
-        (5, PKind::Data) if rel(s) == 2 && !seen_before(&|x| x.psn == s.psn) => Fate::Drop,
+        (5, PKind::Data) if rel(s) == 2 && !seen_before(&|x| x.psn == s.psn) => Action::Drop,
         (5, PKind::ReadResponse)
             if rel(s) == 14
                 && !seen_before(&|x| {
                     x.psn == s.psn && packet::kind(x.opcode) == PKind::ReadResponse
                 }) =>
         {
-            Fate::Drop
+            Action::Drop
         }
         // Every other data packet of connections 1, 3 and 4 is CE-marked.
-        (1 | 3 | 4, PKind::Data) => Fate::Mark,
-        _ => Fate::Pass,
+        (1 | 3 | 4, PKind::Data) => Action::Ecn,
+        _ => Action::None,
     }
 }
 
@@ -162,12 +162,6 @@ fn run(profile: &str) -> Run {
         .enumerate()
         .map(|(i, s)| {
             let data = s.ip_packet();
-            let event = match s.fate {
-                Fate::Drop => "drop",
-                Fate::Mark => "ecn",
-                Fate::Corrupt => "corrupt",
-                Fate::Pass | Fate::SetMigReq(_) => "none",
-            };
             Packet {
                 frame: i as u64 + 1,
                 ts_ns: s.t,
@@ -188,7 +182,7 @@ fn run(profile: &str) -> Run {
                     index: 0,
                     iter: 0,
                     first_tx: false,
-                    event: event.into(),
+                    event: s.fate,
                     event_id: 0,
                     ..Default::default()
                 }),
@@ -530,7 +524,7 @@ fn the_go_back_n_fsm_flags_each_rule_a_device_breaks() {
     // requester's first PSN, not at the first PSN the responder received.
     let v = edited(|ps| {
         let i = nth(ps, 4, 0, |p| packet::kind(bth(p).opcode) == PKind::Data);
-        ps[i].meta.as_mut().unwrap().event = "drop".into();
+        ps[i].meta.as_mut().unwrap().event = Action::Drop;
     });
     assert!(names(&v).contains(&"nak-missing"), "{v:?}");
 

@@ -72,20 +72,13 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
             index: h.index,
             iter: h.iter,
             first_tx: h.first_tx != 0,
-            event: Action::from_u32(h.action)
-                .map_or("unknown", |a| a.name())
-                .to_string(),
+            // A number this build does not know means the program and
+            // this reader disagree: the record is not read as another.
+            event: h.applied()?,
             event_id: h.event_id,
             vq: h.vq,
             vq_bytes: h.vq_bytes,
-            aqm: match h.aqm {
-                0 => "none",
-                1 => "mark",
-                2 => "drop",
-                3 => "overflow",
-                _ => "unknown",
-            }
-            .to_string(),
+            aqm: h.verdict()?,
             cnm: h.qcn_fb,
         },
         pkt_len: h.pkt_len,
@@ -469,7 +462,7 @@ mod tests {
                 index: 0,
                 iter: 0,
                 first_tx: false,
-                event: "none".into(),
+                event: Action::None,
                 event_id: 0,
                 ..Default::default()
             },
@@ -545,7 +538,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.pcapng");
         let mut r = vec![rec(0, 1), rec(1, 2)];
-        r[1].meta.event = "drop".into();
+        r[1].meta.event = Action::Drop;
         r[1].meta.event_id = 3;
         let ports = vec![
             PortInfo {

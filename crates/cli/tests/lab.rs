@@ -728,7 +728,7 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() 
     for p in &t.packets {
         let m = p.meta.as_ref().unwrap();
         let bth1 = p.data[14 + 20 + 8 + 1];
-        if m.event == "edit:migreq=1" {
+        if m.event == wirelab_trace::Action::MigReq(true) {
             assert_ne!(bth1 & 0x40, 0, "frame {}", p.frame);
             edited += 1;
         } else if m.conn == 2 && m.data_dir {
@@ -836,7 +836,7 @@ fn dctcp_marking_follows_k(spec: &Path, out: &Path) -> Run {
     for p in &queued {
         let m = p.meta.as_ref().unwrap();
         let ecn = p.data[15] & 3; // Ethernet, then the IPv4 TOS byte
-        if m.aqm == "mark" {
+        if m.aqm == wirelab_trace::Aqm::Mark {
             marked += 1;
             assert!(m.vq_bytes > 30_000 && ecn == 3, "{m:?}");
         } else if m.vq_bytes > 30_000 {

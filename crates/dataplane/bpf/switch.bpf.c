@@ -41,6 +41,14 @@ const volatile __u8 vaqm_lock = 0;
  * is. */
 const volatile __u8 vaqm_ext = 0;
 
+/* Never read: these globals put the ABI enums no map value refers to into
+ * BTF, so the generated skeleton carries them and the Rust side takes the
+ * limits from there (crates/dataplane/src/lib.rs) instead of a copy. */
+const volatile enum wl_limits wl_abi_limits;
+const volatile enum wl_evk wl_abi_evk;
+const volatile enum wl_ext_limits wl_abi_ext_limits;
+const volatile enum wl_aqm_verdict wl_abi_aqm_verdict;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, WL_MAX_PORTS);

@@ -9,24 +9,40 @@
 
 #include "wirelab_ext.h"
 
-#define WL_MAX_PORTS 64
-#define WL_MAX_CONNS 1024
-/* Largest snap length a spec may ask for: a full 1500-byte-MTU frame + VLAN. */
-#define WL_MAX_SNAP 1518
-
-/* Virtual queues of the vAQM stage (NetBump §3.1), numbered 1..WL_MAX_VQS;
- * 0 = the packet is in none. */
-#define WL_MAX_VQS 64
+/* Limits, as an enum rather than #defines so that they reach BTF: the Rust
+ * side reads them from the generated skeleton (crates/dataplane/src/lib.rs),
+ * never from a copy. switch.bpf.c anchors the enums no field refers to. */
+enum wl_limits {
+	WL_MAX_PORTS = 64,
+	WL_MAX_CONNS = 1024,
+	/* Largest snap length a spec may ask for: a full 1500-byte-MTU frame
+	 * + VLAN. */
+	WL_MAX_SNAP = 1518,
+	/* Virtual queues of the vAQM stage (NetBump §3.1), numbered
+	 * 1..WL_MAX_VQS; 0 = the packet is in none. */
+	WL_MAX_VQS = 64,
+	/* Entries of icrc_migreq: one per count of ICRC-covered bytes after
+	 * the BTH's MigReq byte (path MTU 4096 + RETH + immediate + pad,
+	 * rounded up). */
+	WL_ICRC_SHIFTS = 4224,
+	/* First transmissions remembered per connection to index
+	 * retransmissions: slot conn * WL_SEG_WINDOW + (index % WL_SEG_WINDOW)
+	 * holds the relative sequence number where data packet `index`
+	 * started. A power of two. */
+	WL_SEG_WINDOW = 4096,
+};
 
 /* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */
 #define WL_ANY 0
 
 /* Which key shapes a connection has events for (ev_mask map), so a data
  * packet is looked up only under shapes that can match. */
-#define WL_EVK_EXACT 1     /* (index, iter) */
-#define WL_EVK_ANY_ITER 2  /* (index, any) */
-#define WL_EVK_ALL_PKTS 4  /* (all, iter) */
-#define WL_EVK_ALL_ALL 8   /* (all, any) */
+enum wl_evk {
+	WL_EVK_EXACT = 1,     /* (index, iter) */
+	WL_EVK_ANY_ITER = 2,  /* (index, any) */
+	WL_EVK_ALL_PKTS = 4,  /* (all, iter) */
+	WL_EVK_ALL_ALL = 8,   /* (all, any) */
+};
 
 enum wl_action {
 	WL_EV_NONE = 0,
@@ -42,10 +58,6 @@ enum wl_action {
 	WL_EV_MIGREQ_SET = 5,
 	WL_EV_MIGREQ_CLEAR = 6,
 };
-
-/* Entries of icrc_migreq: one per count of ICRC-covered bytes after the
- * BTH's MigReq byte (path MTU 4096 + RETH + immediate + pad, rounded up). */
-#define WL_ICRC_SHIFTS 4224
 
 /* A switch port, keyed by the ifindex of its device in the switch namespace. */
 struct wl_port {
@@ -97,11 +109,6 @@ struct wl_conn_state {
 	__u32 roce;      /* RoCEv2: isn is the initial PSN, set by the control plane */
 };
 
-/* First transmissions remembered per connection to index retransmissions:
- * slot conn * WL_SEG_WINDOW + (index % WL_SEG_WINDOW) holds the relative
- * sequence number where data packet `index` started. */
-#define WL_SEG_WINDOW 4096
-
 struct wl_event_key {
 	__u32 conn;
 	__u32 index; /* WL_ANY = every data packet */
@@ -109,7 +116,7 @@ struct wl_event_key {
 };
 
 struct wl_event {
-	__u32 action; /* enum wl_action */
+	enum wl_action action;
 	__u32 id;     /* 1-based index of the event in the spec */
 	__u64 hits;
 };
@@ -142,7 +149,7 @@ enum wl_aqm {
 
 struct wl_vq {
 	struct bpf_spin_lock lock;
-	__u32 discipline; /* enum wl_aqm */
+	enum wl_aqm discipline;
 	__u32 red_drop;   /* RED: drop (1) or mark (0) between the thresholds */
 	__u64 rate_Bps;   /* drain rate, bytes per second */
 	__u64 k_bytes;    /* DCTCP marking threshold K */
@@ -231,7 +238,7 @@ struct wl_mirror_hdr {
 	__u32 pkt_len;
 	__u32 cap_len;
 	__u32 port;   /* ingress port */
-	__u32 action; /* enum wl_action applied to this packet */
+	enum wl_action action; /* applied to this packet */
 	__u32 event_id;
 	__u32 conn;   /* 0 = not a connection of the spec */
 	__u32 data_dir;
@@ -240,7 +247,7 @@ struct wl_mirror_hdr {
 	__u32 first_tx; /* 1 if a first transmission */
 	__u32 vq;       /* virtual queue, 0 = none */
 	__u32 vq_bytes; /* its estimated occupancy after this packet */
-	__u32 aqm;      /* enum wl_aqm_verdict */
+	enum wl_aqm_verdict aqm;
 	/* QCN: the quantised |Fb| of the CNM this packet caused to be sent
 	 * back towards its source, 0 = none. */
 	__u32 qcn_fb;

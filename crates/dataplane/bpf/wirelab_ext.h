@@ -60,8 +60,11 @@ struct wl_ext_pkt {
 	__u8 pad;
 };
 
-#define WL_EXT_PARAMS 8
-#define WL_EXT_STATE 8
+/* An enum, so the numbers reach BTF and the Rust side reads them there. */
+enum wl_ext_limits {
+	WL_EXT_PARAMS = 8,
+	WL_EXT_STATE = 8,
+};
 
 /* A virtual queue as a discipline sees it. */
 struct wl_ext_vq {

@@ -21,15 +21,19 @@ mod skel {
 pub use skel::types::{wl_counters, wl_mirror_hdr};
 use skel::{types, SwitchSkel, SwitchSkelBuilder};
 
-/// Largest snap length the program accepts (`WL_MAX_SNAP` in `wirelab.h`).
-pub const MAX_SNAP: u32 = 1518;
+pub use wirelab_trace::{Action, Aqm};
+
+// The limits are `enum wl_limits` in `wirelab.h`, read here from the
+// skeleton's BTF-generated types: one definition, in C.
+/// Largest snap length the program accepts (`WL_MAX_SNAP`).
+pub const MAX_SNAP: u32 = types::wl_limits::WL_MAX_SNAP.0;
 /// Entries of the ICRC table a MigReq edit uses (`WL_ICRC_SHIFTS`).
-pub const ICRC_SHIFTS: usize = 4224;
-/// Maximum number of switch ports and connections (`wirelab.h`).
-pub const MAX_PORTS: u32 = 64;
-pub const MAX_CONNS: u32 = 1024;
+pub const ICRC_SHIFTS: usize = types::wl_limits::WL_ICRC_SHIFTS.0 as usize;
+/// Maximum number of switch ports and connections.
+pub const MAX_PORTS: u32 = types::wl_limits::WL_MAX_PORTS.0;
+pub const MAX_CONNS: u32 = types::wl_limits::WL_MAX_CONNS.0;
 /// Virtual queues are numbered 1..=MAX_VQS (`WL_MAX_VQS`).
-pub const MAX_VQS: u32 = 64;
+pub const MAX_VQS: u32 = types::wl_limits::WL_MAX_VQS.0;
 
 /// A virtual queue's discipline (NetBump §4), in the switch's integer units.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +62,7 @@ pub enum Discipline {
 }
 
 /// Numbers a queue passes to a user discipline (`WL_EXT_PARAMS`).
-pub const EXT_PARAMS: usize = 8;
+pub const EXT_PARAMS: usize = types::wl_ext_limits::WL_EXT_PARAMS.0 as usize;
 
 /// A virtual queue: its drain rate and discipline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,7 +127,7 @@ fn state_slot(conn: u32, second: bool) -> u32 {
 }
 /// First transmissions remembered per connection (`WL_SEG_WINDOW`): a
 /// retransmission of an older packet is reported with index 0.
-pub const SEG_WINDOW: u32 = 4096;
+pub const SEG_WINDOW: u32 = types::wl_limits::WL_SEG_WINDOW.0;
 /// Name of the program as the kernel lists it (`bpftool prog`).
 pub const PROG_NAME: &str = "wl_switch";
 
@@ -148,45 +152,50 @@ pub enum Error {
     Config(String),
 }
 
-/// The action of an event, as `enum wl_action` in `wirelab.h`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Action {
-    None = 0,
-    Drop = 1,
-    Ecn = 2,
-    Corrupt = 3,
-    /// An `ecn` event hit a Not-ECT packet; RFC 3168 §5 forbids marking it.
-    EcnNotEct = 4,
-    /// `edit: {migreq: 1}` on RoCE (ICRC patched).
-    MigReqSet = 5,
-    /// `edit: {migreq: 0}`.
-    MigReqClear = 6,
+/// The switch's number for each action (`enum wl_action`, from BTF): the
+/// only place where the names (`wirelab_trace::Action`) meet the numbers.
+const ACTIONS: [(Action, types::wl_action); 7] = [
+    (Action::None, types::wl_action::WL_EV_NONE),
+    (Action::Drop, types::wl_action::WL_EV_DROP),
+    (Action::Ecn, types::wl_action::WL_EV_ECN),
+    (Action::Corrupt, types::wl_action::WL_EV_CORRUPT),
+    (Action::EcnNotEct, types::wl_action::WL_EV_ECN_NOT_ECT),
+    (Action::MigReq(true), types::wl_action::WL_EV_MIGREQ_SET),
+    (Action::MigReq(false), types::wl_action::WL_EV_MIGREQ_CLEAR),
+];
+
+/// The vAQM verdicts (`enum wl_aqm_verdict`, from BTF).
+const AQM_VERDICTS: [(Aqm, types::wl_aqm_verdict); 4] = [
+    (Aqm::None, types::wl_aqm_verdict::WL_AQM_PASS),
+    (Aqm::Mark, types::wl_aqm_verdict::WL_AQM_MARK),
+    (Aqm::Drop, types::wl_aqm_verdict::WL_AQM_DROP),
+    (Aqm::Overflow, types::wl_aqm_verdict::WL_AQM_OVERFLOW),
+];
+
+fn wl_action(a: Action) -> types::wl_action {
+    ACTIONS
+        .iter()
+        .find(|(x, _)| *x == a)
+        .map(|(_, n)| *n)
+        .expect("ACTIONS names every Action")
 }
 
-impl Action {
-    pub fn from_u32(v: u32) -> Option<Action> {
-        Some(match v {
-            0 => Action::None,
-            1 => Action::Drop,
-            2 => Action::Ecn,
-            3 => Action::Corrupt,
-            4 => Action::EcnNotEct,
-            5 => Action::MigReqSet,
-            6 => Action::MigReqClear,
-            _ => return None,
-        })
+impl wl_mirror_hdr {
+    /// The event action the switch applied; `None` for a number this build
+    /// does not know (a newer program).
+    pub fn applied(&self) -> Option<Action> {
+        ACTIONS
+            .iter()
+            .find(|(_, n)| *n == self.action)
+            .map(|(a, _)| *a)
     }
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::None => "none",
-            Action::Drop => "drop",
-            Action::Ecn => "ecn",
-            Action::Corrupt => "corrupt",
-            Action::EcnNotEct => "ecn-not-ect",
-            Action::MigReqSet => "edit:migreq=1",
-            Action::MigReqClear => "edit:migreq=0",
-        }
+
+    /// The vAQM stage's verdict; `None` for an unknown number.
+    pub fn verdict(&self) -> Option<Aqm> {
+        AQM_VERDICTS
+            .iter()
+            .find(|(_, n)| *n == self.aqm)
+            .map(|(a, _)| *a)
     }
 }
 
@@ -704,7 +713,7 @@ impl Switch {
     ) -> Result<(), Error> {
         let k = types::wl_event_key { conn, index, iter };
         let v = types::wl_event {
-            action: action as u32,
+            action: wl_action(action),
             id,
             hits: 0,
         };
@@ -717,12 +726,13 @@ impl Switch {
             .map_err(map_err(what.clone()))?;
         // The key shape goes into the connection's mask (wirelab.h WL_EVK_*)
         // after the entry exists, so the switch never skips a live event.
-        let shape: u32 = match (index, iter) {
-            (0, 0) => 8,
-            (0, _) => 4,
-            (_, 0) => 2,
-            _ => 1,
-        };
+        let shape = match (index, iter) {
+            (0, 0) => types::wl_evk::WL_EVK_ALL_ALL,
+            (0, _) => types::wl_evk::WL_EVK_ALL_PKTS,
+            (_, 0) => types::wl_evk::WL_EVK_ANY_ITER,
+            _ => types::wl_evk::WL_EVK_EXACT,
+        }
+        .0;
         let key = conn.to_ne_bytes();
         let old = self
             .skel
@@ -770,9 +780,9 @@ impl Switch {
             ..Default::default()
         };
         match cfg.discipline {
-            Discipline::None => v.discipline = 0,
+            Discipline::None => v.discipline = types::wl_aqm::WL_AQM_NONE,
             Discipline::Dctcp { k_bytes } => {
-                v.discipline = 1;
+                v.discipline = types::wl_aqm::WL_AQM_DCTCP;
                 v.k_bytes = k_bytes;
             }
             Discipline::Red {
@@ -792,7 +802,7 @@ impl Switch {
                         "virtual queue {id}: RED needs min < max, 0 < w_q <= 1 and 0 < max_p <= 1"
                     )));
                 }
-                v.discipline = 2;
+                v.discipline = types::wl_aqm::WL_AQM_RED;
                 v.min_th = min_bytes;
                 v.max_th = max_bytes;
                 v.w_q = (w_q * 65536.0).round().max(1.0) as u64;
@@ -815,7 +825,7 @@ impl Switch {
                          (6 bits) and p_min <= p_max <= 1"
                     )));
                 }
-                v.discipline = 4;
+                v.discipline = types::wl_aqm::WL_AQM_QCN;
                 v.q_eq = p.q_eq;
                 v.qcn_w = p.w;
                 v.fb_max = p.fb_max;
@@ -830,7 +840,7 @@ impl Switch {
                         "virtual queue {id}: a user discipline needs Config::extension"
                     )));
                 }
-                v.discipline = 3;
+                v.discipline = types::wl_aqm::WL_AQM_EXT;
                 v.ext.param = params;
             }
         }
@@ -1164,4 +1174,46 @@ pub mod verdict {
     pub const OK: u32 = 0;
     pub const SHOT: u32 = 2;
     pub const REDIRECT: u32 = 7;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables are the one place names meet the BTF numbers: each name
+    /// once, each number once, so a new action cannot be half-added.
+    #[test]
+    fn every_action_and_verdict_has_its_own_switch_number() {
+        for a in Action::ALL {
+            assert_eq!(ACTIONS.iter().filter(|(x, _)| *x == a).count(), 1, "{a}");
+        }
+        for (i, (_, n)) in ACTIONS.iter().enumerate() {
+            assert!(!ACTIONS[..i].iter().any(|(_, m)| m == n), "{n:?} twice");
+        }
+        for a in Aqm::ALL {
+            assert_eq!(
+                AQM_VERDICTS.iter().filter(|(x, _)| *x == a).count(),
+                1,
+                "{a}"
+            );
+        }
+        for (i, (_, n)) in AQM_VERDICTS.iter().enumerate() {
+            assert!(
+                !AQM_VERDICTS[..i].iter().any(|(_, m)| m == n),
+                "{n:?} twice"
+            );
+        }
+        let h = wl_mirror_hdr {
+            action: types::wl_action::WL_EV_MIGREQ_CLEAR,
+            aqm: types::wl_aqm_verdict::WL_AQM_OVERFLOW,
+            ..Default::default()
+        };
+        assert_eq!(h.applied(), Some(Action::MigReq(false)));
+        assert_eq!(h.verdict(), Some(Aqm::Overflow));
+        let unknown = wl_mirror_hdr {
+            action: types::wl_action(99),
+            ..Default::default()
+        };
+        assert_eq!(unknown.applied(), None);
+    }
 }

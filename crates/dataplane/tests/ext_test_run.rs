@@ -12,7 +12,7 @@ use common::{have_bpf, run_frame};
 use etherparse::IpEcn;
 use wirelab_dataplane::ext::{self, CompileError, Extension};
 use wirelab_dataplane::{
-    verdict, wl_mirror_hdr, Config, Discipline, Error, Switch, VqConfig, EXT_PARAMS,
+    verdict, wl_mirror_hdr, Aqm, Config, Discipline, Error, Switch, VqConfig, EXT_PARAMS,
 };
 
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -21,9 +21,9 @@ const LO_IFINDEX: u32 = 1;
 const OUT_IFINDEX: u32 = 4242;
 const OTHER_IFINDEX: u32 = 4343;
 const LEN: usize = 1000;
-const PASS: u32 = 0;
-const MARK: u32 = 1;
-const DROP: u32 = 2;
+const PASS: Option<Aqm> = Some(Aqm::None);
+const MARK: Option<Aqm> = Some(Aqm::Mark);
+const DROP: Option<Aqm> = Some(Aqm::Drop);
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000;
 
@@ -111,14 +111,14 @@ fn the_dctcp_example_decides_exactly_as_the_built_in_dctcp() {
         let (vu, ou, mu) = send(&user, t, p);
         let (vb, ob, mb) = send(&built_in, t, p);
         assert_eq!(
-            (vu, &ou, mu.vq_bytes, mu.aqm),
-            (vb, &ob, mb.vq_bytes, mb.aqm),
+            (vu, &ou, mu.vq_bytes, mu.verdict()),
+            (vb, &ob, mb.vq_bytes, mb.verdict()),
             "packet {i}"
         );
-        seen.push((mu.vq_bytes, mu.aqm));
+        seen.push((mu.vq_bytes, mu.verdict()));
         // A mark is CE on the wire.
         let ce = ou[15] & 3 == 3;
-        assert_eq!(ce, mu.aqm == MARK, "packet {i}");
+        assert_eq!(ce, mu.verdict() == MARK, "packet {i}");
     }
     assert_eq!(
         seen,
@@ -152,7 +152,7 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
     for i in 0..2 {
         let (v, _, m) = send(&sw, T0, &p);
         assert_eq!(
-            (v, m.vq_bytes, m.aqm),
+            (v, m.vq_bytes, m.verdict()),
             (verdict::REDIRECT, 1000 * (i + 1), PASS)
         );
     }
@@ -162,11 +162,11 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
     for i in 0..40u64 {
         let (_, _, m) = send(&sw, T0 + i * 1000 * US, &p);
         assert_eq!(m.vq_bytes, 3000, "packet {i}");
-        if m.aqm == MARK {
+        if m.verdict() == MARK {
             marks += 1;
             since_mark = 0;
         } else {
-            assert_eq!(m.aqm, PASS);
+            assert_eq!(m.verdict(), PASS);
             since_mark += 1;
             assert!(
                 since_mark < 4,
@@ -181,7 +181,7 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
     send(&sw, t, &p);
     send(&sw, t, &p);
     let (v, _, m) = send(&sw, t, &p);
-    assert_eq!((v, m.aqm, m.vq_bytes), (verdict::SHOT, DROP, 4000));
+    assert_eq!((v, m.verdict(), m.vq_bytes), (verdict::SHOT, DROP, 4000));
     assert_eq!(sw.vq_state(1).unwrap().drops, 1);
 }
 
@@ -221,12 +221,12 @@ WL_PROCESS(skb, p, vq) { return vq->state[2]++ ? WL_AQM_MARK : WL_AQM_PASS; }
     let to_q1 = frame(9000, IpEcn::Ect0);
     let to_q2 = frame(9001, IpEcn::Ect0);
     let (_, _, m) = send(&sw, T0, &to_q1);
-    assert_eq!((m.vq, m.vq_bytes, m.aqm), (1, 100_007, PASS));
+    assert_eq!((m.vq, m.vq_bytes, m.verdict()), (1, 100_007, PASS));
     for i in 0..3u64 {
         let (v, _, m) = send(&sw, T0 + i, &to_q2);
         // init ran once for queue 2 (state[0] = 1), with its own param.
         assert_eq!((v, m.vq, m.vq_bytes), (verdict::REDIRECT, 2, 100_009));
-        assert_eq!(m.aqm, if i == 0 { PASS } else { MARK });
+        assert_eq!(m.verdict(), if i == 0 { PASS } else { MARK });
     }
     // forward() sent queue 2's packets out of port 3, queue 1's by the MAC
     // table out of port 2.

@@ -264,7 +264,7 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
             i as u64 + 1,
             "{what}: mirror seq contiguous (SYN was 0)"
         );
-        assert_eq!(Action::from_u32(m.action), Some(*want_a), "{what}");
+        assert_eq!(m.applied(), Some(*want_a), "{what}");
         assert_eq!(m.event_id, *want_id, "{what}");
         assert_eq!(m.cap_len, 128, "{what}: trimmed to the default snap length");
         assert_eq!(data.len(), 128);
@@ -306,7 +306,7 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
     expect[24..26].copy_from_slice(&csum);
     assert_eq!(out, expect, "only TOS and the IP checksum change");
     let (m, data) = m.unwrap();
-    assert_eq!(Action::from_u32(m.action), Some(Action::Ecn));
+    assert_eq!(m.applied(), Some(Action::Ecn));
     assert_eq!(
         data[15] & 3,
         3,
@@ -321,10 +321,7 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
     let (v, out, m) = run(&sw, &p2);
     assert_eq!(v, verdict::REDIRECT);
     assert_eq!(out, input, "RFC 3168: a Not-ECT packet is never marked");
-    assert_eq!(
-        Action::from_u32(m.unwrap().0.action),
-        Some(Action::EcnNotEct)
-    );
+    assert_eq!(m.unwrap().0.applied(), Some(Action::EcnNotEct));
 }
 
 #[test]
@@ -343,7 +340,7 @@ fn corrupt_flips_one_payload_bit_and_leaves_checksums() {
     assert_eq!(diff, vec![54], "exactly the first payload byte differs");
     assert_eq!(input[54] ^ out[54], 1, "by one bit");
     let (m, data) = m.unwrap();
-    assert_eq!(Action::from_u32(m.action), Some(Action::Corrupt));
+    assert_eq!(m.applied(), Some(Action::Corrupt));
     assert_eq!(
         data[..],
         out[..128],
@@ -546,5 +543,5 @@ fn every_key_shape_matches_with_the_mask() {
     handshake(&sw);
     let (v, _, m) = run(&sw, &pkt(seq(1), MSS as usize));
     assert_eq!(v, verdict::REDIRECT);
-    assert_eq!(m.unwrap().0.action, 0);
+    assert_eq!(m.unwrap().0.applied(), Some(Action::None));
 }

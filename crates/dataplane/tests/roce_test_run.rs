@@ -110,14 +110,7 @@ fn roce_events_follow_relative_psn_and_iteration() {
     ] {
         let input = frame(true, opc, psn(rel));
         let (v, out, m) = run(&sw, &input);
-        seen.push((
-            m.conn,
-            m.index,
-            m.iter,
-            m.first_tx,
-            Action::from_u32(m.action).unwrap(),
-            v,
-        ));
+        seen.push((m.conn, m.index, m.iter, m.first_tx, m.applied().unwrap(), v));
         if rel == 2 {
             // Corrupt: a bit error only the ICRC catches (the UDP checksum is
             // 0): one bit of the last payload byte, before the ICRC.
@@ -153,7 +146,7 @@ fn roce_events_follow_relative_psn_and_iteration() {
     let input = frame(true, op::WRITE_MIDDLE, psn(3));
     let (v, out, m) = run(&sw, &input);
     assert_eq!(
-        (m.index, m.iter, Action::from_u32(m.action).unwrap(), v),
+        (m.index, m.iter, m.applied().unwrap(), v),
         (4, 2, Action::Ecn, verdict::REDIRECT)
     );
     assert_eq!(out[15] & 3, 3, "CE set");
@@ -245,8 +238,8 @@ fn armed_switch(table: bool) -> Switch {
             .collect();
         sw.set_icrc_migreq_table(&deltas).unwrap();
     }
-    sw.add_event(1, 1, 1, Action::MigReqClear, 1).unwrap();
-    sw.add_event(1, 2, 1, Action::MigReqSet, 2).unwrap();
+    sw.add_event(1, 1, 1, Action::MigReq(false), 1).unwrap();
+    sw.add_event(1, 2, 1, Action::MigReq(true), 2).unwrap();
     sw
 }
 
@@ -262,7 +255,7 @@ fn edit_rewrites_migreq_and_patches_the_icrc() {
     let input = frame(true, op::WRITE_FIRST, psn(0));
     let (v, out, m) = run(&sw, &input);
     assert_eq!(v, verdict::REDIRECT);
-    assert_eq!(Action::from_u32(m.action), Some(Action::MigReqClear));
+    assert_eq!(m.applied(), Some(Action::MigReq(false)));
     assert!(migreq(&input) && !migreq(&out));
     assert!(icrc_ok(&out), "the ICRC was patched");
     let diff: Vec<usize> = (0..input.len()).filter(|&i| input[i] != out[i]).collect();
@@ -275,7 +268,7 @@ fn edit_rewrites_migreq_and_patches_the_icrc() {
     // Packet 2: already MigReq = 1, so setting it changes nothing.
     let input = frame(true, op::WRITE_MIDDLE, psn(1));
     let (_, out, m) = run(&sw, &input);
-    assert_eq!(Action::from_u32(m.action), Some(Action::MigReqSet));
+    assert_eq!(m.applied(), Some(Action::MigReq(true)));
     assert_eq!(out, input);
     assert_eq!(sw.event_hits(1, 1, 1).unwrap(), 1);
 
@@ -284,8 +277,5 @@ fn edit_rewrites_migreq_and_patches_the_icrc() {
     let sw = armed_switch(false);
     let input = frame(true, op::WRITE_FIRST, psn(0));
     let (_, out, m) = run(&sw, &input);
-    assert_eq!(
-        (Action::from_u32(m.action), out),
-        (Some(Action::None), input)
-    );
+    assert_eq!((m.applied(), out), (Some(Action::None), input));
 }

@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 mod common;
 use common::{have_bpf, run_frame};
 use etherparse::{IpEcn, Ipv4Header};
-use wirelab_dataplane::{verdict, wl_mirror_hdr, Config, Discipline, Switch, VqConfig};
+use wirelab_dataplane::{verdict, wl_mirror_hdr, Aqm, Config, Discipline, Switch, VqConfig};
 
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const C: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
@@ -18,9 +18,9 @@ const LO_IFINDEX: u32 = 1;
 const OUT_IFINDEX: u32 = 4242;
 /// Whole frames of this many bytes (skb->len, what a qdisc counts).
 const LEN: usize = 1000;
-const PASS: u32 = 0;
-const MARK: u32 = 1;
-const DROP: u32 = 2;
+const PASS: Option<Aqm> = Some(Aqm::None);
+const MARK: Option<Aqm> = Some(Aqm::Mark);
+const DROP: Option<Aqm> = Some(Aqm::Drop);
 
 /// A UDP frame from 198.18.0.1 to `dst` of `len` bytes in all.
 fn frame(dst: Ipv4Addr, len: usize, ecn: IpEcn) -> Vec<u8> {
@@ -109,12 +109,12 @@ fn the_spin_locked_stage_estimates_the_same_and_cpu_moves_are_counted() {
         let mut seen = Vec::new();
         for t in [T0, T0 + 300 * US, T0 + 301 * US] {
             let (_, _, m) = send(&sw, t, &p);
-            seen.push((m.vq_bytes, m.aqm));
+            seen.push((m.vq_bytes, m.verdict()));
         }
         assert_eq!(sw.vq_state(1).unwrap().cpu_moves, 0, "lock {lock}");
         if pin(1) {
             let (_, _, m) = send(&sw, T0 + 302 * US, &p);
-            seen.push((m.vq_bytes, m.aqm));
+            seen.push((m.vq_bytes, m.verdict()));
             assert_eq!(sw.vq_state(1).unwrap().cpu_moves, 1, "lock {lock}");
         }
         per_variant.push(seen);
@@ -150,7 +150,7 @@ fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
     ] {
         let (v, out, m) = send(&sw, t, &p);
         assert_eq!((v, out.as_slice()), (verdict::REDIRECT, p.as_slice()));
-        assert_eq!((m.vq, m.aqm), (1, PASS));
+        assert_eq!((m.vq, m.verdict()), (1, PASS));
         seen.push(m.vq_bytes);
     }
     assert_eq!(seen, vec![1000, 1700, 2700, 3699, 4699, 1000]);
@@ -190,7 +190,7 @@ fn dctcp_marks_above_k_only_and_queues_what_it_cannot_mark() {
     // One timestamp: no drain, the queue grows by 1000 per packet.
     for _ in 0..4 {
         let (v, out, m) = send(&sw, T0, &ect);
-        seen.push((m.vq_bytes, m.aqm, v, out[15] & 3));
+        seen.push((m.vq_bytes, m.verdict(), v, out[15] & 3));
     }
     let r = verdict::REDIRECT;
     assert_eq!(
@@ -209,7 +209,7 @@ fn dctcp_marks_above_k_only_and_queues_what_it_cannot_mark() {
     // it is queued unmarked.
     let (v, out, m) = send(&sw, T0, &frame(B, LEN, IpEcn::NotEct));
     assert_eq!(
-        (v, m.aqm, m.vq_bytes, out[15] & 3),
+        (v, m.verdict(), m.vq_bytes, out[15] & 3),
         (verdict::REDIRECT, PASS, 6000, 0)
     );
     let st = sw.vq_state(1).unwrap();
@@ -229,7 +229,7 @@ fn red_follows_its_average_and_count_at_the_boundaries() {
     let mut seen = Vec::new();
     for _ in 0..5 {
         let (_, _, m) = send(&sw, T0, &p);
-        seen.push((m.vq_bytes, m.aqm, sw.vq_state(1).unwrap().count));
+        seen.push((m.vq_bytes, m.verdict(), sw.vq_state(1).unwrap().count));
     }
     assert_eq!(
         seen,
@@ -247,7 +247,7 @@ fn red_follows_its_average_and_count_at_the_boundaries() {
     send(&sw2, T0, &p);
     send(&sw2, T0, &p);
     let (v, _, m) = send(&sw2, T0, &frame(B, LEN, IpEcn::NotEct));
-    assert_eq!((v, m.aqm, m.vq_bytes), (verdict::SHOT, DROP, 2000));
+    assert_eq!((v, m.verdict(), m.vq_bytes), (verdict::SHOT, DROP, 2000));
     let st = sw2.vq_state(1).unwrap();
     assert_eq!((st.drops, st.unmarkable), (1, 1));
     assert_eq!(sw2.counters(1).unwrap().aqm_drops, 1);
@@ -326,6 +326,6 @@ fn the_user_classifier_overrides_the_port_and_the_stage_can_be_off() {
     off.set_vq(1, &q).unwrap();
     off.vq_for_port(2, 1).unwrap();
     let (v, _, m) = send(&off, T0, &frame(B, LEN, IpEcn::Ect0));
-    assert_eq!((v, m.vq, m.aqm), (verdict::REDIRECT, 0, PASS));
+    assert_eq!((v, m.vq, m.verdict()), (verdict::REDIRECT, 0, PASS));
     assert_eq!(off.vq_state(1).unwrap().pkts, 0);
 }

@@ -93,8 +93,8 @@ pub fn action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Acti
         wirelab_spec::Action::Corrupt => Action::Corrupt,
         // Validation made sure an edit names its field.
         wirelab_spec::Action::Edit => match edit.map(|e| e.migreq) {
-            Some(0) => Action::MigReqClear,
-            _ => Action::MigReqSet,
+            Some(0) => Action::MigReq(false),
+            _ => Action::MigReq(true),
         },
     }
 }

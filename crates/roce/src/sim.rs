@@ -1,6 +1,6 @@
 //! Devices on virtual time: any number of [`Device`]s joined by one switch
-//! with a fixed one-way delay and a hook that decides each packet's fate
-//! (pass, drop, CE-mark, corrupt, or set MigReq, wirelab's switch actions).
+//! with a fixed one-way delay and a hook that decides each packet's fate:
+//! one of wirelab's switch actions (pass, drop, CE-mark, corrupt, MigReq).
 //! The transport's own tests, the analyzers' profile tests and the drop
 //! sweeps run on it; nothing here touches a socket or a clock.
 
@@ -9,19 +9,9 @@ use std::net::Ipv4Addr;
 use crate::packet::{self, Packet, Reth, Syndrome};
 use crate::{Completion, Device, Rx, Tx};
 
-/// What the switch does with a packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
-    Pass,
-    Drop,
-    /// Set CE (RFC 3168) in the IP header.
-    Mark,
-    /// Flip a payload bit: only the ICRC catches it.
-    Corrupt,
-    /// Rewrite the BTH MigReq bit to this value and fix the ICRC (the
-    /// switch's `edit` action, Lumina §6.2.3).
-    SetMigReq(bool),
-}
+/// What the switch does with a packet: the lab switch's own actions
+/// (`wirelab_trace::Action`), so a simulated trace reads like a real one.
+pub use wirelab_trace::Action;
 
 /// One packet as the switch saw it, before its fate.
 #[derive(Debug, Clone)]
@@ -43,7 +33,7 @@ pub struct Seen {
     pub reth: Option<Reth>,
     /// Payload bytes.
     pub len: usize,
-    pub fate: Fate,
+    pub fate: Action,
     /// The RoCE bytes (BTH to ICRC) as sent.
     pub bytes: Vec<u8>,
 }
@@ -61,18 +51,18 @@ impl Seen {
 }
 
 /// The bytes and ECN field after the switch's action.
-fn applied(fate: Fate, ecn: u8, h: &packet::Ipv4Udp, mut roce: Vec<u8>) -> (u8, Vec<u8>) {
+fn applied(fate: Action, ecn: u8, h: &packet::Ipv4Udp, mut roce: Vec<u8>) -> (u8, Vec<u8>) {
     match fate {
-        Fate::Pass | Fate::Drop => (ecn, roce),
-        Fate::Mark => (3, roce),
-        Fate::Corrupt => {
+        Action::None | Action::Drop | Action::EcnNotEct => (ecn, roce),
+        Action::Ecn => (3, roce),
+        Action::Corrupt => {
             // The last payload byte, just before the ICRC: wirelab's switch
             // flips a bit there too, so only the ICRC can tell.
             let n = roce.len();
             roce[n - packet::ICRC_LEN - 1] ^= 1;
             (ecn, roce)
         }
-        Fate::SetMigReq(v) => {
+        Action::MigReq(v) => {
             if v {
                 roce[1] |= 0x40;
             } else {
@@ -84,7 +74,7 @@ fn applied(fate: Fate, ecn: u8, h: &packet::Ipv4Udp, mut roce: Vec<u8>) -> (u8, 
     }
 }
 
-type Hook = Box<dyn FnMut(&Seen, &[Seen]) -> Fate>;
+type Hook = Box<dyn FnMut(&Seen, &[Seen]) -> Action>;
 
 pub struct Sim {
     pub devs: Vec<Device>,
@@ -110,7 +100,7 @@ impl Sim {
             log: Vec::new(),
             done: Vec::new(),
             flight: Vec::new(),
-            hook: Box::new(|_, _| Fate::Pass),
+            hook: Box::new(|_, _| Action::None),
         }
     }
 
@@ -123,7 +113,7 @@ impl Sim {
     }
 
     /// Decides each packet's fate; sees the packet and everything before it.
-    pub fn set_hook(&mut self, f: impl FnMut(&Seen, &[Seen]) -> Fate + 'static) {
+    pub fn set_hook(&mut self, f: impl FnMut(&Seen, &[Seen]) -> Action + 'static) {
         self.hook = Box::new(f);
     }
 
@@ -153,12 +143,17 @@ impl Sim {
                         syndrome: p.aeth.map(|a| a.0),
                         reth: p.reth,
                         len: p.payload.len(),
-                        fate: Fate::Pass,
+                        fate: Action::None,
                         bytes: tx.bytes.clone(),
                     };
-                    seen.fate = (self.hook)(&seen, &self.log);
+                    seen.fate = match (self.hook)(&seen, &self.log) {
+                        // As the lab switch: RFC 3168 §5 forbids marking a
+                        // Not-ECT packet, so it goes on unchanged.
+                        Action::Ecn if tx.ecn == 0 => Action::EcnNotEct,
+                        a => a,
+                    };
                     self.log.push(seen.clone());
-                    if seen.fate == Fate::Drop {
+                    if seen.fate == Action::Drop {
                         continue;
                     }
                     let Some(to) = self.owner(tx.dst) else {

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 use wirelab_roce::packet::{self, op, Syndrome};
-use wirelab_roce::sim::{Fate, Seen, Sim};
+use wirelab_roce::sim::{Action, Seen, Sim};
 use wirelab_roce::{Device, DeviceConfig, QpConfig, Status, Verb, WorkRequest};
 use wirelab_spec::roce::load_profile;
 
@@ -75,7 +75,7 @@ impl Lab {
         Lab { sim }
     }
 
-    fn hook(mut self, f: impl FnMut(&Seen, &[Seen]) -> Fate + 'static) -> Lab {
+    fn hook(mut self, f: impl FnMut(&Seen, &[Seen]) -> Action + 'static) -> Lab {
         self.sim.set_hook(f);
         self
     }
@@ -222,9 +222,9 @@ fn psns_wrap_at_24_bits() {
 fn a_lost_write_packet_is_naked_once_and_resent_go_back_n() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 1000, 0).hook(|s, log| {
         if s.is_from_a() && s.psn == 1003 && !log.iter().any(|x| x.is_from_a() && x.psn == 1003) {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 10 * 1024);
@@ -281,9 +281,9 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
             .iter()
             .any(|x| x.psn == 52 && x.opcode == op::READ_RESPONSE_MIDDLE);
         if !s.is_from_a() && s.psn == 52 && !again {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Read, 5 * 1024);
@@ -332,9 +332,9 @@ fn a_lost_read_response_is_recovered_by_reissuing_the_read_from_its_offset() {
 fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
         if s.is_from_a() && s.psn == 2 && !log.iter().any(|x| x.psn == 2 && x.is_from_a()) {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 3 * 1024);
@@ -364,9 +364,9 @@ fn a_lost_tail_packet_times_out_after_the_local_ack_timeout() {
 fn retries_run_out_with_an_error_completion() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, _| {
         if s.is_from_a() && s.psn == 1 {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 2 * 1024);
@@ -406,9 +406,9 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
     // The only ACK of a write.
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
         if s.opcode == op::ACKNOWLEDGE && !log.iter().any(|x| x.opcode == op::ACKNOWLEDGE) {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 1024);
@@ -423,9 +423,9 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
         if (s.is_from_a() && s.psn == 1 && first_try)
             || matches!(s.syndrome, Some(Syndrome::Nak(_)))
         {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 4 * 1024);
@@ -436,9 +436,9 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
     // A read request.
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
         if s.opcode == op::READ_REQUEST && !log.iter().any(|x| x.opcode == op::READ_REQUEST) {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Read, 2048);
@@ -451,9 +451,9 @@ fn lost_acks_naks_and_read_requests_are_recovered() {
 fn a_corrupted_packet_fails_the_icrc_and_is_naked() {
     let mut lab = Lab::new(cfg("default"), cfg("default"), 0, 0).hook(|s, log| {
         if s.is_from_a() && s.psn == 1 && !log.iter().any(|x| x.is_from_a() && x.psn == 1) {
-            Fate::Corrupt
+            Action::Corrupt
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 3 * 1024);
@@ -505,9 +505,9 @@ fn dcqcn(profile: &str) -> DeviceConfig {
 fn ce_marks_yield_cnps_at_the_minimum_interval_and_the_rate_is_cut() {
     let mut lab = Lab::new(dcqcn("default"), dcqcn("default"), 0, 0).hook(|s, _| {
         if s.is_from_a() && packet::kind(s.opcode) == packet::Kind::Data {
-            Fate::Mark
+            Action::Ecn
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 100 * 1024);
@@ -551,9 +551,9 @@ fn profiles_change_what_the_wire_shows() {
     // Slow NACK reaction: the first retransmission comes 400 µs after the NAK.
     let mut lab = Lab::new(cfg("slow-nack-reaction"), cfg("default"), 0, 0).hook(|s, log| {
         if s.is_from_a() && s.psn == 1 && !log.iter().any(|x| x.is_from_a() && x.psn == 1) {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 4 * 1024);
@@ -583,9 +583,9 @@ fn profiles_change_what_the_wire_shows() {
     // A counter that does not count.
     let mut lab = Lab::new(dcqcn("default"), dcqcn("cnp-sent-not-counted"), 0, 0).hook(|s, _| {
         if s.is_from_a() && s.opcode != op::CNP {
-            Fate::Mark
+            Action::Ecn
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 1024);
@@ -598,9 +598,9 @@ fn profiles_change_what_the_wire_shows() {
     c.adaptive_retransmission = true;
     let mut lab = Lab::new(c, cfg("default"), 0, 0).hook(|s, _| {
         if s.is_from_a() {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.post(1, Verb::Write, 1024);
@@ -631,9 +631,9 @@ fn a_qp_combining_send_and_read_recovers_losses_in_both_directions() {
         let first = !log.iter().any(|x| x.psn == s.psn && x.opcode == s.opcode);
         let lost = (s.is_from_a() && s.psn == 101) || (!s.is_from_a() && s.psn == 110);
         if lost && first {
-            Fate::Drop
+            Action::Drop
         } else {
-            Fate::Pass
+            Action::None
         }
     });
     lab.devs[1].post_recv(0x22, 2).unwrap();

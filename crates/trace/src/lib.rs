@@ -15,7 +15,7 @@ use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::DataLink;
 
-pub use meta::Meta;
+pub use meta::{Action, Aqm, Meta};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

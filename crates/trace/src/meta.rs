@@ -12,7 +12,129 @@
 //! A comment keeps the captured headers exactly as they were on the wire and
 //! is shown by Wireshark/tshark as `frame.comment`.
 
-use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What the switch's event stage did to a packet: the one definition of the
+/// switch's actions. The BPF side numbers them in `enum wl_action`
+/// (`wirelab.h`), and `wirelab_dataplane` converts between the two. The
+/// spec's `action:` is the request; this is what was applied. The RoCE
+/// simulator's switch applies the same actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Action {
+    #[default]
+    None,
+    Drop,
+    /// Set CE on an ECN-capable packet (RFC 3168).
+    Ecn,
+    /// Flip a payload bit; only the receiver's checksum (or ICRC) catches it.
+    Corrupt,
+    /// An `ecn` event hit a Not-ECT packet: RFC 3168 §5 forbids marking it,
+    /// so it went on unchanged.
+    EcnNotEct,
+    /// An `edit` event set (true) or cleared MigReq (IBTA §9.2.4) and
+    /// patched the ICRC (Lumina §6.2.3).
+    MigReq(bool),
+}
+
+impl Action {
+    pub const ALL: [Action; 7] = [
+        Action::None,
+        Action::Drop,
+        Action::Ecn,
+        Action::Corrupt,
+        Action::EcnNotEct,
+        Action::MigReq(true),
+        Action::MigReq(false),
+    ];
+
+    /// The name in a trace comment and in results files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Drop => "drop",
+            Action::Ecn => "ecn",
+            Action::Corrupt => "corrupt",
+            Action::EcnNotEct => "ecn-not-ect",
+            Action::MigReq(true) => "edit:migreq=1",
+            Action::MigReq(false) => "edit:migreq=0",
+        }
+    }
+
+    /// The packet did not reach its receiver intact: dropped, or damaged so
+    /// that its receiver discards it.
+    pub fn loses(self) -> bool {
+        matches!(self, Action::Drop | Action::Corrupt)
+    }
+}
+
+/// The vAQM stage's verdict on a packet (NetBump §4; `enum wl_aqm_verdict`
+/// in `wirelab_ext.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Aqm {
+    #[default]
+    None,
+    Mark,
+    Drop,
+    /// Forwarded into a full emulated buffer: the downstream queue will
+    /// tail-drop it, so the estimate does not count it.
+    Overflow,
+}
+
+impl Aqm {
+    pub const ALL: [Aqm; 4] = [Aqm::None, Aqm::Mark, Aqm::Drop, Aqm::Overflow];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Aqm::None => "none",
+            Aqm::Mark => "mark",
+            Aqm::Drop => "drop",
+            Aqm::Overflow => "overflow",
+        }
+    }
+}
+
+/// Both vocabularies are written and read by name, in comments and JSON.
+macro_rules! by_name {
+    ($t:ty, $what:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                <$t>::ALL
+                    .into_iter()
+                    .find(|a| a.name() == s)
+                    .ok_or_else(|| {
+                        let names: Vec<_> = <$t>::ALL.iter().map(|a| a.name()).collect();
+                        format!(
+                            concat!("unknown ", $what, " `{}`; known: {}"),
+                            s,
+                            names.join(", ")
+                        )
+                    })
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+by_name!(Action, "switch action");
+by_name!(Aqm, "vAQM verdict");
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Meta {
@@ -26,15 +148,13 @@ pub struct Meta {
     pub index: u32,
     pub iter: u32,
     pub first_tx: bool,
-    /// `none`, `drop`, `ecn`, `corrupt`, `ecn-not-ect`.
-    pub event: String,
+    pub event: Action,
     pub event_id: u32,
     /// The vAQM stage's virtual queue (0 = none), its estimated occupancy
-    /// in bytes after this packet, and its verdict: `none`, `mark`, `drop`,
-    /// `overflow` (forwarded into a full emulated buffer, not counted).
+    /// in bytes after this packet, and its verdict.
     pub vq: u32,
     pub vq_bytes: u32,
-    pub aqm: String,
+    pub aqm: Aqm,
     /// QCN: the quantised |Fb| of the CNM this packet caused, 0 = none.
     pub cnm: u32,
 }
@@ -50,11 +170,11 @@ impl Default for Meta {
             index: 0,
             iter: 0,
             first_tx: false,
-            event: "none".into(),
+            event: Action::None,
             event_id: 0,
             vq: 0,
             vq_bytes: 0,
-            aqm: "none".into(),
+            aqm: Aqm::None,
             cnm: 0,
         }
     }
@@ -94,7 +214,7 @@ impl Meta {
     /// The switch dropped the packet (an event or the vAQM stage): it never
     /// reached its receiver.
     pub fn dropped(&self) -> bool {
-        self.event == "drop" || self.aqm == "drop"
+        self.event == Action::Drop || self.aqm == Aqm::Drop
     }
 
     /// `None` for a comment that is not ours.
@@ -118,12 +238,12 @@ impl Meta {
                 "first" => m.first_tx = v == "1",
                 "event" => {
                     let (e, id) = v.split_once('#').unwrap_or((v, "0"));
-                    m.event = e.to_string();
+                    m.event = e.parse().ok()?;
                     m.event_id = id.parse().ok()?;
                 }
                 "vq" => m.vq = v.parse().ok()?,
                 "vqlen" => m.vq_bytes = v.parse().ok()?,
-                "aqm" => m.aqm = v.to_string(),
+                "aqm" => m.aqm = v.parse().ok()?,
                 "cnm" => m.cnm = v.parse().ok()?,
                 _ => {} // newer writers may add keys
             }
@@ -147,7 +267,7 @@ mod tests {
             index: 5,
             iter: 2,
             first_tx: false,
-            event: "drop".into(),
+            event: Action::Drop,
             event_id: 2,
             ..Default::default()
         };
@@ -159,19 +279,30 @@ mod tests {
         assert_eq!(Meta::decode(&s), Some(m.clone()));
         assert_eq!(Meta::decode("captured on my laptop"), None);
         assert_eq!(Meta::decode("wirelab port=1"), None, "seq is required");
+        assert_eq!(
+            Meta::decode("wirelab seq=1 event=explode"),
+            None,
+            "an action this reader does not know is not read as another"
+        );
+        for a in Action::ALL {
+            assert_eq!(a.name().parse::<Action>(), Ok(a));
+        }
+        for a in Aqm::ALL {
+            assert_eq!(a.name().parse::<Aqm>(), Ok(a));
+        }
         assert!(m.dropped());
 
         let q = Meta {
             vq: 3,
             vq_bytes: 41000,
-            aqm: "drop".into(),
+            aqm: Aqm::Drop,
             ..m.clone()
         };
         let s = q.encode();
         assert!(s.ends_with("event=drop#2 vq=3 vqlen=41000 aqm=drop"), "{s}");
         assert_eq!(Meta::decode(&s), Some(q.clone()));
         let cnm = Meta {
-            aqm: "none".into(),
+            aqm: Aqm::None,
             cnm: 12,
             ..q.clone()
         };
@@ -179,7 +310,7 @@ mod tests {
         assert!(s.ends_with("vq=3 vqlen=41000 aqm=none cnm=12"), "{s}");
         assert_eq!(Meta::decode(&s), Some(cnm));
         let aqm_only = Meta {
-            event: "none".into(),
+            event: Action::None,
             event_id: 0,
             ..q
         };

@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use wirelab_spec::AnalyzerName;
+use wirelab_trace::Action;
 
 use crate::{Analyzer, Finding, Input, Reason};
 
@@ -106,7 +107,7 @@ fn seen(input: &Input, addr: IpAddr) -> Seen {
         for g in &c.segs {
             let meta = input.trace.packets[g.idx].meta.as_ref();
             let dropped = meta.is_some_and(|m| m.dropped());
-            let corrupted = meta.is_some_and(|m| m.event == "corrupt");
+            let corrupted = meta.is_some_and(|m| m.event == Action::Corrupt);
             // RFC 1213 tcpOutSegs: "excluding those containing only
             // retransmitted octets" (Linux counts a segment only if it ends
             // past snd_nxt or carries no data).

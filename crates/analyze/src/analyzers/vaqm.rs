@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_trace::Aqm;
 
 use crate::model::evidence;
 use crate::truth::VqFacts;
@@ -103,9 +104,12 @@ fn judge(
             )
         })
         .collect();
-    let marks = idxs.iter().filter(|&&i| meta(i).aqm == "mark").count();
-    let drops = idxs.iter().filter(|&&i| meta(i).aqm == "drop").count();
-    let overflows = idxs.iter().filter(|&&i| meta(i).aqm == "overflow").count();
+    let marks = idxs.iter().filter(|&&i| meta(i).aqm == Aqm::Mark).count();
+    let drops = idxs.iter().filter(|&&i| meta(i).aqm == Aqm::Drop).count();
+    let overflows = idxs
+        .iter()
+        .filter(|&&i| meta(i).aqm == Aqm::Overflow)
+        .count();
     out.extend(
         Finding::summarized(A, "queue", Unit::Bytes, queue, |d| {
             format!(
@@ -187,20 +191,20 @@ fn judge(
         for &i in idxs {
             let m = meta(i);
             let q = u64::from(m.vq_bytes);
-            if m.aqm == "overflow" {
+            if m.aqm == Aqm::Overflow {
                 continue; // the port tail-drops it; DCTCP never saw it
             }
             checks += 1;
-            match m.aqm.as_str() {
-                "mark" if q <= k => {
+            match m.aqm {
+                Aqm::Mark if q <= k => {
                     wrong(i, DCTCP_RULE, format!("marked at {q}B, not above K = {k}B"))
                 }
-                "drop" => wrong(
+                Aqm::Drop => wrong(
                     i,
                     DCTCP_RULE,
                     format!("dropped at {q}B: a DCTCP queue only marks"),
                 ),
-                "mark" => {}
+                Aqm::Mark => {}
                 _ if q > k => {
                     let p = &trace.packets[i];
                     // Not-ECT packets pass unmarked; an ECN-capable one must
@@ -227,11 +231,11 @@ fn judge(
         let mut avgs = Vec::with_capacity(idxs.len());
         for &i in idxs {
             let m = meta(i);
-            if m.aqm == "overflow" {
+            if m.aqm == Aqm::Overflow {
                 continue; // not in the queue, not in the average
             }
             let mut q = u64::from(m.vq_bytes);
-            if m.aqm == "drop" {
+            if m.aqm == Aqm::Drop {
                 q += u64::from(trace.packets[i].orig_len);
             }
             let qb = q << 16;
@@ -243,8 +247,8 @@ fn judge(
             avgs.push(avg as f64 / 65536.0);
             checks += 1;
             let a = avg as f64 / 65536.0;
-            match m.aqm.as_str() {
-                "mark" | "drop" if avg < min => wrong(
+            match m.aqm {
+                Aqm::Mark | Aqm::Drop if avg < min => wrong(
                     i,
                     RED_RULE,
                     format!(
@@ -252,7 +256,7 @@ fn judge(
                         m.aqm, r.min.0
                     ),
                 ),
-                "mark" if avg >= max => wrong(
+                Aqm::Mark if avg >= max => wrong(
                     i,
                     RED_RULE,
                     format!(
@@ -260,7 +264,7 @@ fn judge(
                         r.max.0
                     ),
                 ),
-                "mark" | "drop" => {}
+                Aqm::Mark | Aqm::Drop => {}
                 _ if avg >= max => wrong(
                     i,
                     RED_RULE,
@@ -505,7 +509,7 @@ fn distributed(
     let kept: Vec<usize> = idxs
         .iter()
         .copied()
-        .filter(|&i| meta(i).aqm != "drop")
+        .filter(|&i| meta(i).aqm != Aqm::Drop)
         .collect();
     let arrivals: Vec<Arrival> = kept
         .iter()
