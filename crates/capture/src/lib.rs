@@ -24,7 +24,7 @@ use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeade
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness};
 use serde::Serialize;
-use wirelab_dataplane::{parse_mirror_record, parse_truth_sample, Action, Switch, TruthSample};
+use wirelab_dataplane::{parse_mirror_record, parse_truth_sample, Switch, TruthSample};
 use wirelab_trace::Meta;
 
 #[derive(Debug, thiserror::Error)]
@@ -450,6 +450,7 @@ pub fn check_integrity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wirelab_trace::Action;
 
     fn rec(seq: u64, port: u32) -> MirrorRecord {
         MirrorRecord {
