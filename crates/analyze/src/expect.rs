@@ -2,7 +2,7 @@
 //! completions and the kernel counters.
 
 use serde::Serialize;
-use wirelab_spec::{Expect, IndexOrAll, Stat};
+use wirelab_spec::{Claim, Expect, IndexOrAll, Recovery, Stat};
 
 pub use crate::RunFacts;
 use crate::{fmt_value, Analysis, AnalyzerReport, Kind};
@@ -58,10 +58,15 @@ fn bounds_text(x: &Expect) -> String {
 
 /// A claim about an analyzer finding: its values (or their statistic, or
 /// how many there are) within the bounds.
-fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict {
+fn finding_claim(
+    x: &Expect,
+    path: &str,
+    analyzer: &str,
+    name: &str,
+    reports: &[AnalyzerReport],
+) -> Verdict {
     let unit = x.unit();
     let stat = x.stat.unwrap_or(Stat::Every);
-    let (analyzer, name) = path.split_once('.').unwrap_or((path, ""));
     let conn = match x.connection {
         Some(IndexOrAll::One(i)) => Some(i.0),
         _ => None,
@@ -197,127 +202,153 @@ fn finding_claim(x: &Expect, path: &str, reports: &[AnalyzerReport]) -> Verdict 
 }
 
 fn evaluate_one(x: &Expect, a: &Analysis, facts: &RunFacts, reports: &[AnalyzerReport]) -> Verdict {
-    if let Some(path) = &x.finding {
-        return finding_claim(x, path, reports);
+    let Some(claim) = x.claim() else {
+        return Verdict {
+            claim: "unknown claim".into(),
+            pass: false,
+            observed: "the spec validator should have rejected this".into(),
+        };
+    };
+    match claim {
+        Claim::Finding {
+            path,
+            analyzer,
+            name,
+        } => finding_claim(x, path, analyzer, name, reports),
+        Claim::Retransmission {
+            connection,
+            packet,
+            times,
+            recovery,
+        } => retransmission_claim(connection.0, packet.0, times, recovery, a),
+        Claim::CeEchoed(want) => ce_claim(x.connection, want, a, facts),
+        Claim::MessagesCompleted(want) => completion_claim(x.connection, want, a, facts),
+        Claim::Counter { host, name } => counter_claim(x, host, name, facts),
     }
-    let conn_name = |sel: Option<IndexOrAll>| match sel {
+}
+
+fn conn_name(sel: Option<IndexOrAll>) -> String {
+    match sel {
         Some(IndexOrAll::One(i)) => format!("conn {}", i.0),
         _ => "every connection".to_string(),
-    };
-    if x.retransmitted.is_some() || x.recovery.is_some() {
-        let c = match x.connection {
-            Some(IndexOrAll::One(i)) => i.0,
-            _ => unreachable!("validated: needs one connection"),
-        };
-        let p = x.packet.expect("validated: needs a packet").0;
-        let mut claim = format!("conn {c} packet {p}");
-        if let Some(n) = x.retransmitted {
-            claim.push_str(&format!(" retransmitted {n} times"));
-        }
-        if let Some(r) = &x.recovery {
-            let names: Vec<&str> = r.iter().map(|r| r.name()).collect();
-            claim.push_str(&format!(" by {}", names.join(", then ")));
-        }
-        let Some(ca) = a.connections.iter().find(|k| k.id == c) else {
-            return Verdict {
-                claim,
-                pass: false,
-                observed: format!("conn {c} is not in the trace"),
-            };
-        };
-        let rs = ca.retransmissions_of(p);
-        let got: Vec<_> = rs.iter().map(|r| r.recovery).collect();
-        let pass = x.retransmitted.is_none_or(|n| n as usize == rs.len())
-            && x.recovery.as_ref().is_none_or(|r| *r == got);
-        let observed = if rs.is_empty() {
-            "never retransmitted".to_string()
-        } else {
-            let parts: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
-            format!("{} retransmissions: {}", rs.len(), parts.join("; "))
-        };
+    }
+}
+
+fn retransmission_claim(
+    c: u32,
+    p: u32,
+    times: Option<u32>,
+    recovery: Option<&[Recovery]>,
+    a: &Analysis,
+) -> Verdict {
+    let mut claim = format!("conn {c} packet {p}");
+    if let Some(n) = times {
+        claim.push_str(&format!(" retransmitted {n} times"));
+    }
+    if let Some(r) = recovery {
+        let names: Vec<&str> = r.iter().map(|r| r.name()).collect();
+        claim.push_str(&format!(" by {}", names.join(", then ")));
+    }
+    let Some(ca) = a.connections.iter().find(|k| k.id == c) else {
         return Verdict {
             claim,
-            pass,
-            observed,
+            pass: false,
+            observed: format!("conn {c} is not in the trace"),
         };
+    };
+    let rs = ca.retransmissions_of(p);
+    let got: Vec<_> = rs.iter().map(|r| r.recovery).collect();
+    let pass = times.is_none_or(|n| n as usize == rs.len()) && recovery.is_none_or(|r| *r == got);
+    let observed = if rs.is_empty() {
+        "never retransmitted".to_string()
+    } else {
+        let parts: Vec<String> = rs.iter().map(|r| r.to_string()).collect();
+        format!("{} retransmissions: {}", rs.len(), parts.join("; "))
+    };
+    Verdict {
+        claim,
+        pass,
+        observed,
     }
-    if let Some(want) = x.ce_echoed {
-        let ids = conns(x.connection, a, facts);
-        let claim = format!(
-            "{}: CE marks {}echoed by the receiver",
-            conn_name(x.connection),
-            if want { "" } else { "not " }
-        );
-        let mut marks = 0;
-        let mut echoed = 0;
-        let mut missing = Vec::new();
-        for id in ids {
-            if let Some(c) = a.connections.iter().find(|k| k.id == id) {
-                for m in &c.ce_marks {
-                    marks += 1;
-                    match m.echo {
-                        Some(_) => echoed += 1,
-                        None => missing.push(format!("conn {id} {}", m.at)),
-                    }
+}
+
+fn ce_claim(sel: Option<IndexOrAll>, want: bool, a: &Analysis, facts: &RunFacts) -> Verdict {
+    let ids = conns(sel, a, facts);
+    let claim = format!(
+        "{}: CE marks {}echoed by the receiver",
+        conn_name(sel),
+        if want { "" } else { "not " }
+    );
+    let mut marks = 0;
+    let mut echoed = 0;
+    let mut missing = Vec::new();
+    for id in ids {
+        if let Some(c) = a.connections.iter().find(|k| k.id == id) {
+            for m in &c.ce_marks {
+                marks += 1;
+                match m.echo {
+                    Some(_) => echoed += 1,
+                    None => missing.push(format!("conn {id} {}", m.at)),
                 }
             }
         }
-        // A claim about marks needs marks: with none it could not fail.
-        let pass = marks > 0 && if want { echoed == marks } else { echoed == 0 };
-        let mut observed = format!("{echoed} of {marks} CE marks echoed");
-        if !missing.is_empty() {
-            observed.push_str(&format!(" (not echoed: {})", missing.join(", ")));
-        }
-        if marks == 0 {
-            observed = "no CE-marked data packet in the trace".into();
-        }
-        return Verdict {
-            claim,
-            pass,
-            observed,
-        };
     }
-    if let Some(want) = x.messages_completed {
-        let ids = conns(x.connection, a, facts);
-        let claim = format!(
-            "{}: messages {}completed",
-            conn_name(x.connection),
-            if want { "" } else { "not all " }
-        );
-        let mut all = !ids.is_empty();
-        let mut parts = Vec::new();
-        for id in ids {
-            let (d, e) = facts.completed.get(&id).copied().unwrap_or((0, 0));
-            all &= d == e && e > 0;
-            parts.push(format!("conn {id}: {d}/{e}"));
-        }
-        return Verdict {
-            claim,
-            pass: all == want,
-            observed: parts.join(", "),
-        };
+    // A claim about marks needs marks: with none it could not fail.
+    let pass = marks > 0 && if want { echoed == marks } else { echoed == 0 };
+    let mut observed = format!("{echoed} of {marks} CE marks echoed");
+    if !missing.is_empty() {
+        observed.push_str(&format!(" (not echoed: {})", missing.join(", ")));
     }
-    if let Some(name) = &x.counter {
-        let host = x.host.as_deref().unwrap_or("?");
-        let claim = format!("{host} {name}{}", bounds_text(x));
-        let (lo, hi) = x.bounds();
-        let v = facts
-            .counters
-            .get(host)
-            .and_then(|c| c.get(name))
-            .copied()
-            .unwrap_or(0);
-        let pass = lo.is_none_or(|l| v as f64 >= l) && hi.is_none_or(|h| v as f64 <= h);
-        return Verdict {
-            claim,
-            pass,
-            observed: format!("{name} changed by {v}"),
-        };
+    if marks == 0 {
+        observed = "no CE-marked data packet in the trace".into();
     }
     Verdict {
-        claim: "unknown claim".into(),
-        pass: false,
-        observed: "the spec validator should have rejected this".into(),
+        claim,
+        pass,
+        observed,
+    }
+}
+
+fn completion_claim(
+    sel: Option<IndexOrAll>,
+    want: bool,
+    a: &Analysis,
+    facts: &RunFacts,
+) -> Verdict {
+    let ids = conns(sel, a, facts);
+    let claim = format!(
+        "{}: messages {}completed",
+        conn_name(sel),
+        if want { "" } else { "not all " }
+    );
+    let mut all = !ids.is_empty();
+    let mut parts = Vec::new();
+    for id in ids {
+        let (d, e) = facts.completed.get(&id).copied().unwrap_or((0, 0));
+        all &= d == e && e > 0;
+        parts.push(format!("conn {id}: {d}/{e}"));
+    }
+    Verdict {
+        claim,
+        pass: all == want,
+        observed: parts.join(", "),
+    }
+}
+
+fn counter_claim(x: &Expect, host: &str, name: &str, facts: &RunFacts) -> Verdict {
+    let claim = format!("{host} {name}{}", bounds_text(x));
+    let (lo, hi) = x.bounds();
+    let v = facts
+        .counters
+        .get(host)
+        .and_then(|c| c.get(name))
+        .copied()
+        .unwrap_or(0);
+    let pass = lo.is_none_or(|l| v as f64 >= l) && hi.is_none_or(|h| v as f64 <= h);
+    Verdict {
+        claim,
+        pass,
+        observed: format!("{name} changed by {v}"),
     }
 }
 

@@ -1,0 +1,152 @@
+//! `events:`: the faults the switch injects, addressed as in Lumina §3.3.
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{err, Index, IndexOrAll, Invalid, Spec, Transport};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Drop,
+    /// Set CE on an ECN-capable packet (RFC 3168).
+    Ecn,
+    /// Flip a payload bit; the receiver's checksum must catch it.
+    Corrupt,
+    /// Rewrite a header field (the event's `edit`), keeping the packet
+    /// valid: RoCE's ICRC is patched (Lumina §6.2.3 set MigReq).
+    Edit,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Drop => "drop",
+            Action::Ecn => "ecn",
+            Action::Corrupt => "corrupt",
+            Action::Edit => "edit",
+        }
+    }
+}
+
+/// An injected event, addressed as in Lumina §3.3: a connection by its index,
+/// a data packet by its index among the connection's first transmissions
+/// (or within a message), and an iteration (1 = first transmission round).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub connection: Index,
+    /// With `message`, the packet index within that message.
+    pub packet: IndexOrAll,
+    #[serde(default)]
+    pub message: Option<Index>,
+    #[serde(default = "iter_one")]
+    pub iteration: IndexOrAll,
+    pub action: Action,
+    /// With `action: edit`: the field to rewrite and its new value.
+    #[serde(default)]
+    pub edit: Option<Edit>,
+}
+
+/// A header field an `edit` event rewrites. RoCE only for now: MigReq (BTH,
+/// IBTA §9.2.4), which Lumina §6.2.3 set to 1 on an E810's packets to show
+/// a CX5 dropped them for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// 0 or 1.
+    pub migreq: u8,
+}
+
+fn iter_one() -> IndexOrAll {
+    IndexOrAll::One(Index(1))
+}
+
+/// Checks `events:`; `groups` is each connection's group (`traffic::validate`).
+pub(crate) fn validate(s: &Spec, groups: &[usize]) -> Result<(), Invalid> {
+    let total = groups.len() as u32;
+    let per_conn_group = groups;
+    let mut seen = BTreeSet::new();
+    for (i, e) in s.events.iter().enumerate() {
+        let at = format!("events[{i}]");
+        if s.traffic.transport == Transport::Udp {
+            return err(
+                at,
+                "UDP datagrams carry no sequence numbers to address; events need TCP or RoCE",
+            );
+        }
+        if e.connection.0 > total {
+            return err(
+                format!("{at}.connection"),
+                format!(
+                    "connection {} does not exist (the spec has {total})",
+                    e.connection.0
+                ),
+            );
+        }
+        let g = &s.traffic.connections[per_conn_group[e.connection.0 as usize - 1]];
+        if let Some(m) = e.message {
+            if m.0 > g.messages.0 {
+                return err(
+                    format!("{at}.message"),
+                    format!(
+                        "message {} does not exist (the connection sends {})",
+                        m.0, g.messages.0
+                    ),
+                );
+            }
+            // RoCE assigns each message its PSNs when posted, so any depth works.
+            if g.tx_depth.0 != 1 && s.traffic.transport == Transport::Tcp {
+                return err(
+                    format!("{at}.message"),
+                    "message-relative packets need tx_depth: 1 (otherwise messages share segments)",
+                );
+            }
+            if e.packet == IndexOrAll::All {
+                return err(
+                    format!("{at}.packet"),
+                    "`all` cannot be combined with `message`",
+                );
+            }
+        }
+        match (e.action, e.edit) {
+            (Action::Edit, None) => {
+                return err(
+                    format!("{at}.edit"),
+                    "`action: edit` needs `edit:` naming the field, e.g. `edit: {migreq: 1}`",
+                )
+            }
+            (Action::Edit, Some(ed)) => {
+                if ed.migreq > 1 {
+                    return err(
+                        format!("{at}.edit.migreq"),
+                        format!("MigReq is one bit: 0 or 1, got {}", ed.migreq),
+                    );
+                }
+                if s.traffic.transport != Transport::Roce {
+                    return err(
+                        format!("{at}.edit"),
+                        "MigReq is a RoCE header field: `edit` needs `transport: roce`",
+                    );
+                }
+            }
+            (_, Some(_)) => {
+                return err(
+                    format!("{at}.edit"),
+                    format!("`edit` goes with `action: edit`, not `{}`", e.action.name()),
+                )
+            }
+            (_, None) => {}
+        }
+        let key = (e.connection, e.message, e.packet, e.iteration);
+        if !seen.insert(format!("{key:?}")) {
+            return err(
+                at,
+                "the same packet and iteration is already addressed by an earlier event",
+            );
+        }
+    }
+    Ok(())
+}
