@@ -42,8 +42,8 @@ pub fn evaluate(
 }
 
 fn bounds_text(x: &Expect) -> String {
-    let u = x.unit();
-    let (lo, hi) = x.bounds();
+    let u = x.unit(crate::catalog());
+    let (lo, hi) = x.bounds(crate::catalog());
     match (&x.equals, lo, hi) {
         (Some(e), _, _) => match &x.tolerance {
             Some(t) => format!(" = {e} ± {t}"),
@@ -65,7 +65,7 @@ fn finding_claim(
     name: &str,
     reports: &[AnalyzerReport],
 ) -> Verdict {
-    let unit = x.unit();
+    let unit = x.unit(crate::catalog());
     let stat = x.stat.unwrap_or(Stat::Every);
     let conn = match x.connection {
         Some(IndexOrAll::One(i)) => Some(i.0),
@@ -107,7 +107,7 @@ fn finding_claim(
                 .is_none_or(|l| label_matches(l, f.label.as_deref()))
         })
         .collect();
-    let (lo, hi) = x.bounds();
+    let (lo, hi) = x.bounds(crate::catalog());
     let ok = |v: f64| lo.is_none_or(|l| v >= l) && hi.is_none_or(|h| v <= h);
     // Violations are counted: by name, or all of them.
     let counted = name == "violations"
@@ -337,7 +337,7 @@ fn completion_claim(
 
 fn counter_claim(x: &Expect, host: &str, name: &str, facts: &RunFacts) -> Verdict {
     let claim = format!("{host} {name}{}", bounds_text(x));
-    let (lo, hi) = x.bounds();
+    let (lo, hi) = x.bounds(crate::catalog());
     let v = facts
         .counters
         .get(host)

@@ -2,8 +2,6 @@
 //! suite runs the committed corpus through exactly the same code
 //! (crates/analyze/tests/fuzz_corpus.rs).
 
-use wirelab_spec::AnalyzerName;
-
 /// Reads `data` as a trace file and runs every analyzer and the terminal
 /// report over it. Must never panic.
 pub fn read_and_analyze(data: &[u8]) {
@@ -13,7 +11,7 @@ pub fn read_and_analyze(data: &[u8]) {
             &t,
             crate::Options::default(),
             None,
-            &AnalyzerName::ALL,
+            &crate::catalog().names(),
             &[],
             &|_| {},
         );

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::{AnalyzerEntry, Catalog, Unit};
 use wirelab_trace::Trace;
 
 pub use model::{
@@ -476,9 +476,13 @@ pub struct Input<'a> {
 
 /// A pure function from the model to findings.
 pub trait Analyzer {
-    fn name(&self) -> AnalyzerName;
+    /// The name a spec uses (`analyzers:`, `finding: <name>.<finding>`).
+    fn name(&self) -> &'static str;
     /// One line: what it checks or measures.
     fn about(&self) -> &'static str;
+    /// The findings it reports that `expect:` can name, with their units:
+    /// the analyzer's entry in the [`catalog`].
+    fn findings(&self) -> &'static [(&'static str, Unit)];
     /// Rules checked (obligations examined), so a pass is never vacuous.
     fn run(&self, input: &Input) -> (u64, Vec<Finding>);
 }
@@ -497,12 +501,28 @@ pub struct AnalyzerReport {
     pub findings: Vec<Finding>,
 }
 
+/// The analyzers there are and the findings each declares; specs are
+/// checked against it (`wirelab_spec::parse`).
+pub fn catalog() -> &'static Catalog {
+    static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    CATALOG.get_or_init(|| Catalog {
+        analyzers: analyzers::all()
+            .iter()
+            .map(|a| AnalyzerEntry {
+                name: a.name(),
+                about: a.about(),
+                findings: a.findings(),
+            })
+            .collect(),
+    })
+}
+
 /// Runs the named analyzers, in the order given.
-pub fn run_analyzers(input: &Input, names: &[AnalyzerName]) -> Vec<AnalyzerReport> {
+pub fn run_analyzers<S: AsRef<str>>(input: &Input, names: &[S]) -> Vec<AnalyzerReport> {
     let all = analyzers::all();
     names
         .iter()
-        .filter_map(|n| all.iter().find(|a| a.name() == *n))
+        .filter_map(|n| all.iter().find(|a| a.name() == n.as_ref()))
         .map(|a| {
             let (checks, findings) = a.run(input);
             let violations = findings
@@ -510,7 +530,7 @@ pub fn run_analyzers(input: &Input, names: &[AnalyzerName]) -> Vec<AnalyzerRepor
                 .filter(|f| f.kind == Kind::Violation)
                 .count() as u64;
             AnalyzerReport {
-                name: a.name().name(),
+                name: a.name(),
                 about: a.about(),
                 checks,
                 violations,

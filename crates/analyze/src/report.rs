@@ -5,7 +5,6 @@
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use wirelab_spec::AnalyzerName;
 use wirelab_trace::Trace;
 
 use crate::expect::Verdict;
@@ -43,7 +42,7 @@ pub fn build(
     trace: &Trace,
     opts: Options,
     facts: Option<&RunFacts>,
-    analyzers: &[AnalyzerName],
+    analyzers: &[&str],
     expect: &[wirelab_spec::Expect],
     progress: &dyn Fn(u64),
 ) -> Report {

@@ -14,7 +14,7 @@ use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::truth::VqFacts;
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_spec::vaqm::Distributed;
-use wirelab_spec::{AnalyzerName, Nanos};
+use wirelab_spec::Nanos;
 use wirelab_trace::{Meta, Trace};
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -69,7 +69,7 @@ fn report(t: &Trace) -> Report {
         t,
         Options::default(),
         Some(&facts()),
-        &[AnalyzerName::Vaqm],
+        &["vaqm"],
         &[],
         &|_| {},
     )

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use wirelab_analyze::expect::{evaluate, RunFacts};
 use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::{analyze, Analysis, Kind, Options, Reason};
-use wirelab_spec::{AnalyzerName, Recovery};
+use wirelab_spec::Recovery;
 use wirelab_trace::{Action, Trace};
 
 fn dir(name: &str) -> PathBuf {
@@ -35,7 +35,15 @@ fn facts(name: &str) -> RunFacts {
 
 fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
     let o = common::options(name);
-    build(name, t, o, f, &AnalyzerName::ALL, &[], &|_| {})
+    build(
+        name,
+        t,
+        o,
+        f,
+        &wirelab_analyze::catalog().names(),
+        &[],
+        &|_| {},
+    )
 }
 
 fn report(name: &str) -> Report {
@@ -73,7 +81,7 @@ fn renumber(t: &mut Trace) {
 fn claims(yaml: &str, a: &Analysis) -> Vec<bool> {
     let spec = wirelab_spec::parse(&format!(
         "topology:\n  hosts: [{{name: a}}, {{name: b}}]\ntraffic:\n  connections:\n    - {{from: a, to: b, message_size: 1}}\nexpect:\n{yaml}"
-    ))
+    ), wirelab_analyze::catalog())
     .unwrap();
     evaluate(&spec.expect, a, &RunFacts::default(), &[])
         .iter()
@@ -487,7 +495,7 @@ fn claims_on_findings() {
     let spec = |yaml: &str| {
         wirelab_spec::parse(&format!(
             "topology:\n  hosts: [{{name: a}}, {{name: b}}]\ntraffic:\n  connections:\n    - {{from: a, to: b, message_size: 1}}\nexpect:\n{yaml}"
-        ))
+        ), wirelab_analyze::catalog())
         .unwrap()
     };
     let run = |yaml: &str| -> Vec<bool> {
@@ -497,7 +505,7 @@ fn claims_on_findings() {
             &t,
             Options::default(),
             None,
-            &AnalyzerName::ALL,
+            &wirelab_analyze::catalog().names(),
             &s.expect,
             &|_| {},
         )
@@ -631,4 +639,31 @@ fn damaged_frames_and_files_are_findings() {
         .findings
         .iter()
         .any(|f| f.name == "truncated"));
+}
+
+/// The catalog is what the analyzers declare, and what they report is in
+/// it: every finding on every golden can be named in `expect:`.
+#[test]
+fn every_reported_finding_is_declared_in_the_catalog() {
+    let catalog = wirelab_analyze::catalog();
+    let mut undeclared = std::collections::BTreeSet::new();
+    for name in ALL {
+        for a in &report(name).analyzers {
+            assert!(
+                catalog.get(a.name).is_some(),
+                "{} is not in the catalog",
+                a.name
+            );
+            for f in &a.findings {
+                let path = format!("{}.{}", a.name, f.name);
+                if catalog.unit_of(&path).is_none() {
+                    undeclared.insert(path);
+                }
+            }
+        }
+    }
+    assert!(
+        undeclared.is_empty(),
+        "reported but not declared: {undeclared:?}"
+    );
 }

@@ -14,7 +14,7 @@ use wirelab_analyze::rp::{RpFacts, RpPoint};
 use wirelab_analyze::truth::VqFacts;
 use wirelab_analyze::{Kind, Options, RunFacts};
 use wirelab_spec::vaqm::Qcn;
-use wirelab_spec::{AnalyzerName, Bytes};
+use wirelab_spec::Bytes;
 use wirelab_trace::{Meta, Trace};
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -87,7 +87,7 @@ fn report(t: &Trace, f: &RunFacts) -> Report {
         t,
         Options::default(),
         Some(f),
-        &[AnalyzerName::Vaqm],
+        &["vaqm"],
         &[],
         &|_| {},
     )

@@ -16,7 +16,6 @@ use wirelab_roce::packet::{self, Kind as PKind};
 use wirelab_roce::sim::{Action, Seen, Sim};
 use wirelab_roce::{Device, DeviceConfig, QpConfig, Verb, WorkRequest};
 use wirelab_spec::roce::load_profile;
-use wirelab_spec::AnalyzerName;
 use wirelab_trace::{Link, Meta, Packet, Trace};
 
 const A1: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -234,10 +233,10 @@ fn run(profile: &str) -> Run {
 
 fn analyze(trace: &Trace, facts: &RunFacts) -> Report {
     let analyzers = [
-        AnalyzerName::RoceGoBackN,
-        AnalyzerName::RoceRetransmissionLatency,
-        AnalyzerName::RoceCnp,
-        AnalyzerName::RoceCounters,
+        "roce-go-back-n",
+        "roce-retransmission-latency",
+        "roce-cnp",
+        "roce-counters",
     ];
     report::build(
         "sim",

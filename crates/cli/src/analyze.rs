@@ -6,7 +6,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use wirelab_analyze::report::Report;
-use wirelab_spec::AnalyzerName;
 
 use crate::code;
 
@@ -35,22 +34,17 @@ pub fn run(
     analyzers: &[String],
     min_rto_ns: u64,
 ) -> Result<u8> {
+    let catalog = wirelab_analyze::catalog();
     let mut names = Vec::new();
     for a in analyzers {
-        match AnalyzerName::from_name(a) {
-            Some(n) => names.push(n),
-            None => {
-                let known: Vec<&str> = AnalyzerName::ALL.iter().map(|a| a.name()).collect();
-                eprintln!(
-                    "wirelab: --analyzers: unknown analyzer `{a}` (known: {})",
-                    known.join(", ")
-                );
-                return Ok(code::ERROR);
-            }
+        if let Err(e) = catalog.check(a) {
+            eprintln!("wirelab: --analyzers: {e}");
+            return Ok(code::ERROR);
         }
+        names.push(a.as_str());
     }
     if names.is_empty() {
-        names = AnalyzerName::ALL.to_vec();
+        names = catalog.names();
     }
     let t = match wirelab_trace::read(trace) {
         Ok(t) => t,

@@ -41,7 +41,8 @@ impl Datapath {
 }
 
 pub(crate) fn bench_plan(yaml: &str) -> Result<Plan> {
-    let mut spec = wirelab_spec::parse(yaml).context("benchmark spec")?;
+    let mut spec =
+        wirelab_spec::parse(yaml, wirelab_analyze::catalog()).context("benchmark spec")?;
     spec.name = Some("bench".into());
     Ok(wirelab_plan::plan(
         &spec,

@@ -151,7 +151,7 @@ pub fn run(packets: u64) -> Result<()> {
         &t,
         wirelab_analyze::Options::default(),
         None,
-        &wirelab_spec::AnalyzerName::ALL,
+        &wirelab_analyze::catalog().names(),
         &[],
         &|k| pb.set_position(k),
     );

@@ -24,7 +24,7 @@ pub fn run(abort: &Arc<AtomicBool>, runs: u32) -> Result<()> {
     let spec = wirelab_spec::parse(
         "name: bench-runs\ntopology:\n  hosts: [{name: a}, {name: b}]\nstack: {congestion_control: cubic}\n\
          traffic:\n  connections:\n    - {from: a, to: b, messages: 20, message_size: 10KB}\n\
-         events:\n  - {connection: 1, packet: 5, action: drop}\n",
+         events:\n  - {connection: 1, packet: 5, action: drop}\n", wirelab_analyze::catalog(),
     )?;
     let out = tempfile::tempdir().context("creating a results folder")?;
     println!("wirelab bench runs: {runs} runs of one small TCP spec in one process (results in a temporary folder)");

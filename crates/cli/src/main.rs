@@ -193,7 +193,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
-                match wirelab_spec::load(p) {
+                match wirelab_spec::load(p, wirelab_analyze::catalog()) {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).
                     Ok(s) => match wirelab_lab::build_extension(&s) {
@@ -221,7 +221,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             findings,
         } => {
             if findings {
-                for (n, u) in wirelab_spec::findings::FINDINGS {
+                for (n, u) in wirelab_analyze::catalog().findings() {
                     println!("{n:<45} {u:?}");
                 }
                 return Ok(code::OK);
@@ -305,7 +305,7 @@ fn schema(analysis: bool) -> anyhow::Result<u8> {
     } else {
         println!(
             "{}",
-            serde_json::to_string_pretty(&wirelab_spec::json_schema())?
+            serde_json::to_string_pretty(&wirelab_spec::json_schema(wirelab_analyze::catalog()))?
         );
     }
     Ok(code::OK)

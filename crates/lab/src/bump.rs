@@ -15,7 +15,7 @@ use serde::Serialize;
 use wirelab_capture::{Dumper, Integrity};
 use wirelab_dataplane::{Config, Switch};
 use wirelab_netns::{in_netns, BumpAttach, BumpRegistration};
-use wirelab_spec::{AnalyzerName, BumpSpec};
+use wirelab_spec::BumpSpec;
 
 use crate::summary::VqSummary;
 use crate::{During, Error, Verdict};
@@ -68,7 +68,7 @@ pub fn load(args: &Args) -> Result<(BumpSpec, [(u32, u32); 2]), Error> {
         })?;
     }
     let mtu = links[0].1.min(links[1].1).max(68);
-    let spec = wirelab_spec::parse_bump(&text, args.ifaces, mtu)
+    let spec = wirelab_spec::parse_bump(&text, args.ifaces, mtu, wirelab_analyze::catalog())
         .map_err(|e| Error::BadInput(format!("{}: {e}", args.config.display())))?;
     Ok((spec, links))
 }
@@ -232,7 +232,7 @@ pub fn run(
         &trace,
         wirelab_analyze::Options::default(),
         Some(&facts),
-        spec.analyzers.as_deref().unwrap_or(&AnalyzerName::ALL),
+        &spec.analyzers(wirelab_analyze::catalog()),
         &[],
         &|_| {},
     );

@@ -154,7 +154,7 @@ impl Run<'_> {
             &trace,
             facts.options(wirelab_analyze::Options::default().min_rto_ns),
             Some(&facts),
-            &spec.analyzers(),
+            &spec.analyzers(wirelab_analyze::catalog()),
             &plan.expect,
             &|_| {},
         );

@@ -58,7 +58,7 @@ fn fingerprint(o: &RunOutput) -> String {
 }
 
 fn run(spec: &str, out: &Path, run_id: &str) -> RunOutput {
-    let spec = wirelab_spec::load(&repo().join(spec)).unwrap();
+    let spec = wirelab_spec::load(&repo().join(spec), wirelab_analyze::catalog()).unwrap();
     let opts = RunOptions {
         timeout: Duration::from_secs(60),
         abort: Arc::new(AtomicBool::new(false)),

@@ -25,7 +25,7 @@ events:
 
 #[test]
 fn plan_matches_snapshot() {
-    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
     let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
     let got = serde_json::to_string_pretty(&plan).unwrap() + "\n";
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/incast.json");
@@ -41,7 +41,7 @@ fn plan_matches_snapshot() {
 
 #[test]
 fn message_relative_events_resolve_with_the_runtime_mss() {
-    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
     let plan = wirelab_plan::plan(&spec, "x", 1).unwrap();
     let ev = &plan.events[0];
     let conn = &plan.conns[2];
@@ -61,7 +61,7 @@ fn message_relative_events_resolve_with_the_runtime_mss() {
 
 #[test]
 fn names_are_unique_per_run() {
-    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
     let a = wirelab_plan::plan(&spec, "aaaaaa", 1).unwrap();
     let b = wirelab_plan::plan(&spec, "bbbbbb", 1).unwrap();
     for (x, y) in a.hosts.iter().zip(&b.hosts) {
@@ -83,6 +83,7 @@ traffic:
   connections:
     - {from: a, to: b, count: 4, message_size: 4KiB}
 ",
+        wirelab_analyze::catalog(),
     )
     .unwrap();
     let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
@@ -118,6 +119,7 @@ traffic:
     - {from: a, to: b, count: 3, message_size: 1KB, start: 1s, stagger: 250ms}
     - {from: b, to: a, count: 2, message_size: 1KB, stagger: 10ms}
 ",
+        wirelab_analyze::catalog(),
     )
     .unwrap();
     let plan = wirelab_plan::plan(&spec, "0a1b2c", 1).unwrap();
@@ -128,7 +130,7 @@ traffic:
 #[test]
 fn a_spec_that_skipped_validation_is_an_error_naming_the_field_not_a_panic() {
     // A library caller may build a Spec by hand; planning it must not panic.
-    let mut spec = wirelab_spec::parse(SPEC).unwrap();
+    let mut spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
     spec.traffic.connections[1].to = "nowhere".into();
     let e = wirelab_plan::plan(&spec, "x", 1).unwrap_err();
     assert_eq!(
@@ -139,7 +141,7 @@ fn a_spec_that_skipped_validation_is_an_error_naming_the_field_not_a_panic() {
 
 #[test]
 fn the_seed_is_recorded_and_nothing_else_depends_on_it() {
-    let spec = wirelab_spec::parse(SPEC).unwrap();
+    let spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
     let a = wirelab_plan::plan(&spec, "x", 1).unwrap();
     let mut b = wirelab_plan::plan(&spec, "x", 2).unwrap();
     assert_eq!((a.seed, b.seed), (1, 2));

@@ -6,7 +6,6 @@ use std::path::Path;
 
 use wirelab_analyze::report::{build, Report};
 use wirelab_analyze::Options;
-use wirelab_spec::AnalyzerName;
 
 fn report(golden: &str) -> Report {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -19,7 +18,7 @@ fn report(golden: &str) -> Report {
         &t,
         Options::default(),
         None,
-        &AnalyzerName::ALL,
+        &wirelab_analyze::catalog().names(),
         &[],
         &|_| {},
     )

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{err, findings, Amount, Index, IndexOrAll, Invalid, Spec, Stat, Unit};
+use crate::{err, Amount, Catalog, Index, IndexOrAll, Invalid, Spec, Stat, Unit};
 
 /// What one `expect:` entry claims.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,8 +40,8 @@ const CLAIM_KEYS: &str =
     "retransmitted/recovery, ce_echoed, messages_completed, counter or finding";
 
 /// Every amount of a claim reads in the claim's unit.
-fn validate_amounts(x: &Expect, at: &str) -> Result<(), Invalid> {
-    let unit = x.unit();
+fn validate_amounts(x: &Expect, at: &str, catalog: &Catalog) -> Result<(), Invalid> {
+    let unit = x.unit(catalog);
     for (name, a) in [
         ("at_least", &x.at_least),
         ("at_most", &x.at_most),
@@ -149,20 +149,20 @@ pub struct Expect {
 
 impl Expect {
     /// The unit `at_least`/`at_most`/`equals` are read in.
-    pub fn unit(&self) -> Unit {
+    pub fn unit(&self, catalog: &Catalog) -> Unit {
         if self.counter.is_some() || self.stat == Some(Stat::Count) {
             return Unit::Count;
         }
         self.finding
             .as_deref()
-            .and_then(findings::unit_of)
+            .and_then(|f| catalog.unit_of(f))
             .unwrap_or(Unit::Count)
     }
 
     /// (at least, at most) in the claim's unit; validated, so never fails
     /// on a parsed spec.
-    pub fn bounds(&self) -> (Option<f64>, Option<f64>) {
-        let u = self.unit();
+    pub fn bounds(&self, catalog: &Catalog) -> (Option<f64>, Option<f64>) {
+        let u = self.unit(catalog);
         let v = |a: &Option<Amount>| a.as_ref().and_then(|a| a.value_in(u).ok());
         if let Some(e) = v(&self.equals) {
             let tol = self
@@ -227,24 +227,30 @@ impl Expect {
 }
 
 /// Checks `expect:`; `hosts` are the host names, `total` the connections.
-pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>, total: u32) -> Result<(), Invalid> {
+pub(crate) fn validate(
+    s: &Spec,
+    hosts: &BTreeSet<&str>,
+    total: u32,
+    catalog: &Catalog,
+) -> Result<(), Invalid> {
     for (i, x) in s.expect.iter().enumerate() {
         let at = format!("expect[{i}]");
         let Some(claim) = x.claim() else {
             return err(at, format!("needs exactly one claim: {CLAIM_KEYS}"));
         };
-        validate_amounts(x, &at)?;
+        validate_amounts(x, &at, catalog)?;
         let bounded = x.at_least.is_some() || x.at_most.is_some() || x.equals.is_some();
         match claim {
             Claim::Finding { path, analyzer, .. } => {
-                if findings::unit_of(path).is_none() {
-                    let known: Vec<&str> = findings::FINDINGS.iter().map(|(n, _)| *n).collect();
+                if catalog.unit_of(path).is_none() {
+                    let known: Vec<String> =
+                        catalog.findings().into_iter().map(|(n, _)| n).collect();
                     return err(
                         format!("{at}.finding"),
                         format!("unknown finding `{path}` (known: {})", known.join(", ")),
                     );
                 }
-                if !s.analyzers().iter().any(|a| a.name() == analyzer) {
+                if !s.analyzers(catalog).contains(&analyzer) {
                     return err(
                         format!("{at}.finding"),
                         format!("analyzer `{analyzer}` is not in `analyzers:`"),

@@ -1,73 +1,36 @@
-//! The vocabulary `expect:` uses to name analyzer findings, and the amounts
-//! it compares them with. It lives here, not in the analyzers, because it is
-//! part of the spec language: a spec naming an unknown finding is rejected
-//! before anything runs.
+//! How `expect:` names analyzer findings, and the amounts it compares them
+//! with. The names themselves belong to the analyzers: they come in a
+//! [`Catalog`] (`wirelab_analyze::catalog()`), against which a spec naming
+//! an unknown analyzer or finding is rejected before anything runs.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::units::{BitsPerSec, Bytes, Nanos};
 
-/// The analyzers a spec can turn on (`analyzers:`; all by default).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum AnalyzerName {
-    /// RFC 5681/6675/8985/6298 conformance of receiver and sender.
-    LossRecovery,
-    /// Per loss: NACK generation, reaction, timeout (Lumina Fig. 5).
-    RetransmissionLatency,
-    /// CE marks, their echo and the sender's CWR (RFC 3168).
-    Ecn,
-    /// Kernel counters against what the trace proves (Lumina §6.2.4).
-    Counters,
-    /// MCT, goodput, RTT samples, flight size.
-    Flow,
-    /// RoCE: Lumina's go-back-N FSM for requester and responder, with reads.
-    RoceGoBackN,
-    /// RoCE: per loss, NACK generation and reaction, and timeouts (Lumina Figs. 5, 8, 9).
-    RoceRetransmissionLatency,
-    /// RoCE: CNPs against each limiter scope and the configured interval (Lumina §6.3).
-    RoceCnp,
-    /// RoCE: device counters against what the trace proves (Lumina §6.2.4).
-    RoceCounters,
-    /// Virtual queues (NetBump): marks and drops against the discipline,
-    /// the estimate against the real queue.
-    Vaqm,
+/// An analyzer's name as a spec writes it (`analyzers:`, and the part of
+/// `finding:` before the dot). Which analyzers exist is theirs to say: each
+/// declares itself and its findings, and the [`Catalog`] they make is what
+/// a spec is checked against.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AnalyzerName(pub String);
+
+/// A definition of its own (a string here), which `json_schema` fills with
+/// the catalog's names and what each analyzer does.
+impl JsonSchema for AnalyzerName {
+    fn schema_name() -> String {
+        "AnalyzerName".into()
+    }
+
+    fn json_schema(g: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+        String::json_schema(g)
+    }
 }
 
 impl AnalyzerName {
-    pub const ALL: [AnalyzerName; 10] = [
-        AnalyzerName::LossRecovery,
-        AnalyzerName::RetransmissionLatency,
-        AnalyzerName::Ecn,
-        AnalyzerName::Counters,
-        AnalyzerName::Flow,
-        AnalyzerName::RoceGoBackN,
-        AnalyzerName::RoceRetransmissionLatency,
-        AnalyzerName::RoceCnp,
-        AnalyzerName::RoceCounters,
-        AnalyzerName::Vaqm,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            AnalyzerName::LossRecovery => "loss-recovery",
-            AnalyzerName::RetransmissionLatency => "retransmission-latency",
-            AnalyzerName::Ecn => "ecn",
-            AnalyzerName::Counters => "counters",
-            AnalyzerName::Flow => "flow",
-            AnalyzerName::RoceGoBackN => "roce-go-back-n",
-            AnalyzerName::RoceRetransmissionLatency => "roce-retransmission-latency",
-            AnalyzerName::RoceCnp => "roce-cnp",
-            AnalyzerName::RoceCounters => "roce-counters",
-            AnalyzerName::Vaqm => "vaqm",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<AnalyzerName> {
-        Self::ALL.into_iter().find(|a| a.name() == s)
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -81,106 +44,66 @@ pub enum Unit {
     Count,
 }
 
-/// Every finding `expect:` can name, `analyzer.name`, with its unit.
-/// Violations are counted (`loss-recovery.unjustified-retransmission` is how
-/// many there were); `<analyzer>.violations` counts them all.
-pub const FINDINGS: &[(&str, Unit)] = &[
-    ("loss-recovery.violations", Unit::Count),
-    ("loss-recovery.ooo-not-acked", Unit::Count),
-    ("loss-recovery.unjustified-retransmission", Unit::Count),
-    ("loss-recovery.late-retransmission", Unit::Count),
-    ("loss-recovery.acked-data-retransmitted", Unit::Count),
-    ("loss-recovery.sacked-data-retransmitted", Unit::Count),
-    ("loss-recovery.no-backoff", Unit::Count),
-    ("loss-recovery.dsack", Unit::Count),
-    ("retransmission-latency.nack-generation", Unit::Nanos),
-    ("retransmission-latency.reaction", Unit::Nanos),
-    ("retransmission-latency.timeout", Unit::Nanos),
-    ("retransmission-latency.total", Unit::Nanos),
-    ("ecn.violations", Unit::Count),
-    ("ecn.ce-not-echoed", Unit::Count),
-    ("ecn.ece-without-cwr", Unit::Count),
-    ("ecn.echo-latency", Unit::Nanos),
-    ("ecn.cwr-latency", Unit::Nanos),
-    ("counters.violations", Unit::Count),
-    ("counters.counter-disagrees", Unit::Count),
-    ("flow.mct", Unit::Nanos),
-    ("flow.goodput", Unit::BitsPerSec),
-    ("flow.fairness", Unit::Count),
-    ("flow.rtt", Unit::Nanos),
-    ("flow.flight", Unit::Bytes),
-    ("flow.retransmissions", Unit::Count),
-    ("roce-go-back-n.violations", Unit::Count),
-    ("roce-go-back-n.nak-missing", Unit::Count),
-    ("roce-go-back-n.nak-wrong-psn", Unit::Count),
-    ("roce-go-back-n.nak-repeated", Unit::Count),
-    ("roce-go-back-n.nak-unjustified", Unit::Count),
-    ("roce-go-back-n.wrong-restart", Unit::Count),
-    ("roce-go-back-n.resend-skipped", Unit::Count),
-    ("roce-go-back-n.read-not-reissued", Unit::Count),
-    ("roce-go-back-n.migreq-clear", Unit::Count),
-    ("roce-retransmission-latency.nack-generation", Unit::Nanos),
-    (
-        "roce-retransmission-latency.read-nack-generation",
-        Unit::Nanos,
-    ),
-    ("roce-retransmission-latency.nack-reaction", Unit::Nanos),
-    ("roce-retransmission-latency.timeout", Unit::Nanos),
-    ("roce-retransmission-latency.violations", Unit::Count),
-    (
-        "roce-retransmission-latency.slow-nack-generation",
-        Unit::Count,
-    ),
-    (
-        "roce-retransmission-latency.slow-read-nack-generation",
-        Unit::Count,
-    ),
-    (
-        "roce-retransmission-latency.slow-nack-reaction",
-        Unit::Count,
-    ),
-    (
-        "roce-retransmission-latency.timeout-below-minimum",
-        Unit::Count,
-    ),
-    (
-        "roce-retransmission-latency.retries-exceed-retry-cnt",
-        Unit::Count,
-    ),
-    ("roce-cnp.violations", Unit::Count),
-    ("roce-cnp.cnp-missing", Unit::Count),
-    ("roce-cnp.cnp-excess", Unit::Count),
-    ("roce-cnp.cnps", Unit::Count),
-    ("roce-cnp.interval", Unit::Nanos),
-    ("roce-cnp.limiter-per-qp", Unit::Count),
-    ("roce-cnp.limiter-per-ip", Unit::Count),
-    ("roce-cnp.limiter-per-port", Unit::Count),
-    ("roce-counters.violations", Unit::Count),
-    ("roce-counters.counter-disagrees", Unit::Count),
-    ("vaqm.violations", Unit::Count),
-    ("vaqm.wrong-decision", Unit::Count),
-    ("vaqm.queue", Unit::Bytes),
-    ("vaqm.marks", Unit::Count),
-    ("vaqm.drops", Unit::Count),
-    ("vaqm.overflows", Unit::Count),
-    ("vaqm.red-average", Unit::Bytes),
-    ("vaqm.error", Unit::Bytes),
-    ("vaqm.real-queue", Unit::Bytes),
-    ("vaqm.cnms", Unit::Count),
-    ("vaqm.qcn-feedback", Unit::Count),
-    ("vaqm.send-rate", Unit::BitsPerSec),
-    ("vaqm.rp-rate", Unit::BitsPerSec),
-    ("vaqm.cnm-lost", Unit::Count),
-    ("vaqm.replay-mismatch", Unit::Count),
-    ("vaqm.distributed-error", Unit::Bytes),
-    ("vaqm.distributed-truth-error", Unit::Bytes),
-];
+/// One analyzer, as it declares itself.
+#[derive(Debug, Clone, Copy)]
+pub struct AnalyzerEntry {
+    pub name: &'static str,
+    /// One line: what it checks or measures.
+    pub about: &'static str,
+    /// The findings `expect:` can name as `<name>.<finding>`, with the unit
+    /// of their values. Violations are counted (`loss-recovery.no-backoff`
+    /// is how many there were), and `violations` counts them all.
+    pub findings: &'static [(&'static str, Unit)],
+}
 
-pub fn unit_of(finding: &str) -> Option<Unit> {
-    FINDINGS
-        .iter()
-        .find(|(n, _)| *n == finding)
-        .map(|(_, u)| *u)
+/// The analyzers there are and the findings they offer. The spec's
+/// `analyzers:` and `expect:` are checked against it before anything runs.
+/// `wirelab_analyze::catalog()` builds it from the analyzers themselves, so
+/// an analyzer and its findings are declared once, in its own module.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub analyzers: Vec<AnalyzerEntry>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&AnalyzerEntry> {
+        self.analyzers.iter().find(|a| a.name == name)
+    }
+
+    /// Every analyzer's name, in the order they run by default.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.analyzers.iter().map(|a| a.name).collect()
+    }
+
+    /// The unit of finding `analyzer.name`; `None` when there is none.
+    pub fn unit_of(&self, finding: &str) -> Option<Unit> {
+        let (analyzer, name) = finding.split_once('.')?;
+        let a = self.get(analyzer)?;
+        a.findings.iter().find(|(n, _)| *n == name).map(|(_, u)| *u)
+    }
+
+    /// Every finding, `analyzer.name`, with its unit.
+    pub fn findings(&self) -> Vec<(String, Unit)> {
+        self.analyzers
+            .iter()
+            .flat_map(|a| {
+                a.findings
+                    .iter()
+                    .map(|(n, u)| (format!("{}.{n}", a.name), *u))
+            })
+            .collect()
+    }
+
+    /// `Err` names the analyzers there are.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        match self.get(name) {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "unknown analyzer `{name}` (known: {})",
+                self.names().join(", ")
+            )),
+        }
+    }
 }
 
 /// How the values of a finding are combined before the comparison.

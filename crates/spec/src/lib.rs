@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub use capture::Capture;
 pub use events::{Action, Edit, Event};
 pub use expect::{Claim, Expect, Recovery};
-pub use findings::{Amount, AnalyzerName, Stat, Unit};
+pub use findings::{Amount, AnalyzerEntry, AnalyzerName, Catalog, Stat, Unit};
 pub use topology::{CongestionControl, Host, RoceStack, Stack, Topology, MAX_GIDS, MAX_HOSTS};
 pub use traffic::{ConnGroup, Traffic, Transport, Verb, Verbs, MAX_CONNECTIONS, ROCE_OVERHEAD};
 pub use units::{BitsPerSec, Bytes, Nanos};
@@ -151,17 +151,33 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// The analyzers this spec runs.
-    pub fn analyzers(&self) -> Vec<AnalyzerName> {
-        self.analyzers
-            .clone()
-            .unwrap_or_else(|| AnalyzerName::ALL.to_vec())
+    /// The analyzers this spec runs: its `analyzers:`, or all of them.
+    pub fn analyzers<'a>(&'a self, catalog: &Catalog) -> Vec<&'a str> {
+        analyzers_or_all(&self.analyzers, catalog)
     }
 }
 
-/// Parses and validates a spec. `source` names the file in messages.
-pub fn parse(text: &str) -> Result<Spec, SpecError> {
-    parse_yaml(text, validate)
+fn analyzers_or_all<'a>(list: &'a Option<Vec<AnalyzerName>>, catalog: &Catalog) -> Vec<&'a str> {
+    match list {
+        Some(v) => v.iter().map(AnalyzerName::as_str).collect(),
+        None => catalog.names(),
+    }
+}
+
+/// Every name in `analyzers:` is one the catalog has.
+fn validate_analyzers(list: &Option<Vec<AnalyzerName>>, catalog: &Catalog) -> Result<(), Invalid> {
+    for (i, a) in list.iter().flatten().enumerate() {
+        catalog
+            .check(a.as_str())
+            .or_else(|m| err(format!("analyzers[{i}]"), m))?;
+    }
+    Ok(())
+}
+
+/// Parses and validates a spec against the analyzers there are
+/// (`wirelab_analyze::catalog()`).
+pub fn parse(text: &str, catalog: &Catalog) -> Result<Spec, SpecError> {
+    parse_yaml(text, |s| validate(s, catalog))
 }
 
 /// What `wirelab bump` runs between two existing interfaces: the vAQM
@@ -178,9 +194,22 @@ pub struct BumpSpec {
     pub analyzers: Option<Vec<AnalyzerName>>,
 }
 
+impl BumpSpec {
+    /// The analyzers this bump runs: its `analyzers:`, or all of them.
+    pub fn analyzers<'a>(&'a self, catalog: &Catalog) -> Vec<&'a str> {
+        analyzers_or_all(&self.analyzers, catalog)
+    }
+}
+
 /// Parses a bump's YAML for the interfaces `ports` (their MTU `mtu`).
-pub fn parse_bump(text: &str, ports: [&str; 2], mtu: u32) -> Result<BumpSpec, SpecError> {
+pub fn parse_bump(
+    text: &str,
+    ports: [&str; 2],
+    mtu: u32,
+    catalog: &Catalog,
+) -> Result<BumpSpec, SpecError> {
     parse_yaml(text, |b: &BumpSpec| {
+        validate_analyzers(&b.analyzers, catalog)?;
         vaqm::validate_queues(&b.vaqm, &|n| ports.contains(&n), "interface", mtu)?;
         let v = &b.vaqm;
         for (field, set) in [
@@ -244,12 +273,12 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(
 }
 
 /// Reads and parses a spec file; the error names the file.
-pub fn load(path: &std::path::Path) -> Result<Spec, LoadError> {
+pub fn load(path: &std::path::Path, catalog: &Catalog) -> Result<Spec, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    let mut spec = parse(&text).map_err(|error| LoadError::Invalid {
+    let mut spec = parse(&text, catalog).map_err(|error| LoadError::Invalid {
         path: path.display().to_string(),
         error,
     })?;
@@ -289,10 +318,21 @@ pub enum LoadError {
     Invalid { path: String, error: SpecError },
 }
 
-/// The JSON Schema of the spec, generated from the same types.
-pub fn json_schema() -> serde_json::Value {
+/// The JSON Schema of the spec, generated from the same types; the
+/// analyzers' names come from the catalog, so editors can offer them.
+pub fn json_schema(catalog: &Catalog) -> serde_json::Value {
     let schema = schemars::schema_for!(Spec);
-    serde_json::to_value(schema).expect("schema serialises")
+    let mut v = serde_json::to_value(schema).expect("schema serialises");
+    let one_of: Vec<_> = catalog
+        .analyzers
+        .iter()
+        .map(|a| serde_json::json!({"description": a.about, "enum": [a.name], "type": "string"}))
+        .collect();
+    v["definitions"]["AnalyzerName"] = serde_json::json!({
+        "description": "The analyzers a spec can turn on (`analyzers:`; all by default).",
+        "oneOf": one_of,
+    });
+    v
 }
 
 /// A cross-field error: (YAML path, message).
@@ -318,11 +358,12 @@ pub(crate) fn frame_fits(mtu: u32, b: Bytes, at: String) -> Result<(), Invalid> 
     Ok(())
 }
 
-fn validate(s: &Spec) -> Result<(), Invalid> {
+fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
+    validate_analyzers(&s.analyzers, catalog)?;
     let hosts = topology::validate(s)?;
     vaqm::validate(s)?;
     let groups = traffic::validate(s, &hosts)?;
     events::validate(s, &groups)?;
     capture::validate(s)?;
-    expect::validate(s, &hosts, groups.len() as u32)
+    expect::validate(s, &hosts, groups.len() as u32, catalog)
 }

@@ -1,6 +1,11 @@
 //! Every rejection the spec makes, with its exact message, path and line.
 
-use wirelab_spec::{parse, IndexOrAll, Verb};
+use wirelab_spec::{IndexOrAll, Spec, SpecError, Verb};
+
+/// Specs are checked against the analyzers there are.
+fn parse(text: &str) -> Result<Spec, SpecError> {
+    wirelab_spec::parse(text, wirelab_analyze::catalog())
+}
 
 const BASE: &str = "\
 topology:
@@ -372,8 +377,9 @@ fn each_rejection_names_path_and_line() {
             Box::leak(
                 format!(
                     "expect[0].finding: unknown finding `loss-recovery.oops` (known: {}) (line 11)",
-                    wirelab_spec::findings::FINDINGS
-                        .iter()
+                    wirelab_analyze::catalog()
+                        .findings()
+                        .into_iter()
                         .map(|f| f.0)
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -394,7 +400,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown analyzer",
             with("analyzers: [flow, tcp-magic]\n"),
-            "analyzers[1]: unknown variant `tcp-magic`, expected one of `loss-recovery`, `retransmission-latency`, `ecn`, `counters`, `flow`, `roce-go-back-n`, `roce-retransmission-latency`, `roce-cnp`, `roce-counters`, `vaqm` (line 10)",
+            "analyzers[1]: unknown analyzer `tcp-magic` (known: loss-recovery, retransmission-latency, ecn, counters, flow, roce-go-back-n, roce-retransmission-latency, roce-cnp, roce-counters, vaqm) (line 10)",
         ),
         (
             "a tolerance without equals",
@@ -432,7 +438,7 @@ fn each_rejection_names_path_and_line() {
 
 #[test]
 fn json_schema_describes_the_same_fields() {
-    let s = wirelab_spec::json_schema();
+    let s = wirelab_spec::json_schema(wirelab_analyze::catalog());
     let props = &s["properties"];
     for k in [
         "topology", "stack", "traffic", "events", "capture", "expect",
@@ -456,7 +462,9 @@ fn json_schema_describes_the_same_fields() {
 fn committed_schema_is_current() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../specs/wirelab.schema.json");
-    let now = serde_json::to_string_pretty(&wirelab_spec::json_schema()).unwrap() + "\n";
+    let now = serde_json::to_string_pretty(&wirelab_spec::json_schema(wirelab_analyze::catalog()))
+        .unwrap()
+        + "\n";
     if std::env::var_os("WIRELAB_BLESS").is_some() {
         std::fs::write(&path, &now).unwrap();
     }
@@ -474,7 +482,7 @@ fn every_example_spec_is_valid() {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "yaml") {
-            wirelab_spec::load(&p).unwrap_or_else(|e| panic!("{e}"));
+            wirelab_spec::load(&p, wirelab_analyze::catalog()).unwrap_or_else(|e| panic!("{e}"));
             n += 1;
         }
     }
@@ -489,14 +497,16 @@ fn a_discipline_file_is_found_next_to_the_spec_or_its_line_is_named() {
     let spec = dir.path().join("s.yaml");
     let text = with("vaqm:\n  extension: ext/mine.c\n  queues:\n    - {port: responder, rate: 100mbit, extension: [1]}\n");
     std::fs::write(&spec, &text).unwrap();
-    let s = wirelab_spec::load(&spec).unwrap();
+    let s = wirelab_spec::load(&spec, wirelab_analyze::catalog()).unwrap();
     assert_eq!(
         s.vaqm.unwrap().extension.unwrap(),
         dir.path().join("ext/mine.c"),
         "relative to the spec, not to the working directory"
     );
     std::fs::write(&spec, text.replace("mine.c", "gone.c")).unwrap();
-    let e = wirelab_spec::load(&spec).unwrap_err().to_string();
+    let e = wirelab_spec::load(&spec, wirelab_analyze::catalog())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("vaqm.extension: no such file:")
             && e.contains("ext/gone.c")
@@ -514,6 +524,7 @@ fn bump_configs_name_interfaces_and_refuse_lab_only_settings() {
         "vaqm:\n  queues:\n    - {port: eth1, rate: 1gbit, red: {min: 30KB, max: 90KB, max_p: 0.1}}\nanalyzers: [vaqm]\n",
         ["eth0", "eth1"],
         1500,
+        wirelab_analyze::catalog(),
     )
     .unwrap();
     assert_eq!(ok.vaqm.queues[0].port.as_deref(), Some("eth1"));
@@ -536,7 +547,7 @@ fn bump_configs_name_interfaces_and_refuse_lab_only_settings() {
         ),
     ] {
         let mtu = if yaml.contains("buffer") { 9000 } else { 1500 };
-        let e = parse_bump(yaml, ["eth0", "eth1"], mtu).unwrap_err().to_string();
+        let e = parse_bump(yaml, ["eth0", "eth1"], mtu, wirelab_analyze::catalog()).unwrap_err().to_string();
         assert_eq!(e, want);
     }
 }

@@ -272,7 +272,7 @@ mod tests {
     use super::*;
 
     fn plan(yaml: &str) -> Plan {
-        let spec = wirelab_spec::parse(yaml).unwrap();
+        let spec = wirelab_spec::parse(yaml, wirelab_analyze::catalog()).unwrap();
         wirelab_plan::plan(&spec, "t0", 7).unwrap()
     }
 

@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use wirelab_spec::AnalyzerName;
+use wirelab_spec::Unit;
 use wirelab_trace::Action;
 
 use crate::{Analyzer, Finding, Input, Reason};
@@ -28,8 +28,16 @@ struct Seen {
 }
 
 impl Analyzer for Counters {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::Counters
+    fn name(&self) -> &'static str {
+        "counters"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("counter-disagrees", Unit::Count),
+            ("counter-agrees", Unit::Count),
+        ]
     }
 
     fn about(&self) -> &'static str {

@@ -1,7 +1,7 @@
 //! ECN (RFC 3168 §6.1): every CE mark that reached the receiver is echoed
 //! with ECE, and the sender answers the echo with CWR on its next new data.
 
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::Unit;
 
 use crate::{fmt_duration, Analyzer, Finding, Input};
 
@@ -10,8 +10,18 @@ pub struct Ecn;
 const A: &str = "ecn";
 
 impl Analyzer for Ecn {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::Ecn
+    fn name(&self) -> &'static str {
+        "ecn"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("ce-not-echoed", Unit::Count),
+            ("ece-without-cwr", Unit::Count),
+            ("echo-latency", Unit::Nanos),
+            ("cwr-latency", Unit::Nanos),
+        ]
     }
 
     fn about(&self) -> &'static str {

@@ -2,7 +2,7 @@
 //! trace comes from a run), goodput, RTT samples and flight size per
 //! connection.
 
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::Unit;
 
 use crate::{fmt_duration, fmt_value, Analyzer, Dist, Finding, Input};
 
@@ -11,8 +11,19 @@ pub struct Flow;
 const A: &str = "flow";
 
 impl Analyzer for Flow {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::Flow
+    fn name(&self) -> &'static str {
+        "flow"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("mct", Unit::Nanos),
+            ("goodput", Unit::BitsPerSec),
+            ("fairness", Unit::Count),
+            ("rtt", Unit::Nanos),
+            ("flight", Unit::Bytes),
+            ("retransmissions", Unit::Count),
+        ]
     }
 
     fn about(&self) -> &'static str {

@@ -13,7 +13,7 @@
 //! round trips, split from the handshake, are subtracted. The message keeps
 //! the raw figure.
 
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::Unit;
 
 use crate::{fmt_duration, Analyzer, Finding, Input, Reason};
 
@@ -22,8 +22,17 @@ pub struct RetransmissionLatency;
 const A: &str = "retransmission-latency";
 
 impl Analyzer for RetransmissionLatency {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::RetransmissionLatency
+    fn name(&self) -> &'static str {
+        "retransmission-latency"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("nack-generation", Unit::Nanos),
+            ("reaction", Unit::Nanos),
+            ("timeout", Unit::Nanos),
+            ("total", Unit::Nanos),
+        ]
     }
 
     fn about(&self) -> &'static str {

@@ -4,7 +4,7 @@
 //! machine and replays the trace through it; the model is that machine for
 //! TCP).
 
-use wirelab_spec::AnalyzerName;
+use wirelab_spec::Unit;
 
 use super::trace_end;
 use crate::{fmt_duration, Analyzer, Finding, Input, Reason};
@@ -14,8 +14,21 @@ pub struct LossRecovery;
 const A: &str = "loss-recovery";
 
 impl Analyzer for LossRecovery {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::LossRecovery
+    fn name(&self) -> &'static str {
+        "loss-recovery"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("ooo-not-acked", Unit::Count),
+            ("unjustified-retransmission", Unit::Count),
+            ("late-retransmission", Unit::Count),
+            ("acked-data-retransmitted", Unit::Count),
+            ("sacked-data-retransmitted", Unit::Count),
+            ("no-backoff", Unit::Count),
+            ("dsack", Unit::Count),
+        ]
     }
 
     fn about(&self) -> &'static str {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use wirelab_roce::packet::{op, Kind};
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::Unit;
 
 use crate::roce::{Latency, RPkt};
 use crate::{Analyzer, Finding, Input};
@@ -14,8 +14,22 @@ use crate::{Analyzer, Finding, Input};
 pub struct GoBackN;
 
 impl Analyzer for GoBackN {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::RoceGoBackN
+    fn name(&self) -> &'static str {
+        "roce-go-back-n"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("nak-missing", Unit::Count),
+            ("nak-wrong-psn", Unit::Count),
+            ("nak-repeated", Unit::Count),
+            ("nak-unjustified", Unit::Count),
+            ("wrong-restart", Unit::Count),
+            ("resend-skipped", Unit::Count),
+            ("read-not-reissued", Unit::Count),
+            ("migreq-clear", Unit::Count),
+        ]
     }
     fn about(&self) -> &'static str {
         "RoCE go-back-N (Lumina's FSM): NAK the first missing PSN once, resend from it in order; reads re-issued from the missing response; MigReq = 1"
@@ -89,8 +103,23 @@ fn timeout_slack(min: u64, opts: &crate::Options) -> u64 {
 }
 
 impl Analyzer for RetransmissionLatency {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::RoceRetransmissionLatency
+    fn name(&self) -> &'static str {
+        "roce-retransmission-latency"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("nack-generation", Unit::Nanos),
+            ("read-nack-generation", Unit::Nanos),
+            ("nack-reaction", Unit::Nanos),
+            ("timeout", Unit::Nanos),
+            ("violations", Unit::Count),
+            ("slow-nack-generation", Unit::Count),
+            ("slow-read-nack-generation", Unit::Count),
+            ("slow-nack-reaction", Unit::Count),
+            ("timeout-below-minimum", Unit::Count),
+            ("retries-exceed-retry-cnt", Unit::Count),
+        ]
     }
     fn about(&self) -> &'static str {
         "RoCE per loss (Lumina Figs. 5, 8, 9): NACK generation (responder; requester for read), NACK reaction, timeouts; slow paths, timeouts below the configured minimum, retries beyond retry_cnt"
@@ -313,8 +342,21 @@ fn expected(marks: &[(u64, u32, Ipv4Addr)], scope: Scope, interval: u64) -> u64 
 }
 
 impl Analyzer for Cnp {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::RoceCnp
+    fn name(&self) -> &'static str {
+        "roce-cnp"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("cnp-missing", Unit::Count),
+            ("cnp-excess", Unit::Count),
+            ("cnps", Unit::Count),
+            ("interval", Unit::Nanos),
+            ("limiter-per-qp", Unit::Count),
+            ("limiter-per-ip", Unit::Count),
+            ("limiter-per-port", Unit::Count),
+        ]
     }
     fn about(&self) -> &'static str {
         "RoCE CNPs (DCQCN NP, Lumina §6.3): which limiter scope and interval the device follows, and whether it sends what min_time_between_cnps allows"
@@ -493,8 +535,15 @@ impl Analyzer for Cnp {
 pub struct Counters;
 
 impl Analyzer for Counters {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::RoceCounters
+    fn name(&self) -> &'static str {
+        "roce-counters"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("counter-disagrees", Unit::Count),
+        ]
     }
     fn about(&self) -> &'static str {
         "RoCE device counters equal what the switch trace proves (Lumina §6.2.4)"

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use wirelab_spec::{AnalyzerName, Unit};
+use wirelab_spec::Unit;
 use wirelab_trace::Aqm;
 
 use crate::model::evidence;
@@ -33,8 +33,30 @@ const RED_RULE: &str =
     "RED (Floyd & Jacobson 1993 §4): no marks below min_th; above max_th every packet is dropped";
 
 impl Analyzer for Vaqm {
-    fn name(&self) -> AnalyzerName {
-        AnalyzerName::Vaqm
+    fn name(&self) -> &'static str {
+        "vaqm"
+    }
+
+    fn findings(&self) -> &'static [(&'static str, Unit)] {
+        &[
+            ("violations", Unit::Count),
+            ("wrong-decision", Unit::Count),
+            ("queue", Unit::Bytes),
+            ("marks", Unit::Count),
+            ("drops", Unit::Count),
+            ("overflows", Unit::Count),
+            ("red-average", Unit::Bytes),
+            ("error", Unit::Bytes),
+            ("real-queue", Unit::Bytes),
+            ("cnms", Unit::Count),
+            ("qcn-feedback", Unit::Count),
+            ("send-rate", Unit::BitsPerSec),
+            ("rp-rate", Unit::BitsPerSec),
+            ("cnm-lost", Unit::Count),
+            ("replay-mismatch", Unit::Count),
+            ("distributed-error", Unit::Bytes),
+            ("distributed-truth-error", Unit::Bytes),
+        ]
     }
 
     fn about(&self) -> &'static str {
