@@ -24,6 +24,16 @@ use wirelab_trace::{Tcp, Trace};
 
 use crate::{Evidence, Options};
 
+mod ecn;
+mod iter;
+mod receiver;
+mod sender;
+
+use ecn::EcnTracker;
+pub(crate) use iter::IterTracker;
+use receiver::Receiver;
+use sender::Sender;
+
 /// Sequence-space comparison (RFC 9293 §3.4: modulo 2^32).
 pub(crate) fn seq_le(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) as i32) >= 0
@@ -564,427 +574,130 @@ impl<'a> Builder<'a> {
         };
     }
 
+    /// One pass over the connection's packets. Each side's view is its own
+    /// tracker: the sender's (`sender.rs`), the receiver's (`receiver.rs`),
+    /// ECN (`ecn.rs`) and Lumina's iteration counter (`iter.rs`).
     fn run(mut self) -> ConnAnalysis {
         self.base_rtt();
         let trace = self.trace;
-        let opts = self.opts;
-        // Largest round trip seen at the vantage point (bounds how long an
-        // ACK-triggered retransmission may take; see `classify`).
-        let mut max_rtt = self.out.handshake_rtt_ns.unwrap_or(0);
-        let mut min_data_rtt = u64::MAX;
+        let mut snd = Sender::new(self.out.handshake_rtt_ns);
+        let mut rcv = Receiver::default();
+        let mut ecn = EcnTracker::default();
+        let mut iters = IterTracker::default();
         let mut isn: Option<u32> = None;
-        let mut seen = false;
-        let mut last_rel = 0u32;
-        let mut next_new = 1u32; // snd_nxt high-water mark (relative)
-        let mut iter = 1u32;
-        let mut first_tx = 0u32;
-        let mut segs: BTreeMap<u32, SegState> = BTreeMap::new();
-        let mut nth: HashMap<u32, u32> = HashMap::new();
-        // Sender's view.
-        let mut snd_una = 1u32;
-        let mut una_hist: Vec<(u64, u32)> = Vec::new();
-        let mut last_ack: Option<(u32, u16)> = None;
-        let mut acks: Vec<AckEv> = Vec::new();
-        // Latest timeout: (retransmission evidence, ts, recovery point, interval)
-        let mut last_timeout: Option<(Evidence, u64, u32, u64)> = None;
-        let mut rto_recovery_until: Option<(u32, u64)> = None;
-        let mut tlp_out = false;
-        let mut last_data_ts = 0u64;
-        // Receiver's view: next expected byte and the out-of-order ranges.
-        let mut rcv_nxt: Option<u32> = None;
-        let mut ooo: BTreeMap<u32, u32> = BTreeMap::new();
-        let mut unanswered: Vec<usize> = Vec::new(); // into out.arrivals
-        let mut pending_echo: Vec<usize> = Vec::new();
-        let mut awaiting_cwr: Vec<usize> = Vec::new();
         for &(idx, t, ts) in self.pkts {
             let meta = trace.packets[idx].meta.as_ref();
-            let data = self.is_data(&t);
             let mut seg = Seg {
                 idx,
                 ts,
-                data,
+                data: self.is_data(&t),
                 tcp: t,
                 rel: 0,
                 index: 0,
                 iter: 0,
                 first: false,
-                lost: meta.is_some_and(|m| m.dropped() || m.event == Action::Corrupt),
+                lost: meta.is_some_and(|m| m.dropped() || m.event.loses()),
                 dupack: false,
             };
-            if !data {
+            if !seg.data {
                 let base = isn.unwrap_or(0);
                 seg.rel = t.ack.wrapping_sub(base);
+                let at = self.ev(idx);
                 if t.has_ack && isn.is_some() && !t.syn {
-                    let a = seg.rel;
-                    // RFC 5681 §2: a duplicate ACK carries no data, no SYN/FIN,
-                    // the same ACK and window as the last one, while data is
-                    // outstanding.
-                    seg.dupack = t.payload_len == 0
-                        && !t.fin
-                        && !t.rst
-                        && last_ack == Some((t.ack, t.window))
-                        && seq_lt(snd_una, next_new);
-                    last_ack = Some((t.ack, t.window));
-                    // Any ACK the receiver sends answers the arrivals before it.
-                    for a_i in unanswered.drain(..) {
-                        let ar = &mut self.out.arrivals[a_i];
-                        ar.answer = Some(evidence(trace, idx));
-                        ar.answer_ts_ns = Some(ts);
-                    }
-                    if seq_lt(snd_una, a) && seq_le(a, next_new) {
-                        // Cumulative progress: RTT sample from the newest
-                        // segment it covers that was never retransmitted.
-                        if let Some((_, s)) = segs.range(..a).next_back() {
-                            // Karn (RFC 6298 §3): never retransmitted; and
-                            // not SACKed before (then this ACK was held back
-                            // by a hole, and the SACK gave the sample).
-                            if s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a) {
-                                let rtt = ts.saturating_sub(s.first_ts);
-                                self.out.rtt_samples.push((ts, rtt));
-                                max_rtt = max_rtt.max(rtt);
-                                min_data_rtt = min_data_rtt.min(rtt);
-                            }
-                        }
-                        self.out.bytes_acked += u64::from(a.wrapping_sub(snd_una));
-                        snd_una = a;
-                        una_hist.push((ts, a));
-                        self.out.last_ack_ts_ns = Some(ts);
-                        tlp_out = false;
-                        if rto_recovery_until.is_some_and(|(p, _)| seq_le(p, a)) {
-                            rto_recovery_until = None;
-                        }
-                        if last_timeout.is_some_and(|(_, _, p, _)| seq_lt(p, a)) {
-                            last_timeout = None;
-                        }
-                    } else if seq_lt(snd_una, a) {
-                        // Acknowledges bytes never seen sent: the capture
-                        // missed them. Follow the receiver.
-                        snd_una = a;
-                        una_hist.push((ts, a));
-                    }
-                    // SACK blocks (RFC 2018) and DSACK (RFC 2883 §4: the
-                    // first block below the cumulative ACK, or inside the
-                    // second block).
-                    let sacks = t.sacks();
-                    for (n, &(l, r)) in sacks.iter().enumerate() {
-                        let (l, r) = (l.wrapping_sub(base), r.wrapping_sub(base));
-                        let is_dsack = n == 0
-                            && (seq_le(r, a)
-                                || sacks.get(1).is_some_and(|&(l2, r2)| {
-                                    seq_le(l2.wrapping_sub(base), l)
-                                        && seq_le(r, r2.wrapping_sub(base))
-                                }));
-                        if is_dsack {
-                            self.out.dsacks.push(evidence(trace, idx));
-                            let packet = segs.range(..=l).next_back().map(|(_, s)| s.index);
-                            if let Some(r) = self
-                                .out
-                                .retransmissions
-                                .iter_mut()
-                                .rev()
-                                .find(|r| Some(r.packet) == packet)
-                            {
-                                r.dsack.get_or_insert(evidence(trace, idx));
-                            }
-                            continue;
-                        }
-                        for (_, s) in segs.range_mut(l..) {
-                            if !seq_le(s.end, r) {
-                                break;
-                            }
-                            if s.sacked_ts.is_none() {
-                                s.sacked_ts = Some(ts);
-                                s.sack_idx = idx;
-                                if s.tx_count == 1 {
-                                    let rtt = ts.saturating_sub(s.first_ts);
-                                    self.out.rtt_samples.push((ts, rtt));
-                                    max_rtt = max_rtt.max(rtt);
-                                    min_data_rtt = min_data_rtt.min(rtt);
-                                }
-                            }
-                        }
-                    }
-                    acks.push(AckEv {
-                        idx,
-                        ts,
-                        ack: a,
-                        dup: seg.dupack,
-                    });
+                    rcv.on_ack(&mut self.out.arrivals, at, ts);
+                    seg.dupack = snd.on_ack(&mut self.out, trace, idx, &t, ts, base, seg.rel);
                 }
-                if t.has_ack && !t.syn {
-                    for &m in &pending_echo {
-                        let mark = &mut self.out.ce_marks[m];
-                        if mark.acked_by.is_none() && seq_le(mark.end_rel, seg.rel) {
-                            mark.acked_by = Some(evidence(trace, idx));
-                        }
-                    }
-                }
-                if t.ece && !t.syn {
-                    for m in pending_echo.drain(..) {
-                        let mark = &mut self.out.ce_marks[m];
-                        mark.echo = Some(evidence(trace, idx));
-                        mark.echo_latency_ns = Some(ts.saturating_sub(mark.ts_ns));
-                        awaiting_cwr.push(m);
-                    }
+                if !t.syn {
+                    let acked = t.has_ack.then_some(seg.rel);
+                    ecn.on_ack(&mut self.out.ce_marks, acked, t.ece, at, ts);
                 }
                 self.out.segs.push(seg);
                 continue;
             }
             if t.syn {
-                // Lumina's register starts over with a new connection.
                 isn = Some(t.seq);
                 self.out.isn = isn;
-                seen = false;
-                next_new = 1;
-                snd_una = 1;
-                iter = 1;
+                iters.restart();
+                snd.restart();
                 self.out.segs.push(seg);
                 continue;
             }
             let base = *isn.get_or_insert_with(|| {
-                // Joined mid-connection: number from the first byte seen.
-                snd_una = 1;
+                snd.joined();
                 t.seq.wrapping_sub(1)
             });
             seg.rel = t.seq.wrapping_sub(base);
-            if t.payload_len == 0 {
-                self.out.segs.push(seg);
-                continue;
+            if t.payload_len > 0 {
+                self.data(&mut seg, meta, (&mut snd, &mut rcv, &mut ecn, &mut iters));
             }
-            self.out.data_packets += 1;
-            self.out.smss = self.out.smss.max(t.payload_len);
-            self.out.first_data_ts_ns.get_or_insert(ts);
-            let rel = seg.rel;
-            // Lumina §3.3 ITER rule, as the switch applies it.
-            if seen && seq_le(rel, last_rel) {
-                iter += 1;
-            }
-            seen = true;
-            last_rel = rel;
-            let end = rel.wrapping_add(t.payload_len);
-            let first = seq_le(next_new, rel);
-            let index = if first {
-                first_tx += 1;
-                segs.insert(
-                    rel,
-                    SegState {
-                        index: first_tx,
-                        end,
-                        first_ts: ts,
-                        last_tx_ts: ts,
-                        last_tx_idx: idx,
-                        tx_count: 1,
-                        sacked_ts: None,
-                        sack_idx: 0,
-                    },
-                );
-                first_tx
-            } else {
-                // The first transmission that holds this byte.
-                segs.range(..=rel)
-                    .next_back()
-                    .filter(|(_, s)| seq_lt(rel, s.end))
-                    .map_or(0, |(_, s)| s.index)
-            };
-            if !seq_le(end, next_new) {
-                next_new = end;
-            }
-            seg.index = index;
-            seg.iter = iter;
-            seg.first = first;
-            if let Some(m) = meta {
-                if m.data_dir && (m.index != index || m.iter != iter) {
-                    self.out.iteration_mismatches.push(self.ev(idx));
-                }
-                if m.event != Action::None {
-                    self.out.events.push(AppliedEvent {
-                        event: m.event,
-                        event_id: m.event_id,
-                        at: self.ev(idx),
-                        packet: index,
-                        iteration: iter,
-                    });
-                }
-            }
-            self.out.flight.push((ts, next_new.wrapping_sub(snd_una)));
-            if t.ecn == 3 {
-                self.out.ce_marks.push(EcnMark {
-                    at: self.ev(idx),
-                    ts_ns: ts,
-                    packet: index,
-                    echo: None,
-                    echo_latency_ns: None,
-                    cwr: None,
-                    cwr_latency_ns: None,
-                    data_after_echo: false,
-                    acked_by: None,
-                    end_rel: end,
-                });
-                pending_echo.push(self.out.ce_marks.len() - 1);
-            }
-            if first {
-                for &m in &awaiting_cwr {
-                    self.out.ce_marks[m].data_after_echo = true;
-                }
-            }
-            if t.cwr {
-                for m in awaiting_cwr.drain(..) {
-                    let mark = &mut self.out.ce_marks[m];
-                    mark.cwr = Some(evidence(trace, idx));
-                    mark.cwr_latency_ns = mark
-                        .echo_latency_ns
-                        .map(|e| ts.saturating_sub(mark.ts_ns).saturating_sub(e));
-                }
-            }
-            // The receiver's side: did this arrival need an immediate ACK?
-            if !seg.lost {
-                let nxt = *rcv_nxt.get_or_insert(rel);
-                let kind = if seq_lt(nxt, rel) {
-                    Some("out-of-order")
-                } else if seq_le(rel, nxt) && seq_lt(nxt, end) && !ooo.is_empty() {
-                    Some("fills-hole")
-                } else {
-                    None
-                };
-                if seq_lt(nxt, rel) {
-                    ooo.entry(rel)
-                        .and_modify(|e| {
-                            if seq_lt(*e, end) {
-                                *e = end
-                            }
-                        })
-                        .or_insert(end);
-                } else if seq_lt(nxt, end) {
-                    let mut n = end;
-                    // Pull in the out-of-order ranges the new data reaches.
-                    while let Some((&s, &e)) = ooo.iter().next() {
-                        if seq_le(s, n) {
-                            ooo.remove(&s);
-                            if seq_lt(n, e) {
-                                n = e;
-                            }
-                        } else {
-                            break;
-                        }
-                    }
-                    rcv_nxt = Some(n);
-                }
-                if let Some(kind) = kind {
-                    let first_of_hole =
-                        kind == "out-of-order" && ooo.len() == 1 && ooo.get(&rel).is_some();
-                    self.out.arrivals.push(Arrival {
-                        at: self.ev(idx),
-                        ts_ns: ts,
-                        packet: index,
-                        kind,
-                        answer: None,
-                        answer_ts_ns: None,
-                        first_of_hole,
-                    });
-                    unanswered.push(self.out.arrivals.len() - 1);
-                }
-            }
-            if !first && index > 0 {
-                let s = segs
-                    .range(..=rel)
-                    .next_back()
-                    .map(|(&k, s)| (k, s.clone()))
-                    .expect("index > 0 has a segment");
-                let n = nth.entry(index).or_insert(0);
-                *n += 1;
-                let ctx = Classify {
-                    ts,
-                    start: s.0,
-                    seg: &s.1,
-                    segs: &segs,
-                    acks: &acks,
-                    una_hist: &una_hist,
-                    next_new,
-                    smss: self.out.smss,
-                    max_rtt,
-                    min_rtt: if min_data_rtt == u64::MAX {
-                        max_rtt
-                    } else {
-                        min_data_rtt
-                    },
-                    sender_side: self.out.base_rtt.sender_side_ns,
-                    opts,
-                    last_data_ts,
-                    tlp_out,
-                    rto_recovery: rto_recovery_until,
-                };
-                let (reason, trigger, flags) = ctx.classify();
-                // The timer runs from the later of the last transmission and
-                // the last ACK (each ACK re-arms it: RFC 6298 §5.3, Linux's
-                // tcp_rearm_rto).
-                let rto_ns = (reason == Reason::Timeout).then(|| {
-                    let last_ack = acks.last().map_or(0, |a| a.ts);
-                    ts.saturating_sub(s.1.last_tx_ts.max(last_ack))
-                });
-                let backoff_of = match (rto_ns, last_timeout) {
-                    (Some(_), Some((e, pts, _, rto))) if pts >= s.1.first_ts => Some((e, rto)),
-                    _ => None,
-                };
-                if let Some(rto) = rto_ns {
-                    last_timeout = Some((self.ev(idx), ts, next_new, rto));
-                    rto_recovery_until = Some((next_new, ts));
-                }
-                if reason == Reason::Tlp {
-                    tlp_out = true;
-                }
-                self.out.retransmissions.push(Retransmission {
-                    packet: index,
-                    nth: *n,
-                    iteration: iter,
-                    at: self.ev(idx),
-                    ts_ns: ts,
-                    previous: self.ev(s.1.last_tx_idx),
-                    previous_event: trace.packets[s.1.last_tx_idx]
-                        .meta
-                        .as_ref()
-                        .map(|m| m.event),
-                    since_loss_ns: ts.saturating_sub(s.1.last_tx_ts),
-                    recovery: reason.recovery(),
-                    reason,
-                    trigger: trigger.map(|a| self.ev(a.idx)),
-                    trigger_ts_ns: trigger.map(|a| a.ts),
-                    already_acked: flags.0,
-                    already_sacked: flags.1,
-                    dsack: None,
-                    rto_ns,
-                    backoff_of,
-                });
-                if let Some(st) = segs.get_mut(&s.0) {
-                    st.last_tx_ts = ts;
-                    st.last_tx_idx = idx;
-                    st.tx_count += 1;
-                }
-            }
-            last_data_ts = ts;
             self.out.segs.push(seg);
         }
-        self.out.first_transmissions = first_tx;
-        // The receiver's side is also sampled by every data packet and its
-        // ACK; the smallest sample beats the handshake's (a SYN takes the
-        // slow path through the stack).
-        if min_data_rtt != u64::MAX {
-            if self.out.base_rtt.source.is_empty() {
-                self.out.base_rtt = BaseRtt {
-                    sender_side_ns: 0,
-                    receiver_side_ns: min_data_rtt,
-                    source: "data",
-                };
-            } else if min_data_rtt < self.out.base_rtt.receiver_side_ns {
-                self.out.base_rtt.receiver_side_ns = min_data_rtt;
-                self.out.base_rtt.source = "handshake and data";
+        snd.finish(&mut self.out);
+        self.out
+    }
+
+    /// A data packet from the sender, through each tracker.
+    fn data(
+        &mut self,
+        seg: &mut Seg,
+        meta: Option<&wirelab_trace::Meta>,
+        (snd, rcv, ecn, iters): (
+            &mut Sender,
+            &mut Receiver,
+            &mut EcnTracker,
+            &mut IterTracker,
+        ),
+    ) {
+        let (idx, ts, t, rel) = (seg.idx, seg.ts, seg.tcp, seg.rel);
+        self.out.data_packets += 1;
+        self.out.smss = self.out.smss.max(t.payload_len);
+        self.out.first_data_ts_ns.get_or_insert(ts);
+        let iter = iters.on_data(rel);
+        let end = rel.wrapping_add(t.payload_len);
+        let (index, first) = snd.on_send(rel, end, ts, idx);
+        seg.index = index;
+        seg.iter = iter;
+        seg.first = first;
+        let at = self.ev(idx);
+        if let Some(m) = meta {
+            if m.data_dir && (m.index != index || m.iter != iter) {
+                self.out.iteration_mismatches.push(at);
+            }
+            if m.event != Action::None {
+                self.out.events.push(AppliedEvent {
+                    event: m.event,
+                    event_id: m.event_id,
+                    at,
+                    packet: index,
+                    iteration: iter,
+                });
             }
         }
-        // The sender's side keeps the handshake's figure: new data that
-        // follows an ACK need not be clocked out by it, so data-path samples
-        // can be arbitrarily small, and the classifier relies on this side
-        // not being underestimated (an ACK counts as known to the sender
-        // only a sender-side round trip after it passed).
-        self.out
+        self.out.flight.push((ts, snd.flight()));
+        ecn.on_data(
+            &mut self.out.ce_marks,
+            (t.ecn, first, t.cwr),
+            at,
+            ts,
+            index,
+            end,
+        );
+        // The receiver's side: did this arrival need an immediate ACK?
+        if !seg.lost {
+            rcv.on_data(&mut self.out.arrivals, rel, end, at, ts, index);
+        }
+        if !first && index > 0 {
+            snd.on_resend(
+                &mut self.out,
+                self.trace,
+                idx,
+                ts,
+                rel,
+                (index, iter),
+                self.opts,
+            );
+        }
+        snd.sent(ts);
     }
 }
 

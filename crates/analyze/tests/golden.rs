@@ -667,3 +667,39 @@ fn every_reported_finding_is_declared_in_the_catalog() {
         "reported but not declared: {undeclared:?}"
     );
 }
+
+/// Lumina §3.3's ITER rule is applied twice: by the switch as packets pass
+/// (the trace's `iter=`/`idx=`) and by the model's iteration tracker when it
+/// reads them back. On every golden the two agree packet for packet, and
+/// every golden has packets to compare.
+#[test]
+fn the_iteration_tracker_agrees_with_the_switch() {
+    for name in ALL {
+        let t = golden(name);
+        let r = report_with(name, &t, None);
+        let mut compared = 0;
+        let mut later_rounds = 0;
+        for c in &r.analysis.connections {
+            for s in c.segs.iter().filter(|s| s.data && s.tcp.payload_len > 0) {
+                let Some(m) = t.packets[s.idx].meta.as_ref().filter(|m| m.data_dir) else {
+                    continue;
+                };
+                assert_eq!(
+                    (s.index, s.iter),
+                    (m.index, m.iter),
+                    "{name}: frame {} (model vs switch: index, iteration)",
+                    t.packets[s.idx].frame
+                );
+                compared += 1;
+                later_rounds += u32::from(s.iter > 1);
+            }
+        }
+        assert!(compared > 0, "{name}: no data packet with switch metadata");
+        if name != "ecn" {
+            assert!(
+                later_rounds > 0,
+                "{name}: no retransmission round to compare"
+            );
+        }
+    }
+}

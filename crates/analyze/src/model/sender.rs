@@ -1,0 +1,349 @@
+//! The sender's view at the vantage point: what was sent (numbered as
+//! Lumina §3.3 numbers data packets), what the receiver acknowledged
+//! (cumulative ACK, SACK scoreboard, DSACK, duplicate ACKs), round-trip
+//! samples, and for every retransmission what justified it (`Classify`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use wirelab_trace::{Tcp, Trace};
+
+use super::{
+    evidence, seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission,
+    SegState,
+};
+use crate::{Evidence, Options};
+
+pub(crate) struct Sender {
+    /// Largest round trip seen at the vantage point (bounds how long an
+    /// ACK-triggered retransmission may take; see `Classify`).
+    max_rtt: u64,
+    min_data_rtt: u64,
+    /// snd_nxt's high-water mark (relative).
+    next_new: u32,
+    first_tx: u32,
+    /// First transmissions by relative sequence number.
+    segs: BTreeMap<u32, SegState>,
+    /// Retransmissions so far, per data packet index.
+    nth: HashMap<u32, u32>,
+    snd_una: u32,
+    una_hist: Vec<(u64, u32)>,
+    last_ack: Option<(u32, u16)>,
+    acks: Vec<AckEv>,
+    /// Latest timeout: (retransmission evidence, ts, recovery point, interval).
+    last_timeout: Option<(Evidence, u64, u32, u64)>,
+    rto_recovery_until: Option<(u32, u64)>,
+    tlp_out: bool,
+    last_data_ts: u64,
+}
+
+impl Sender {
+    pub(crate) fn new(handshake_rtt_ns: Option<u64>) -> Sender {
+        Sender {
+            max_rtt: handshake_rtt_ns.unwrap_or(0),
+            min_data_rtt: u64::MAX,
+            next_new: 1,
+            first_tx: 0,
+            segs: BTreeMap::new(),
+            nth: HashMap::new(),
+            snd_una: 1,
+            una_hist: Vec::new(),
+            last_ack: None,
+            acks: Vec::new(),
+            last_timeout: None,
+            rto_recovery_until: None,
+            tlp_out: false,
+            last_data_ts: 0,
+        }
+    }
+
+    /// A SYN from the sender: sequence space starts over.
+    pub(crate) fn restart(&mut self) {
+        self.next_new = 1;
+        self.snd_una = 1;
+    }
+
+    /// The trace joined mid-connection: number from the first byte seen.
+    pub(crate) fn joined(&mut self) {
+        self.snd_una = 1;
+    }
+
+    /// Bytes in flight: sent and not cumulatively acknowledged.
+    pub(crate) fn flight(&self) -> u32 {
+        self.next_new.wrapping_sub(self.snd_una)
+    }
+
+    fn rtt_sample(&mut self, out: &mut ConnAnalysis, ts: u64, rtt: u64) {
+        out.rtt_samples.push((ts, rtt));
+        self.max_rtt = self.max_rtt.max(rtt);
+        self.min_data_rtt = self.min_data_rtt.min(rtt);
+    }
+
+    /// An ACK from the receiver (relative cumulative ACK `a`; `base` is the
+    /// ISN). Returns whether it is a duplicate ACK.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_ack(
+        &mut self,
+        out: &mut ConnAnalysis,
+        trace: &Trace,
+        idx: usize,
+        t: &Tcp,
+        ts: u64,
+        base: u32,
+        a: u32,
+    ) -> bool {
+        // RFC 5681 §2: a duplicate ACK carries no data, no SYN/FIN, the
+        // same ACK and window as the last one, while data is outstanding.
+        let dup = t.payload_len == 0
+            && !t.fin
+            && !t.rst
+            && self.last_ack == Some((t.ack, t.window))
+            && seq_lt(self.snd_una, self.next_new);
+        self.last_ack = Some((t.ack, t.window));
+        if seq_lt(self.snd_una, a) && seq_le(a, self.next_new) {
+            // Cumulative progress: RTT sample from the newest segment it
+            // covers that was never retransmitted.
+            if let Some((_, s)) = self.segs.range(..a).next_back() {
+                // Karn (RFC 6298 §3): never retransmitted; and not SACKed
+                // before (then this ACK was held back by a hole, and the
+                // SACK gave the sample).
+                if s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a) {
+                    let rtt = ts.saturating_sub(s.first_ts);
+                    self.rtt_sample(out, ts, rtt);
+                }
+            }
+            out.bytes_acked += u64::from(a.wrapping_sub(self.snd_una));
+            self.snd_una = a;
+            self.una_hist.push((ts, a));
+            out.last_ack_ts_ns = Some(ts);
+            self.tlp_out = false;
+            if self.rto_recovery_until.is_some_and(|(p, _)| seq_le(p, a)) {
+                self.rto_recovery_until = None;
+            }
+            if self.last_timeout.is_some_and(|(_, _, p, _)| seq_lt(p, a)) {
+                self.last_timeout = None;
+            }
+        } else if seq_lt(self.snd_una, a) {
+            // Acknowledges bytes never seen sent: the capture missed them.
+            // Follow the receiver.
+            self.snd_una = a;
+            self.una_hist.push((ts, a));
+        }
+        self.on_sacks(out, trace, idx, t, ts, base, a);
+        self.acks.push(AckEv {
+            idx,
+            ts,
+            ack: a,
+            dup,
+        });
+        dup
+    }
+
+    /// SACK blocks (RFC 2018) and DSACK (RFC 2883 §4: the first block
+    /// below the cumulative ACK, or inside the second block).
+    #[allow(clippy::too_many_arguments)]
+    fn on_sacks(
+        &mut self,
+        out: &mut ConnAnalysis,
+        trace: &Trace,
+        idx: usize,
+        t: &Tcp,
+        ts: u64,
+        base: u32,
+        a: u32,
+    ) {
+        let sacks = t.sacks();
+        for (n, &(l, r)) in sacks.iter().enumerate() {
+            let (l, r) = (l.wrapping_sub(base), r.wrapping_sub(base));
+            let is_dsack = n == 0
+                && (seq_le(r, a)
+                    || sacks.get(1).is_some_and(|&(l2, r2)| {
+                        seq_le(l2.wrapping_sub(base), l) && seq_le(r, r2.wrapping_sub(base))
+                    }));
+            if is_dsack {
+                out.dsacks.push(evidence(trace, idx));
+                let packet = self.segs.range(..=l).next_back().map(|(_, s)| s.index);
+                if let Some(r) = out
+                    .retransmissions
+                    .iter_mut()
+                    .rev()
+                    .find(|r| Some(r.packet) == packet)
+                {
+                    r.dsack.get_or_insert(evidence(trace, idx));
+                }
+                continue;
+            }
+            let mut samples = Vec::new();
+            for (_, s) in self.segs.range_mut(l..) {
+                if !seq_le(s.end, r) {
+                    break;
+                }
+                if s.sacked_ts.is_none() {
+                    s.sacked_ts = Some(ts);
+                    s.sack_idx = idx;
+                    if s.tx_count == 1 {
+                        samples.push(ts.saturating_sub(s.first_ts));
+                    }
+                }
+            }
+            for rtt in samples {
+                self.rtt_sample(out, ts, rtt);
+            }
+        }
+    }
+
+    /// Data `rel..end` sent at `ts`: its data packet index (Lumina §3.3:
+    /// first transmissions are numbered 1, 2, ...; a retransmission takes
+    /// the index of the first transmission that holds its first byte, 0 if
+    /// none is known) and whether it is a first transmission.
+    pub(crate) fn on_send(&mut self, rel: u32, end: u32, ts: u64, idx: usize) -> (u32, bool) {
+        let first = seq_le(self.next_new, rel);
+        let index = if first {
+            self.first_tx += 1;
+            self.segs.insert(
+                rel,
+                SegState {
+                    index: self.first_tx,
+                    end,
+                    first_ts: ts,
+                    last_tx_ts: ts,
+                    last_tx_idx: idx,
+                    tx_count: 1,
+                    sacked_ts: None,
+                    sack_idx: 0,
+                },
+            );
+            self.first_tx
+        } else {
+            self.segs
+                .range(..=rel)
+                .next_back()
+                .filter(|(_, s)| seq_lt(rel, s.end))
+                .map_or(0, |(_, s)| s.index)
+        };
+        if !seq_le(end, self.next_new) {
+            self.next_new = end;
+        }
+        (index, first)
+    }
+
+    /// A retransmission of data packet `index` (iteration `iter`) at `ts`:
+    /// classified by what the sender could know (`Classify`) and recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_resend(
+        &mut self,
+        out: &mut ConnAnalysis,
+        trace: &Trace,
+        idx: usize,
+        ts: u64,
+        rel: u32,
+        (index, iter): (u32, u32),
+        opts: Options,
+    ) {
+        let s = self
+            .segs
+            .range(..=rel)
+            .next_back()
+            .map(|(&k, s)| (k, s.clone()))
+            .expect("index > 0 has a segment");
+        let n = self.nth.entry(index).or_insert(0);
+        *n += 1;
+        let nth = *n;
+        let ctx = Classify {
+            ts,
+            start: s.0,
+            seg: &s.1,
+            segs: &self.segs,
+            acks: &self.acks,
+            una_hist: &self.una_hist,
+            next_new: self.next_new,
+            smss: out.smss,
+            max_rtt: self.max_rtt,
+            min_rtt: if self.min_data_rtt == u64::MAX {
+                self.max_rtt
+            } else {
+                self.min_data_rtt
+            },
+            sender_side: out.base_rtt.sender_side_ns,
+            opts,
+            last_data_ts: self.last_data_ts,
+            tlp_out: self.tlp_out,
+            rto_recovery: self.rto_recovery_until,
+        };
+        let (reason, trigger, flags) = ctx.classify();
+        // The timer runs from the later of the last transmission and the
+        // last ACK (each ACK re-arms it: RFC 6298 §5.3, Linux's
+        // tcp_rearm_rto).
+        let rto_ns = (reason == Reason::Timeout).then(|| {
+            let last_ack = self.acks.last().map_or(0, |a| a.ts);
+            ts.saturating_sub(s.1.last_tx_ts.max(last_ack))
+        });
+        let backoff_of = match (rto_ns, self.last_timeout) {
+            (Some(_), Some((e, pts, _, rto))) if pts >= s.1.first_ts => Some((e, rto)),
+            _ => None,
+        };
+        if let Some(rto) = rto_ns {
+            self.last_timeout = Some((evidence(trace, idx), ts, self.next_new, rto));
+            self.rto_recovery_until = Some((self.next_new, ts));
+        }
+        if reason == Reason::Tlp {
+            self.tlp_out = true;
+        }
+        out.retransmissions.push(Retransmission {
+            packet: index,
+            nth,
+            iteration: iter,
+            at: evidence(trace, idx),
+            ts_ns: ts,
+            previous: evidence(trace, s.1.last_tx_idx),
+            previous_event: trace.packets[s.1.last_tx_idx]
+                .meta
+                .as_ref()
+                .map(|m| m.event),
+            since_loss_ns: ts.saturating_sub(s.1.last_tx_ts),
+            recovery: reason.recovery(),
+            reason,
+            trigger: trigger.map(|a| evidence(trace, a.idx)),
+            trigger_ts_ns: trigger.map(|a| a.ts),
+            already_acked: flags.0,
+            already_sacked: flags.1,
+            dsack: None,
+            rto_ns,
+            backoff_of,
+        });
+        if let Some(st) = self.segs.get_mut(&s.0) {
+            st.last_tx_ts = ts;
+            st.last_tx_idx = idx;
+            st.tx_count += 1;
+        }
+    }
+
+    /// A data packet left at `ts` (the tail-loss probe's clock).
+    pub(crate) fn sent(&mut self, ts: u64) {
+        self.last_data_ts = ts;
+    }
+
+    /// What the sender's view adds once the connection is read.
+    pub(crate) fn finish(&self, out: &mut ConnAnalysis) {
+        out.first_transmissions = self.first_tx;
+        // The receiver's side is also sampled by every data packet and its
+        // ACK; the smallest sample beats the handshake's (a SYN takes the
+        // slow path through the stack).
+        if self.min_data_rtt != u64::MAX {
+            if out.base_rtt.source.is_empty() {
+                out.base_rtt = BaseRtt {
+                    sender_side_ns: 0,
+                    receiver_side_ns: self.min_data_rtt,
+                    source: "data",
+                };
+            } else if self.min_data_rtt < out.base_rtt.receiver_side_ns {
+                out.base_rtt.receiver_side_ns = self.min_data_rtt;
+                out.base_rtt.source = "handshake and data";
+            }
+        }
+        // The sender's side keeps the handshake's figure: new data that
+        // follows an ACK need not be clocked out by it, so data-path samples
+        // can be arbitrarily small, and the classifier relies on this side
+        // not being underestimated (an ACK counts as known to the sender
+        // only a sender-side round trip after it passed).
+    }
+}
