@@ -32,7 +32,7 @@ mod sender;
 use ecn::EcnTracker;
 pub(crate) use iter::IterTracker;
 use receiver::Receiver;
-use sender::Sender;
+use sender::{AckIn, Sender};
 
 /// Sequence-space comparison (RFC 9293 §3.4: modulo 2^32).
 pub(crate) fn seq_le(a: u32, b: u32) -> bool {
@@ -605,7 +605,14 @@ impl<'a> Builder<'a> {
                 let at = self.ev(idx);
                 if t.has_ack && isn.is_some() && !t.syn {
                     rcv.on_ack(&mut self.out.arrivals, at, ts);
-                    seg.dupack = snd.on_ack(&mut self.out, trace, idx, &t, ts, base, seg.rel);
+                    let ack = AckIn {
+                        idx,
+                        tcp: &t,
+                        ts,
+                        base,
+                        ack: seg.rel,
+                    };
+                    seg.dupack = snd.on_ack(&mut self.out, trace, &ack);
                 }
                 if !t.syn {
                     let acked = t.has_ack.then_some(seg.rel);

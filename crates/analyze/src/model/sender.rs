@@ -13,6 +13,18 @@ use super::{
 };
 use crate::{Evidence, Options};
 
+/// An ACK as it passed the vantage point.
+pub(crate) struct AckIn<'a> {
+    /// Into `Trace::packets`.
+    pub idx: usize,
+    pub tcp: &'a Tcp,
+    pub ts: u64,
+    /// The ISN: SACK blocks are made relative to it.
+    pub base: u32,
+    /// The relative cumulative ACK.
+    pub ack: u32,
+}
+
 pub(crate) struct Sender {
     /// Largest round trip seen at the vantage point (bounds how long an
     /// ACK-triggered retransmission may take; see `Classify`).
@@ -78,19 +90,11 @@ impl Sender {
         self.min_data_rtt = self.min_data_rtt.min(rtt);
     }
 
-    /// An ACK from the receiver (relative cumulative ACK `a`; `base` is the
-    /// ISN). Returns whether it is a duplicate ACK.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_ack(
-        &mut self,
-        out: &mut ConnAnalysis,
-        trace: &Trace,
-        idx: usize,
-        t: &Tcp,
-        ts: u64,
-        base: u32,
-        a: u32,
-    ) -> bool {
+    /// An ACK from the receiver. Returns whether it is a duplicate ACK.
+    pub(crate) fn on_ack(&mut self, out: &mut ConnAnalysis, trace: &Trace, ack: &AckIn) -> bool {
+        let &AckIn {
+            tcp: t, ts, ack: a, ..
+        } = ack;
         // RFC 5681 §2: a duplicate ACK carries no data, no SYN/FIN, the
         // same ACK and window as the last one, while data is outstanding.
         let dup = t.payload_len == 0
@@ -128,9 +132,9 @@ impl Sender {
             self.snd_una = a;
             self.una_hist.push((ts, a));
         }
-        self.on_sacks(out, trace, idx, t, ts, base, a);
+        self.on_sacks(out, trace, ack);
         self.acks.push(AckEv {
-            idx,
+            idx: ack.idx,
             ts,
             ack: a,
             dup,
@@ -140,17 +144,14 @@ impl Sender {
 
     /// SACK blocks (RFC 2018) and DSACK (RFC 2883 §4: the first block
     /// below the cumulative ACK, or inside the second block).
-    #[allow(clippy::too_many_arguments)]
-    fn on_sacks(
-        &mut self,
-        out: &mut ConnAnalysis,
-        trace: &Trace,
-        idx: usize,
-        t: &Tcp,
-        ts: u64,
-        base: u32,
-        a: u32,
-    ) {
+    fn on_sacks(&mut self, out: &mut ConnAnalysis, trace: &Trace, ack: &AckIn) {
+        let &AckIn {
+            idx,
+            tcp: t,
+            ts,
+            base,
+            ack: a,
+        } = ack;
         let sacks = t.sacks();
         for (n, &(l, r)) in sacks.iter().enumerate() {
             let (l, r) = (l.wrapping_sub(base), r.wrapping_sub(base));
