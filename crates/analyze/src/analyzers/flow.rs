@@ -137,8 +137,15 @@ impl Timeline {
             .map(|c| (c.id, data(c)))
             .filter(|(_, d)| !d.is_empty())
             .collect();
-        let start = per.iter().map(|(_, d)| d[0].0).min().unwrap_or(0);
-        let end = per.iter().map(|(_, d)| d[d.len() - 1].0).max().unwrap_or(0);
+        // Captures are not always in time order (merged files, a clock
+        // step, several CPUs writing one file), so the span is the least
+        // and greatest time, not the first and last packet's.
+        let span = |d: &[(u64, u64)]| {
+            let ts = d.iter().map(|(t, _)| *t);
+            (ts.clone().min().unwrap_or(0), ts.max().unwrap_or(0))
+        };
+        let start = per.iter().map(|(_, d)| span(d).0).min().unwrap_or(0);
+        let end = per.iter().map(|(_, d)| span(d).1).max().unwrap_or(0);
         // At least 1 ms: finer bins show packet trains, not rates.
         let bin = ((end - start) / BINS).max(1_000_000);
         let n = ((end - start) / bin + 1) as usize;
@@ -149,7 +156,8 @@ impl Timeline {
                 for (ts, len) in &d {
                     bytes[((ts - start) / bin) as usize] += len;
                 }
-                (id, d[0].0, d[d.len() - 1].0, bytes)
+                let (first, last) = span(&d);
+                (id, first, last, bytes)
             })
             .collect();
         Timeline {
