@@ -57,21 +57,7 @@ impl RPkt {
 /// Parses the RoCEv2 headers of one captured frame; tolerant of snap
 /// length (the BTH must be there, the rest only if captured).
 pub fn parse(link: Link, data: &[u8]) -> Option<RPkt> {
-    let l3 = match link {
-        Link::Ethernet => {
-            if data.len() < 14 || data[12..14] != [0x08, 0x00] {
-                return None;
-            }
-            14
-        }
-        Link::RawIp => 0,
-        Link::LinuxSll => {
-            if data.len() < 16 || data[14..16] != [0x08, 0x00] {
-                return None;
-            }
-            16
-        }
-    };
+    let l3 = link.ipv4_offset(data)?;
     let ip = data.get(l3..)?;
     if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 17 {
         return None;

@@ -9,11 +9,9 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgParser};
-use pcap_file::DataLink;
 
 pub use meta::{Action, Aqm, Meta};
 
@@ -83,24 +81,98 @@ impl Tcp {
     }
 }
 
-/// How a capture's frames start (pcap LINKTYPE_*).
+/// How a capture's frames start (pcap LINKTYPE_*, tcpdump.org/linktypes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Link {
+    /// Ethernet, with or without 802.1Q/QinQ tags.
     Ethernet,
     /// Bare IPv4/IPv6 (LINKTYPE_RAW, _IPV4, _IPV6).
     RawIp,
-    /// Linux cooked capture v1 (`tcpdump -i any`).
+    /// Linux cooked capture v1 (`tcpdump -i any` before libpcap 1.10).
     LinuxSll,
+    /// Linux cooked capture v2 (`tcpdump -i any` since libpcap 1.10).
+    LinuxSll2,
+    /// BSD loopback (LINKTYPE_NULL, _LOOP): a 4-byte address family, then IP.
+    Null,
+}
+
+/// Where the network layer starts after a link header.
+enum L3 {
+    /// An Ethernet header (its tags parsed by etherparse).
+    Ethernet,
+    /// IP at this offset.
+    Ip(usize),
+    /// The protocol the link header names (an EtherType), at this offset.
+    EtherType(u16, usize),
 }
 
 impl Link {
-    fn of(d: DataLink) -> Option<Link> {
-        match d {
-            DataLink::ETHERNET => Some(Link::Ethernet),
-            DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(Link::RawIp),
-            DataLink::LINUX_SLL => Some(Link::LinuxSll),
-            _ => None,
+    /// The link type of a pcap header or pcapng interface.
+    pub fn of(linktype: u32) -> Option<Link> {
+        Some(match linktype {
+            1 => Link::Ethernet,
+            101 | 228 | 229 => Link::RawIp,
+            113 => Link::LinuxSll,
+            276 => Link::LinuxSll2,
+            0 | 108 => Link::Null,
+            _ => return None,
+        })
+    }
+
+    fn l3(self, data: &[u8]) -> Result<L3, NotTcp> {
+        let header = |len: usize, layer: &str| {
+            if data.len() < len {
+                Err(malformed(
+                    layer,
+                    data.len(),
+                    format!("shorter than the {len}-byte header"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let be16 = |at: usize| u16::from_be_bytes([data[at], data[at + 1]]);
+        Ok(match self {
+            Link::Ethernet => L3::Ethernet,
+            Link::RawIp => L3::Ip(0),
+            Link::Null => {
+                header(4, "null")?;
+                L3::Ip(4)
+            }
+            // SLL: 16 bytes, the protocol in the last two.
+            Link::LinuxSll => {
+                header(16, "linux_sll")?;
+                L3::EtherType(be16(14), 16)
+            }
+            // SLL2: 20 bytes, the protocol in the first two.
+            Link::LinuxSll2 => {
+                header(20, "linux_sll2")?;
+                L3::EtherType(be16(0), 20)
+            }
+        })
+    }
+
+    /// Offset of an IPv4 header in the frame, if the frame carries one.
+    pub fn ipv4_offset(self, data: &[u8]) -> Option<usize> {
+        match self.l3(data).ok()? {
+            L3::Ethernet => (data.get(12..14)? == [0x08, 0x00]).then_some(14),
+            L3::Ip(o) => Some(o),
+            L3::EtherType(0x0800, o) => Some(o),
+            L3::EtherType(..) => None,
         }
+    }
+
+    fn slice(self, data: &[u8]) -> Result<etherparse::LaxSlicedPacket<'_>, NotTcp> {
+        use etherparse::LaxSlicedPacket;
+        Ok(match self.l3(data)? {
+            L3::Ethernet => {
+                LaxSlicedPacket::from_ethernet(data).map_err(|e| malformed("ethernet", 0, e))?
+            }
+            L3::Ip(o) => LaxSlicedPacket::from_ip(&data[o..]).map_err(|e| malformed("ip", o, e))?,
+            L3::EtherType(et, o) => {
+                LaxSlicedPacket::from_ether_type(etherparse::EtherType(et), &data[o..])
+            }
+        })
     }
 }
 
@@ -161,40 +233,12 @@ pub fn ip_source(link: Link, data: &[u8]) -> Option<std::net::IpAddr> {
 
 /// The packet's layers, leniently (a truncated snapshot still has its IP header).
 fn sliced(link: Link, data: &[u8]) -> Option<etherparse::LaxSlicedPacket<'_>> {
-    use etherparse::LaxSlicedPacket;
-    match link {
-        Link::Ethernet => LaxSlicedPacket::from_ethernet(data).ok(),
-        Link::RawIp => LaxSlicedPacket::from_ip(data).ok(),
-        Link::LinuxSll => {
-            let et = u16::from_be_bytes([*data.get(14)?, *data.get(15)?]);
-            Some(LaxSlicedPacket::from_ether_type(
-                etherparse::EtherType(et),
-                data.get(16..)?,
-            ))
-        }
-    }
+    link.slice(data).ok()
 }
 
 pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
-    use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
-    let p = match link {
-        Link::Ethernet => {
-            LaxSlicedPacket::from_ethernet(data).map_err(|e| malformed("ethernet", 0, e))?
-        }
-        Link::RawIp => LaxSlicedPacket::from_ip(data).map_err(|e| malformed("ip", 0, e))?,
-        Link::LinuxSll => {
-            // SLL header: 16 bytes, protocol (an EtherType) in the last two.
-            if data.len() < 16 {
-                return Err(malformed(
-                    "linux_sll",
-                    data.len(),
-                    "shorter than the 16-byte header",
-                ));
-            }
-            let et = u16::from_be_bytes([data[14], data[15]]);
-            LaxSlicedPacket::from_ether_type(etherparse::EtherType(et), &data[16..])
-        }
-    };
+    use etherparse::{LaxNetSlice, TransportSlice};
+    let p = link.slice(data)?;
     let at = |s: &[u8]| s.as_ptr() as usize - data.as_ptr() as usize;
     // (source, destination, ECN, where the IP datagram ends by its own length)
     let (src, dst, ecn, declared_end, is_tcp) = match &p.net {
@@ -374,10 +418,10 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
                             _ => {}
                         }
                     }
-                    let Some(link) = Link::of(idb.linktype) else {
+                    let Some(link) = Link::of(u32::from(idb.linktype)) else {
                         return Err((
                             format!(
-                                "interface {} has link type {:?}; wirelab reads Ethernet, raw IP and Linux cooked captures",
+                                "interface {} has link type {:?}; wirelab reads Ethernet, raw IP, Linux cooked (SLL, SLL2) and loopback captures",
                                 trace.interfaces.len(),
                                 idb.linktype
                             ),
@@ -427,46 +471,171 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
             }
         }
     } else {
-        let (mut rest, parser) = PcapParser::new(bytes)
-            .map_err(|e| (format!("not a pcap or pcapng file: {e}"), None))?;
-        let hdr = parser.header();
-        let Some(link) = Link::of(hdr.datalink) else {
-            return Err((
-                format!(
-                    "link type {:?}; wirelab reads Ethernet, raw IP and Linux cooked captures",
-                    hdr.datalink
-                ),
-                Some(20),
-            ));
+        read_pcap(bytes, &mut trace)?;
+    }
+    Ok(trace)
+}
+
+/// Classic pcap, through rusticata's pcap-parser: pcap-file 2.0.0 rejects
+/// every record longer than the header's snap length (`tcpdump -s 128`
+/// files stopped after a handful of packets), a bug fixed upstream but not
+/// released. Both byte orders, µs and ns timestamps, any snap length
+/// (including 0), and the vendor record layouts
+/// (`probe_record_layout`).
+fn read_pcap(bytes: &[u8], trace: &mut Trace) -> Result<(), (String, Option<u64>)> {
+    use pcap_parser::pcap::{
+        parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
+    };
+    let (mut rest, hdr) = parse_pcap_header(bytes).map_err(|_| {
+        let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        (
+            format!("not a pcap or pcapng file (magic number {magic:#010x})"),
+            None,
+        )
+    })?;
+    let Some(link) = u32::try_from(hdr.network.0).ok().and_then(Link::of) else {
+        return Err((
+            format!(
+                "link type {}; wirelab reads Ethernet, raw IP, Linux cooked (SLL, SLL2) and loopback captures",
+                hdr.network.0
+            ),
+            Some(20),
+        ));
+    };
+    let frame = if hdr.is_modified_format() {
+        parse_pcap_frame_modified
+    } else if hdr.is_bigendian() {
+        parse_pcap_frame_be
+    } else {
+        parse_pcap_frame
+    };
+    let extra = probe_record_layout(rest, hdr.is_bigendian(), hdr.is_modified_format());
+    // pcap-parser reads the plain and Kuznetzov layouts; the rest here.
+    let by_parser = extra == if hdr.is_modified_format() { 8 } else { 0 };
+    let sub_second = if hdr.is_nanosecond_precision() {
+        1
+    } else {
+        1000
+    };
+    trace.interfaces.push("if0".into());
+    while !rest.is_empty() {
+        let at = (bytes.len() - rest.len()) as u64;
+        let record = if by_parser {
+            frame(rest).map_err(|e| match e {
+                pcap_parser::nom::Err::Incomplete(_) => {
+                    format!("the file ends inside it ({} bytes left)", rest.len())
+                }
+                e => e.to_string(),
+            })
+        } else {
+            vendor_frame(rest, hdr.is_bigendian(), extra)
         };
-        trace.interfaces.push("if0".into());
-        while !rest.is_empty() {
-            let at = off(rest);
-            match parser.next_packet(rest) {
-                Ok((next, p)) => {
-                    rest = next;
-                    trace.packets.push(Packet {
-                        frame: trace.packets.len() as u64 + 1,
-                        // pcap-file already scales µs/ns pcap timestamps.
-                        ts_ns: p.timestamp.as_nanos() as u64,
-                        orig_len: p.orig_len,
-                        data: p.data.into_owned(),
-                        interface: 0,
-                        link,
-                        meta: None,
-                    });
-                }
-                Err(e) => {
-                    trace.truncated = Some(Damage {
-                        offset: at,
-                        detail: format!("record {}: {e}", trace.packets.len() + 1),
-                    });
-                    break;
-                }
+        match record {
+            Ok((next, p)) => {
+                rest = next;
+                trace.packets.push(Packet {
+                    frame: trace.packets.len() as u64 + 1,
+                    ts_ns: u64::from(p.ts_sec) * 1_000_000_000 + u64::from(p.ts_usec) * sub_second,
+                    orig_len: p.origlen,
+                    data: p.data.to_vec(),
+                    interface: 0,
+                    link,
+                    meta: None,
+                });
+            }
+            Err(why) => {
+                trace.truncated = Some(Damage {
+                    offset: at,
+                    detail: format!("record {}: {why}", trace.packets.len() + 1),
+                });
+                break;
             }
         }
     }
-    Ok(trace)
+    Ok(())
+}
+
+/// Record layouts of classic pcap (Wireshark's wiretap/libpcap.c names
+/// them). Behind the standard magic number: the plain 16-byte record
+/// header, Nokia's with 4 bytes more, and RedHat 6.1's (SS990417) with
+/// Kuznetzov's 8 (interface index, protocol, packet type). Behind the
+/// modified magic number: Kuznetzov's 8 more, or SuSE 6.3's (SS990915) 12
+/// (CPU numbers and padding too). Only the record sizes tell them apart,
+/// so the first records are tried with each, as Wireshark does; no reader
+/// library does this, hence this small probe. Returns the bytes between
+/// the standard header and the data.
+fn probe_record_layout(bytes: &[u8], be: bool, modified: bool) -> usize {
+    let candidates: &[usize] = if modified { &[8, 12] } else { &[0, 4, 8] };
+    let u32_at = |b: &[u8], at: usize| {
+        let w = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        if be {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        }
+    };
+    'layout: for &extra in candidates {
+        let hdr = 16 + extra;
+        let mut rest = bytes;
+        // The first records (up to 3) must be sane: captured length at most
+        // the original and the bytes left, the sub-second part below 1 s.
+        for _ in 0..3 {
+            if rest.is_empty() {
+                break;
+            }
+            if rest.len() < hdr {
+                continue 'layout;
+            }
+            let (sub, cap, orig) = (u32_at(rest, 4), u32_at(rest, 8), u32_at(rest, 12));
+            let cap = cap as usize;
+            if sub >= 1_000_000_000 || cap > orig as usize || cap > rest.len() - hdr {
+                continue 'layout;
+            }
+            rest = &rest[hdr + cap..];
+        }
+        return extra;
+    }
+    candidates[0]
+}
+
+/// One record of a vendor variant: the standard 16-byte header, `extra`
+/// vendor bytes, then the data. pcap-parser reads only the standard and
+/// the modified layouts.
+fn vendor_frame(
+    rest: &[u8],
+    be: bool,
+    extra: usize,
+) -> Result<(&[u8], pcap_parser::LegacyPcapBlock<'_>), String> {
+    let hdr = 16 + extra;
+    if rest.len() < hdr {
+        return Err(format!(
+            "the file ends inside it ({} bytes left)",
+            rest.len()
+        ));
+    }
+    let at = |i: usize| {
+        let w = [rest[i], rest[i + 1], rest[i + 2], rest[i + 3]];
+        if be {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        }
+    };
+    let caplen = at(8);
+    let Some(data) = rest.get(hdr..hdr + caplen as usize) else {
+        return Err(format!(
+            "the file ends inside it ({} bytes left)",
+            rest.len()
+        ));
+    };
+    let block = pcap_parser::LegacyPcapBlock {
+        ts_sec: at(0),
+        ts_usec: at(4),
+        caplen,
+        origlen: at(12),
+        data,
+    };
+    Ok((&rest[hdr + caplen as usize..], block))
 }
 
 /// Helper for writers: an EPB comment option.
@@ -497,10 +666,12 @@ pub mod fuzzing {
         let Some((&k, frame)) = data.split_first() else {
             return;
         };
-        let link = match k % 3 {
+        let link = match k % 5 {
             0 => super::Link::Ethernet,
             1 => super::Link::RawIp,
-            _ => super::Link::LinuxSll,
+            2 => super::Link::LinuxSll,
+            3 => super::Link::LinuxSll2,
+            _ => super::Link::Null,
         };
         if let Ok(t) = super::parse(link, frame) {
             // Offsets the analyzers and tests index with stay in the frame.

@@ -1,0 +1,129 @@
+//! Classic pcap in every form editcap writes, at any snap length, reads
+//! whole. pcap-file 2.0.0 stopped at the first record longer than the
+//! file's snap length, so `tcpdump -s 128` captures read as 8 packets and a
+//! "damaged file" (issue 19).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use wirelab_trace::{read, read_bytes, Trace};
+
+fn golden() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../analyze/tests/golden/fast-retransmit/trace.pcapng")
+}
+
+fn tool(name: &str, args: &[&str]) -> String {
+    let out = Command::new(name)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{name} (from tshark's packages; `make deps`): {e}"));
+    assert!(
+        out.status.success(),
+        "{name} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Packets in a file as Wireshark counts them.
+fn capinfos(path: &Path) -> usize {
+    let out = tool(
+        "capinfos",
+        &["-T", "-r", "-c", "-M", path.to_str().unwrap()],
+    );
+    out.trim().rsplit('\t').next().unwrap().parse().unwrap()
+}
+
+fn check_against_golden(t: &Trace, g: &Trace, snap: usize, ts_step: u64, what: &str) {
+    assert!(t.truncated.is_none(), "{what}: {:?}", t.truncated);
+    assert_eq!(t.packets.len(), g.packets.len(), "{what}");
+    for (p, q) in t.packets.iter().zip(&g.packets) {
+        assert_eq!(p.orig_len, q.orig_len, "{what}: frame {}", p.frame);
+        let kept = q.data.len().min(snap);
+        assert_eq!(p.data, q.data[..kept], "{what}: frame {}", p.frame);
+        assert!(
+            p.ts_ns.abs_diff(q.ts_ns) < ts_step,
+            "{what}: frame {}",
+            p.frame
+        );
+        assert_eq!(
+            p.tcp().is_ok(),
+            q.tcp().is_ok(),
+            "{what}: frame {}",
+            p.frame
+        );
+    }
+}
+
+#[test]
+fn every_pcap_form_editcap_writes_reads_every_packet_at_any_snap_length() {
+    let g = read(&golden()).unwrap();
+    // The golden was captured at the lab's snap length (128): its full-size
+    // frames already exceed it, which is the case pcap-file refused.
+    assert!(
+        g.packets.iter().any(|p| p.orig_len as usize > p.data.len()),
+        "the golden has frames longer than its snap length"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let src = golden();
+    for (format, snap, ts_step) in [
+        ("pcap", None, 1000),
+        ("pcap", Some(96), 1000),
+        ("nsecpcap", Some(128), 1),
+        ("modpcap", Some(128), 1000),
+        ("suse6_3pcap", Some(128), 1000),
+        ("rh6_1pcap", Some(128), 1000),
+        ("nokiapcap", Some(128), 1000),
+        ("rh6_1pcap", None, 1000),
+        ("nokiapcap", None, 1000),
+    ] {
+        let out = dir
+            .path()
+            .join(format!("{format}-{}.pcap", snap.unwrap_or(0)));
+        let mut args = vec!["-F", format];
+        let s = snap.map(|s| s.to_string());
+        if let Some(s) = &s {
+            args.extend(["-s", s]);
+        }
+        args.extend([src.to_str().unwrap(), out.to_str().unwrap()]);
+        tool("editcap", &args);
+        let what = format!("editcap -F {format} -s {snap:?}");
+        let t = read(&out).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            t.packets.len(),
+            capinfos(&out),
+            "{what}: capinfos counts the same"
+        );
+        check_against_golden(&t, &g, snap.unwrap_or(usize::MAX), ts_step, &what);
+    }
+}
+
+/// A big-endian, nanosecond file whose header says snap length 0 (libpcap
+/// writes that for "no limit" on some systems), made by hand.
+#[test]
+fn big_endian_nanosecond_pcap_with_snap_length_zero_reads() {
+    let g = read(&golden()).unwrap();
+    let mut b = Vec::new();
+    b.extend(0xa1b2_3c4du32.to_be_bytes());
+    b.extend(2u16.to_be_bytes());
+    b.extend(4u16.to_be_bytes());
+    b.extend([0; 8]);
+    b.extend(0u32.to_be_bytes()); // snap length 0
+    b.extend(1u32.to_be_bytes()); // Ethernet
+    for p in &g.packets {
+        let kept = p.data.len().min(100);
+        b.extend(((p.ts_ns / 1_000_000_000) as u32).to_be_bytes());
+        b.extend(((p.ts_ns % 1_000_000_000) as u32).to_be_bytes());
+        b.extend((kept as u32).to_be_bytes());
+        b.extend(p.orig_len.to_be_bytes());
+        b.extend(&p.data[..kept]);
+    }
+    let t = read_bytes(&b).unwrap();
+    check_against_golden(&t, &g, 100, 1, "big-endian ns, snap 0");
+    // Cut inside the last record: every record before it, and where it stopped.
+    let t = read_bytes(&b[..b.len() - 10]).unwrap();
+    assert_eq!(t.packets.len(), g.packets.len() - 1);
+    let d = t.truncated.expect("the cut is reported");
+    assert!(d.detail.contains("the file ends inside it"), "{}", d.detail);
+}
