@@ -89,7 +89,11 @@ pub fn run(
             println!("  report     {}", h.display());
         }
     }
-    Ok(if report.violations() > 0 {
+    // A capture cut short or damaged part-way is never a pass: like an
+    // INVALID run, whatever the part before the damage showed.
+    Ok(if report.analysis.truncated.is_some() {
+        code::INVALID
+    } else if report.violations() > 0 {
         code::EXPECT_FAILED
     } else {
         code::OK

@@ -11,6 +11,14 @@ use wirelab_analyze::{fmt_duration as dur, Kind};
 pub fn render(r: &Report, verbose: bool) -> String {
     let mut o = String::new();
     let a = &r.analysis;
+    // First, not last: everything below covers only part of the file.
+    if let Some((off, why)) = &a.truncated {
+        let _ = writeln!(
+            o,
+            "  truncated  read {} packets, up to byte {off}, where the file is damaged: {why}",
+            a.packets
+        );
+    }
     let _ = writeln!(o, "  vantage    {} ({} packets)", a.vantage, a.packets);
     for c in &a.connections {
         let mut per_packet: std::collections::BTreeMap<u32, Vec<&wirelab_analyze::Retransmission>> =
@@ -127,9 +135,6 @@ pub fn render(r: &Report, verbose: bool) -> String {
             "  malformed  frame {}: {} at byte {}: {}",
             m.frame, m.layer, m.offset, m.detail
         );
-    }
-    if let Some((off, why)) = &a.truncated {
-        let _ = writeln!(o, "  truncated  the file is damaged at byte {off}: {why}");
     }
     o
 }

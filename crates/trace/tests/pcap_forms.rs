@@ -127,3 +127,68 @@ fn big_endian_nanosecond_pcap_with_snap_length_zero_reads() {
     let d = t.truncated.expect("the cut is reported");
     assert!(d.detail.contains("the file ends inside it"), "{}", d.detail);
 }
+
+/// The same IP packet behind each link header wirelab reads gives the same
+/// TCP view: Ethernet, Linux cooked v1 and v2 (`tcpdump -i any`, libpcap
+/// before and since 1.10), BSD loopback, raw IP.
+#[test]
+fn every_link_type_yields_the_same_tcp_view() {
+    use wirelab_trace::{parse, Link};
+    let g = read(&golden()).unwrap();
+    let mut compared = 0;
+    for p in g.packets.iter().filter(|p| p.tcp().is_ok()).take(10) {
+        let eth = &p.data;
+        let ip = &eth[14..];
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0];
+        sll.extend([0x08, 0x00]);
+        sll.extend(ip);
+        let mut sll2 = vec![0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6];
+        sll2.extend([2, 0, 0, 0, 0, 0, 0, 0]);
+        sll2.extend(ip);
+        let mut null = 2u32.to_le_bytes().to_vec(); // AF_INET, host order
+        null.extend(ip);
+        let want = parse(Link::Ethernet, eth).unwrap();
+        for (link, frame) in [
+            (Link::LinuxSll, &sll),
+            (Link::LinuxSll2, &sll2),
+            (Link::Null, &null),
+            (Link::RawIp, &ip.to_vec()),
+        ] {
+            let got = parse(link, frame).unwrap_or_else(|e| panic!("{link:?}: {e:?}"));
+            assert_eq!(
+                (
+                    got.src,
+                    got.dst,
+                    got.sport,
+                    got.dport,
+                    got.seq,
+                    got.ack,
+                    got.payload_len
+                ),
+                (
+                    want.src,
+                    want.dst,
+                    want.sport,
+                    want.dport,
+                    want.seq,
+                    want.ack,
+                    want.payload_len
+                ),
+                "{link:?}"
+            );
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 10);
+    // Link types by number (tcpdump.org/linktypes.html).
+    assert_eq!(Link::of(276), Some(Link::LinuxSll2));
+    assert_eq!(Link::of(113), Some(Link::LinuxSll));
+    assert_eq!(Link::of(0), Some(Link::Null));
+    assert_eq!(Link::of(105), None, "802.11 is not read");
+    // A header cut short is malformed at its layer.
+    assert!(format!("{:?}", parse(Link::LinuxSll2, &sll_short())).contains("linux_sll2"));
+}
+
+fn sll_short() -> Vec<u8> {
+    vec![0x08, 0x00, 0, 0]
+}
