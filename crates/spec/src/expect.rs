@@ -64,6 +64,20 @@ fn validate_amounts(x: &Expect, at: &str, catalog: &Catalog) -> Result<(), Inval
     if x.equals.is_some() && (x.at_least.is_some() || x.at_most.is_some()) {
         return err(at, "`equals` or `at_least`/`at_most`, not both");
     }
+    let v = |a: &Option<Amount>| a.as_ref().and_then(|a| a.value_in(unit).ok());
+    if let (Some(lo), Some(hi)) = (v(&x.at_least), v(&x.at_most)) {
+        if lo > hi {
+            return err(
+                format!("{at}.at_least"),
+                "is above `at_most`: no value can satisfy both",
+            );
+        }
+    }
+    if let Some(t) = &x.tolerance {
+        if t.tolerance(unit, 1.0).is_ok_and(|t| t < 0.0) {
+            return err(format!("{at}.tolerance"), "must not be negative");
+        }
+    }
     Ok(())
 }
 

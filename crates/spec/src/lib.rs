@@ -242,6 +242,7 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(
     text: &str,
     validate: impl FnOnce(&T) -> Result<(), Invalid>,
 ) -> Result<T, SpecError> {
+    lines::check_depth(text, MAX_DEPTH)?;
     let value: T = serde_yaml::from_str(text).map_err(|e| {
         let line = e.location().map(|l| l.line());
         let mut message = e.to_string();
@@ -259,7 +260,7 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(
         }
         SpecError {
             path,
-            message,
+            message: clip(&message),
             line,
         }
     })?;
@@ -267,7 +268,7 @@ pub fn parse_yaml<T: serde::de::DeserializeOwned>(
     validate(&value).map_err(|(path, message)| SpecError {
         line: index.line_of(&path),
         path,
-        message,
+        message: clip(&message),
     })?;
     Ok(value)
 }
@@ -335,6 +336,24 @@ pub fn json_schema(catalog: &Catalog) -> serde_json::Value {
     v
 }
 
+/// Deepest nesting a spec may have; real ones stay under 10. Checked before
+/// the YAML parser runs: its scanner takes minutes on a million levels.
+pub const MAX_DEPTH: usize = 64;
+
+/// An error message short enough to read: a value quoted in it may be
+/// megabytes long.
+fn clip(message: &str) -> String {
+    const MAX: usize = 300;
+    if message.len() <= MAX {
+        return message.to_string();
+    }
+    let mut end = MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &message[..end], message.len())
+}
+
 /// A cross-field error: (YAML path, message).
 pub type Invalid = (String, String);
 
@@ -359,6 +378,18 @@ pub(crate) fn frame_fits(mtu: u32, b: Bytes, at: String) -> Result<(), Invalid> 
 }
 
 fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
+    if let Some(n) = &s.name {
+        // Joined onto the results folder: it must stay one plain name.
+        if n.is_empty() || n == "." || n == ".." || n.contains(['/', '\\', '\0']) {
+            return err(
+                "name",
+                format!(
+                    "`{}` must be a plain name: no `/`, `\\`, `.` or `..`",
+                    clip(n)
+                ),
+            );
+        }
+    }
     validate_analyzers(&s.analyzers, catalog)?;
     let hosts = topology::validate(s)?;
     vaqm::validate(s)?;

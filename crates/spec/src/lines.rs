@@ -131,3 +131,45 @@ mod tests {
         );
     }
 }
+
+/// Refuses YAML nested deeper than `max` before any parser sees it: the
+/// flow collections' brackets (`[[[[...`, `{a: {a: ...`), counted outside
+/// quotes and comments, and block nesting by indentation. No YAML library
+/// bounds its own depth, hence this scan.
+pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), crate::SpecError> {
+    let deep = |line: usize| crate::SpecError {
+        path: String::new(),
+        message: format!("nested deeper than {max} levels"),
+        line: Some(line),
+    };
+    let mut depth = 0usize;
+    for (n, l) in text.lines().enumerate() {
+        let indent = l.len() - l.trim_start_matches([' ', '-']).len();
+        if indent / 2 > max {
+            return Err(deep(n + 1));
+        }
+        let mut quote: Option<char> = None;
+        let mut escaped = false;
+        for c in l.chars() {
+            match quote {
+                Some('"') if escaped => escaped = false,
+                Some('"') if c == '\\' => escaped = true,
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    '"' | '\'' => quote = Some(c),
+                    '#' => break,
+                    '[' | '{' => {
+                        depth += 1;
+                        if depth > max {
+                            return Err(deep(n + 1));
+                        }
+                    }
+                    ']' | '}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                },
+            }
+        }
+    }
+    Ok(())
+}

@@ -349,7 +349,9 @@ pub(crate) fn validate(s: &Spec, names: &BTreeSet<&str>) -> Result<Vec<usize>, I
     if s.traffic.connections.is_empty() {
         return err("traffic.connections", "needs at least one connection group");
     }
-    let mut total = 0u32;
+    // Counted in 64 bits and bounded before anything is allocated per
+    // connection (`count: 4294967295` once asked for 17 GB).
+    let mut total = 0u64;
     let mut per_conn_group = Vec::new();
     for (i, g) in s.traffic.connections.iter().enumerate() {
         let at = format!("traffic.connections[{i}]");
@@ -381,16 +383,14 @@ pub(crate) fn validate(s: &Spec, names: &BTreeSet<&str>) -> Result<Vec<usize>, I
                 ),
             );
         }
-        total += g.count.0;
-        for _ in 0..g.count.0 {
-            per_conn_group.push(i);
+        total += u64::from(g.count.0);
+        if total > u64::from(MAX_CONNECTIONS) {
+            return err(
+                "traffic.connections",
+                format!("{total} connections; at most {MAX_CONNECTIONS}"),
+            );
         }
-    }
-    if total > MAX_CONNECTIONS {
-        return err(
-            "traffic.connections",
-            format!("{total} connections; at most {MAX_CONNECTIONS}"),
-        );
+        per_conn_group.extend(std::iter::repeat(i).take(g.count.0 as usize));
     }
     Ok(per_conn_group)
 }

@@ -551,3 +551,69 @@ fn bump_configs_name_interfaces_and_refuse_lab_only_settings() {
         assert_eq!(e, want);
     }
 }
+
+/// Hostile specs are refused quickly, in bounded memory, with a short
+/// message (issue 19 item 5).
+#[test]
+fn hostile_specs_are_refused_without_hanging_or_allocating() {
+    // A million levels of flow nesting: refused before the YAML parser
+    // (whose scanner takes minutes on it) sees them.
+    let deep = format!(
+        "{BASE}analyzers: {}{}\n",
+        "[".repeat(1_000_000),
+        "]".repeat(1_000_000)
+    );
+    let e = parse(&deep).unwrap_err();
+    assert_eq!(e.to_string(), "nested deeper than 64 levels (line 10)");
+    // Brackets inside quotes and comments do not count.
+    let quoted = format!(
+        "{BASE}name: \"{}\" # {}\n",
+        "[".repeat(100),
+        "{".repeat(100)
+    );
+    assert_eq!(parse(&quoted).unwrap().name.unwrap().len(), 100);
+    // Counts are bounded before anything is allocated per connection.
+    for count in ["4294967295", "1e9"] {
+        let e = parse(&BASE.replace(
+            "message_size: 14480",
+            &format!("message_size: 14480\n      count: {count}"),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("connections; at most 1024") || e.contains("count"),
+            "{count}: {e}"
+        );
+    }
+    // A 10 MB value is not echoed back.
+    let huge = BASE.replace(
+        "message_size: 14480",
+        &format!("message_size: {}", "9".repeat(10 << 20)),
+    );
+    let e = parse(&huge).unwrap_err().to_string();
+    assert!(e.len() < 500, "{} bytes of message", e.len());
+    assert!(e.contains("bytes in all"), "{e}");
+    // The name is joined onto the results folder.
+    for bad in ["../../etc", "a/b", "..", "."] {
+        let e = parse(&format!("name: \"{bad}\"\n{BASE}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("name: "), "{bad}: {e}");
+    }
+    // Bounds no value can satisfy.
+    let e = parse(&with(
+        "expect:\n  - {finding: flow.mct, at_least: 2ms, at_most: 1ms}\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        e,
+        "expect[0].at_least: is above `at_most`: no value can satisfy both (line 11)"
+    );
+    let e = parse(&with(
+        "expect:\n  - {finding: flow.mct, equals: 2ms, tolerance: -5%}\n",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert_eq!(e, "expect[0].tolerance: must not be negative (line 11)");
+}
