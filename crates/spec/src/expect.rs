@@ -257,11 +257,18 @@ pub(crate) fn validate(
         match claim {
             Claim::Finding { path, analyzer, .. } => {
                 if catalog.unit_of(path).is_none() {
-                    let known: Vec<String> =
-                        catalog.findings().into_iter().map(|(n, _)| n).collect();
+                    // The named analyzer's findings, or the analyzers: a
+                    // list to choose from, not all 70 findings.
+                    let known = match catalog.get(analyzer) {
+                        Some(a) => {
+                            let names: Vec<&str> = a.findings.iter().map(|(n, _)| *n).collect();
+                            format!("{analyzer} has: {}", names.join(", "))
+                        }
+                        None => format!("analyzers: {}", catalog.names().join(", ")),
+                    };
                     return err(
                         format!("{at}.finding"),
-                        format!("unknown finding `{path}` (known: {})", known.join(", ")),
+                        format!("unknown finding `{path}` ({known})"),
                     );
                 }
                 if !s.analyzers(catalog).contains(&analyzer) {

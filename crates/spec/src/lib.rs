@@ -302,10 +302,43 @@ pub fn load(path: &std::path::Path, catalog: &Catalog) -> Result<Spec, LoadError
             });
         }
     }
+    resolve_profiles(&mut spec, path, &text)?;
     if spec.name.is_none() {
         spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     }
     Ok(spec)
+}
+
+/// RoCE profile files are named relative to the spec, as the extension is,
+/// and read now, so `check` finds what `run` would trip over.
+fn resolve_profiles(spec: &mut Spec, path: &std::path::Path, text: &str) -> Result<(), LoadError> {
+    let dir = path.parent().unwrap_or(std::path::Path::new(""));
+    let mut stacks: Vec<(String, &mut Stack)> = vec![("stack".into(), &mut spec.stack)];
+    for (i, h) in spec.topology.hosts.iter_mut().enumerate() {
+        if let Some(st) = h.stack.as_mut() {
+            stacks.push((format!("topology.hosts[{i}].stack"), st));
+        }
+    }
+    for (at, st) in stacks {
+        let Some(p) = st.roce.as_mut().and_then(|r| r.profile.as_mut()) else {
+            continue;
+        };
+        if roce::is_path(p) && std::path::Path::new(p.as_str()).is_relative() {
+            *p = dir.join(p.as_str()).display().to_string();
+        }
+        if let Err(e) = roce::load_profile(p) {
+            let yaml_path = format!("{at}.roce.profile");
+            return Err(LoadError::Invalid {
+                path: path.display().to_string(),
+                error: SpecError {
+                    line: lines::LineIndex::build(text).line_of(&yaml_path),
+                    path: yaml_path,
+                    message: clip(&e.to_string()),
+                },
+            });
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -56,8 +56,29 @@ pub fn parse_profile(text: &str) -> Result<Profile, SpecError> {
     crate::parse_yaml(text, validate)
 }
 
+/// Largest profile file read: real ones are a few hundred bytes.
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// A profile file's text: a regular file (not a directory, not a device
+/// such as /dev/zero, which would never end), of bounded size.
+fn read_bounded(path: &str) -> Result<String, ProfileError> {
+    let io = |e| ProfileError::Read(path.into(), e);
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ProfileError::NotAFile(path.into()));
+    }
+    if meta.len() > MAX_PROFILE_BYTES {
+        return Err(ProfileError::TooLarge(path.into(), meta.len()));
+    }
+    std::fs::read_to_string(path).map_err(io)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
+    #[error("RoCE profile {0} is not a regular file")]
+    NotAFile(String),
+    #[error("RoCE profile {0} has {1} bytes; a profile is at most 1 MiB")]
+    TooLarge(String, u64),
     #[error("unknown RoCE profile `{0}`: give a file path or one of {1}")]
     Unknown(String, String),
     #[error("cannot read RoCE profile {0}: {1}")]
@@ -72,7 +93,7 @@ pub fn is_profile_ref(name_or_path: &str) -> bool {
     BUILTIN.iter().any(|(n, _)| *n == name_or_path) || is_path(name_or_path)
 }
 
-fn is_path(p: &str) -> bool {
+pub(crate) fn is_path(p: &str) -> bool {
     p.contains('/') || p.ends_with(".yaml")
 }
 
@@ -82,8 +103,7 @@ pub fn load_profile(name_or_path: &str) -> Result<Profile, ProfileError> {
         return parse_profile(text).map_err(|e| ProfileError::Invalid(name_or_path.into(), e));
     }
     if is_path(name_or_path) {
-        let text = std::fs::read_to_string(name_or_path)
-            .map_err(|e| ProfileError::Read(name_or_path.into(), e))?;
+        let text = read_bounded(name_or_path)?;
         return parse_profile(&text).map_err(|e| ProfileError::Invalid(name_or_path.into(), e));
     }
     let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();

@@ -373,19 +373,26 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown finding",
             with("expect:\n  - {finding: loss-recovery.oops, at_most: 0}\n"),
-            // The message lists every finding `expect:` knows.
+            // The message lists the named analyzer's findings.
             Box::leak(
                 format!(
-                    "expect[0].finding: unknown finding `loss-recovery.oops` (known: {}) (line 11)",
+                    "expect[0].finding: unknown finding `loss-recovery.oops` (loss-recovery has: {}) (line 11)",
                     wirelab_analyze::catalog()
-                        .findings()
-                        .into_iter()
+                        .get("loss-recovery")
+                        .unwrap()
+                        .findings
+                        .iter()
                         .map(|f| f.0)
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
                 .into_boxed_str(),
             ),
+        ),
+        (
+            "a finding of an analyzer that does not exist",
+            with("expect:\n  - {finding: tcp-magic.oops, at_most: 0}\n"),
+            "expect[0].finding: unknown finding `tcp-magic.oops` (analyzers: loss-recovery, retransmission-latency, ecn, counters, flow, roce-go-back-n, roce-retransmission-latency, roce-cnp, roce-counters, vaqm) (line 11)",
         ),
         (
             "a time without a unit",
@@ -616,4 +623,39 @@ fn hostile_specs_are_refused_without_hanging_or_allocating() {
     .unwrap_err()
     .to_string();
     assert_eq!(e, "expect[0].tolerance: must not be negative (line 11)");
+}
+
+/// A RoCE profile file is named relative to the spec and read by `load`
+/// (what `wirelab check` calls), so a missing file, a directory or a device
+/// that never ends is refused there, with the YAML path and line.
+#[test]
+fn profile_files_resolve_beside_the_spec_and_are_checked_on_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("nics")).unwrap();
+    std::fs::write(
+        dir.path().join("nics/mine.yaml"),
+        "name: mine\ndescription: a NIC of my own\ncnp_scope: ip\n",
+    )
+    .unwrap();
+    let spec = |profile: &str| {
+        let text = BASE.replace("connections:", "transport: roce\n  connections:")
+            + &format!("stack:\n  roce:\n    profile: {profile}\n");
+        let p = dir.path().join("s.yaml");
+        std::fs::write(&p, text).unwrap();
+        wirelab_spec::load(&p, wirelab_analyze::catalog())
+    };
+    let s = spec("nics/mine.yaml").unwrap();
+    let p = s.stack.roce.unwrap().profile.unwrap();
+    assert_eq!(std::path::Path::new(&p), dir.path().join("nics/mine.yaml"));
+    for (profile, want) in [
+        ("nics/gone.yaml", "cannot read RoCE profile"),
+        ("nics/", "is not a regular file"),
+        ("/dev/zero", "is not a regular file"),
+    ] {
+        let e = spec(profile).unwrap_err().to_string();
+        assert!(
+            e.contains("stack.roce.profile: ") && e.contains(want) && e.contains("(line 13)"),
+            "{profile}: {e}"
+        );
+    }
 }
