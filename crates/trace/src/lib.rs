@@ -33,7 +33,7 @@ pub enum Error {
 }
 
 /// One captured packet.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Packet {
     /// 1-based position in the file (Wireshark's frame number).
     pub frame: u64,
@@ -379,6 +379,56 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
 /// the trace there and is recorded in [`Trace::truncated`]. Never panics
 /// (fuzzed: fuzz/fuzz_targets/read_trace.rs).
 pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
+    let Some((kind, plain, broken)) = decompressed(bytes) else {
+        return read_plain(bytes);
+    };
+    let mut trace = read_plain(&plain).map_err(|(e, at)| match &broken {
+        Some(why) => (
+            format!("{kind}: the stream ends early or is damaged before the first packet: {why}"),
+            None,
+        ),
+        None => (format!("{kind}: {e}"), at),
+    })?;
+    if let Some(why) = broken {
+        // The packets before the damage are kept, as for a cut pcap; the
+        // cause is the stream, wherever the decoded bytes stopped making
+        // sense (an offset in the decompressed bytes).
+        let offset = trace
+            .truncated
+            .as_ref()
+            .map_or(plain.len() as u64, |d| d.offset);
+        trace.truncated = Some(Damage {
+            offset,
+            detail: format!("the {kind} stream ends early or is damaged: {why}"),
+        });
+    }
+    Ok(trace)
+}
+
+/// gzip (RFC 1952) and zstd (RFC 8878) captures are read through, known by
+/// their magic numbers as tshark knows them: (which, the bytes inside,
+/// why the stream stopped early). The bytes decoded before any damage are
+/// kept.
+fn decompressed(bytes: &[u8]) -> Option<(&'static str, Vec<u8>, Option<String>)> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let (kind, r) = if bytes.starts_with(&[0x1f, 0x8b]) {
+        (
+            "gzip",
+            flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out),
+        )
+    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        match zstd::stream::read::Decoder::new(bytes) {
+            Ok(mut d) => ("zstd", d.read_to_end(&mut out)),
+            Err(e) => ("zstd", Err(e)),
+        }
+    } else {
+        return None;
+    };
+    Some((kind, out, r.err().map(|e| e.to_string())))
+}
+
+fn read_plain(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
     if bytes.len() < 4 {
         return Err(("shorter than a file header".into(), None));
     }
