@@ -61,6 +61,38 @@ pub enum Discipline {
     Qcn(wirelab_qcn::cp::CpParams),
 }
 
+/// How a run summary names a queue's discipline, with its settings.
+impl std::fmt::Display for Discipline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p_one = wirelab_qcn::cp::P_ONE as f64;
+        match self {
+            Discipline::None => write!(f, "estimate only"),
+            Discipline::Dctcp { k_bytes } => write!(f, "dctcp K {k_bytes}B"),
+            Discipline::Red {
+                min_bytes,
+                max_bytes,
+                w_q,
+                max_p,
+                drop,
+            } => write!(
+                f,
+                "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
+                if *drop { "drop" } else { "mark" }
+            ),
+            Discipline::Qcn(p) => write!(
+                f,
+                "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
+                p.q_eq,
+                p.w,
+                p.fb_max,
+                p.p_min as f64 / p_one,
+                p.p_max as f64 / p_one
+            ),
+            Discipline::Extension { params } => write!(f, "extension {params:?}"),
+        }
+    }
+}
+
 /// Numbers a queue passes to a user discipline (`WL_EXT_PARAMS`).
 pub const EXT_PARAMS: usize = types::wl_ext_limits::WL_EXT_PARAMS.0 as usize;
 
@@ -1215,5 +1247,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(unknown.applied(), None);
+    }
+
+    /// The summary's words for each discipline (summary.json `discipline`).
+    #[test]
+    fn disciplines_name_themselves_with_their_settings() {
+        assert_eq!(Discipline::None.to_string(), "estimate only");
+        assert_eq!(
+            Discipline::Dctcp { k_bytes: 30000 }.to_string(),
+            "dctcp K 30000B"
+        );
+        let red = Discipline::Red {
+            min_bytes: 30000,
+            max_bytes: 90000,
+            w_q: 0.002,
+            max_p: 0.1,
+            drop: true,
+        };
+        assert_eq!(
+            red.to_string(),
+            "red 30000B..90000B w_q 0.002 max_p 0.1 drop"
+        );
     }
 }

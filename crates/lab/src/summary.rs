@@ -118,30 +118,12 @@ impl VqSummary {
             .vq_state(q.id)
             .during(format!("reading virtual queue {}", q.id))?;
         let discipline = match crate::switch::vq_config(q).discipline {
-            Discipline::None => "estimate only".to_string(),
-            Discipline::Dctcp { k_bytes } => format!("dctcp K {k_bytes}B"),
-            Discipline::Red {
-                min_bytes,
-                max_bytes,
-                w_q,
-                max_p,
-                drop,
-            } => format!(
-                "red {min_bytes}B..{max_bytes}B w_q {w_q} max_p {max_p} {}",
-                if drop { "drop" } else { "mark" }
-            ),
-            Discipline::Qcn(p) => format!(
-                "qcn Q_eq {}B w {} fb_max {} p {:.3}..{:.3}",
-                p.q_eq,
-                p.w,
-                p.fb_max,
-                p.p_min as f64 / wirelab_qcn::cp::P_ONE as f64,
-                p.p_max as f64 / wirelab_qcn::cp::P_ONE as f64
-            ),
+            // The file and the numbers as the spec gave them.
             Discipline::Extension { .. } => format!(
                 "extension {ext} {:?}",
                 q.extension.as_deref().unwrap_or_default()
             ),
+            d => d.to_string(),
         };
         Ok(VqSummary {
             id: q.id,
