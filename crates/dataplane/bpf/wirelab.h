@@ -130,10 +130,6 @@ enum wl_aqm {
 	WL_AQM_QCN = 4,   /* an 802.1Qau congestion point: CNMs upstream (§4.3) */
 };
 
-/* The bytes of a sampled frame's MSDU a CNM carries (802.1Qau §33.4). */
-#define WL_CNM_MSDU 64
-#define WL_CNM_HDR 38
-#define WL_ETH_P_CN 0x22E9
 
 /* The verdicts (enum wl_aqm_verdict) are in wirelab_ext.h, shared with
  * user disciplines. */

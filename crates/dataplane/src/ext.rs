@@ -2,17 +2,17 @@
 //! (`bpf/wirelab_ext.h`). `build` compiles a discipline with clang and
 //! statically links it with the switch's own object (libbpf's BPF linker),
 //! its hooks in place of the switch's weak defaults; `Switch::load_with`
-//! loads that pipeline through the usual skeleton, and the kernel verifies
-//! it whole, so a broken discipline fails with the verifier's log and
-//! nothing is loaded.
+//! loads that pipeline through the same path as the built-in one
+//! (src/object.rs), and the kernel verifies it, so a broken discipline
+//! fails with the verifier's log and nothing is loaded.
 //!
 //! Why not BPF freplace (replacing the hooks of a loaded switch): these
 //! machines' kernel refuses every trampoline-attached program type with
 //! EPERM (fentry and freplace alike, measured), and linking costs no
 //! trampoline jump per call either. Why not recompile the switch from its
 //! sources: linking uses the very object that was built and tested, and
-//! the user's globals land after the switch's own, so the skeleton's typed
-//! views of .rodata and .bss stay valid.
+//! the user's globals land after the switch's own, so the skeleton's types
+//! for .rodata and .bss still describe the switch's part of them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,8 +66,6 @@ pub struct Extension {
     pub object: Vec<u8>,
 }
 
-/// The switch object the skeleton embeds, for linking.
-const SWITCH_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switch.bpf.o"));
 
 /// Compiles `source`, checks the hooks it defines and links it with the
 /// switch, working in `work` (which must exist; nothing outside it is
@@ -81,7 +79,7 @@ pub fn build(source: &Path, work: &Path) -> Result<Extension, CompileError> {
         path: source.to_path_buf(),
         detail,
     };
-    std::fs::write(&switch, SWITCH_OBJECT).map_err(|e| link_err(e.to_string()))?;
+    std::fs::write(&switch, crate::SWITCH_OBJECT).map_err(|e| link_err(e.to_string()))?;
     let log = crate::with_libbpf_log(|| -> libbpf_rs::Result<()> {
         // The switch first: its sections come first in the output, so its
         // globals keep the offsets the skeleton was generated with.
@@ -128,9 +126,12 @@ fn hooks_defined(source: &Path, obj: &Path) -> Result<Vec<&'static str>, Compile
             .unwrap_or_default();
         match HOOKS.iter().find(|h| **h == name) {
             Some(h) => found.push(*h),
-            None if name.starts_with("wl_ext_") => {
+            // The switch's own functions (its stages are weak too) are
+            // not for a discipline to replace.
+            None if name.starts_with("wl_") => {
                 return Err(problem(format!(
-                    "defines `{name}`, which is no hook; the hooks are {} (wirelab_ext.h)",
+                    "defines `{name}`, which is no hook (names starting wl_ are the \
+                     switch's); the hooks are {} (wirelab_ext.h)",
                     HOOKS.join(", ")
                 )))
             }

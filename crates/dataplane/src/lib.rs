@@ -4,22 +4,31 @@
 //! Every struct shared with the kernel comes from the skeleton's `types`
 //! module (generated from BTF by libbpf-cargo), never from a hand copy.
 
-use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 
 pub mod dctcp;
 pub mod ext;
+mod object;
+mod truth;
 
+/// The switch's generated skeleton, used for its BTF types only (src/object.rs
+/// says why it is not used to open the object).
 mod skel {
-    #![allow(clippy::all, non_camel_case_types, dead_code)]
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/switch.skel.rs"));
 }
 pub use skel::types::{wl_counters, wl_mirror_hdr};
-use skel::{types, SwitchSkel, SwitchSkelBuilder};
+use skel::types;
+
+/// The switch object as built (`bpf/switch.bpf.c`); a user discipline is
+/// linked with these very bytes (src/ext.rs).
+pub(crate) const SWITCH_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/switch.bpf.o"));
+
+/// The pipeline's programs (`bpf/switch.bpf.c`).
+const PROG_FORWARD_ONLY: &str = "wl_forward_only";
 
 pub use wirelab_trace::{Action, Aqm};
 
@@ -249,13 +258,23 @@ pub struct Config {
     /// packets are not all processed on one CPU. The lab steers every
     /// port to one CPU and leaves it off (VqState::cpu_moves checks that).
     pub vaqm_lock: bool,
-    /// Load the ground-truth probes (bpf/truth.h): qdisc tracepoints that
+    /// Load the ground-truth probes (bpf/truth.bpf.c): qdisc tracepoints that
     /// sample a real queue next to its virtual queue (`watch_qdisc`).
     pub truth: bool,
     /// Call the extension hooks (wirelab_ext.h), which a user discipline
     /// defines (`Switch::load_with`). Needs `vaqm`; not with `vaqm_lock`.
     pub extension: bool,
+    /// Benchmarks only: run the first `bench_cut` stages (`STAGES`), then
+    /// forward as the forward-only baseline does; 0 = the whole pipeline.
+    /// `wirelab bench switch-overhead` measures each stage's cost this way.
+    pub bench_cut: u8,
 }
+
+/// The pipeline's stages in order (bpf/switch.bpf.c); `Config::bench_cut`
+/// counts them.
+pub const STAGES: [&str; 8] = [
+    "ingress", "parse", "track", "events", "route", "vaqm", "mirror", "forward",
+];
 
 impl Default for Config {
     fn default() -> Self {
@@ -268,6 +287,7 @@ impl Default for Config {
             vaqm_lock: false,
             truth: false,
             extension: false,
+            bench_cut: 0,
         }
     }
 }
@@ -311,7 +331,7 @@ fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
 }
 
-/// One ground-truth sample (bpf/truth.h): a real qdisc's backlog right
+/// One ground-truth sample (bpf/truth.bpf.c): a real qdisc's backlog right
 /// after an enqueue or dequeue, and its virtual queue's estimate then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TruthSample {
@@ -334,7 +354,7 @@ pub struct TruthSample {
 
 /// Parses one ground-truth ring record.
 pub fn parse_truth_sample(b: &[u8]) -> Option<TruthSample> {
-    let s: types::wl_truth_sample = from_bytes(b)?;
+    let s: truth::types::wl_truth_sample = from_bytes(b)?;
     Some(TruthSample {
         ts_ns: s.ts_ns,
         vq: s.vq,
@@ -369,18 +389,6 @@ pub(crate) fn with_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
     (r, LOAD_LOG.lock().map(|l| l.clone()).unwrap_or_default())
 }
 
-thread_local! {
-    /// The object the next skeleton open on this thread uses instead of
-    /// the one it embeds (a pipeline linked with a user discipline).
-    static SKEL_OBJECT: std::cell::Cell<Option<&'static [u8]>> = const { std::cell::Cell::new(None) };
-}
-
-/// Called by the generated skeleton (build.rs routes its embedded object
-/// through here).
-fn skel_object(embedded: &'static [u8]) -> &'static [u8] {
-    SKEL_OBJECT.with(|o| o.get()).unwrap_or(embedded)
-}
-
 fn capture_libbpf_log(level: PrintLevel, msg: String) {
     if level != PrintLevel::Debug {
         if let Ok(mut l) = LOAD_LOG.lock() {
@@ -389,56 +397,26 @@ fn capture_libbpf_log(level: PrintLevel, msg: String) {
     }
 }
 
+object::maps! {
+    /// The switch's maps (bpf/*.h), each found by name when it loads.
+    struct Maps {
+        ports, counters, flows, fwd, default_out, port_dev, conn_state,
+        events, ev_mask, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
+        fake_clock,
+    }
+}
+
 /// A loaded switch pipeline. Attach it to each port inside the switch
 /// namespace; detaching happens when the namespace (and its veths) goes.
 pub struct Switch {
-    /// Dropped by hand (`Drop`), before the memory it borrows.
-    skel: std::mem::ManuallyDrop<SwitchSkel<'static>>,
     config: Config,
-    /// The ground-truth tracepoints, attached while the switch lives.
-    truth: Vec<libbpf_rs::Link>,
-    /// The skeleton's OpenObject storage, and a linked pipeline's object
-    /// bytes (the skeleton keeps pointing into them): owned here, freed
-    /// once the skeleton is gone, so a process that loads many switches
-    /// (many runs, a fuzzing campaign) does not grow.
-    storage: Heap<MaybeUninit<libbpf_rs::OpenObject>>,
-    object: Option<Heap<[u8]>>,
-}
-
-/// Heap memory handed out as `'static` to the skeleton and reclaimed in
-/// `Switch::drop`. A raw pointer rather than a `Box`: a `Box` asserts
-/// unique access, and the skeleton holds a reference into it.
-struct Heap<T: ?Sized>(std::ptr::NonNull<T>);
-
-impl<T: ?Sized> Heap<T> {
-    fn new(b: Box<T>) -> Heap<T> {
-        Heap(std::ptr::NonNull::from(Box::leak(b)))
-    }
-    /// SAFETY: the caller makes sure nothing borrows the memory any more,
-    /// and calls this once.
-    unsafe fn free(&self) {
-        drop(Box::from_raw(self.0.as_ptr()));
-    }
-}
-
-// SAFETY: plain heap memory owned by one Switch; only the skeleton, which
-// moves with it, touches it, and a shared `&Heap` gives no access to it.
-unsafe impl<T: ?Sized + Send> Send for Heap<T> {}
-unsafe impl<T: ?Sized + Sync> Sync for Heap<T> {}
-
-impl Drop for Switch {
-    fn drop(&mut self) {
-        self.truth.clear();
-        // SAFETY: the skeleton is dropped exactly once, here, and not used
-        // after; then nothing borrows `storage` or `object` any more.
-        unsafe {
-            std::mem::ManuallyDrop::drop(&mut self.skel);
-            self.storage.free();
-            if let Some(o) = &self.object {
-                o.free();
-            }
-        }
-    }
+    /// The ground-truth probes (bpf/truth.bpf.c), attached while the
+    /// switch lives.
+    truth: Option<truth::Truth>,
+    maps: Maps,
+    /// Dropped before `obj`, which owns the mapping.
+    bss: object::Section<types::bss>,
+    obj: libbpf_rs::Object,
 }
 
 fn map_err(what: impl Into<String>) -> impl FnOnce(libbpf_rs::Error) -> Error {
@@ -488,59 +466,36 @@ impl Switch {
                 config.ring_bytes
             )));
         }
-        // The skeleton borrows its OpenObject storage, and a linked
-        // pipeline's object bytes, for as long as it lives: the Switch owns
-        // both and frees them after the skeleton (`Drop`).
-        let storage = Heap::new(Box::new(MaybeUninit::<libbpf_rs::OpenObject>::uninit()));
-        let object = ext.map(|e| Heap::new(e.object.clone().into_boxed_slice()));
-        // SAFETY: both live until `Switch::drop` (or the error path below)
-        // frees them, after the skeleton that borrows them is gone; nothing
-        // else refers to them.
-        let (storage_ref, object_ref): (&'static mut _, Option<&'static [u8]>) = unsafe {
-            (
-                &mut *storage.0.as_ptr(),
-                object.as_ref().map(|o| &*o.0.as_ptr()),
-            )
+        let bytes = ext.map_or(SWITCH_OBJECT, |e| e.object.as_slice());
+        let (res, log) = with_libbpf_log(|| open_and_load(bytes, config));
+        let obj = res.map_err(|e| match e {
+            Error::Load { source, .. } => Error::Load { source, log },
+            e => e,
+        })?;
+        object::check_programs(&obj, &[PROG_NAME, PROG_FORWARD_ONLY])?;
+        let truth = if config.truth {
+            Some(truth::Truth::load(&obj, config.test_clock)?)
+        } else {
+            None
         };
-        let (res, log) = with_libbpf_log(|| {
-            SKEL_OBJECT.with(|o| o.set(object_ref));
-            let r = open_and_load(storage_ref, config);
-            SKEL_OBJECT.with(|o| o.set(None));
-            r
-        });
-        let skel = match res {
-            Ok(s) => s,
-            Err(source) => {
-                // SAFETY: no skeleton exists to borrow them.
-                unsafe {
-                    storage.free();
-                    if let Some(o) = &object {
-                        o.free();
-                    }
-                }
-                return Err(Error::Load { source, log });
-            }
-        };
-        let mut switch = Switch {
-            skel: std::mem::ManuallyDrop::new(skel),
+        Ok(Switch {
             config,
-            truth: Vec::new(),
-            storage,
-            object,
-        };
-        if config.truth {
-            for p in [
-                &switch.skel.progs.wl_truth_enqueue,
-                &switch.skel.progs.wl_truth_dequeue,
-            ] {
-                let link = p.attach().map_err(|source| Error::Map {
-                    what: "attaching the qdisc tracepoints (ground truth)".into(),
-                    source,
-                })?;
-                switch.truth.push(link);
-            }
-        }
-        Ok(switch)
+            truth,
+            maps: Maps::find(&obj)?,
+            bss: object::Section::of(&obj, ".bss")?,
+            obj,
+        })
+    }
+
+    fn prog(&self, forward_only: bool) -> libbpf_rs::ProgramMut<'_> {
+        object::program(
+            &self.obj,
+            if forward_only {
+                PROG_FORWARD_ONLY
+            } else {
+                PROG_NAME
+            },
+        )
     }
 
     pub fn config(&self) -> Config {
@@ -559,12 +514,8 @@ impl Switch {
     }
 
     fn attach(&self, ifindex: i32, forward_only: bool) -> Result<(), Error> {
-        let fd = if forward_only {
-            self.skel.progs.wl_forward_only.as_fd()
-        } else {
-            self.skel.progs.wl_switch.as_fd()
-        };
-        let mut hook = TcHookBuilder::new(fd)
+        let prog = self.prog(forward_only);
+        let mut hook = TcHookBuilder::new(prog.as_fd())
             .ifindex(ifindex)
             .replace(true)
             .handle(1)
@@ -583,15 +534,13 @@ impl Switch {
             )));
         }
         let v = types::wl_port { port };
-        self.skel
-            .maps
+        self.maps
             .ports
             .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))?;
         // For a user discipline's forward() (port -> device).
         let d = types::wl_fwd { ifindex, port };
-        self.skel
-            .maps
+        self.maps
             .port_dev
             .update(&port.to_ne_bytes(), bytes_of(&d), MapFlags::ANY)
             .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))
@@ -602,8 +551,7 @@ impl Switch {
     /// bump's two sides forward to each other.
     pub fn set_default_out(&self, from: u32, ifindex: u32, port: u32) -> Result<(), Error> {
         let v = types::wl_fwd { ifindex, port };
-        self.skel
-            .maps
+        self.maps
             .default_out
             .update(&from.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("forwarding port {from} to port {port}")))
@@ -613,7 +561,8 @@ impl Switch {
     /// qdisc too with `remove_qdisc`, when the caller created it). The
     /// caller must be in the device's namespace.
     pub fn detach(&self, ifindex: i32, remove_qdisc: bool) -> Result<(), Error> {
-        let mut hook = TcHookBuilder::new(self.skel.progs.wl_switch.as_fd())
+        let prog = self.prog(false);
+        let mut hook = TcHookBuilder::new(prog.as_fd())
             .ifindex(ifindex)
             .handle(1)
             .priority(1)
@@ -621,7 +570,7 @@ impl Switch {
         let r = hook.detach();
         let r = if remove_qdisc {
             r.and(
-                TcHookBuilder::new(self.skel.progs.wl_switch.as_fd())
+                TcHookBuilder::new(prog.as_fd())
                     .ifindex(ifindex)
                     .hook(libbpf_rs::TC_INGRESS | libbpf_rs::TC_EGRESS)
                     .destroy(),
@@ -637,8 +586,7 @@ impl Switch {
         let mut k = [0u8; 8];
         k[..6].copy_from_slice(&mac);
         let v = types::wl_fwd { ifindex, port };
-        self.skel
-            .maps
+        self.maps
             .fwd
             .update(&k, bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("adding forwarding entry for port {port}")))
@@ -689,8 +637,7 @@ impl Switch {
                 ..Default::default()
             };
             let slot = state_slot(conn, data_dir == 2);
-            self.skel
-                .maps
+            self.maps
                 .conn_state
                 .update(&slot.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
                 .map_err(map_err(format!("arming RoCE connection {conn}")))?;
@@ -700,8 +647,7 @@ impl Switch {
 
     fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: u32) -> Result<(), Error> {
         let v = types::wl_flow { conn, data_dir };
-        self.skel
-            .maps
+        self.maps
             .flows
             .update(bytes_of(&k), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("adding connection {conn}")))
@@ -720,8 +666,7 @@ impl Switch {
         }
         let keys: Vec<u8> = (0..ICRC_SHIFTS as u32).flat_map(u32::to_ne_bytes).collect();
         let values: Vec<u8> = deltas.iter().flat_map(|d| d.to_ne_bytes()).collect();
-        self.skel
-            .maps
+        self.maps
             .icrc_migreq
             .update_batch(
                 &keys,
@@ -751,8 +696,7 @@ impl Switch {
         };
         let what =
             format!("arming event {id} (connection {conn}, packet {index}, iteration {iter})");
-        self.skel
-            .maps
+        self.maps
             .events
             .update(bytes_of(&k), bytes_of(&v), MapFlags::NO_EXIST)
             .map_err(map_err(what.clone()))?;
@@ -767,15 +711,13 @@ impl Switch {
         .0;
         let key = conn.to_ne_bytes();
         let old = self
-            .skel
             .maps
             .ev_mask
             .lookup(&key, MapFlags::ANY)
             .map_err(map_err(what.clone()))?
             .and_then(|b| from_bytes::<u32>(&b))
             .unwrap_or(0);
-        self.skel
-            .maps
+        self.maps
             .ev_mask
             .update(&key, &(old | shape).to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(what))
@@ -785,7 +727,6 @@ impl Switch {
     pub fn event_hits(&self, conn: u32, index: u32, iter: u32) -> Result<u64, Error> {
         let k = types::wl_event_key { conn, index, iter };
         let v = self
-            .skel
             .maps
             .events
             .lookup(bytes_of(&k), MapFlags::ANY)
@@ -879,8 +820,7 @@ impl Switch {
         v.ext.id = id;
         v.ext.rate_Bps = rate_bytes;
         v.ext.buffer = cfg.buffer_bytes;
-        self.skel
-            .maps
+        self.maps
             .vqs
             .update(&id.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("configuring virtual queue {id}")))
@@ -889,8 +829,7 @@ impl Switch {
     /// The default classifier: packets leaving through switch port `port`
     /// go to virtual queue `id` (NetBump §3.1).
     pub fn vq_for_port(&self, port: u32, id: u32) -> Result<(), Error> {
-        self.skel
-            .maps
+        self.maps
             .vq_of_port
             .update(&port.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(format!("classifying port {port} to queue {id}")))
@@ -900,37 +839,19 @@ impl Switch {
     /// their port.
     pub fn vq_for_dst(&self, dst: std::net::Ipv4Addr, id: u32) -> Result<(), Error> {
         let k = u32::from_ne_bytes(dst.octets());
-        self.skel
-            .maps
+        self.maps
             .vq_of_dst
             .update(&k.to_ne_bytes(), &id.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(format!("classifying {dst} to queue {id}")))?;
-        // Turn the destination lookup on (vq_dst_used in vaqm.h).
-        let mut v = self.bss_section()?;
-        let at = std::mem::offset_of!(types::bss, vq_dst_used);
-        v[at..at + 4].copy_from_slice(&1u32.to_ne_bytes());
-        self.skel
-            .maps
-            .bss
-            .update(&0u32.to_ne_bytes(), &v, MapFlags::ANY)
-            .map_err(map_err("turning on the destination classifier"))
-    }
-
-    /// The program's .bss section as bytes: one array element holding the
-    /// whole section, shorter than the padded Rust struct, so fields are
-    /// read and written at their `offset_of!`.
-    fn bss_section(&self) -> Result<Vec<u8>, Error> {
-        self.skel
-            .maps
-            .bss
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err("reading .bss"))?
-            .ok_or_else(|| Error::Config(".bss has no element 0".into()))
+        // Turn the destination lookup on (vq_dst_used, stage_vaqm.h).
+        // SAFETY (the closure): a field address inside the section.
+        self.bss
+            .write(|b| unsafe { std::ptr::addr_of_mut!((*b).vq_dst_used) }, 1);
+        Ok(())
     }
 
     pub fn vq_state(&self, id: u32) -> Result<VqState, Error> {
         let v = self
-            .skel
             .maps
             .vqs
             .lookup(&id.to_ne_bytes(), MapFlags::ANY)
@@ -957,8 +878,7 @@ impl Switch {
     /// Tests (`Config::test_clock`): the pipeline's clock reads `ns` until
     /// set again (0 = the real clock).
     pub fn set_test_clock(&self, ns: u64) -> Result<(), Error> {
-        self.skel
-            .maps
+        self.maps
             .fake_clock
             .update(&0u32.to_ne_bytes(), &ns.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("setting the test clock"))
@@ -978,7 +898,6 @@ impl Switch {
     fn state_at(&self, conn: u32, second: bool) -> Result<ConnState, Error> {
         let slot = state_slot(conn, second);
         let v = self
-            .skel
             .maps
             .conn_state
             .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
@@ -995,7 +914,6 @@ impl Switch {
     /// Counters of one port, summed over CPUs.
     pub fn counters(&self, port: u32) -> Result<wl_counters, Error> {
         let per_cpu = self
-            .skel
             .maps
             .counters
             .lookup_percpu(&port.to_ne_bytes(), MapFlags::ANY)
@@ -1024,7 +942,6 @@ impl Switch {
     /// Mirror sequence numbers handed out so far.
     pub fn mirror_seq(&self) -> Result<u64, Error> {
         let v = self
-            .skel
             .maps
             .mirror_seq
             .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
@@ -1034,7 +951,7 @@ impl Switch {
 
     /// The capture ring, for the dumper.
     pub fn ring(&self) -> &dyn MapCore {
-        &self.skel.maps.ring
+        &self.maps.ring
     }
 
     /// Samples the real qdisc at the root of device `ifindex` in the network
@@ -1046,32 +963,29 @@ impl Switch {
                 "watching a qdisc needs the ground-truth probes (Config::truth)".into(),
             ));
         }
-        let k = types::wl_truth_port { netns, ifindex };
-        self.skel
-            .maps
-            .truth_ports
-            .update(bytes_of(&k), &vq.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err(format!("watching the qdisc of ifindex {ifindex}")))
+        self.truth()?.watch(netns, ifindex, vq)
+    }
+
+    fn truth(&self) -> Result<&truth::Truth, Error> {
+        self.truth.as_ref().ok_or_else(|| {
+            Error::Config("the ground-truth probes were not loaded (Config::truth)".into())
+        })
     }
 
     /// An owned handle on the ground-truth ring (`TruthSample` records).
     pub fn truth_ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
-        libbpf_rs::MapHandle::try_from(&self.skel.maps.truth_ring)
-            .map_err(map_err("duplicating the truth ring fd"))
+        self.truth()?.ring_handle()
     }
 
     /// Ground-truth samples the ring had no room for.
     pub fn truth_lost(&self) -> Result<u64, Error> {
-        let v = self.bss_section()?;
-        let at = std::mem::offset_of!(types::bss, truth_lost);
-        Ok(v.get(at..at + 8)
-            .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+        Ok(self.truth()?.lost())
     }
 
     /// An owned handle (a dup'ed fd) on the capture ring, which another
     /// thread can drain while this switch stays where it is.
     pub fn ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
-        libbpf_rs::MapHandle::try_from(&self.skel.maps.ring)
+        libbpf_rs::MapHandle::try_from(&self.maps.ring)
             .map_err(map_err("duplicating the ring fd"))
     }
 
@@ -1086,12 +1000,9 @@ impl Switch {
         let mut input = libbpf_rs::ProgramInput::default();
         input.data_in = Some(packet);
         input.repeat = repeat;
-        let prog = if forward_only {
-            &self.skel.progs.wl_forward_only
-        } else {
-            &self.skel.progs.wl_switch
-        };
-        let o = prog.test_run(input).map_err(map_err("BPF_PROG_TEST_RUN"))?;
+        let o = self
+            .prog(forward_only)
+            .test_run(input).map_err(map_err("BPF_PROG_TEST_RUN"))?;
         Ok(o.duration.as_nanos() as u64)
     }
 
@@ -1102,7 +1013,7 @@ impl Switch {
         let n = std::rc::Rc::new(std::cell::Cell::new(0usize));
         let seen = n.clone();
         let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&self.skel.maps.ring, move |_: &[u8]| {
+        b.add(&self.maps.ring, move |_: &[u8]| {
             seen.set(seen.get() + 1);
             0
         })
@@ -1122,9 +1033,7 @@ impl Switch {
         input.data_in = Some(packet);
         input.data_out = Some(&mut out);
         let o = self
-            .skel
-            .progs
-            .wl_switch
+            .prog(false)
             .test_run(input)
             .map_err(map_err("BPF_PROG_TEST_RUN"))?;
         let ret = o.return_value;
@@ -1134,30 +1043,29 @@ impl Switch {
     }
 }
 
-fn open_and_load(
-    storage: &'static mut MaybeUninit<libbpf_rs::OpenObject>,
-    config: Config,
-) -> Result<SwitchSkel<'static>, libbpf_rs::Error> {
-    let mut open = SwitchSkelBuilder::default().open(storage)?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .expect("switch.bpf.c has const volatile globals");
-    ro.snap_len = config.snap_len;
-    ro.snap_room = config.snap_len.next_power_of_two();
-    ro.wake_bytes = u64::from(config.ring_bytes / 4);
-    ro.vaqm_on = config.vaqm as u8;
-    ro.test_clock = config.test_clock as u8;
-    ro.vaqm_lock = config.vaqm_lock as u8;
-    ro.vaqm_ext = config.extension as u8;
-    open.progs.wl_truth_enqueue.set_autoload(config.truth);
-    open.progs.wl_truth_dequeue.set_autoload(config.truth);
-    open.maps.ring.set_max_entries(config.ring_bytes)?;
-    open.maps
-        .seg_start
-        .set_max_entries((config.max_conn + 1) * SEG_WINDOW)?;
-    open.load()
+fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Error> {
+    let load = |source| Error::Load {
+        source,
+        log: String::new(),
+    };
+    let mut open = object::open("switch", bytes).map_err(load)?;
+    object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
+        ro.snap_len = config.snap_len;
+        ro.snap_room = config.snap_len.next_power_of_two();
+        ro.wake_bytes = u64::from(config.ring_bytes / 4);
+        ro.vaqm_on = config.vaqm as u8;
+        ro.test_clock = config.test_clock as u8;
+        ro.vaqm_lock = config.vaqm_lock as u8;
+        ro.vaqm_ext = config.extension as u8;
+        ro.bench_cut = config.bench_cut;
+    })?;
+    object::open_map(&mut open, "ring")?
+        .set_max_entries(config.ring_bytes)
+        .map_err(load)?;
+    object::open_map(&mut open, "seg_start")?
+        .set_max_entries((config.max_conn + 1) * SEG_WINDOW)
+        .map_err(load)?;
+    open.load().map_err(load)
 }
 
 /// Kernel-measured run time of the wirelab programs while this guard lives
@@ -1189,11 +1097,7 @@ impl Switch {
     /// (runs, total ns) of a program of this switch as the kernel counted
     /// them; counts only while a `RunTimeStats` guard is alive.
     pub fn prog_stats(&self, forward_only: bool) -> (u64, u64) {
-        let prog = if forward_only {
-            &self.skel.progs.wl_forward_only
-        } else {
-            &self.skel.progs.wl_switch
-        };
+        let prog = self.prog(forward_only);
         let id = libbpf_rs::Program::id_from_fd(prog.as_fd()).unwrap_or(0);
         libbpf_rs::query::ProgInfoIter::default()
             .find(|p| p.id == id)

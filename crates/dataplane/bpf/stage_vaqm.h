@@ -1,21 +1,32 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Stage 5 of the switch pipeline: vAQM, NetBump (Shieh et al.) as a stage.
+ * Stage: vAQM, NetBump (Shieh et al.) as a stage of the switch pipeline.
  * A packet is classified to a virtual queue, the queue's occupancy is
  * estimated with the leaky bucket of NetBump Fig. 5, and the queue's
  * discipline marks or drops it as if the downstream port ran that
  * discipline. Packets are never held here; only the estimate is kept.
  * Integer arithmetic throughout, ns timestamps.
  */
-#ifndef WIRELAB_VAQM_H
-#define WIRELAB_VAQM_H
+#ifndef WL_STAGE_VAQM_H
+#define WL_STAGE_VAQM_H
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, WL_MAX_VQS + 1);
-	__type(key, __u32);
-	__type(value, struct wl_vq);
-} vqs SEC(".maps");
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "wl_ctx.h"
+#include "wl_ecn.h"
+#include "wl_vq.h"
+#include "wl_ext_hooks.h"
+
+/* The stage is in the pipeline only when a spec has virtual queues: with 0
+ * the verifier removes it, and the switch pays nothing for it. */
+const volatile __u8 vaqm_on = 0;
+/* Serialize vAQM updates with the queue's spin lock. Off in the lab, where
+ * every switch port is steered to one CPU (netns steer_rx) and the
+ * pipeline is serial like a hardware one: the lock (it disables interrupts)
+ * costs more than the whole rest of the stage (bench vaqm). Each queue
+ * counts updates that arrive from a different CPU, so a broken assumption
+ * shows in the run summary instead of silently racing. */
+const volatile __u8 vaqm_lock = 0;
 
 /* The default classifier: the egress port towards the destination (NetBump
  * §3.1 "map packets to virtual queues corresponding to the downstream
@@ -36,36 +47,16 @@ struct {
 	__type(value, __u32);
 } vq_of_dst SEC(".maps");
 
-/* Tests only: a non-zero value replaces bpf_ktime_get_ns() as the
- * pipeline's clock, so BPF_PROG_TEST_RUN fixtures can craft timestamps. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} fake_clock SEC(".maps");
-
-static __always_inline __u64 pipeline_now(void)
-{
-	__u32 zero = 0;
-	__u64 *f;
-
-	if (!test_clock)
-		return bpf_ktime_get_ns();
-	f = bpf_map_lookup_elem(&fake_clock, &zero);
-	return f && *f ? *f : bpf_ktime_get_ns();
-}
-
 /* Set by userspace once vq_of_dst has an entry: until then the hash lookup
  * (the stage's most expensive step) is skipped. */
 __u32 vq_dst_used = 0;
 
-static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
+static __always_inline __u32 vq_classify(struct wl_pkt *p, __u32 out_port)
 {
-	__u32 *v;
+	__u32 *v, daddr = p->daddr;
 
 	if (vq_dst_used && p->l3_off) {
-		v = bpf_map_lookup_elem(&vq_of_dst, &p->daddr);
+		v = bpf_map_lookup_elem(&vq_of_dst, &daddr);
 		if (v)
 			return *v;
 	}
@@ -73,91 +64,10 @@ static __always_inline __u32 vq_classify(struct pkt *p, __u32 out_port)
 	return v ? *v : 0;
 }
 
-/* Switch port -> its device, for a discipline's forward() (Table 1). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, WL_MAX_PORTS + 1);
-	__type(key, __u32);
-	__type(value, struct wl_fwd);
-} port_dev SEC(".maps");
-
-/*
- * The default hooks of the extension API (wirelab_ext.h). Weak: a user
- * discipline is compiled on its own and statically linked with this
- * object (src/ext.rs), and its strong definitions replace these. Weak
- * also keeps clang from inlining them or deducing anything about them
- * for the callers. Only called when vaqm_ext is set.
- */
-__weak __noinline int wl_ext_init(struct wl_ext_vq *vq __wl_nonnull)
-{
-	return 0;
-}
-
-__weak __noinline __u32 wl_ext_classify(struct __sk_buff *skb, struct wl_ext_pkt *p __wl_nonnull)
-{
-	return 0; /* the spec's classifier */
-}
-
-__weak __noinline int wl_ext_vaqm(struct wl_ext_pkt *p __wl_nonnull,
-				  struct wl_ext_vq *vq __wl_nonnull)
-{
-	return 0;
-}
-
-__weak __noinline __u64 wl_ext_estimate_qlen(struct wl_ext_vq *vq __wl_nonnull)
-{
-	return vq->bytes; /* the leaky bucket's */
-}
-
-__weak __noinline __u32 wl_ext_process(struct __sk_buff *skb, struct wl_ext_pkt *p __wl_nonnull,
-				       struct wl_ext_vq *vq __wl_nonnull)
-{
-	return WL_AQM_PASS;
-}
-
-__weak __noinline __u32 wl_ext_forward(struct wl_ext_pkt *p __wl_nonnull)
-{
-	return 0; /* the MAC table's port */
-}
-
-/* The packet as a discipline sees it (struct wl_ext_pkt). */
-static __always_inline void ext_pkt(struct wl_ext_pkt *x, struct __sk_buff *skb, struct pkt *p,
-				    __u32 in_port, __u32 out_port, __u64 now)
-{
-	x->now_ns = now;
-	x->len = skb->len;
-	x->in_port = in_port;
-	x->out_port = out_port;
-	if (!p->l3_off)
-		return;
-	x->saddr = p->saddr;
-	x->daddr = p->daddr;
-	x->sport = p->sport;
-	x->dport = p->dport;
-	x->proto = p->ip_proto;
-	x->ecn = p->tos & 3;
-	x->dscp = p->tos >> 2;
-}
-
-/* A discipline's forward(): the port it names, if the switch has it. */
-static __always_inline struct wl_fwd *ext_forward(struct wl_ext_pkt *x, struct wl_fwd *out)
-{
-	__u32 port = wl_ext_forward(x);
-	struct wl_fwd *o;
-
-	if (!port || port > WL_MAX_PORTS)
-		return out;
-	o = bpf_map_lookup_elem(&port_dev, &port);
-	if (!o || !o->ifindex)
-		return out;
-	x->out_port = port;
-	return o;
-}
-
 /*
  * A user discipline on queue q, after the leaky bucket: Table 1's init
  * (once), vAQM and process. Returns the verdict; estimateQlen runs once the
- * stage has applied it (vaqm()).
+ * stage has applied it (wl_stage_vaqm).
  */
 static __always_inline __u32 vq_ext(struct __sk_buff *skb, struct wl_ext_pkt *x, struct wl_vq *q)
 {
@@ -173,38 +83,6 @@ static __always_inline __u32 vq_ext(struct __sk_buff *skb, struct wl_ext_pkt *x,
 	wl_ext_vaqm(x, e);
 	v = wl_ext_process(skb, x, e);
 	return v == WL_AQM_MARK || v == WL_AQM_DROP ? v : WL_AQM_PASS;
-}
-
-#define NS_PER_S 1000000000ULL
-
-/*
- * NetBump Fig. 5 lines 1-6: the queue drained from its last update to
- * `now` at its rate, never below empty. The drain is kept exact across
- * packets: the part of a byte not yet drained carries over in `*frac`
- * (byte/1e9), so many small gaps drain as much as one long one. One
- * division per packet (the stage's hot path; bench vaqm). Also used
- * read-only by the ground-truth probes (truth.h).
- */
-static __always_inline __u64 vq_drained(const struct wl_vq *q, __u64 now, __u64 *frac)
-{
-	__u64 num, drained;
-
-	*frac = q->frac;
-	if (!q->last_ns || now <= q->last_ns || !q->rate_Bps)
-		return q->bytes; /* first packet, an earlier clock, or no drain */
-	/* Gaps past max_gap_ns drain more than the capped queue holds, and
-	 * below it elapsed × rate + frac cannot overflow. */
-	if (now - q->last_ns > q->max_gap_ns)
-		goto empty;
-	num = (now - q->last_ns) * q->rate_Bps + q->frac;
-	if (num >= q->bytes * NS_PER_S)
-		goto empty;
-	drained = num / NS_PER_S;
-	*frac = num - drained * NS_PER_S;
-	return q->bytes - drained; /* < bytes: checked above */
-empty:
-	*frac = 0;
-	return 0;
 }
 
 /* Fig. 5 lines 1-8: drain, then add this packet. Returns 0 when the
@@ -308,7 +186,7 @@ static __always_inline __s16 units64(__s64 bytes)
  * CNM carrying |Fb| quantised to 1..fb_max. Returns that value, 0 = none.
  * crates/qcn/src/cp.rs computes the same, integer for integer.
  */
-static __always_inline __u32 vq_qcn(struct wl_vq *q, struct pkt *pk)
+static __always_inline __u32 vq_qcn(struct wl_vq *q, struct wl_ctx *ctx)
 {
 	__u64 p, qlen = q->bytes, mag;
 	__s64 fb;
@@ -322,8 +200,8 @@ static __always_inline __u32 vq_qcn(struct wl_vq *q, struct pkt *pk)
 	if ((__u64)rnd >= p)
 		return 0;
 	q->samples++;
-	pk->qcn_off = units64((__s64)qlen - (__s64)q->q_eq);
-	pk->qcn_delta = units64((__s64)qlen - (__s64)q->q_old);
+	ctx->qcn_off = units64((__s64)qlen - (__s64)q->q_eq);
+	ctx->qcn_delta = units64((__s64)qlen - (__s64)q->q_old);
 	fb = -(((__s64)qlen - (__s64)q->q_eq) + (__s64)q->qcn_w * ((__s64)qlen - (__s64)q->q_old));
 	q->q_old = qlen;
 	if (fb >= 0) {
@@ -340,34 +218,37 @@ static __always_inline __u32 vq_qcn(struct wl_vq *q, struct pkt *pk)
 }
 
 /*
- * The stage: returns the verdict and fills the mirror header's vq fields.
- * A dropped packet leaves the queue again (Fig. 5 line 11: it never
- * reaches the downstream buffer).
+ * The stage, on what the events let through to a known port: classify,
+ * update the queue, apply its discipline's verdict (CE set here; a drop
+ * decided here and done by the forward stage, after the mirror). A dropped
+ * packet leaves the queue again (Fig. 5 line 11: it never reaches the
+ * downstream buffer).
  */
-static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 out_port,
-				   __u64 now, struct wl_mirror_hdr *m, struct wl_ext_pkt *x)
+WL_STAGE(wl_stage_vaqm)
 {
-	__u32 id = 0, verdict = WL_AQM_PASS, cpu;
+	__u32 id = 0, verdict = WL_AQM_PASS, cpu, len = ctx->len;
+	struct wl_pkt *p = &ctx->pkt;
 	__u64 qlen;
 	struct wl_vq *q;
 
+	if (!ctx->out_ifindex || ctx->action == WL_EV_DROP)
+		return WL_CONTINUE;
 	if (vaqm_ext)
-		id = wl_ext_classify(skb, x);
+		id = wl_ext_classify(skb, &ctx->ext);
 	if (!id)
-		id = vq_classify(p, out_port);
-
+		id = vq_classify(p, ctx->out_port);
 	if (!id || id > WL_MAX_VQS)
-		return WL_AQM_PASS;
+		return WL_CONTINUE;
 	q = bpf_map_lookup_elem(&vqs, &id);
 	if (!q)
-		return WL_AQM_PASS;
+		return WL_CONTINUE;
 	cpu = bpf_get_smp_processor_id(); /* not under the lock: a helper */
 	if (vaqm_lock)
 		bpf_spin_lock(&q->lock);
 	if (q->pkts && q->cpu != cpu)
 		q->cpu_moves++;
 	q->cpu = cpu;
-	if (!vq_update(q, now, skb->len))
+	if (!vq_update(q, ctx->now, len))
 		/* The port will tail-drop it; the discipline never sees it. */
 		verdict = WL_AQM_OVERFLOW;
 	else if (q->discipline == WL_AQM_DCTCP)
@@ -375,12 +256,12 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 	else if (q->discipline == WL_AQM_RED)
 		verdict = vq_red(q);
 	else if (q->discipline == WL_AQM_QCN)
-		/* The packet passes; the switch sends the CNM (switch.bpf.c). */
-		m->qcn_fb = vq_qcn(q, p);
+		/* The packet passes; the forward stage sends the CNM. */
+		ctx->qcn_fb = vq_qcn(q, ctx);
 	else if (vaqm_ext && q->discipline == WL_AQM_EXT)
 		/* Not under the lock: Switch::load refuses the lock with an
 		 * extension (no calls while a BPF spin lock is held). */
-		verdict = vq_ext(skb, x, q);
+		verdict = vq_ext(skb, &ctx->ext, q);
 	if (verdict == WL_AQM_MARK && (!p->l3_off || (p->tos & 3) == 0)) {
 		/* A Not-ECT packet (SYN, pure ACK, non-ECN flow): RED drops
 		 * it instead (RFC 3168 §7); a DCTCP switch only marks, so the
@@ -389,8 +270,8 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 		q->unmarkable++;
 	}
 	if (verdict == WL_AQM_DROP) {
-		if (q->bytes > skb->len) {
-			q->bytes -= skb->len;
+		if (q->bytes > len) {
+			q->bytes -= len;
 		} else {
 			q->bytes = 0;
 			q->frac = 0;
@@ -405,12 +286,13 @@ static __always_inline __u32 vaqm(struct __sk_buff *skb, struct pkt *p, __u32 ou
 		q->ext.bytes = q->bytes;
 		qlen = wl_ext_estimate_qlen(&q->ext);
 	}
-	m->vq = id;
-	m->vq_bytes = qlen > 0xffffffffULL ? 0xffffffff : qlen;
+	ctx->vq = id;
+	ctx->vq_bytes = qlen > 0xffffffffULL ? 0xffffffff : qlen;
 	if (vaqm_lock)
 		bpf_spin_unlock(&q->lock);
-	m->aqm = verdict;
-	return verdict;
+	ctx->aqm = verdict;
+	if (verdict == WL_AQM_MARK)
+		mark_ce(skb, p);
+	return WL_CONTINUE;
 }
-
 #endif

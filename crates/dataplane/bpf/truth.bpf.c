@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Ground truth for the vAQM stage (NetBump §6.2.2): the real occupancy of a
  * bottleneck qdisc downstream of the switch, next to the virtual queue's
@@ -9,13 +9,17 @@
  * Each sample also drains the virtual queue up to now (read-only, with
  * vq_update's own vq_drained), so the two are compared without aligning clocks.
  *
- * Loaded only when a run asks for it (Config::truth); not part of the
- * forwarding path.
+ * Its own object, loaded only when a run asks for it (Config::truth); not
+ * part of the forwarding path. It reaches the switch's `vqs` and
+ * `fake_clock` maps by fd (src/truth.rs), and its test_clock setting is
+ * the switch's.
  */
-#ifndef WIRELAB_TRUTH_H
-#define WIRELAB_TRUTH_H
-
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "wirelab.h"
+#include "wl_clock.h"
+#include "wl_vq.h"
 
 /* Just the kernel fields read here; CO-RE relocates them against the
  * running kernel's BTF, so no generated vmlinux.h is needed. */
@@ -69,6 +73,9 @@ struct {
 	__type(key, struct wl_truth_port);
 	__type(value, __u32);
 } truth_ports SEC(".maps");
+
+/* Makes the sample type part of the BTF so the skeleton exports it. */
+struct wl_truth_sample truth_sample_abi = {};
 
 /* Samples the ring had no room for (reported: the comparison is partial). */
 __u64 truth_lost = 0;
@@ -128,4 +135,4 @@ int BPF_PROG(wl_truth_dequeue, struct Qdisc *qd, const struct netdev_queue *txq,
 	return 0;
 }
 
-#endif
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Stage: the verdict. What the stages before decided is done here, after
+ * the mirror: an event's or the vAQM's drop, no route, or out through the
+ * egress port; and for a QCN congestion point the notification back.
+ */
+#ifndef WL_STAGE_FORWARD_H
+#define WL_STAGE_FORWARD_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include "wl_ctx.h"
+#include "wl_ports.h"
+
+/* The bytes of a sampled frame's MSDU a CNM carries (802.1Qau §33.4). */
+#define WL_CNM_MSDU 64
+#define WL_CNM_HDR 38
+#define WL_ETH_P_CN 0x22E9
+
+/*
+ * A QCN congestion point's notification (802.1Qau §33.4; NetBump §4.3:
+ * "This QCN frame is destined to the upstream reaction point from which the
+ * just-added frame was received"). The sampled frame is cloned out of its
+ * egress port as usual, then this skb becomes the CNM: addressed to the
+ * frame's source MAC, from the switch (02:77:6c:00:00:<egress port>),
+ * carrying |Fb| and the frame's first 64 MSDU bytes so the reaction point
+ * knows the flow, and sent back out of the ingress port. Returns the tc
+ * verdict for the CNM; CNM_NOT_CLONED if the frame could not be cloned
+ * (the caller forwards it as usual), CNM_LOST if it was but the CNM could
+ * not be built (the skb is then dropped: the frame already went).
+ */
+#define CNM_NOT_CLONED -2
+#define CNM_LOST -3
+static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
+{
+	__u8 h[WL_CNM_HDR] = {}, msdu[WL_CNM_MSDU];
+	__u32 len = skb->len, carried;
+
+	if (len <= ETH_HLEN)
+		return CNM_NOT_CLONED;
+	carried = len - ETH_HLEN;
+	if (carried > WL_CNM_MSDU)
+		carried = WL_CNM_MSDU;
+	/* carried is in [1, 64]: the mask changes nothing at run time and
+	 * shows the verifier bounds that survive clang's register copies. */
+	carried = ((carried - 1) & (WL_CNM_MSDU - 1)) + 1;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, msdu, carried))
+		return CNM_NOT_CLONED;
+	/* DA <- the frame's SA; the encapsulated DA <- the frame's DA. */
+	if (bpf_skb_load_bytes(skb, ETH_ALEN, h, ETH_ALEN) ||
+	    bpf_skb_load_bytes(skb, 0, h + 30, ETH_ALEN))
+		return CNM_NOT_CLONED;
+	if (bpf_clone_redirect(skb, ctx->out_ifindex, 0))
+		return CNM_NOT_CLONED;
+	h[6] = 0x02; h[7] = 0x77; h[8] = 0x6c; h[11] = ctx->out_port;
+	h[12] = WL_ETH_P_CN >> 8; h[13] = WL_ETH_P_CN & 0xff;
+	h[14] = 0; /* version 0 */
+	h[15] = ctx->qcn_fb & 0x3f;
+	/* CPID: the switch port's MAC and the virtual queue. */
+	__builtin_memcpy(h + 16, h + 6, ETH_ALEN);
+	h[22] = ctx->vq >> 8; h[23] = ctx->vq;
+	h[24] = (__u16)ctx->qcn_off >> 8; h[25] = ctx->qcn_off;
+	h[26] = (__u16)ctx->qcn_delta >> 8; h[27] = ctx->qcn_delta;
+	h[36] = (len - ETH_HLEN) >> 8; h[37] = len - ETH_HLEN;
+	if (bpf_skb_change_tail(skb, WL_CNM_HDR + carried, 0) ||
+	    bpf_skb_store_bytes(skb, 0, h, WL_CNM_HDR, 0) ||
+	    bpf_skb_store_bytes(skb, WL_CNM_HDR, msdu, carried, 0))
+		return CNM_LOST;
+	return bpf_redirect(ctx->ifindex, 0);
+}
+
+WL_STAGE(wl_stage_forward)
+{
+	struct wl_counters *c = port_counters(ctx->in_port), *oc;
+	__u32 out = ctx->out_port;
+	int v;
+
+	if (!c)
+		return TC_ACT_SHOT;
+	if (ctx->action == WL_EV_DROP) {
+		c->event_drops++;
+		return TC_ACT_SHOT;
+	}
+	if (ctx->aqm == WL_AQM_DROP) {
+		c->aqm_drops++;
+		return TC_ACT_SHOT;
+	}
+	if (ctx->aqm == WL_AQM_MARK)
+		c->aqm_marks++;
+	if (!ctx->out_ifindex) {
+		c->no_route++;
+		return TC_ACT_SHOT;
+	}
+	oc = port_counters(out);
+	if (oc) {
+		oc->tx_pkts++;
+		oc->tx_bytes += skb->len;
+	}
+	if (ctx->qcn_fb) {
+		v = send_cnm(skb, ctx);
+		if (v >= 0) {
+			c->cnm_sent++;
+			return v;
+		}
+		c->cnm_failed++;
+		if (v == CNM_LOST)
+			return TC_ACT_SHOT;
+	}
+	return bpf_redirect(ctx->out_ifindex, 0);
+}
+
+#endif

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Stage: mirror the packet into the capture ring, as the receiver will get
+ * it and before any drop (Lumina §3.4), with the pipeline's metadata
+ * (wl_mirror_hdr). Sequence numbers have no gaps: a record the ring has no
+ * room for is counted (mirror_lost), and the run is INVALID.
+ */
+#ifndef WL_STAGE_MIRROR_H
+#define WL_STAGE_MIRROR_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "wl_ctx.h"
+#include "wl_ports.h"
+
+/* Bytes of each packet kept. */
+const volatile __u32 snap_len = 128;
+/* The smallest power of two >= snap_len: the bytes reserved per record. */
+const volatile __u32 snap_room = 128;
+/* Wake the dumper only when this much is waiting (it also drains on a short
+ * timer): a wakeup per packet costs the forwarding path a context switch. */
+const volatile __u64 wake_bytes = 1 << 20;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} mirror_seq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24); /* resized by the control plane */
+} ring SEC(".maps");
+
+WL_STAGE(wl_stage_mirror)
+{
+	__u32 zero = 0, cap = skb->len, port = ctx->in_port;
+	__u64 *seqp = bpf_map_lookup_elem(&mirror_seq, &zero);
+	struct wl_counters *c = port_counters(port);
+	struct wl_mirror_hdr *r;
+	__u64 seq;
+
+	if (!seqp || !c)
+		return WL_CONTINUE;
+	seq = __sync_fetch_and_add(seqp, 1);
+	r = bpf_ringbuf_reserve(&ring, sizeof(*r) + snap_room, 0);
+	if (!r) {
+		c->mirror_lost++;
+		return WL_CONTINUE;
+	}
+	if (cap > snap_len)
+		cap = snap_len;
+	r->seq = seq;
+	r->ts_ns = ctx->now;
+	r->pkt_len = ctx->len;
+	r->cap_len = cap;
+	r->port = port;
+	r->action = ctx->action;
+	r->event_id = ctx->event_id;
+	r->conn = ctx->conn;
+	r->data_dir = ctx->data_dir;
+	r->index = ctx->index;
+	r->iter = ctx->iter;
+	r->first_tx = ctx->first_tx;
+	r->vq = ctx->vq;
+	r->vq_bytes = ctx->vq_bytes;
+	r->aqm = ctx->aqm;
+	r->qcn_fb = ctx->qcn_fb;
+	/* cap is in [1, snap_len] and snap_len <= snap_room (a power of two),
+	 * so this mask changes nothing at run time; it shows the verifier a lower
+	 * bound of 1 that survives clang's register copies. */
+	cap = ((cap - 1) & (snap_room - 1)) + 1;
+	if (bpf_skb_load_bytes(skb, 0, (void *)(r + 1), cap))
+		r->cap_len = 0;
+	bpf_ringbuf_submit(r, bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) >= wake_bytes ?
+				      BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	c->mirrored++;
+	return WL_CONTINUE;
+}
+
+#endif

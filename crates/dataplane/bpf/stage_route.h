@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Stage: the egress port. Static forwarding on the destination MAC; a
+ * bump's default port for the rest; a user discipline's forward() over
+ * both. Needed before vAQM, whose default classifier is the egress port
+ * (NetBump §3.1).
+ */
+#ifndef WL_STAGE_ROUTE_H
+#define WL_STAGE_ROUTE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include "wl_ctx.h"
+#include "wl_ext_hooks.h"
+
+/* Static forwarding: destination MAC (low 48 bits) -> egress port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WL_MAX_PORTS);
+	__type(key, __u64);
+	__type(value, struct wl_fwd);
+} fwd SEC(".maps");
+
+/* Where a frame whose destination MAC is not in `fwd` goes, by ingress
+ * port: `wirelab bump` between two interfaces forwards each one's frames
+ * to the other, whatever their addresses (a bump on the wire). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, struct wl_fwd);
+} default_out SEC(".maps");
+
+/* The MAC table's entry for this frame, or NULL. */
+static __always_inline struct wl_fwd *mac_lookup(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	__u64 dmac = 0;
+
+	if (data + ETH_ALEN > end)
+		return 0;
+	__builtin_memcpy(&dmac, data, ETH_ALEN);
+	return bpf_map_lookup_elem(&fwd, &dmac);
+}
+
+WL_STAGE(wl_stage_route)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	__u32 in = ctx->in_port;
+	struct wl_fwd *out;
+
+	if (data + ETH_ALEN > end)
+		return TC_ACT_SHOT; /* a runt: no destination to read */
+	out = mac_lookup(skb);
+	if (!out) {
+		out = bpf_map_lookup_elem(&default_out, &in);
+		if (out && !out->ifindex)
+			out = 0;
+	}
+	if (out) {
+		ctx->out_ifindex = out->ifindex;
+		ctx->out_port = out->port;
+	}
+	if (vaqm_ext) {
+		ext_pkt(ctx);
+		ext_forward(ctx);
+	}
+	return WL_CONTINUE;
+}
+
+#endif

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Stage: classify a packet to a connection of the spec, and in the data
+ * direction track its data packet index and iteration (Lumina §3.3).
+ */
+#ifndef WL_STAGE_TRACK_H
+#define WL_STAGE_TRACK_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "wl_ctx.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * WL_MAX_CONNS);
+	__type(key, struct wl_flow_key);
+	__type(value, struct wl_flow);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * WL_STATE_SECOND);
+	__type(key, __u32);
+	__type(value, struct wl_conn_state);
+} conn_state SEC(".maps");
+
+/* A dense array, not a hash: the first-transmission path is one sequential
+ * store (no hashing, no locks; as a hash map it cost ~300 ns per packet).
+ * Sized by the control plane to (connections + 1) * WL_SEG_WINDOW. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, (WL_MAX_CONNS + 1) * WL_SEG_WINDOW);
+	__type(key, __u32);
+	__type(value, __u32);
+} seg_start SEC(".maps");
+
+#define TCP_FLAG_SYN 0x02
+
+/* Slot of data packet `idx` of `conn` in seg_start. */
+static __always_inline __u32 seg_slot(__u32 conn, __u32 idx)
+{
+	return conn * WL_SEG_WINDOW + (idx & (WL_SEG_WINDOW - 1));
+}
+
+/*
+ * The data packet that holds relative sequence `rel`: the largest index in
+ * the window whose first transmission started at or before `rel`. Start
+ * sequences grow with the index, so this is a binary search; 13 steps cover
+ * WL_SEG_WINDOW = 4096. Older packets than the window get index 0 (unknown).
+ */
+static __always_inline __u32 index_of(__u32 conn, __u32 rel, __u32 first_tx)
+{
+	__u32 lo = first_tx > WL_SEG_WINDOW ? first_tx - WL_SEG_WINDOW + 1 : 1;
+	__u32 hi = first_tx, found = 0, slot, mid;
+	__u32 *start;
+
+	for (int k = 0; k < 13; k++) {
+		if (lo > hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		slot = seg_slot(conn, mid);
+		start = bpf_map_lookup_elem(&seg_start, &slot);
+		if (!start)
+			break;
+		if ((__s32)(*start - rel) <= 0) {
+			found = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return found;
+}
+
+/*
+ * RoCE: the data packet index is the relative PSN + 1 (Lumina §3.3: "relative
+ * QPNs and PSNs"; Fig. 2 maps the 4th packet to IPSN + 3), so no window of
+ * first transmissions is needed. ITER follows the same Last_PSN rule; PSNs
+ * are compared relative to the initial PSN, so a 24-bit wrap inside a
+ * connection does not start a new iteration.
+ */
+static __always_inline void track_roce(struct wl_ctx *ctx, struct wl_conn_state *st)
+{
+	__u32 rel, first = 0, iter;
+
+	if (!ctx->pkt.payload_len)
+		return;
+	bpf_spin_lock(&st->lock);
+	if (!st->synced) {
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	rel = (ctx->pkt.seq - st->isn) & 0xffffff;
+	if (st->seen_data && rel <= st->last_rel)
+		st->iter++;
+	st->seen_data = 1;
+	st->last_rel = rel;
+	if (rel >= st->next_new) {
+		first = 1;
+		st->first_tx++;
+		st->next_new = rel + 1;
+	}
+	iter = st->iter;
+	bpf_spin_unlock(&st->lock);
+	ctx->index = rel + 1;
+	ctx->iter = iter;
+	ctx->first_tx = first;
+}
+
+/*
+ * TCP. Lumina §3.3: "If its PSN is not larger than Last_PSN, the event
+ * injector identifies this as a new round of transmissions and increases
+ * ITER by 1 ... Regardless of the comparison result, the event injector
+ * always updates Last_PSN". For TCP the PSN is the segment's sequence
+ * number relative to the ISN, and the packet index counts first
+ * transmissions (segments that start at or beyond the highest byte sent).
+ */
+static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *st)
+{
+	__u32 seq = ctx->pkt.seq, len = ctx->pkt.payload_len, conn = ctx->conn;
+	__u32 rel, idx = 0, first = 0, iter, first_tx, slot;
+
+	if (ctx->pkt.tcp_flags & TCP_FLAG_SYN) {
+		bpf_spin_lock(&st->lock);
+		st->synced = 1;
+		st->isn = seq;
+		st->seen_data = 0;
+		st->last_rel = 0;
+		st->next_new = 1; /* the SYN consumes one sequence number */
+		st->iter = 1;
+		st->first_tx = 0;
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	if (len == 0)
+		return;
+	bpf_spin_lock(&st->lock);
+	if (!st->synced) {
+		bpf_spin_unlock(&st->lock);
+		return;
+	}
+	rel = seq - st->isn;
+	if (st->seen_data && rel <= st->last_rel)
+		st->iter++;
+	st->seen_data = 1;
+	st->last_rel = rel;
+	if ((__s32)(rel - st->next_new) >= 0) {
+		first = 1;
+		idx = ++st->first_tx;
+	}
+	if ((__s32)(rel + len - st->next_new) > 0)
+		st->next_new = rel + len;
+	iter = st->iter;
+	first_tx = st->first_tx;
+	bpf_spin_unlock(&st->lock);
+
+	if (first) {
+		slot = seg_slot(conn, idx);
+		bpf_map_update_elem(&seg_start, &slot, &rel, BPF_ANY);
+	} else {
+		idx = index_of(conn, rel, first_tx);
+	}
+	ctx->index = idx;
+	ctx->iter = iter;
+	ctx->first_tx = first;
+}
+
+WL_STAGE(wl_stage_track)
+{
+	struct wl_flow_key key = ctx->pkt.key;
+	struct wl_conn_state *st;
+	struct wl_flow *flow;
+	__u32 slot;
+
+	if (!ctx->pkt.is_tcp && !ctx->pkt.is_roce)
+		return WL_CONTINUE;
+	flow = bpf_map_lookup_elem(&flows, &key);
+	if (!flow)
+		return WL_CONTINUE;
+	ctx->conn = flow->conn;
+	ctx->data_dir = !!flow->data_dir;
+	if (!flow->data_dir)
+		return WL_CONTINUE;
+	slot = flow->data_dir == 2 ? flow->conn + WL_STATE_SECOND : flow->conn;
+	st = bpf_map_lookup_elem(&conn_state, &slot);
+	if (!st)
+		return WL_CONTINUE;
+	if (ctx->pkt.is_roce)
+		track_roce(ctx, st);
+	else
+		track_tcp(ctx, st);
+	return WL_CONTINUE;
+}
+
+#endif
