@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::rc::Rc;
 
 mod common;
-use common::{have_bpf, run_frame};
+use common::{check_table, have_bpf, run_frame, Change, Fixture, Out, Rec};
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader};
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Action, Config, FlowKey, Switch};
 
@@ -144,6 +144,35 @@ fn seq(rel: u32) -> u32 {
     ISN.wrapping_add(rel)
 }
 
+/// A data packet of connection 1's data direction at relative sequence `rel`.
+fn data(rel: u32, len: u32) -> Vec<u8> {
+    build(&pkt(seq(rel), len as usize))
+}
+
+/// The record of a data packet of connection 1.
+fn rec(index: u32, iter: u32, first_tx: u32) -> Rec {
+    Rec {
+        conn: 1,
+        data_dir: 1,
+        index,
+        iter,
+        first_tx,
+        ..Rec::NONE
+    }
+}
+
+/// A row forwarded unchanged with the record `r`.
+fn passes(what: &str, input: Vec<u8>, r: Rec) -> Fixture {
+    Fixture {
+        what: what.into(),
+        input,
+        verdict: verdict::REDIRECT,
+        output: Out::Same,
+        record: Some(r),
+        maps: vec![],
+    }
+}
+
 #[test]
 fn iteration_tracking_follows_lumina_rule() {
     if !have_bpf() {
@@ -151,57 +180,8 @@ fn iteration_tracking_follows_lumina_rule() {
     }
     let sw = switch(Config::default());
     handshake(&sw);
-    // (relative seq, expected index, expected iteration, first transmission)
-    let table: &[(&str, u32, u32, u32, u32)] = &[
-        ("packet 1", 1, 1, 1, 1),
-        ("packet 2", 1 + MSS, 2, 1, 1),
-        ("packet 3", 1 + 2 * MSS, 3, 1, 1),
-        ("packet 4", 1 + 3 * MSS, 4, 1, 1),
-        (
-            "retransmit 2: seq not larger than last -> iteration 2",
-            1 + MSS,
-            2,
-            2,
-            0,
-        ),
-        (
-            "new data after it stays in iteration 2",
-            1 + 4 * MSS,
-            5,
-            2,
-            1,
-        ),
-        (
-            "retransmit 5: equal seq is 'not larger' -> iteration 3",
-            1 + 4 * MSS,
-            5,
-            3,
-            0,
-        ),
-        ("retransmit 5 again -> iteration 4", 1 + 4 * MSS, 5, 4, 0),
-        ("retransmit 1 -> iteration 5", 1, 1, 5, 0),
-        (
-            "retransmit 3 (larger than last) -> same iteration",
-            1 + 2 * MSS,
-            3,
-            5,
-            0,
-        ),
-    ];
-    for (what, rel, idx, iter, first) in table {
-        let (v, _, m) = run(&sw, &pkt(seq(*rel), MSS as usize));
-        assert_eq!(v, verdict::REDIRECT, "{what}: forwarded");
-        let m = m.expect("mirrored").0;
-        assert_eq!(
-            (m.index, m.iter, m.first_tx),
-            (*idx, *iter, *first),
-            "{what}"
-        );
-        assert_eq!((m.conn, m.data_dir, m.port), (1, 1, 1), "{what}");
-    }
-    let st = sw.conn_state(1).unwrap();
-    assert_eq!((st.iter, st.first_tx), (5, 5));
-    // The reverse direction (ACKs, completions) is classified but never indexed.
+    let m = MSS;
+    let d = |rel| data(rel, MSS);
     let ack = Pkt {
         seq: 77,
         flags: "A",
@@ -209,10 +189,44 @@ fn iteration_tracking_follows_lumina_rule() {
         ecn: IpEcn::NotEct,
         reverse: true,
     };
-    let (v, _, m) = run(&sw, &ack);
-    assert_eq!(v, verdict::REDIRECT);
-    let m = m.unwrap().0;
-    assert_eq!((m.conn, m.data_dir, m.index, m.iter), (1, 0, 0, 0));
+    check_table(
+        &sw,
+        &[
+            passes("packet 1", d(1), rec(1, 1, 1)),
+            passes("packet 2", d(1 + m), rec(2, 1, 1)),
+            passes("packet 3", d(1 + 2 * m), rec(3, 1, 1)),
+            passes("packet 4", d(1 + 3 * m), rec(4, 1, 1)),
+            passes(
+                "retransmit 2: seq not larger than last -> iteration 2",
+                d(1 + m),
+                rec(2, 2, 0),
+            ),
+            passes(
+                "new data after it stays in iteration 2",
+                d(1 + 4 * m),
+                rec(5, 2, 1),
+            ),
+            passes(
+                "retransmit 5: equal seq is 'not larger' -> iteration 3",
+                d(1 + 4 * m),
+                rec(5, 3, 0),
+            ),
+            passes("retransmit 5 again -> iteration 4", d(1 + 4 * m), rec(5, 4, 0)),
+            passes("retransmit 1 -> iteration 5", d(1), rec(1, 5, 0)),
+            passes(
+                "retransmit 3 (larger than last) -> same iteration",
+                d(1 + 2 * m),
+                rec(3, 5, 0),
+            ),
+            passes(
+                "the reverse direction (ACKs) is classified but never indexed",
+                build(&ack),
+                Rec { conn: 1, ..Rec::NONE },
+            ),
+        ],
+    );
+    let st = sw.conn_state(1).unwrap();
+    assert_eq!((st.iter, st.first_tx), (5, 5));
 }
 
 #[test]
@@ -224,65 +238,86 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
     sw.add_event(1, 2, 1, Action::Drop, 1).unwrap();
     sw.add_event(1, 2, 2, Action::Drop, 2).unwrap();
     handshake(&sw);
-    let steps: &[(&str, u32, u32, Action, u32)] = &[
-        ("packet 1 passes", 1, verdict::REDIRECT, Action::None, 0),
-        (
-            "packet 2 iteration 1 dropped by event 1",
-            1 + MSS,
-            verdict::SHOT,
-            Action::Drop,
-            1,
-        ),
-        (
-            "packet 3 passes",
-            1 + 2 * MSS,
-            verdict::REDIRECT,
-            Action::None,
-            0,
-        ),
-        (
-            "packet 2 iteration 2 dropped by event 2",
-            1 + MSS,
-            verdict::SHOT,
-            Action::Drop,
-            2,
-        ),
-        (
-            "packet 2 iteration 3 passes",
-            1 + MSS,
-            verdict::REDIRECT,
-            Action::None,
-            0,
-        ),
-    ];
-    for (i, (what, rel, want_v, want_a, want_id)) in steps.iter().enumerate() {
-        let (v, _, m) = run(&sw, &pkt(seq(*rel), MSS as usize));
-        assert_eq!(v, *want_v, "{what}");
-        let (m, data) = m.expect("every packet is mirrored, dropped ones too");
-        assert_eq!(
-            m.seq,
-            i as u64 + 1,
-            "{what}: mirror seq contiguous (SYN was 0)"
-        );
-        assert_eq!(m.applied(), Some(*want_a), "{what}");
-        assert_eq!(m.event_id, *want_id, "{what}");
-        assert_eq!(m.cap_len, 128, "{what}: trimmed to the default snap length");
-        assert_eq!(data.len(), 128);
-        assert_eq!(m.pkt_len as usize, 14 + 20 + 20 + MSS as usize);
-    }
-    assert_eq!(sw.event_hits(1, 2, 1).unwrap(), 1);
-    assert_eq!(sw.event_hits(1, 2, 2).unwrap(), 1);
-    let c1 = sw.counters(1).unwrap();
-    assert_eq!(
-        (c1.rx_pkts, c1.mirrored, c1.event_drops, c1.mirror_lost),
-        (6, 6, 2, 0)
+    let d = |rel| data(rel, MSS);
+    let mirrored = Change {
+        what: "port 1 mirrored",
+        read: |s| s.counters(1).unwrap().mirrored,
+        by: 1,
+    };
+    let dropped = |by, hits: fn(&Switch) -> u64| {
+        vec![
+            Change {
+                what: "port 1 event drops",
+                read: |s| s.counters(1).unwrap().event_drops,
+                by,
+            },
+            Change {
+                what: "port 2 transmitted",
+                read: |s| s.counters(2).unwrap().tx_pkts,
+                by: 1 - by,
+            },
+            Change {
+                what: "the event's hits",
+                read: hits,
+                by,
+            },
+            Change {
+                what: "mirror sequence numbers",
+                read: |s| s.mirror_seq().unwrap(),
+                by: 1,
+            },
+            mirrored,
+        ]
+    };
+    let hits1: fn(&Switch) -> u64 = |s| s.event_hits(1, 2, 1).unwrap();
+    let hits2: fn(&Switch) -> u64 = |s| s.event_hits(1, 2, 2).unwrap();
+    let row = |what: &str, input, verdict, record, maps| Fixture {
+        what: what.into(),
+        input,
+        verdict,
+        output: Out::Same,
+        record: Some(record),
+        maps,
+    };
+    let drop = |index, iter, id| Rec {
+        action: Action::Drop,
+        event_id: id,
+        ..rec(index, iter, 0)
+    };
+    check_table(
+        &sw,
+        &[
+            row("packet 1 passes", d(1), verdict::REDIRECT, rec(1, 1, 1), dropped(0, hits1)),
+            row(
+                "packet 2 iteration 1: dropped by event 1, mirrored first",
+                d(1 + MSS),
+                verdict::SHOT,
+                Rec { first_tx: 1, ..drop(2, 1, 1) },
+                dropped(1, hits1),
+            ),
+            row("packet 3 passes", d(1 + 2 * MSS), verdict::REDIRECT, rec(3, 1, 1), dropped(0, hits2)),
+            row(
+                "packet 2 iteration 2: dropped by event 2",
+                d(1 + MSS),
+                verdict::SHOT,
+                drop(2, 2, 2),
+                dropped(1, hits2),
+            ),
+            row(
+                "packet 2 iteration 3 passes",
+                d(1 + MSS),
+                verdict::REDIRECT,
+                rec(2, 3, 0),
+                [dropped(0, hits1), dropped(0, hits2)].concat(),
+            ),
+        ],
     );
-    let c2 = sw.counters(2).unwrap();
-    assert_eq!(
-        c2.tx_pkts, 4,
-        "SYN + 3 forwarded data packets leave on port 2"
-    );
-    assert_eq!(sw.mirror_seq().unwrap(), 6);
+    // The records themselves: cut to the snap length, the length on the wire.
+    let (_, _, r) = run_frame(&sw, &d(1 + 3 * MSS));
+    let (h, bytes) = &r[0];
+    assert_eq!((h.cap_len, bytes.len()), (128, 128), "default snap length");
+    assert_eq!(h.pkt_len as usize, 14 + 20 + 20 + MSS as usize);
+    assert_eq!(h.seq, 6, "mirror sequence numbers have no gaps (SYN was 0)");
 }
 
 #[test]
@@ -294,34 +329,52 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
     sw.add_event(1, 1, 1, Action::Ecn, 1).unwrap();
     sw.add_event(1, 2, 1, Action::Ecn, 2).unwrap();
     handshake(&sw);
-    let p1 = pkt(seq(1), 100);
-    let input = build(&p1);
-    let (v, out, m) = run(&sw, &p1);
-    assert_eq!(v, verdict::REDIRECT);
-    assert_eq!(out[15] & 3, 3, "CE set");
-    let mut expect = input.clone();
-    expect[15] |= 3;
-    let (ip, _) = Ipv4Header::from_slice(&expect[14..]).unwrap();
-    let csum = ip.calc_header_checksum().to_be_bytes();
-    expect[24..26].copy_from_slice(&csum);
-    assert_eq!(out, expect, "only TOS and the IP checksum change");
-    let (m, data) = m.unwrap();
-    assert_eq!(m.applied(), Some(Action::Ecn));
-    assert_eq!(
-        data[15] & 3,
-        3,
-        "the trace shows the packet as the receiver gets it"
-    );
-
-    let p2 = Pkt {
+    let input = data(1, 100);
+    let mut marked = input.clone();
+    marked[15] |= 3;
+    let (ip, _) = Ipv4Header::from_slice(&marked[14..]).unwrap();
+    marked[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    let not_ect = build(&Pkt {
         ecn: IpEcn::NotEct,
         ..pkt(seq(101), 100)
-    };
-    let input = build(&p2);
-    let (v, out, m) = run(&sw, &p2);
-    assert_eq!(v, verdict::REDIRECT);
-    assert_eq!(out, input, "RFC 3168: a Not-ECT packet is never marked");
-    assert_eq!(m.unwrap().0.applied(), Some(Action::EcnNotEct));
+    });
+    check_table(
+        &sw,
+        &[
+            Fixture {
+                what: "an ECT(0) packet: CE set, only TOS and the IP checksum change".into(),
+                input,
+                verdict: verdict::REDIRECT,
+                output: Out::Bytes(marked),
+                record: Some(Rec {
+                    action: Action::Ecn,
+                    event_id: 1,
+                    ..rec(1, 1, 1)
+                }),
+                maps: vec![Change {
+                    what: "event 1's hits",
+                    read: |s| s.event_hits(1, 1, 1).unwrap(),
+                    by: 1,
+                }],
+            },
+            Fixture {
+                what: "RFC 3168: a Not-ECT packet is never marked, and the trace says so".into(),
+                input: not_ect,
+                verdict: verdict::REDIRECT,
+                output: Out::Same,
+                record: Some(Rec {
+                    action: Action::EcnNotEct,
+                    event_id: 2,
+                    ..rec(2, 1, 1)
+                }),
+                maps: vec![Change {
+                    what: "event 2's hits",
+                    read: |s| s.event_hits(1, 2, 1).unwrap(),
+                    by: 1,
+                }],
+            },
+        ],
+    );
 }
 
 #[test]
@@ -332,19 +385,23 @@ fn corrupt_flips_one_payload_bit_and_leaves_checksums() {
     let sw = switch(Config::default());
     sw.add_event(1, 1, 1, Action::Corrupt, 1).unwrap();
     handshake(&sw);
-    let p = pkt(seq(1), 200);
-    let input = build(&p);
-    let (v, out, m) = run(&sw, &p);
-    assert_eq!(v, verdict::REDIRECT);
-    let diff: Vec<usize> = (0..input.len()).filter(|&i| input[i] != out[i]).collect();
-    assert_eq!(diff, vec![54], "exactly the first payload byte differs");
-    assert_eq!(input[54] ^ out[54], 1, "by one bit");
-    let (m, data) = m.unwrap();
-    assert_eq!(m.applied(), Some(Action::Corrupt));
-    assert_eq!(
-        data[..],
-        out[..128],
-        "the trace shows the bytes as received"
+    let input = data(1, 200);
+    let mut flipped = input.clone();
+    flipped[54] ^= 1; // the first payload byte, by one bit
+    check_table(
+        &sw,
+        &[Fixture {
+            what: "corrupt: one payload bit flipped, checksums left as they were".into(),
+            input,
+            verdict: verdict::REDIRECT,
+            output: Out::Bytes(flipped),
+            record: Some(Rec {
+                action: Action::Corrupt,
+                event_id: 1,
+                ..rec(1, 1, 1)
+            }),
+            maps: vec![],
+        }],
     );
 }
 

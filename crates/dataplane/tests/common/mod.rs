@@ -66,3 +66,107 @@ pub fn udp_frame(
     assert_eq!(out.len(), len);
     out
 }
+
+/// One packet of a fixture table, written as Katran's and aya's BPF tests
+/// write them: what it is, the frame in, the verdict and frame out, the
+/// mirror record it leaves, and what it changes in the maps.
+#[allow(dead_code)] // not every fixture file uses tables
+pub struct Fixture {
+    pub what: String,
+    pub input: Vec<u8>,
+    pub verdict: u32,
+    pub output: Out,
+    /// The record's pipeline metadata; `None`: no record at all.
+    pub record: Option<Rec>,
+    /// Every map change this packet makes that the fixture cares about.
+    pub maps: Vec<Change>,
+}
+
+/// The frame the program leaves.
+#[allow(dead_code)]
+pub enum Out {
+    /// Unchanged.
+    Same,
+    /// Exactly these bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A mirror record's metadata (`wl_mirror_hdr`), as a fixture states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rec {
+    pub conn: u32,
+    pub data_dir: u32,
+    pub index: u32,
+    pub iter: u32,
+    pub first_tx: u32,
+    pub action: wirelab_dataplane::Action,
+    pub event_id: u32,
+}
+
+#[allow(dead_code)]
+impl Rec {
+    /// A packet of no connection of the spec.
+    pub const NONE: Rec = Rec {
+        conn: 0,
+        data_dir: 0,
+        index: 0,
+        iter: 0,
+        first_tx: 0,
+        action: wirelab_dataplane::Action::None,
+        event_id: 0,
+    };
+
+    fn of(h: &wl_mirror_hdr) -> Rec {
+        Rec {
+            conn: h.conn,
+            data_dir: h.data_dir,
+            index: h.index,
+            iter: h.iter,
+            first_tx: h.first_tx,
+            action: h.applied().expect("an action this build knows"),
+            event_id: h.event_id,
+        }
+    }
+}
+
+/// A map value a packet changes: `read` it before and after, and it must
+/// have grown by `by`.
+#[allow(dead_code)]
+#[derive(Clone, Copy)]
+pub struct Change {
+    pub what: &'static str,
+    pub read: fn(&Switch) -> u64,
+    pub by: u64,
+}
+
+/// Runs a fixture table in order on one switch, checking every field of
+/// every row; a failure names the row.
+#[allow(dead_code)]
+pub fn check_table(sw: &Switch, table: &[Fixture]) {
+    for f in table {
+        let what = &f.what;
+        let before: Vec<u64> = f.maps.iter().map(|c| (c.read)(sw)).collect();
+        let (v, out, records) = run_frame(sw, &f.input);
+        assert_eq!(v, f.verdict, "{what}: verdict");
+        match &f.output {
+            Out::Same => assert_eq!(out, f.input, "{what}: the frame is unchanged"),
+            Out::Bytes(b) => assert_eq!(&out, b, "{what}: output frame"),
+        }
+        match (&f.record, records.as_slice()) {
+            (None, []) => {}
+            (Some(want), [(h, data)]) => {
+                assert_eq!(Rec::of(h), *want, "{what}: mirror record");
+                let cap = (h.cap_len as usize).min(out.len());
+                assert_eq!(
+                    data[..],
+                    out[..cap],
+                    "{what}: the trace shows the packet as the program left it"
+                );
+            }
+            (want, got) => panic!("{what}: expected record {want:?}, got {} records", got.len()),
+        }
+        for (c, b) in f.maps.iter().zip(before) {
+            assert_eq!((c.read)(sw), b + c.by, "{what}: {}", c.what);
+        }
+    }
+}
