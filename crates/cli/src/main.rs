@@ -117,6 +117,10 @@ enum BenchCmd {
         messages: u32,
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Also measure each stage's cost: the pipeline cut after each
+        /// stage, 10 KB messages (9 more labs per round).
+        #[arg(long)]
+        breakdown: bool,
     },
     /// Highest TCP rate with 100% capture, next to tcpdump's drops.
     Capture,
@@ -287,9 +291,11 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         run::require_root()?;
     }
     match which {
-        BenchCmd::SwitchOverhead { messages, rounds } => {
-            bench::switch_overhead(abort, messages, rounds)?
-        }
+        BenchCmd::SwitchOverhead {
+            messages,
+            rounds,
+            breakdown,
+        } => bench::switch_overhead(abort, messages, rounds, breakdown)?,
         BenchCmd::Capture => bench::capture(abort)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,

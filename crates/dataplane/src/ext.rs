@@ -66,7 +66,6 @@ pub struct Extension {
     pub object: Vec<u8>,
 }
 
-
 /// Compiles `source`, checks the hooks it defines and links it with the
 /// switch, working in `work` (which must exist; nothing outside it is
 /// written).

@@ -20,8 +20,8 @@ mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/switch.skel.rs"));
 }
-pub use skel::types::{wl_counters, wl_mirror_hdr};
 use skel::types;
+pub use skel::types::{wl_counters, wl_mirror_hdr};
 
 /// The switch object as built (`bpf/switch.bpf.c`); a user discipline is
 /// linked with these very bytes (src/ext.rs).
@@ -985,8 +985,7 @@ impl Switch {
     /// An owned handle (a dup'ed fd) on the capture ring, which another
     /// thread can drain while this switch stays where it is.
     pub fn ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
-        libbpf_rs::MapHandle::try_from(&self.maps.ring)
-            .map_err(map_err("duplicating the ring fd"))
+        libbpf_rs::MapHandle::try_from(&self.maps.ring).map_err(map_err("duplicating the ring fd"))
     }
 
     /// Mean in-kernel run time (ns) of the pipeline (or the forward-only
@@ -1002,7 +1001,8 @@ impl Switch {
         input.repeat = repeat;
         let o = self
             .prog(forward_only)
-            .test_run(input).map_err(map_err("BPF_PROG_TEST_RUN"))?;
+            .test_run(input)
+            .map_err(map_err("BPF_PROG_TEST_RUN"))?;
         Ok(o.duration.as_nanos() as u64)
     }
 

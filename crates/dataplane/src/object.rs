@@ -100,7 +100,10 @@ impl<T> Section<T> {
         // SAFETY: a valid map of a loaded object; libbpf returns its mmap
         // (live after load for a global section) and its size.
         let p = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map__initial_value(map.as_libbpf_object().as_ptr(), &mut size)
+            libbpf_rs::libbpf_sys::bpf_map__initial_value(
+                map.as_libbpf_object().as_ptr(),
+                &mut size,
+            )
         };
         check_section_size::<T>(section, size as usize)?;
         let ptr = std::ptr::NonNull::new(p.cast::<T>())
@@ -123,7 +126,10 @@ impl<T> Section<T> {
 }
 
 /// An owned handle (a dup'ed fd) on a loaded object's map.
-pub(crate) fn map_handle(obj: &libbpf_rs::Object, name: &str) -> Result<libbpf_rs::MapHandle, Error> {
+pub(crate) fn map_handle(
+    obj: &libbpf_rs::Object,
+    name: &str,
+) -> Result<libbpf_rs::MapHandle, Error> {
     let map = obj
         .maps()
         .find(|m| m.name() == name)

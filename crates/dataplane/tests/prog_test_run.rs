@@ -211,7 +211,11 @@ fn iteration_tracking_follows_lumina_rule() {
                 d(1 + 4 * m),
                 rec(5, 3, 0),
             ),
-            passes("retransmit 5 again -> iteration 4", d(1 + 4 * m), rec(5, 4, 0)),
+            passes(
+                "retransmit 5 again -> iteration 4",
+                d(1 + 4 * m),
+                rec(5, 4, 0),
+            ),
             passes("retransmit 1 -> iteration 5", d(1), rec(1, 5, 0)),
             passes(
                 "retransmit 3 (larger than last) -> same iteration",
@@ -221,7 +225,10 @@ fn iteration_tracking_follows_lumina_rule() {
             passes(
                 "the reverse direction (ACKs) is classified but never indexed",
                 build(&ack),
-                Rec { conn: 1, ..Rec::NONE },
+                Rec {
+                    conn: 1,
+                    ..Rec::NONE
+                },
             ),
         ],
     );
@@ -287,15 +294,30 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
     check_table(
         &sw,
         &[
-            row("packet 1 passes", d(1), verdict::REDIRECT, rec(1, 1, 1), dropped(0, hits1)),
+            row(
+                "packet 1 passes",
+                d(1),
+                verdict::REDIRECT,
+                rec(1, 1, 1),
+                dropped(0, hits1),
+            ),
             row(
                 "packet 2 iteration 1: dropped by event 1, mirrored first",
                 d(1 + MSS),
                 verdict::SHOT,
-                Rec { first_tx: 1, ..drop(2, 1, 1) },
+                Rec {
+                    first_tx: 1,
+                    ..drop(2, 1, 1)
+                },
                 dropped(1, hits1),
             ),
-            row("packet 3 passes", d(1 + 2 * MSS), verdict::REDIRECT, rec(3, 1, 1), dropped(0, hits2)),
+            row(
+                "packet 3 passes",
+                d(1 + 2 * MSS),
+                verdict::REDIRECT,
+                rec(3, 1, 1),
+                dropped(0, hits2),
+            ),
             row(
                 "packet 2 iteration 2: dropped by event 2",
                 d(1 + MSS),

@@ -20,6 +20,10 @@ pub enum Mode {
     Pipeline,
     /// Forwarding only: the benchmark baseline.
     ForwardOnly,
+    /// Benchmarks: the pipeline with its capabilities armed, cut after
+    /// this many stages (`wirelab_dataplane::STAGES`), then forwarded as
+    /// the baseline does; what each stage costs is the difference.
+    Cut(u8),
 }
 
 /// The load-time configuration: the plan's capture settings plus what each
@@ -47,7 +51,10 @@ pub fn arm(
     caps: &mut [Box<dyn Capability>],
     ext: Option<&Extension>,
 ) -> Result<Switch, Error> {
-    let config = config(plan, caps);
+    let mut config = config(plan, caps);
+    if let Mode::Cut(n) = mode {
+        config.bench_cut = n;
+    }
     let ext = ext.filter(|_| config.extension);
     let switch = Switch::load_with(config, ext).map_err(|e| match ext {
         // The verifier checks the discipline with the pipeline: its log
@@ -86,7 +93,7 @@ pub fn arm(
         for ifindex in &lab.switch_ifindex {
             match mode {
                 Mode::ForwardOnly => switch.attach_forward_only(*ifindex as i32),
-                Mode::Pipeline => switch.attach_ingress(*ifindex as i32),
+                Mode::Pipeline | Mode::Cut(_) => switch.attach_ingress(*ifindex as i32),
             }
             .during(format!("attaching the switch to ifindex {ifindex}"))?;
         }

@@ -163,7 +163,10 @@ pub fn check_table(sw: &Switch, table: &[Fixture]) {
                     "{what}: the trace shows the packet as the program left it"
                 );
             }
-            (want, got) => panic!("{what}: expected record {want:?}, got {} records", got.len()),
+            (want, got) => panic!(
+                "{what}: expected record {want:?}, got {} records",
+                got.len()
+            ),
         }
         for (c, b) in f.maps.iter().zip(before) {
             assert_eq!((c.read)(sw), b + c.by, "{what}: {}", c.what);
