@@ -8,6 +8,7 @@ mod bench;
 mod bench_analyze;
 mod bench_roce;
 mod bench_runs;
+mod bench_stages;
 mod bench_vaqm;
 mod bump;
 mod run;
@@ -121,6 +122,14 @@ enum BenchCmd {
         /// stage, 10 KB messages (9 more labs per round).
         #[arg(long)]
         breakdown: bool,
+    },
+    /// Each stage's cost in the kernel alone (BPF_PROG_TEST_RUN): precise,
+    /// for comparing the pipeline's levers.
+    Stages {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        #[arg(long, default_value_t = 5)]
+        chunks: u32,
     },
     /// Highest TCP rate with 100% capture, next to tcpdump's drops.
     Capture,
@@ -296,6 +305,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             rounds,
             breakdown,
         } => bench::switch_overhead(abort, messages, rounds, breakdown)?,
+        BenchCmd::Stages { rounds, chunks } => bench_stages::run(rounds, chunks)?,
         BenchCmd::Capture => bench::capture(abort)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,

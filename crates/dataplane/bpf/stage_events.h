@@ -132,7 +132,7 @@ static __always_inline int edit_migreq(struct __sk_buff *skb, struct wl_pkt *p, 
 	return 1;
 }
 
-WL_STAGE(wl_stage_events)
+WL_CORE_STAGE(wl_stage_events)
 {
 	struct wl_event *ev;
 	enum wl_action a;

@@ -71,7 +71,7 @@ static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
 	return bpf_redirect(ctx->ifindex, 0);
 }
 
-WL_STAGE(wl_stage_forward)
+WL_CORE_STAGE(wl_stage_forward)
 {
 	struct wl_counters *c = port_counters(ctx->in_port), *oc;
 	__u32 out = ctx->out_port;

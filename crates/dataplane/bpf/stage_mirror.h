@@ -33,7 +33,7 @@ struct {
 	__uint(max_entries, 1 << 24); /* resized by the control plane */
 } ring SEC(".maps");
 
-WL_STAGE(wl_stage_mirror)
+WL_CORE_STAGE(wl_stage_mirror)
 {
 	__u32 zero = 0, cap = skb->len, port = ctx->in_port;
 	__u64 *seqp = bpf_map_lookup_elem(&mirror_seq, &zero);

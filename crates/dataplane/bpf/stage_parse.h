@@ -50,7 +50,7 @@ static __always_inline void parse_roce(struct __sk_buff *skb, struct wl_pkt *p, 
 		       ((__u32)bth[7] << 8);
 }
 
-WL_STAGE(wl_stage_parse)
+WL_CORE_STAGE(wl_stage_parse)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;

@@ -46,7 +46,7 @@ static __always_inline struct wl_fwd *mac_lookup(struct __sk_buff *skb)
 	return bpf_map_lookup_elem(&fwd, &dmac);
 }
 
-WL_STAGE(wl_stage_route)
+WL_CORE_STAGE(wl_stage_route)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;

@@ -165,7 +165,7 @@ static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *
 	ctx->first_tx = first;
 }
 
-WL_STAGE(wl_stage_track)
+WL_CORE_STAGE(wl_stage_track)
 {
 	struct wl_flow_key key = ctx->pkt.key;
 	struct wl_conn_state *st;

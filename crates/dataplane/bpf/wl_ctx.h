@@ -3,14 +3,12 @@
  * What the stages of the switch pipeline pass each other: one context per
  * packet, on the main program's stack, handed to every stage.
  *
- * Each stage is a global BPF function (Katran's and cilium's shape: small
- * stages, one context), which the verifier checks on its own, once: a new
- * stage adds its own instructions to the load, not another copy of the
- * whole pipeline's paths. The price of that: a global function sees its
- * pointer arguments as plain memory of the pointee's size, so the context
- * carries numbers (offsets, ids, verdicts), never pointers into maps or
- * the packet; a stage looks up what it needs again (array lookups are
- * inlined by the JIT).
+ * Katran's and cilium's shape: small stages, one context. A capability's
+ * stage is a global BPF function (WL_STAGE below), which sees its pointer
+ * arguments as plain memory of the pointee's size, so the context carries
+ * numbers (offsets, ids, verdicts), never pointers into maps or the
+ * packet; a stage looks up what it needs again (array lookups are inlined
+ * by the JIT).
  */
 #ifndef WL_CTX_H
 #define WL_CTX_H
@@ -82,11 +80,27 @@ struct wl_ctx {
 	struct wl_ext_pkt ext;
 };
 
-/* A pipeline stage: a global function, verified on its own. Weak, so that
- * clang assumes nothing about it at the call: it would otherwise pass an
- * argument the stage does not read as undefined, and the verifier checks
- * every argument of a global function against its type. */
+/*
+ * Two linkages, one interface (skb, ctx) -> WL_CONTINUE or a verdict:
+ *
+ * WL_STAGE: a capability's stage (vAQM now; a load responder, a replay
+ * corrector, flow tables to come), a global function the verifier checks
+ * on its own, once, so adding one does not multiply the paths the verifier
+ * walks through the rest. Weak, so that clang assumes nothing about it at
+ * the call: it would otherwise pass an argument the stage does not read as
+ * undefined, and the verifier checks every argument of a global function
+ * against its type.
+ *
+ * WL_CORE_STAGE: the stages every packet runs (parse, track, events, route,
+ * mirror, forward), inlined. A call is not free here: with the kernel's
+ * return-thunk mitigations (AMD's SRSO "Safe RET" on the project's
+ * machines) every return from a BPF function pays for it, about 20 ns per
+ * stage (`wirelab bench stages`), a fifth of what forwarding itself costs.
+ * Moving a stage between the two is a change of this one word.
+ */
 #define WL_STAGE(name) \
 	__weak __noinline int name(struct __sk_buff *skb, struct wl_ctx *ctx __wl_nonnull)
+#define WL_CORE_STAGE(name) \
+	static __always_inline int name(struct __sk_buff *skb, struct wl_ctx *ctx)
 
 #endif
