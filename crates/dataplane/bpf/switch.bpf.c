@@ -75,14 +75,12 @@ int wl_switch(struct __sk_buff *skb)
 	__u32 ifindex = skb->ifindex, port_no;
 	struct wl_ctx ctx = {};
 	struct wl_counters *c;
-	struct wl_port *port;
 	int v;
 
 	/* 1: ingress. */
-	port = bpf_map_lookup_elem(&ports, &ifindex);
-	if (!port)
+	port_no = port_of(ifindex);
+	if (!port_no)
 		return TC_ACT_OK; /* not a switch port */
-	port_no = port->port;
 	c = port_counters(port_no);
 	if (!c)
 		return TC_ACT_SHOT;

@@ -14,6 +14,10 @@
  * never from a copy. switch.bpf.c anchors the enums no field refers to. */
 enum wl_limits {
 	WL_MAX_PORTS = 64,
+	/* Devices with an ifindex below this are found in an array (a load,
+	 * inlined), the rest in a hash map (a call); a lab's switch namespace
+	 * numbers its devices from 1. */
+	WL_NEAR_IFINDEX = 4096,
 	WL_MAX_CONNS = 1024,
 	/* Largest snap length a spec may ask for: a full 1500-byte-MTU frame
 	 * + VLAN. */

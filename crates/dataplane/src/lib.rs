@@ -400,7 +400,7 @@ fn capture_libbpf_log(level: PrintLevel, msg: String) {
 object::maps! {
     /// The switch's maps (bpf/*.h), each found by name when it loads.
     struct Maps {
-        ports, counters, flows, fwd, default_out, port_dev, conn_state,
+        ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
         events, ev_mask, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
         fake_clock,
     }
@@ -534,8 +534,8 @@ impl Switch {
             )));
         }
         let v = types::wl_port { port };
-        self.maps
-            .ports
+        let near = ifindex < types::wl_limits::WL_NEAR_IFINDEX.0;
+        if near { &self.maps.ports } else { &self.maps.ports_far }
             .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
             .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))?;
         // For a user discipline's forward() (port -> device).
