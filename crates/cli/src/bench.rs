@@ -227,7 +227,7 @@ pub fn switch_overhead(
     println!("mean message completion time, median of {rounds} rounds, datapaths interleaved");
     let _stats = wirelab_dataplane::RunTimeStats::enable()?;
     println!(
-        "{:>7}  {:>14}  {:>14}  {:>14}  {:>9}  {:>13}  {:>11}  {:>16}",
+        "{:>7}  {:>14}  {:>14}  {:>14}  {:>9}  {:>13}  {:>11}  {:>16}  {:>9}",
         "size",
         "full pipeline",
         "forward-only",
@@ -235,7 +235,8 @@ pub fn switch_overhead(
         "full/fwd",
         "rounds range",
         "full/bridge",
-        "ns/pkt full/fwd"
+        "ns/pkt full/fwd",
+        "added ns"
     );
     for size in ["1KB", "10KB", "100KB"] {
         let yaml = overhead_spec(messages, size);
@@ -264,7 +265,7 @@ pub fn switch_overhead(
         let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = ratios.iter().cloned().fold(0.0, f64::max);
         println!(
-            "{:>7}  {:>14}  {:>14}  {:>14}  {:>9.3}  {:>13}  {:>11.3}  {:>7.0}/{:<8.0}",
+            "{:>7}  {:>14}  {:>14}  {:>14}  {:>9.3}  {:>13}  {:>11.3}  {:>7.0}/{:<8.0}  {:>9.0}",
             size,
             fmt_us(a),
             fmt_us(b),
@@ -273,10 +274,15 @@ pub fn switch_overhead(
             format!("{lo:.3}-{hi:.3}"),
             a / c,
             per_pkt(prog[0]),
-            per_pkt(prog[1])
+            per_pkt(prog[1]),
+            per_pkt(prog[0]) - per_pkt(prog[1])
         );
     }
     println!("goal: full/fwd <= 1.03 (Lumina on Tofino: 1.04-1.07); kernel ns/pkt full <= 2x fwd");
+    // The switch runs inline on the forwarding path (tc ingress, before
+    // the redirect), so what it adds to a packet's one-way latency is its
+    // run time beyond forwarding's.
+    println!("added ns: one-way latency the pipeline adds per packet (Lumina's injector on a Tofino: < 400 ns)");
     if breakdown {
         stage_breakdown(abort, messages, rounds)?;
     }
@@ -457,12 +463,140 @@ pub fn capture(abort: &Arc<AtomicBool>) -> Result<()> {
             if complete { "100%" } else { "no" }
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
     match best {
         Some(b) => println!("highest rate with 100% capture: {b}"),
         None => println!("no rate was captured completely"),
     }
+    println!();
+    println!("small packets: iperf3 UDP at its highest rate (-b 0), 2 s, one stream; same load for tcpdump");
+    println!(
+        "{:>7}  {:>10}  {:>10}  {:>10}  {:>12}  {:>12}  {:>12}",
+        "frame", "sent pps", "wl pkts", "wl lost", "tcpdump pkts", "tcpdump drop", "wl complete"
+    );
+    for frame in [64u32, 128] {
+        if abort.load(Ordering::SeqCst) {
+            break;
+        }
+        let r = small_packets(frame, &dir);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        println!(
+            "{:>6}B  {:>10.0}  {:>10}  {:>10}  {:>12}  {:>12}  {:>12}",
+            frame,
+            r.sent_pps,
+            r.wl_pkts,
+            r.wl_lost,
+            r.td_pkts,
+            r.td_drop,
+            if r.wl_lost == 0 { "100%" } else { "no" }
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+struct Small {
+    sent_pps: f64,
+    wl_pkts: u64,
+    wl_lost: u64,
+    td_pkts: u64,
+    td_drop: u64,
+}
+
+/// 2 s of iperf3 UDP datagrams making `frame`-byte Ethernet frames, from a
+/// to b at the highest rate iperf3 reaches in a host namespace: once
+/// through the full pipeline (every packet mirrored, the records counted
+/// against the packets the ports received), once through the forward-only
+/// switch with tcpdump on a's port.
+fn small_packets(frame: u32, dir: &std::path::Path) -> Result<Small> {
+    let payload = frame - 14 - 20 - 8;
+    let yaml = "topology:\n  hosts: [{name: a}, {name: b}]\n\
+                traffic:\n  connections:\n    - {from: a, to: b, messages: 1, message_size: 1KB}\n";
+    let iperf = |plan: &Plan| -> Result<f64> {
+        let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
+        let mut server = Command::new("ip")
+            .args(["netns", "exec", &b.ns, "iperf3", "-s", "-1", "-B"])
+            .arg(b.ip.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting iperf3 (make deps installs it)")?;
+        std::thread::sleep(Duration::from_millis(300));
+        let out = sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &a.ns,
+                "iperf3",
+                "-c",
+                &b.ip.to_string(),
+                "-u",
+                "-b",
+                "0",
+                "-l",
+                &payload.to_string(),
+                "-t",
+                "2",
+                "--json",
+            ],
+        );
+        let _ = server.kill();
+        let _ = server.wait();
+        let v: serde_json::Value = serde_json::from_str(&out?).context("iperf3 --json output")?;
+        let s = &v["end"]["sum"];
+        match (s["packets"].as_f64(), s["seconds"].as_f64()) {
+            (Some(p), Some(t)) if t > 0.0 => Ok(p / t),
+            _ => bail!("iperf3 reported no UDP packet count: {v}"),
+        }
+    };
+
+    let plan = bench_plan(yaml)?;
+    let lab = Lab::up(&plan)?;
+    let switch = arm(&plan, &lab, Mode::Pipeline)?;
+    let dumper = Dumper::start(&switch, Duration::ZERO)?;
+    let sent_pps = iperf(&plan)?;
+    std::thread::sleep(Duration::from_millis(20));
+    let records = dumper.finish()?;
+    let (mut lost, mut received) = (0, 0);
+    for h in &plan.hosts {
+        let c = switch.counters(h.port)?;
+        lost += c.mirror_lost;
+        received += c.rx_pkts;
+    }
+    if records.len() as u64 + lost != received {
+        bail!(
+            "capture accounting is off: {} records + {lost} lost != {received} received",
+            records.len()
+        );
+    }
+    drop(switch);
+    drop(lab);
+
+    let plan = bench_plan(yaml)?;
+    let lab = Lab::up(&plan)?;
+    let _switch = arm(&plan, &lab, Mode::ForwardOnly)?;
+    let pcap = dir.join(format!("tcpdump-udp-{frame}.pcap"));
+    let td = tcpdump_start(&plan.switch_ns, &plan.hosts[0].switch_ifname, &pcap)?;
+    std::thread::sleep(Duration::from_millis(300)); // tcpdump attaches
+    let r = iperf(&plan);
+    std::thread::sleep(Duration::from_millis(100));
+    let (td_pkts, td_drop) = tcpdump_stop(td)?;
+    drop(lab);
+    let _ = std::fs::remove_file(&pcap);
+    r?;
+    Ok(Small {
+        sent_pps,
+        wl_pkts: received,
+        wl_lost: lost,
+        td_pkts,
+        td_drop,
+    })
 }
 
 fn tempfile_dir() -> Result<std::path::PathBuf> {

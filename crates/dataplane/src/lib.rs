@@ -535,9 +535,13 @@ impl Switch {
         }
         let v = types::wl_port { port };
         let near = ifindex < types::wl_limits::WL_NEAR_IFINDEX.0;
-        if near { &self.maps.ports } else { &self.maps.ports_far }
-            .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
-            .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))?;
+        if near {
+            &self.maps.ports
+        } else {
+            &self.maps.ports_far
+        }
+        .update(&ifindex.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+        .map_err(map_err(format!("adding port {port} (ifindex {ifindex})")))?;
         // For a user discipline's forward() (port -> device).
         let d = types::wl_fwd { ifindex, port };
         self.maps
