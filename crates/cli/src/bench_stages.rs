@@ -32,14 +32,18 @@ fn tcp(from_a: bool, seq: u32, syn: bool, payload: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// A switch cut after `cut` stages (0 = whole), with connection 1 armed
-/// and synced and two events that never match, as in switch-overhead.
-fn load(cut: u8) -> Result<Switch> {
-    let sw = Switch::load(Config {
+/// A switch cut after `cut` stages (0 = whole), configured as the lab
+/// configures it (`lever` changes that), with connection 1 armed and
+/// synced and two events that never match, as in switch-overhead.
+fn load(cut: u8, lever: impl FnOnce(&mut Config)) -> Result<Switch> {
+    let mut config = Config {
         bench_cut: cut,
+        // As in the lab, whose switch ports are steered to one CPU.
+        track_lock: false,
         ..Config::default()
-    })
-    .context("loading the switch")?;
+    };
+    lever(&mut config);
+    let sw = Switch::load(config).context("loading the switch")?;
     // Test runs arrive on loopback (ifindex 1).
     sw.add_port(1, 1)?;
     sw.add_fwd(MAC_B, 4242, 2)?;
@@ -81,15 +85,25 @@ pub fn run(rounds: usize, chunks: u32) -> Result<()> {
          cuts interleaved"
     );
     let cuts: Vec<Switch> = (1..=STAGES.len() as u8)
-        .map(|n| load(if n as usize == STAGES.len() { 0 } else { n }))
+        .map(|n| load(if n as usize == STAGES.len() { 0 } else { n }, |_| {}))
         .collect::<Result<_>>()?;
+    // Levers that are settings, measured in the same rounds: the whole
+    // pipeline with one setting changed.
+    let levers: Vec<(&str, Switch)> = vec![(
+        "with the tracking lock (track_lock, ports on several CPUs)",
+        load(0, |c| c.track_lock = true)?,
+    )];
     let mut fwd = vec![Vec::new(); frames.len()];
     let mut per = vec![vec![Vec::new(); cuts.len()]; frames.len()];
+    let mut lev = vec![vec![Vec::new(); levers.len()]; frames.len()];
     for _ in 0..rounds {
         for (f, (_, frame)) in frames.iter().enumerate() {
             fwd[f].push(ns_per_packet(&cuts[0], frame, true, chunks)?);
             for (i, sw) in cuts.iter().enumerate() {
                 per[f][i].push(ns_per_packet(sw, frame, false, chunks)?);
+            }
+            for (i, (_, sw)) in levers.iter().enumerate() {
+                lev[f][i].push(ns_per_packet(sw, frame, false, chunks)?);
             }
         }
     }
@@ -125,5 +139,13 @@ pub fn run(rounds: usize, chunks: u32) -> Result<()> {
         );
     }
     println!();
+    for (i, (name, _)) in levers.iter().enumerate() {
+        print!("{name}:");
+        for (f, (frame, _)) in frames.iter().enumerate() {
+            let ns = median(lev[f][i].clone());
+            print!("  {frame} {ns:.1} ({:+.1})", ns - med[f][STAGES.len() - 1]);
+        }
+        println!();
+    }
     Ok(())
 }

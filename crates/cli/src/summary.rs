@@ -69,6 +69,13 @@ fn print_lab(s: &Summary) {
             c.data_mss,
             isn
         );
+        if c.tracking_cpu_moves > 0 {
+            println!(
+                "  warning: conn {} was tracked on more than one CPU ({} moves); \
+                 its packet indices and iterations may have raced",
+                c.id, c.tracking_cpu_moves
+            );
+        }
     }
 }
 

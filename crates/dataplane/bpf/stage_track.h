@@ -36,6 +36,26 @@ struct {
 
 #define TCP_FLAG_SYN 0x02
 
+/* Serialize a connection's state with its spin lock, for switch ports
+ * whose packets are processed on several CPUs. Off in the lab, which steers
+ * every switch port to one CPU (netns steer_rx), so the pipeline is serial
+ * like a hardware one: the lock is two helper calls per data packet
+ * (`wirelab bench stages`). wl_conn_state.cpu_moves shows when the one-CPU
+ * assumption broke, in the run summary, instead of racing silently. */
+const volatile __u8 track_lock = 1;
+
+static __always_inline void st_lock(struct wl_conn_state *st)
+{
+	if (track_lock)
+		bpf_spin_lock(&st->lock);
+}
+
+static __always_inline void st_unlock(struct wl_conn_state *st)
+{
+	if (track_lock)
+		bpf_spin_unlock(&st->lock);
+}
+
 /* Slot of data packet `idx` of `conn` in seg_start. */
 static __always_inline __u32 seg_slot(__u32 conn, __u32 idx)
 {
@@ -85,9 +105,9 @@ static __always_inline void track_roce(struct wl_ctx *ctx, struct wl_conn_state 
 
 	if (!ctx->pkt.payload_len)
 		return;
-	bpf_spin_lock(&st->lock);
+	st_lock(st);
 	if (!st->synced) {
-		bpf_spin_unlock(&st->lock);
+		st_unlock(st);
 		return;
 	}
 	rel = (ctx->pkt.seq - st->isn) & 0xffffff;
@@ -101,7 +121,7 @@ static __always_inline void track_roce(struct wl_ctx *ctx, struct wl_conn_state 
 		st->next_new = rel + 1;
 	}
 	iter = st->iter;
-	bpf_spin_unlock(&st->lock);
+	st_unlock(st);
 	ctx->index = rel + 1;
 	ctx->iter = iter;
 	ctx->first_tx = first;
@@ -121,7 +141,7 @@ static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *
 	__u32 rel, idx = 0, first = 0, iter, first_tx, slot;
 
 	if (ctx->pkt.tcp_flags & TCP_FLAG_SYN) {
-		bpf_spin_lock(&st->lock);
+		st_lock(st);
 		st->synced = 1;
 		st->isn = seq;
 		st->seen_data = 0;
@@ -129,14 +149,14 @@ static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *
 		st->next_new = 1; /* the SYN consumes one sequence number */
 		st->iter = 1;
 		st->first_tx = 0;
-		bpf_spin_unlock(&st->lock);
+		st_unlock(st);
 		return;
 	}
 	if (len == 0)
 		return;
-	bpf_spin_lock(&st->lock);
+	st_lock(st);
 	if (!st->synced) {
-		bpf_spin_unlock(&st->lock);
+		st_unlock(st);
 		return;
 	}
 	rel = seq - st->isn;
@@ -152,7 +172,7 @@ static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *
 		st->next_new = rel + len;
 	iter = st->iter;
 	first_tx = st->first_tx;
-	bpf_spin_unlock(&st->lock);
+	st_unlock(st);
 
 	if (first) {
 		slot = seg_slot(conn, idx);
@@ -170,7 +190,7 @@ WL_CORE_STAGE(wl_stage_track)
 	struct wl_flow_key key = ctx->pkt.key;
 	struct wl_conn_state *st;
 	struct wl_flow *flow;
-	__u32 slot;
+	__u32 slot, cpu;
 
 	if (!ctx->pkt.is_tcp && !ctx->pkt.is_roce)
 		return WL_CONTINUE;
@@ -185,6 +205,10 @@ WL_CORE_STAGE(wl_stage_track)
 	st = bpf_map_lookup_elem(&conn_state, &slot);
 	if (!st)
 		return WL_CONTINUE;
+	cpu = bpf_get_smp_processor_id() + 1; /* inlined by the JIT */
+	if (st->cpu && st->cpu != cpu)
+		__sync_fetch_and_add(&st->cpu_moves, 1);
+	st->cpu = cpu;
 	if (ctx->pkt.is_roce)
 		track_roce(ctx, st);
 	else

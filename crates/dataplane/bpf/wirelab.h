@@ -111,6 +111,11 @@ struct wl_conn_state {
 	__u32 iter;      /* ITER: rounds of (re)transmissions, starts at 1 */
 	__u32 first_tx;  /* data packets transmitted for the first time so far */
 	__u32 roce;      /* RoCEv2: isn is the initial PSN, set by the control plane */
+	/* CPU of the last update + 1 (0 = none), and updates from another
+	 * CPU than the one before: with the lock off (track_lock) the state
+	 * is only safe on one CPU, and this says when that broke. */
+	__u32 cpu;
+	__u32 cpu_moves;
 };
 
 struct wl_event_key {

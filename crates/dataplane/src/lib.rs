@@ -258,6 +258,11 @@ pub struct Config {
     /// packets are not all processed on one CPU. The lab steers every
     /// port to one CPU and leaves it off (VqState::cpu_moves checks that).
     pub vaqm_lock: bool,
+    /// Serialize connection tracking with each connection's spin lock, for
+    /// ports whose packets are not all processed on one CPU. The lab steers
+    /// every port to one CPU and turns it off (`ConnState::cpu_moves`
+    /// checks that).
+    pub track_lock: bool,
     /// Load the ground-truth probes (bpf/truth.bpf.c): qdisc tracepoints that
     /// sample a real queue next to its virtual queue (`watch_qdisc`).
     pub truth: bool,
@@ -285,6 +290,7 @@ impl Default for Config {
             vaqm: false,
             test_clock: false,
             vaqm_lock: false,
+            track_lock: true,
             truth: false,
             extension: false,
             bench_cut: 0,
@@ -309,6 +315,9 @@ pub struct ConnState {
     pub isn: u32,
     pub iter: u32,
     pub first_tx: u32,
+    /// Updates from another CPU than the one before: non-zero means the
+    /// one-CPU assumption broke (`Config::track_lock`).
+    pub cpu_moves: u32,
 }
 
 /// Size of a record header in the capture ring.
@@ -912,6 +921,7 @@ impl Switch {
             isn: s.isn,
             iter: s.iter,
             first_tx: s.first_tx,
+            cpu_moves: s.cpu_moves,
         })
     }
 
@@ -1060,6 +1070,7 @@ fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Erro
         ro.vaqm_on = config.vaqm as u8;
         ro.test_clock = config.test_clock as u8;
         ro.vaqm_lock = config.vaqm_lock as u8;
+        ro.track_lock = config.track_lock as u8;
         ro.vaqm_ext = config.extension as u8;
         ro.bench_cut = config.bench_cut;
     })?;

@@ -624,3 +624,55 @@ fn every_key_shape_matches_with_the_mask() {
     assert_eq!(v, verdict::REDIRECT);
     assert_eq!(m.unwrap().0.applied(), Some(Action::None));
 }
+
+/// Pins this thread to `cpu`; false if the machine has no such CPU.
+fn pin(cpu: usize) -> bool {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).is_ok()
+        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
+}
+
+#[test]
+fn without_the_lock_tracking_counts_each_move_to_another_cpu() {
+    if !have_bpf() {
+        return;
+    }
+    if !pin(0) || !pin(1) {
+        eprintln!("SKIPPED: needs two CPUs to move between");
+        return;
+    }
+    let sw = switch(Config {
+        track_lock: false,
+        ..Config::default()
+    });
+    pin(0);
+    handshake(&sw);
+    check_table(
+        &sw,
+        &[passes("packet 1 on CPU 0", data(1, MSS), rec(1, 1, 1))],
+    );
+    assert_eq!(sw.conn_state(1).unwrap().cpu_moves, 0, "one CPU so far");
+    pin(1);
+    check_table(
+        &sw,
+        &[passes(
+            "packet 2 on CPU 1",
+            data(1 + MSS, MSS),
+            rec(2, 1, 1),
+        )],
+    );
+    pin(0);
+    check_table(
+        &sw,
+        &[passes(
+            "packet 3 back on CPU 0",
+            data(1 + 2 * MSS, MSS),
+            rec(3, 1, 1),
+        )],
+    );
+    assert_eq!(
+        sw.conn_state(1).unwrap().cpu_moves,
+        2,
+        "each move between CPUs is counted, so the run summary can warn"
+    );
+}

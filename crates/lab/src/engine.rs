@@ -318,6 +318,7 @@ fn connections(plan: &Plan, switch: &Switch, meta: &[ConnMeta]) -> Vec<ConnSumma
                 tx_depth: c.tx_depth,
                 data_mss: meta.iter().find(|m| m.id == c.id).map_or(0, |m| m.data_mss),
                 data_isn: st.filter(|s| s.synced).map(|s| s.isn),
+                tracking_cpu_moves: st.map_or(0, |s| s.cpu_moves),
             }
         })
         .collect()

@@ -35,6 +35,10 @@ pub struct ConnSummary {
     /// Runtime metadata reported by the workload and the switch.
     pub data_mss: u32,
     pub data_isn: Option<u32>,
+    /// Tracking-state updates from another CPU than the one before
+    /// (`ConnState::cpu_moves`): non-zero means the switch's one-CPU
+    /// assumption broke and the connection's indices may have raced.
+    pub tracking_cpu_moves: u32,
 }
 
 #[derive(Debug, Serialize)]

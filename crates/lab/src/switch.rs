@@ -33,6 +33,9 @@ pub fn config(plan: &Plan, caps: &[Box<dyn Capability>]) -> Config {
         snap_len: plan.snap_len,
         ring_bytes: plan.ring_bytes as u32,
         max_conn: (plan.conns.len() as u32).max(1),
+        // The lab steers every switch port to one CPU (netns steer_rx):
+        // the pipeline is serial, and ConnState::cpu_moves checks it.
+        track_lock: false,
         ..Config::default()
     };
     for c in caps {
