@@ -307,13 +307,32 @@ fn stage_breakdown(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Res
     let mut dps = vec![Datapath::ForwardOnly];
     dps.extend((1..stages.len() as u8).map(Datapath::Cut));
     dps.push(Datapath::Pipeline);
+    // Levers that change the lab rather than the program, measured in the
+    // same rounds against the whole pipeline.
+    let levers: [(&str, fn(&mut Plan)); 2] = [
+        ("capture ring 1 MiB instead of 16 MiB (stays in cache)", |p| {
+            p.ring_bytes = 1 << 20
+        }),
+        ("capture ring 256 KiB", |p| p.ring_bytes = 256 << 10),
+    ];
     let mut ns: Vec<Vec<f64>> = vec![Vec::new(); dps.len()];
-    let bar = progress(rounds * dps.len(), "stage breakdown");
+    let mut lev: Vec<Vec<f64>> = vec![Vec::new(); levers.len()];
+    let bar = progress(rounds * (dps.len() + levers.len()), "stage breakdown");
     for _ in 0..rounds {
         for (i, dp) in dps.iter().enumerate() {
             let plan = bench_plan(&yaml)?;
             let m = measure(&plan, *dp, abort, Duration::from_secs(120))?;
             ns[i].push(per_pkt(m.prog));
+            bar.inc(1);
+        }
+        for (i, (_, change)) in levers.iter().enumerate() {
+            let mut plan = bench_plan(&yaml)?;
+            change(&mut plan);
+            let m = measure(&plan, Datapath::Pipeline, abort, Duration::from_secs(120))?;
+            if m.lost > 0 {
+                bail!("the lever `{}` lost {} records", levers[i].0, m.lost);
+            }
+            lev[i].push(per_pkt(m.prog));
             bar.inc(1);
         }
     }
@@ -342,6 +361,13 @@ fn stage_breakdown(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Res
         med[stages.len()],
         med[stages.len()] / med[0].max(1.0)
     );
+    for (i, (name, _)) in levers.iter().enumerate() {
+        let m = median(lev[i].clone());
+        println!(
+            "lever: {name}: {m:.0} ns/pkt ({:+.0})",
+            m - med[stages.len()]
+        );
+    }
     Ok(())
 }
 
