@@ -310,9 +310,10 @@ fn stage_breakdown(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Res
     // Levers that change the lab rather than the program, measured in the
     // same rounds against the whole pipeline.
     let levers: [(&str, fn(&mut Plan)); 2] = [
-        ("capture ring 1 MiB instead of 16 MiB (stays in cache)", |p| {
-            p.ring_bytes = 1 << 20
-        }),
+        (
+            "capture ring 1 MiB instead of 16 MiB (stays in cache)",
+            |p| p.ring_bytes = 1 << 20,
+        ),
         ("capture ring 256 KiB", |p| p.ring_bytes = 256 << 10),
     ];
     let mut ns: Vec<Vec<f64>> = vec![Vec::new(); dps.len()];

@@ -23,13 +23,13 @@ struct {
 	__type(value, struct wl_event);
 } events SEC(".maps");
 
-/* Which key shapes each connection has events under (enum wl_evk). */
+/* What each connection's events can match (struct wl_ev_filter). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, WL_MAX_CONNS + 1);
 	__type(key, __u32);
-	__type(value, __u32);
-} ev_mask SEC(".maps");
+	__type(value, struct wl_ev_filter);
+} ev_filter SEC(".maps");
 
 /* icrc_migreq[k]: what flipping MigReq changes in the ICRC of a packet with
  * k covered bytes after the BTH byte that holds it. Filled by the control
@@ -43,14 +43,19 @@ struct {
 } icrc_migreq SEC(".maps");
 
 /* The exact key first, then the wildcards; only the key shapes this
- * connection has events under are looked up. */
+ * connection has events under, at iterations it has them, are looked up. */
 static __always_inline struct wl_event *match_event(__u32 conn, __u32 idx, __u32 iter)
 {
 	struct wl_event_key k = { .conn = conn, .index = idx, .iter = iter };
+	struct wl_ev_filter *f = bpf_map_lookup_elem(&ev_filter, &conn);
 	struct wl_event *ev;
-	__u32 *maskp = bpf_map_lookup_elem(&ev_mask, &conn);
-	__u32 mask = maskp ? *maskp : 0;
+	__u32 mask;
 
+	if (!f)
+		return 0;
+	mask = f->shapes;
+	if (iter < f->iter_lo || iter > f->iter_hi)
+		mask &= WL_EVK_ANY_ITER | WL_EVK_ALL_ALL;
 	if (!mask)
 		return 0;
 	if (idx && (mask & WL_EVK_EXACT)) {

@@ -48,6 +48,19 @@ enum wl_evk {
 	WL_EVK_ALL_ALL = 8,   /* (all, any) */
 };
 
+/* What a connection's armed events can match, checked before the event
+ * table is: most data packets match no event, and each hash lookup they
+ * skip is a cache line the forwarding path does not touch. */
+struct wl_ev_filter {
+	__u32 shapes;   /* enum wl_evk bits */
+	/* Iterations the events with a specific iteration name, lo..hi
+	 * (0..0 = none); packets of other iterations can only match an
+	 * event of any iteration (WL_EVK_ANY_ITER, WL_EVK_ALL_ALL). */
+	__u32 iter_lo;
+	__u32 iter_hi;
+	__u32 pad;
+};
+
 enum wl_action {
 	WL_EV_NONE = 0,
 	WL_EV_DROP = 1,

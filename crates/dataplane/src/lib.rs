@@ -410,7 +410,7 @@ object::maps! {
     /// The switch's maps (bpf/*.h), each found by name when it loads.
     struct Maps {
         ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
-        events, ev_mask, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
+        events, ev_filter, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
         fake_clock,
     }
 }
@@ -713,8 +713,9 @@ impl Switch {
             .events
             .update(bytes_of(&k), bytes_of(&v), MapFlags::NO_EXIST)
             .map_err(map_err(what.clone()))?;
-        // The key shape goes into the connection's mask (wirelab.h WL_EVK_*)
-        // after the entry exists, so the switch never skips a live event.
+        // The key shape and its iteration go into the connection's filter
+        // (wirelab.h wl_ev_filter) after the entry exists, so the switch
+        // never skips a live event.
         let shape = match (index, iter) {
             (0, 0) => types::wl_evk::WL_EVK_ALL_ALL,
             (0, _) => types::wl_evk::WL_EVK_ALL_PKTS,
@@ -723,16 +724,23 @@ impl Switch {
         }
         .0;
         let key = conn.to_ne_bytes();
-        let old = self
+        let mut f: types::wl_ev_filter = self
             .maps
-            .ev_mask
+            .ev_filter
             .lookup(&key, MapFlags::ANY)
             .map_err(map_err(what.clone()))?
-            .and_then(|b| from_bytes::<u32>(&b))
-            .unwrap_or(0);
+            .and_then(|b| from_bytes(&b))
+            .unwrap_or_default();
+        if iter != 0 {
+            if f.iter_lo == 0 || iter < f.iter_lo {
+                f.iter_lo = iter;
+            }
+            f.iter_hi = f.iter_hi.max(iter);
+        }
+        f.shapes |= shape;
         self.maps
-            .ev_mask
-            .update(&key, &(old | shape).to_ne_bytes(), MapFlags::ANY)
+            .ev_filter
+            .update(&key, bytes_of(&f), MapFlags::ANY)
             .map_err(map_err(what))
     }
 

@@ -676,3 +676,58 @@ fn without_the_lock_tracking_counts_each_move_to_another_cpu() {
         "each move between CPUs is counted, so the run summary can warn"
     );
 }
+
+#[test]
+fn the_event_filter_lets_through_every_iteration_an_event_can_match() {
+    if !have_bpf() {
+        return;
+    }
+    // Iteration 3 only for packet 1; any iteration for packet 2. The
+    // filter's range (3..3) must not hide the any-iteration event.
+    let sw = switch(Config::default());
+    sw.add_event(1, 1, 3, Action::Ecn, 1).unwrap();
+    sw.add_event(1, 2, 0, Action::Drop, 2).unwrap();
+    handshake(&sw);
+    let drop = |iter, first| Rec {
+        action: Action::Drop,
+        event_id: 2,
+        ..rec(2, iter, first)
+    };
+    let shot = |what: &str, r| Fixture {
+        what: what.into(),
+        input: data(1 + MSS, MSS),
+        verdict: verdict::SHOT,
+        output: Out::Same,
+        record: Some(r),
+        maps: vec![],
+    };
+    let mut marked = data(1, MSS);
+    marked[15] |= 3;
+    let (ip, _) = Ipv4Header::from_slice(&marked[14..]).unwrap();
+    marked[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    let p1 = |what, iter, first| passes(what, data(1, MSS), rec(1, iter, first));
+    check_table(
+        &sw,
+        &[
+            p1("packet 1, iteration 1: below the range", 1, 1),
+            shot("packet 2, iteration 1: any iteration", drop(1, 1)),
+            p1("packet 1, iteration 2: below the range", 2, 0),
+            shot("packet 2, iteration 2", drop(2, 0)),
+            Fixture {
+                what: "packet 1, iteration 3: in the range, marked".into(),
+                input: data(1, MSS),
+                verdict: verdict::REDIRECT,
+                output: Out::Bytes(marked),
+                record: Some(Rec {
+                    action: Action::Ecn,
+                    event_id: 1,
+                    ..rec(1, 3, 0)
+                }),
+                maps: vec![],
+            },
+            shot("packet 2, iteration 3", drop(3, 0)),
+            p1("packet 1, iteration 4: above the range", 4, 0),
+            shot("packet 2, iteration 4: any iteration still", drop(4, 0)),
+        ],
+    );
+}
