@@ -7,8 +7,8 @@
 //! the algorithm in Fig. 5".
 //!
 //! This is the exchange as a pure model driven by a trace: each bump is a
-//! leaky bucket with the switch's own integer arithmetic (`vaqm.h`), an
-//! outbox that sends a batch every `batch` packets, and an inbox applied
+//! leaky bucket with the switch's own integer arithmetic (`stage_vaqm.h`,
+//! `wl_vq.h`), an outbox that sends a batch every `batch` packets, and an inbox applied
 //! when an update arrives. Replaying a run's packets with their ingress
 //! ports assigned to bumps gives each bump's estimate at every instant,
 //! which is compared with the in-sync estimate (one bump seeing all, i.e.

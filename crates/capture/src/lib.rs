@@ -214,7 +214,7 @@ impl Dumper {
     }
 }
 
-/// Drains the switch's ground-truth ring (bpf/truth.h) on its own thread.
+/// Drains the switch's ground-truth ring (bpf/truth.bpf.c) on its own thread.
 pub struct TruthDumper {
     drain: Drain,
 }

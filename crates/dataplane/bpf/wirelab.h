@@ -208,7 +208,7 @@ struct wl_vq {
 	struct wl_ext_vq ext;
 };
 
-/* Ground truth (truth.h): a watched qdisc, and one sample of it. */
+/* Ground truth (truth.bpf.c): a watched qdisc, and one sample of it. */
 struct wl_truth_port {
 	__u32 netns;   /* inode of the network namespace */
 	__u32 ifindex;

@@ -8,7 +8,7 @@
 //!
 //! where Q_old is the queue at the previous sample. Fb < 0 sends a CNM with
 //! |Fb| quantised to 6 bits; Fb ≥ 0 sends nothing. The switch runs this in
-//! BPF (`vaqm.h`, `vq_qcn`); this module is the reference its fixtures and
+//! BPF (`stage_vaqm.h`, `vq_qcn`); this module is the reference its fixtures and
 //! the `vaqm` analyzer check it against, integer for integer.
 
 use serde::{Deserialize, Serialize};

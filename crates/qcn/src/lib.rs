@@ -4,7 +4,7 @@
 //!
 //! - [`cp`]: the congestion point's feedback Fb = −(Q_off + w·Q_δ), its
 //!   6-bit quantisation and the sampling probability (the switch computes
-//!   the same in BPF, `vaqm.h`; this is the reference the analyzer and the
+//!   the same in BPF, `stage_vaqm.h`; this is the reference the analyzer and the
 //!   fixtures check it against);
 //! - [`cnm`]: the congestion notification message on the wire;
 //! - [`rp`]: the reaction point's fast recovery and additive increase.
