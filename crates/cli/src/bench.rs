@@ -527,6 +527,32 @@ pub fn capture(abort: &Arc<AtomicBool>) -> Result<()> {
     Ok(())
 }
 
+/// iperf3 from the plan's host a to host b: UDP at the highest rate
+/// (`-b 0`), `payload`-byte datagrams, `streams` streams, 2 s; its JSON
+/// report. The server serves that one test and exits.
+pub(crate) fn iperf3_udp(plan: &Plan, payload: u32, streams: u32) -> Result<serde_json::Value> {
+    let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &b.ns, "iperf3", "-s", "-1", "-B"])
+        .arg(b.ip.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 (make deps installs it)")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let (b_ip, payload, streams) = (b.ip.to_string(), payload.to_string(), streams.to_string());
+    let out = sh(
+        "ip",
+        &[
+            "netns", "exec", &a.ns, "iperf3", "-c", &b_ip, "-u", "-b", "0", "-l", &payload, "-t",
+            "2", "-P", &streams, "--json",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    serde_json::from_str(&out?).context("iperf3 --json output")
+}
+
 struct Small {
     sent_pps: f64,
     wl_pkts: u64,
@@ -545,37 +571,7 @@ fn small_packets(frame: u32, dir: &std::path::Path) -> Result<Small> {
     let yaml = "topology:\n  hosts: [{name: a}, {name: b}]\n\
                 traffic:\n  connections:\n    - {from: a, to: b, messages: 1, message_size: 1KB}\n";
     let iperf = |plan: &Plan| -> Result<f64> {
-        let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
-        let mut server = Command::new("ip")
-            .args(["netns", "exec", &b.ns, "iperf3", "-s", "-1", "-B"])
-            .arg(b.ip.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting iperf3 (make deps installs it)")?;
-        std::thread::sleep(Duration::from_millis(300));
-        let out = sh(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &a.ns,
-                "iperf3",
-                "-c",
-                &b.ip.to_string(),
-                "-u",
-                "-b",
-                "0",
-                "-l",
-                &payload.to_string(),
-                "-t",
-                "2",
-                "--json",
-            ],
-        );
-        let _ = server.kill();
-        let _ = server.wait();
-        let v: serde_json::Value = serde_json::from_str(&out?).context("iperf3 --json output")?;
+        let v = iperf3_udp(plan, payload, 1)?;
         let s = &v["end"]["sum"];
         match (s["packets"].as_f64(), s["seconds"].as_f64()) {
             (Some(p), Some(t)) if t > 0.0 => Ok(p / t),

@@ -93,42 +93,10 @@ fn iperf3(streams: u32) -> Result<f64> {
     let lab = Lab::up(&plan)?;
     let switch = crate::bench::arm(&plan, &lab, Mode::Pipeline)?;
     let dumper = Dumper::start(&switch, Duration::ZERO)?;
-    let (a, b) = (&plan.hosts[0], &plan.hosts[1]);
-    let mut server = std::process::Command::new("ip")
-        .args(["netns", "exec", &b.ns, "iperf3", "-s", "-1", "-B"])
-        .arg(b.ip.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("starting iperf3 (make deps installs it)")?;
-    std::thread::sleep(Duration::from_millis(300));
-    let out = sh(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &a.ns,
-            "iperf3",
-            "-c",
-            &b.ip.to_string(),
-            "-u",
-            "-b",
-            "0",
-            "-l",
-            &MTU.to_string(),
-            "-t",
-            "2",
-            "-P",
-            &streams.to_string(),
-            "--json",
-        ],
-    );
-    let _ = server.kill();
-    let _ = server.wait();
+    let v = crate::bench::iperf3_udp(&plan, MTU, streams);
     dumper.finish()?;
     drop(lab);
-    let out = out?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 --json output")?;
+    let v = v?;
     // UDP: the receiver's count of datagrams that arrived (iperf3's
     // sum_received, or sum less the lost ones in older versions).
     let end = &v["end"];
@@ -138,7 +106,7 @@ fn iperf3(streams: u32) -> Result<f64> {
     let s = &end["sum"];
     match (s["bits_per_second"].as_f64(), s["lost_percent"].as_f64()) {
         (Some(bps), Some(lost)) => Ok(bps * (1.0 - lost / 100.0)),
-        _ => bail!("iperf3 reported no UDP totals: {out}"),
+        _ => bail!("iperf3 reported no UDP totals: {v}"),
     }
 }
 
