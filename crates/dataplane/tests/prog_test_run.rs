@@ -352,10 +352,7 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
     sw.add_event(1, 2, 1, Action::Ecn, 2).unwrap();
     handshake(&sw);
     let input = data(1, 100);
-    let mut marked = input.clone();
-    marked[15] |= 3;
-    let (ip, _) = Ipv4Header::from_slice(&marked[14..]).unwrap();
-    marked[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    let marked = common::with_ce(&input);
     let not_ect = build(&Pkt {
         ecn: IpEcn::NotEct,
         ..pkt(seq(101), 100)
@@ -701,10 +698,7 @@ fn the_event_filter_lets_through_every_iteration_an_event_can_match() {
         record: Some(r),
         maps: vec![],
     };
-    let mut marked = data(1, MSS);
-    marked[15] |= 3;
-    let (ip, _) = Ipv4Header::from_slice(&marked[14..]).unwrap();
-    marked[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    let marked = common::with_ce(&data(1, MSS));
     let p1 = |what, iter, first| passes(what, data(1, MSS), rec(1, iter, first));
     check_table(
         &sw,

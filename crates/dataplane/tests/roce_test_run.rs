@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 mod common;
-use common::{have_bpf, run_frame};
+use common::{check_table, have_bpf, run_frame, Change, Fixture, Out, Rec};
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Action, Config, Switch, Track};
 use wirelab_roce::packet::{self, op, Bth, Ipv4Udp, Syndrome};
 
@@ -98,71 +98,130 @@ fn roce_events_follow_relative_psn_and_iteration() {
     sw.add_event(1, 3, 1, Action::Corrupt, 2).unwrap();
     sw.add_event(1, 4, 2, Action::Ecn, 3).unwrap();
     let psn = |rel: u32| (IPSN + rel) & 0xff_ffff;
-
-    // Relative PSNs 0..4 are packets 1..5 of iteration 1, across the wrap.
-    let mut seen = Vec::new();
-    for (rel, opc) in [
-        (0, op::WRITE_FIRST),
-        (1, op::WRITE_MIDDLE),
-        (2, op::WRITE_MIDDLE),
-        (3, op::WRITE_MIDDLE),
-        (4, op::WRITE_LAST),
-    ] {
-        let input = frame(true, opc, psn(rel));
-        let (v, out, m) = run(&sw, &input);
-        seen.push((m.conn, m.index, m.iter, m.first_tx, m.applied().unwrap(), v));
-        if rel == 2 {
-            // Corrupt: a bit error only the ICRC catches (the UDP checksum is
-            // 0): one bit of the last payload byte, before the ICRC.
-            assert!(icrc_ok(&input) && !icrc_ok(&out));
-            let diff: Vec<usize> = (0..input.len()).filter(|&i| input[i] != out[i]).collect();
-            assert_eq!(diff, vec![input.len() - 5], "only the last payload byte");
-            assert_eq!(
-                input[input.len() - 5] ^ out[input.len() - 5],
-                1,
-                "by one bit"
-            );
-        } else if v == verdict::REDIRECT {
-            assert_eq!(out, input);
-        }
-    }
-    assert_eq!(
-        seen,
-        vec![
-            (1, 1, 1, 1, Action::None, verdict::REDIRECT),
-            (1, 2, 1, 1, Action::None, verdict::REDIRECT),
-            (1, 3, 1, 1, Action::Corrupt, verdict::REDIRECT),
-            (1, 4, 1, 1, Action::Drop, verdict::SHOT),
-            (1, 5, 1, 1, Action::None, verdict::REDIRECT),
-        ]
+    let data = |rel| frame(true, op::WRITE_MIDDLE, psn(rel));
+    let rec = |index, iter, first_tx, action, event_id| Rec {
+        conn: 1,
+        data_dir: 1,
+        index,
+        iter,
+        first_tx,
+        action,
+        event_id,
+    };
+    let row = |what: &str, input: Vec<u8>, verdict, output, record, maps| Fixture {
+        what: what.into(),
+        input,
+        verdict,
+        output,
+        record: Some(record),
+        maps,
+    };
+    let hits = |what, read: fn(&Switch) -> u64| Change { what, read, by: 1 };
+    // Corrupt: a bit error only the ICRC catches (the UDP checksum is 0):
+    // one bit of the last payload byte, before the ICRC.
+    let mut corrupted = data(2);
+    let last = corrupted.len() - 5;
+    corrupted[last] ^= 1;
+    let mut other_qp = frame(true, op::WRITE_ONLY, psn(6));
+    other_qp[14 + 20 + 8 + 7] ^= 0x80; // another destination QPN
+    let marked = common::with_ce(&data(3));
+    assert!(
+        icrc_ok(&marked),
+        "the ICRC masks the ECN bits (Annex A17.8)"
     );
-    // The NAK from B is the connection's, but not a data packet.
-    let (_, _, m) = run(&sw, &frame(false, op::ACKNOWLEDGE, psn(3)));
-    assert_eq!((m.conn, m.data_dir, m.index, m.iter), (1, 0, 0, 0));
-    // Go-back-N from relative PSN 2: iteration 2 (Lumina's Last_PSN rule), and
-    // packet 4 of iteration 2 gets CE.
-    let (_, _, m) = run(&sw, &frame(true, op::WRITE_MIDDLE, psn(2)));
-    assert_eq!((m.index, m.iter, m.first_tx), (3, 2, 0));
-    let input = frame(true, op::WRITE_MIDDLE, psn(3));
-    let (v, out, m) = run(&sw, &input);
-    assert_eq!(
-        (m.index, m.iter, m.applied().unwrap(), v),
-        (4, 2, Action::Ecn, verdict::REDIRECT)
+    assert!(!icrc_ok(&corrupted));
+    check_table(
+        &sw,
+        &[
+            // Relative PSNs 0..4 are packets 1..5 of iteration 1, across
+            // the wrap.
+            row(
+                "PSN +0: packet 1",
+                frame(true, op::WRITE_FIRST, psn(0)),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(1, 1, 1, Action::None, 0),
+                vec![],
+            ),
+            row(
+                "PSN +1: packet 2",
+                data(1),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(2, 1, 1, Action::None, 0),
+                vec![],
+            ),
+            row(
+                "PSN +2: packet 3, corrupted in its last payload byte",
+                data(2),
+                verdict::REDIRECT,
+                Out::Bytes(corrupted),
+                rec(3, 1, 1, Action::Corrupt, 2),
+                vec![hits("event 2's hits", |s| s.event_hits(1, 3, 1).unwrap())],
+            ),
+            row(
+                "PSN +3: packet 4, dropped",
+                data(3),
+                verdict::SHOT,
+                Out::Same,
+                rec(4, 1, 1, Action::Drop, 1),
+                vec![hits("event 1's hits", |s| s.event_hits(1, 4, 1).unwrap())],
+            ),
+            row(
+                "PSN +4: packet 5",
+                frame(true, op::WRITE_LAST, psn(4)),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(5, 1, 1, Action::None, 0),
+                vec![],
+            ),
+            row(
+                "the NAK from B is the connection's, but not a data packet",
+                frame(false, op::ACKNOWLEDGE, psn(3)),
+                verdict::REDIRECT,
+                Out::Same,
+                Rec {
+                    conn: 1,
+                    ..Rec::NONE
+                },
+                vec![],
+            ),
+            row(
+                "go-back-N from PSN +2: iteration 2 (Lumina's Last_PSN rule)",
+                data(2),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(3, 2, 0, Action::None, 0),
+                vec![],
+            ),
+            row(
+                "packet 4 of iteration 2 gets CE, its ICRC still valid",
+                data(3),
+                verdict::REDIRECT,
+                Out::Bytes(marked),
+                rec(4, 2, 0, Action::Ecn, 3),
+                vec![hits("event 3's hits", |s| s.event_hits(1, 4, 2).unwrap())],
+            ),
+            row(
+                "a read request is not a data packet",
+                frame(true, op::READ_REQUEST, psn(5)),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(0, 0, 0, Action::None, 0),
+                vec![],
+            ),
+            row(
+                "RoCE to an unarmed QP is not the connection's",
+                other_qp,
+                verdict::REDIRECT,
+                Out::Same,
+                Rec::NONE,
+                vec![],
+            ),
+        ],
     );
-    assert_eq!(out[15] & 3, 3, "CE set");
-    assert!(icrc_ok(&out), "the ICRC masks the ECN bits (Annex A17.8)");
     let st = sw.conn_state(1).unwrap();
     assert_eq!((st.iter, st.first_tx), (2, 5));
-    assert_eq!(sw.event_hits(1, 4, 1).unwrap(), 1);
-    assert_eq!(sw.event_hits(1, 4, 2).unwrap(), 1);
-
-    // A read request is not a data packet; RoCE to an unarmed QP is not the connection's.
-    let (_, _, m) = run(&sw, &frame(true, op::READ_REQUEST, psn(5)));
-    assert_eq!((m.conn, m.index), (1, 0));
-    let mut other = frame(true, op::WRITE_ONLY, psn(6));
-    other[14 + 20 + 8 + 7] ^= 0x80; // another destination QPN
-    let (_, _, m) = run(&sw, &other);
-    assert_eq!(m.conn, 0);
 }
 
 #[test]

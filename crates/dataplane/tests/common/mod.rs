@@ -173,3 +173,15 @@ pub fn check_table(sw: &Switch, table: &[Fixture]) {
         }
     }
 }
+
+/// `frame` (Ethernet + IPv4) as the switch leaves it after setting CE: the
+/// ECN bits 11 and the IPv4 header checksum recomputed (by etherparse, not
+/// by the arithmetic under test).
+#[allow(dead_code)]
+pub fn with_ce(frame: &[u8]) -> Vec<u8> {
+    let mut out = frame.to_vec();
+    out[15] |= 3;
+    let (ip, _) = etherparse::Ipv4Header::from_slice(&out[14..]).expect("an IPv4 frame");
+    out[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    out
+}
