@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::rc::Rc;
 
 mod common;
-use common::{check_table, have_bpf, run_frame, Change, Fixture, Out, Rec};
+use common::{check_table, have_bpf, pin, run_frame, Change, Fixture, Out, Rec};
 use etherparse::{IpEcn, IpNumber, Ipv4Header, TcpHeader};
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Action, Config, FlowKey, Switch};
 
@@ -620,13 +620,6 @@ fn every_key_shape_matches_with_the_mask() {
     let (v, _, m) = run(&sw, &pkt(seq(1), MSS as usize));
     assert_eq!(v, verdict::REDIRECT);
     assert_eq!(m.unwrap().0.applied(), Some(Action::None));
-}
-
-/// Pins this thread to `cpu`; false if the machine has no such CPU.
-fn pin(cpu: usize) -> bool {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).is_ok()
-        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
 }
 
 #[test]

@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 
 mod common;
-use common::{have_bpf, run_frame};
+use common::{have_bpf, pin, run_frame};
 use etherparse::{IpEcn, Ipv4Header};
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Aqm, Config, Discipline, Switch, VqConfig};
 
@@ -81,13 +81,6 @@ fn send_quick(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>) {
 
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000;
-
-/// Pins this thread to `cpu`; false if the machine does not have it.
-fn pin(cpu: usize) -> bool {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).is_ok()
-        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
-}
 
 #[test]
 fn the_spin_locked_stage_estimates_the_same_and_cpu_moves_are_counted() {

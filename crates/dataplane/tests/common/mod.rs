@@ -6,6 +6,14 @@ use std::rc::Rc;
 
 use wirelab_dataplane::{parse_mirror_record, wl_mirror_hdr, Switch};
 
+/// Pins this thread to `cpu`; false if the machine does not have it.
+#[allow(dead_code)] // not every fixture file moves between CPUs
+pub fn pin(cpu: usize) -> bool {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).is_ok()
+        && nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).is_ok()
+}
+
 pub fn have_bpf() -> bool {
     if nix::unistd::Uid::effective().is_root() {
         return true;
