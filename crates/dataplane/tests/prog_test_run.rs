@@ -165,6 +165,7 @@ fn rec(index: u32, iter: u32, first_tx: u32) -> Rec {
 fn passes(what: &str, input: Vec<u8>, r: Rec) -> Fixture {
     Fixture {
         what: what.into(),
+        at: None,
         input,
         verdict: verdict::REDIRECT,
         output: Out::Same,
@@ -280,6 +281,7 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
     let hits2: fn(&Switch) -> u64 = |s| s.event_hits(1, 2, 2).unwrap();
     let row = |what: &str, input, verdict, record, maps| Fixture {
         what: what.into(),
+        at: None,
         input,
         verdict,
         output: Out::Same,
@@ -362,6 +364,7 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
         &[
             Fixture {
                 what: "an ECT(0) packet: CE set, only TOS and the IP checksum change".into(),
+                at: None,
                 input,
                 verdict: verdict::REDIRECT,
                 output: Out::Bytes(marked),
@@ -378,6 +381,7 @@ fn ecn_sets_ce_on_ect_and_fixes_the_ip_checksum() {
             },
             Fixture {
                 what: "RFC 3168: a Not-ECT packet is never marked, and the trace says so".into(),
+                at: None,
                 input: not_ect,
                 verdict: verdict::REDIRECT,
                 output: Out::Same,
@@ -411,6 +415,7 @@ fn corrupt_flips_one_payload_bit_and_leaves_checksums() {
         &sw,
         &[Fixture {
             what: "corrupt: one payload bit flipped, checksums left as they were".into(),
+            at: None,
             input,
             verdict: verdict::REDIRECT,
             output: Out::Bytes(flipped),
@@ -685,6 +690,7 @@ fn the_event_filter_lets_through_every_iteration_an_event_can_match() {
     };
     let shot = |what: &str, r| Fixture {
         what: what.into(),
+        at: None,
         input: data(1 + MSS, MSS),
         verdict: verdict::SHOT,
         output: Out::Same,
@@ -702,6 +708,7 @@ fn the_event_filter_lets_through_every_iteration_an_event_can_match() {
             shot("packet 2, iteration 2", drop(2, 0)),
             Fixture {
                 what: "packet 1, iteration 3: in the range, marked".into(),
+                at: None,
                 input: data(1, MSS),
                 verdict: verdict::REDIRECT,
                 output: Out::Bytes(marked),

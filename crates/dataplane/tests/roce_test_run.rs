@@ -107,9 +107,11 @@ fn roce_events_follow_relative_psn_and_iteration() {
         first_tx,
         action,
         event_id,
+        ..Rec::NONE
     };
     let row = |what: &str, input: Vec<u8>, verdict, output, record, maps| Fixture {
         what: what.into(),
+        at: None,
         input,
         verdict,
         output,

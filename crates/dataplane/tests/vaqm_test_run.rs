@@ -7,8 +7,8 @@
 use std::net::Ipv4Addr;
 
 mod common;
-use common::{have_bpf, pin, run_frame};
-use etherparse::{IpEcn, Ipv4Header};
+use common::{check_table, have_bpf, pin, run_frame, Fixture, Out, Rec};
+use etherparse::IpEcn;
 use wirelab_dataplane::{verdict, wl_mirror_hdr, Aqm, Config, Discipline, Switch, VqConfig};
 
 const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -79,6 +79,25 @@ fn send_quick(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>) {
     sw.test_run(input).expect("test run")
 }
 
+/// A frame forwarded to port 2 at switch time `t`, through queue 1, whose
+/// estimate is then `bytes` and whose verdict is `aqm`.
+fn queued(what: &str, t: u64, input: Vec<u8>, bytes: u32, aqm: Aqm, output: Out) -> Fixture {
+    Fixture {
+        what: what.into(),
+        at: Some(t),
+        input,
+        verdict: verdict::REDIRECT,
+        output,
+        record: Some(Rec {
+            vq: 1,
+            vq_bytes: bytes,
+            aqm,
+            ..Rec::NONE
+        }),
+        maps: vec![],
+    }
+}
+
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000;
 
@@ -132,21 +151,26 @@ fn the_leaky_bucket_drains_elapsed_time_times_rate_exactly() {
         discipline: Discipline::None,
     });
     let p = frame(B, LEN, IpEcn::Ect0);
-    let mut seen = Vec::new();
-    for t in [
-        T0,                  // first packet: no drain (Fig. 5 line 1)
-        T0 + 300 * US,       // 300 bytes drained: 700 + 1000
-        T0 + 300 * US + 500, // half a byte: nothing yet, carried
-        T0 + 301 * US,       // the other half: one byte
-        T0 + 300 * US,       // earlier (another CPU's clock): no drain
-        T0 + 20_000 * US,    // long idle: empty, then this packet
-    ] {
-        let (v, out, m) = send(&sw, t, &p);
-        assert_eq!((v, out.as_slice()), (verdict::REDIRECT, p.as_slice()));
-        assert_eq!((m.vq, m.verdict()), (1, PASS));
-        seen.push(m.vq_bytes);
-    }
-    assert_eq!(seen, vec![1000, 1700, 2700, 3699, 4699, 1000]);
+    let row = |what: &str, t, bytes| queued(what, t, p.clone(), bytes, Aqm::None, Out::Same);
+    check_table(
+        &sw,
+        &[
+            row("first packet: no drain (Fig. 5 line 1)", T0, 1000),
+            row("300 bytes drained: 700 + 1000", T0 + 300 * US, 1700),
+            row(
+                "half a byte: nothing yet, carried",
+                T0 + 300 * US + 500,
+                2700,
+            ),
+            row("the other half: one byte", T0 + 301 * US, 3699),
+            row(
+                "earlier (another CPU's clock): no drain",
+                T0 + 300 * US,
+                4699,
+            ),
+            row("long idle: empty, then this packet", T0 + 20_000 * US, 1000),
+        ],
+    );
     let st = sw.vq_state(1).unwrap();
     assert_eq!((st.pkts, st.last_ns, st.frac), (6, T0 + 20_000 * US, 0));
 
@@ -179,31 +203,37 @@ fn dctcp_marks_above_k_only_and_queues_what_it_cannot_mark() {
         discipline: Discipline::Dctcp { k_bytes: 3000 },
     });
     let ect = frame(B, LEN, IpEcn::Ect0);
-    let mut seen = Vec::new();
+    let marked = common::with_ce(&ect);
     // One timestamp: no drain, the queue grows by 1000 per packet.
-    for _ in 0..4 {
-        let (v, out, m) = send(&sw, T0, &ect);
-        seen.push((m.vq_bytes, m.verdict(), v, out[15] & 3));
-    }
-    let r = verdict::REDIRECT;
-    assert_eq!(
-        seen,
-        vec![
-            (1000, PASS, r, 2),
-            (2000, PASS, r, 2),
-            (3000, PASS, r, 2), // K itself: not above it
-            (4000, MARK, r, 3), // CE set, IP checksum fixed below
-        ]
-    );
-    let (_, out, _) = send(&sw, T0, &ect);
-    let ip = Ipv4Header::from_slice(&out[14..]).unwrap().0;
-    assert_eq!(ip.header_checksum, ip.calc_header_checksum());
-    // Not-ECT above K (a SYN, a pure ACK): a DCTCP switch only marks, so
-    // it is queued unmarked.
-    let (v, out, m) = send(&sw, T0, &frame(B, LEN, IpEcn::NotEct));
-    assert_eq!(
-        (v, m.verdict(), m.vq_bytes, out[15] & 3),
-        (verdict::REDIRECT, PASS, 6000, 0)
+    let pass = |what: &str, bytes| queued(what, T0, ect.clone(), bytes, Aqm::None, Out::Same);
+    let mark = |what: &str, bytes| {
+        queued(
+            what,
+            T0,
+            ect.clone(),
+            bytes,
+            Aqm::Mark,
+            Out::Bytes(marked.clone()),
+        )
+    };
+    check_table(
+        &sw,
+        &[
+            pass("1000 bytes", 1000),
+            pass("2000 bytes", 2000),
+            pass("K itself: not above it", 3000),
+            mark("above K: CE set, the IP checksum fixed", 4000),
+            mark("still above K", 5000),
+            queued(
+                "Not-ECT above K (a SYN, a pure ACK): a DCTCP switch only marks, so \
+                 it is queued unmarked",
+                T0,
+                frame(B, LEN, IpEcn::NotEct),
+                6000,
+                Aqm::None,
+                Out::Same,
+            ),
+        ],
     );
     let st = sw.vq_state(1).unwrap();
     assert_eq!((st.marks, st.drops, st.unmarkable), (2, 0, 1));

@@ -81,6 +81,9 @@ pub fn udp_frame(
 #[allow(dead_code)] // not every fixture file uses tables
 pub struct Fixture {
     pub what: String,
+    /// The pipeline's clock for this packet (`Config::test_clock`), or
+    /// the real one.
+    pub at: Option<u64>,
     pub input: Vec<u8>,
     pub verdict: u32,
     pub output: Out,
@@ -109,6 +112,10 @@ pub struct Rec {
     pub first_tx: u32,
     pub action: wirelab_dataplane::Action,
     pub event_id: u32,
+    /// The vAQM stage's queue, its estimate after the packet, its verdict.
+    pub vq: u32,
+    pub vq_bytes: u32,
+    pub aqm: wirelab_dataplane::Aqm,
 }
 
 #[allow(dead_code)]
@@ -122,6 +129,9 @@ impl Rec {
         first_tx: 0,
         action: wirelab_dataplane::Action::None,
         event_id: 0,
+        vq: 0,
+        vq_bytes: 0,
+        aqm: wirelab_dataplane::Aqm::None,
     };
 
     fn of(h: &wl_mirror_hdr) -> Rec {
@@ -133,6 +143,9 @@ impl Rec {
             first_tx: h.first_tx,
             action: h.applied().expect("an action this build knows"),
             event_id: h.event_id,
+            vq: h.vq,
+            vq_bytes: h.vq_bytes,
+            aqm: h.verdict().expect("a verdict this build knows"),
         }
     }
 }
@@ -154,6 +167,9 @@ pub fn check_table(sw: &Switch, table: &[Fixture]) {
     for f in table {
         let what = &f.what;
         let before: Vec<u64> = f.maps.iter().map(|c| (c.read)(sw)).collect();
+        if let Some(t) = f.at {
+            sw.set_test_clock(t).expect("the switch has the test clock");
+        }
         let (v, out, records) = run_frame(sw, &f.input);
         assert_eq!(v, f.verdict, "{what}: verdict");
         match &f.output {
