@@ -206,7 +206,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
-                match wirelab_spec::load(p, wirelab_analyze::catalog()) {
+                match wirelab_spec::load(p, wirelab_lab::catalog()) {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).
                     Ok(s) => match wirelab_lab::build_extension(&s) {

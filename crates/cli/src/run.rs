@@ -66,7 +66,7 @@ fn load_all(
 > {
     let mut loaded = Vec::new();
     for p in specs {
-        let spec = wirelab_spec::load(p, wirelab_analyze::catalog()).map_err(|e| e.to_string())?;
+        let spec = wirelab_spec::load(p, wirelab_lab::catalog()).map_err(|e| e.to_string())?;
         let ext = wirelab_lab::build_extension(&spec)
             .map_err(|e| format!("{}: {:#}", p.display(), anyhow::Error::from(e)))?;
         loaded.push((spec, ext));

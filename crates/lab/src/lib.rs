@@ -172,6 +172,29 @@ pub struct RunOutput {
 }
 
 /// A short random run id (lowercase hex).
+/// What a spec is checked against on this host: the analyzers and their
+/// findings, and the counter names a run reports: the running kernel's
+/// (nstat's, from the calling thread's namespace; every namespace has the
+/// same names) and the RoCE device's. `expect: counter:` with a name no run
+/// reports is refused before a lab exists, not read as an unchanged 0.
+/// Read once per process.
+pub fn catalog() -> &'static wirelab_spec::Catalog {
+    static CATALOG: std::sync::OnceLock<wirelab_spec::Catalog> = std::sync::OnceLock::new();
+    CATALOG.get_or_init(|| wirelab_spec::Catalog {
+        // Without /proc/net (not Linux, a sandbox) the names stay unchecked.
+        counters: wirelab_netns::counters::read_current().ok().map(|c| {
+            c.into_keys()
+                .chain(
+                    wirelab_roce::profile::COUNTERS
+                        .iter()
+                        .map(|n| n.to_string()),
+                )
+                .collect()
+        }),
+        ..wirelab_analyze::catalog().clone()
+    })
+}
+
 pub fn new_run_id() -> String {
     format!("{:06x}", rand::random::<u32>() & 0xff_ffff)
 }

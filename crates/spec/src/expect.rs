@@ -352,9 +352,34 @@ pub(crate) fn validate(
             Claim::CeEchoed(_) | Claim::MessagesCompleted(_) if x.connection.is_none() => {
                 return err(at, "needs `connection` (a number or `all`)");
             }
-            Claim::Counter { host, .. } => {
+            Claim::Counter { host, name } => {
                 if x.host.is_none() {
                     return err(at, "`counter` needs `host`");
+                }
+                // A name the kernel does not have would read as a delta of
+                // 0 and pass `at_most` silently.
+                if let Some(known) = catalog.counters.as_ref().filter(|k| !k.contains(name)) {
+                    let close: Vec<&str> = known
+                        .iter()
+                        .filter(|k| {
+                            let (k, n) = (k.to_lowercase(), name.to_lowercase());
+                            k == n || k.ends_with(&n) || n.ends_with(&k)
+                        })
+                        .map(String::as_str)
+                        .take(5)
+                        .collect();
+                    let hint = if close.is_empty() {
+                        "names are nstat's, as `nstat -az` prints them (TcpRetransSegs, \
+                         TcpExtTCPTimeouts, IpExtInCEPkts, ...), or a RoCE device's \
+                         (rx_icrc_encapsulated, np_cnp_sent, ...)"
+                            .to_string()
+                    } else {
+                        format!("did you mean {}?", close.join(", "))
+                    };
+                    return err(
+                        format!("{at}.counter"),
+                        format!("this kernel has no counter `{name}`; {hint}"),
+                    );
                 }
                 if !hosts.contains(host) {
                     return err(format!("{at}.host"), format!("unknown host `{host}`"));

@@ -3,6 +3,8 @@
 //! [`Catalog`] (`wirelab_analyze::catalog()`), against which a spec naming
 //! an unknown analyzer or finding is rejected before anything runs.
 
+use std::collections::BTreeSet;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,11 @@ pub struct AnalyzerEntry {
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     pub analyzers: Vec<AnalyzerEntry>,
+    /// The kernel counters an `expect: counter:` may name (nstat names),
+    /// when the caller knows them: they are the running kernel's, which
+    /// this crate does not read (`wirelab_lab::catalog()` does). `None`:
+    /// not checked.
+    pub counters: Option<BTreeSet<String>>,
 }
 
 impl Catalog {

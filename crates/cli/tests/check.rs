@@ -1,0 +1,87 @@
+//! `wirelab check`: what `run` would refuse, refused without a lab (no
+//! root needed).
+
+use std::process::{Command, Output};
+
+fn wirelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(args)
+        .output()
+        .expect("running wirelab")
+}
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn every_shipped_spec_checks() {
+    let mut specs: Vec<String> = Vec::new();
+    for dir in std::fs::read_dir(repo().join("specs")).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "yaml") {
+                specs.push(f.to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert!(specs.len() > 10, "the specs folder: {specs:?}");
+    let mut args = vec!["check"];
+    args.extend(specs.iter().map(String::as_str));
+    let o = wirelab(&args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A counter the kernel does not have would read as a delta of 0 and pass
+/// `at_most: 0`: refused with its path and line, a close name offered.
+#[test]
+fn a_counter_no_run_reports_is_refused_with_its_line() {
+    if !std::path::Path::new("/proc/thread-self/net/netstat").exists() {
+        eprintln!("SKIPPED: no /proc/net here, counter names are not checked");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("typo.yaml");
+    std::fs::write(
+        &spec,
+        "topology:\n  hosts: [{name: a}, {name: b}]\n\
+         traffic:\n  connections:\n    - {from: a, to: b, message_size: 1KB}\n\
+         expect:\n  - {counter: TcpExtTcpTimeouts, host: a, at_most: 0}\n  \
+         - {counter: RetransSegs, host: a, at_most: 0}\n",
+    )
+    .unwrap();
+    let o = wirelab(&["check", spec.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("expect[0].counter: this kernel has no counter `TcpExtTcpTimeouts`")
+            && err.contains("did you mean TcpExtTCPTimeouts?")
+            && err.contains("(line 7)"),
+        "{err}"
+    );
+    // The real names, kernel and RoCE device alike, pass.
+    std::fs::write(
+        &spec,
+        "topology:\n  hosts: [{name: a}, {name: b}]\n\
+         traffic:\n  connections:\n    - {from: a, to: b, message_size: 1KB}\n\
+         expect:\n  - {counter: TcpExtTCPTimeouts, host: a, at_most: 0}\n  \
+         - {counter: TcpRetransSegs, host: a, at_most: 0}\n",
+    )
+    .unwrap();
+    let o = wirelab(&["check", spec.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
