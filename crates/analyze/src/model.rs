@@ -243,6 +243,21 @@ pub struct Arrival {
     /// The first out-of-order arrival after an in-order stretch (where the
     /// receiver first learns of a loss).
     pub first_of_hole: bool,
+    /// Out of order only in the capture: the receiver's ACK later covered
+    /// the bytes before it that the capture never showed (a `CaptureGap`),
+    /// so the receiver had them, and nothing is checked about it.
+    pub in_capture_gap: bool,
+}
+
+/// Data the receiver acknowledged that the capture never showed: a segment
+/// the capturing tool dropped or could not read, not one the network lost.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CaptureGap {
+    /// Relative sequence numbers of the bytes not seen, from..to.
+    pub from: u32,
+    pub to: u32,
+    /// The ACK that covered them.
+    pub ack: Evidence,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -277,6 +292,8 @@ pub struct ConnAnalysis {
     pub last_ack_ts_ns: Option<u64>,
     /// DSACKs the receiver sent.
     pub dsacks: Vec<Evidence>,
+    /// Stretches of data the receiver acknowledged but the capture lacks.
+    pub capture_gaps: Vec<CaptureGap>,
     /// Packets where the switch's (index, iteration) differs from this
     /// analyzer's; must be empty (both implement Lumina §3.3).
     pub iteration_mismatches: Vec<Evidence>,
@@ -525,6 +542,7 @@ impl<'a> Builder<'a> {
                 first_data_ts_ns: None,
                 last_ack_ts_ns: None,
                 dsacks: Vec::new(),
+                capture_gaps: Vec::new(),
                 iteration_mismatches: Vec::new(),
                 events: Vec::new(),
                 segs: Vec::with_capacity(pkts.len()),
@@ -604,7 +622,13 @@ impl<'a> Builder<'a> {
                 seg.rel = t.ack.wrapping_sub(base);
                 let at = self.ev(idx);
                 if t.has_ack && isn.is_some() && !t.syn {
-                    rcv.on_ack(&mut self.out.arrivals, at, ts);
+                    rcv.on_ack(
+                        &mut self.out.arrivals,
+                        &mut self.out.capture_gaps,
+                        at,
+                        ts,
+                        seg.rel,
+                    );
                     let ack = AckIn {
                         idx,
                         tcp: &t,
@@ -636,6 +660,9 @@ impl<'a> Builder<'a> {
             seg.rel = t.seq.wrapping_sub(base);
             if t.payload_len > 0 {
                 self.data(&mut seg, meta, (&mut snd, &mut rcv, &mut ecn, &mut iters));
+            }
+            if t.fin {
+                rcv.on_fin(seg.rel.wrapping_add(t.payload_len));
             }
             self.out.segs.push(seg);
         }

@@ -734,3 +734,67 @@ fn a_data_packet_stamped_before_the_first_one_is_analyzed() {
         flow.findings.iter().map(|f| &f.name).collect::<Vec<_>>()
     );
 }
+
+/// A delivered first transmission of connection 1 well inside the transfer.
+fn delivered_data_packet(t: &Trace) -> usize {
+    let delivered: Vec<usize> = (0..t.packets.len())
+        .filter(|&i| {
+            t.packets[i].meta.as_ref().is_some_and(|m| {
+                m.data_dir && m.first_tx && m.index > 5 && !m.dropped() && m.event == Action::None
+            })
+        })
+        .collect();
+    delivered[delivered.len() / 2]
+}
+
+/// The capture-gap findings of a report.
+fn capture_gaps(r: &Report) -> Vec<String> {
+    r.analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.name == "capture-gap")
+        .map(|f| f.message.clone())
+        .collect()
+}
+
+/// Issue 19, "never cry wolf": a data segment the capture lacks (the
+/// capturing tool dropped it) while the receiver's ACKs show it arrived is
+/// one capture gap, named, and no violation. Before, every segment behind
+/// it read as out of order and unanswered.
+#[test]
+fn a_segment_missing_from_the_capture_is_a_gap_not_a_violation() {
+    for name in ["fast-retransmit", "ecn"] {
+        let mut t = golden(name);
+        let before = violations(&report_with(name, &t, None));
+        let i = delivered_data_packet(&t);
+        let frame = t.packets[i].frame;
+        t.packets.remove(i);
+        let r = report_with(name, &t, None);
+        assert_eq!(violations(&r), before, "{name}: frame {frame} removed");
+        let gaps = capture_gaps(&r);
+        assert_eq!(gaps.len(), 1, "{name}: {gaps:?}");
+        assert!(gaps[0].contains("never appear in the capture"), "{gaps:?}");
+    }
+}
+
+/// The same when the segment is in the file but damaged (IHL 15: a TCP
+/// header that does not fit): listed as malformed, a gap, no violation.
+#[test]
+fn a_damaged_segment_is_malformed_and_a_gap_not_a_violation() {
+    let name = "fast-retransmit";
+    let mut t = golden(name);
+    let before = violations(&report_with(name, &t, None));
+    let i = delivered_data_packet(&t);
+    let p = &mut t.packets[i];
+    p.data.truncate(128); // as a 128-byte snap length leaves it
+    p.data[14] = (p.data[14] & 0xf0) | 0x0f;
+    let frame = p.frame;
+    let r = report_with(name, &t, None);
+    assert_eq!(violations(&r), before);
+    assert_eq!(capture_gaps(&r).len(), 1, "{:?}", capture_gaps(&r));
+    assert!(
+        r.analysis.malformed.iter().any(|m| m.frame == frame),
+        "frame {frame} listed as malformed: {:?}",
+        r.analysis.malformed
+    );
+}

@@ -43,6 +43,15 @@ pub fn render(r: &Report, verbose: bool) -> String {
             dur(b.receiver_side_ns),
             b.source
         );
+        // Shown whatever the verbosity: the capture, not the stack, lacks
+        // these bytes, and the checks behind them were skipped.
+        for g in &c.capture_gaps {
+            let _ = writeln!(
+                o,
+                "  gap        conn {} bytes {}..{}: not in the capture, acknowledged by the receiver at {}",
+                c.id, g.from, g.to, g.ack
+            );
+        }
         let shown = if verbose { usize::MAX } else { 8 };
         for (p, rs) in per_packet.iter().take(shown) {
             let parts: Vec<String> = rs.iter().map(|x| x.to_string()).collect();

@@ -208,6 +208,19 @@ fn malformed(layer: &str, offset: usize, detail: impl ToString) -> NotTcp {
     }
 }
 
+/// RFC 791 §3.1: the ones' complement sum of the header's 16-bit words,
+/// its checksum included, is all ones.
+fn ipv4_checksum_ok(header: &[u8]) -> bool {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
 /// Parses a frame of the given link type. Never panics, whatever the bytes
 /// (fuzzed: fuzz/fuzz_targets/parse_tcp.rs).
 /// The IP ECN field of any IPv4 or IPv6 packet (0 Not-ECT, 1 ECT(1),
@@ -244,6 +257,22 @@ pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     let (src, dst, ecn, declared_end, is_tcp) = match &p.net {
         Some(LaxNetSlice::Ipv4(ip)) => {
             let h = ip.header();
+            // A header whose bytes do not sum to its checksum was damaged
+            // (a bit flipped, a length field overwritten: IHL 15 reads
+            // payload as options and puts the TCP header elsewhere). Its
+            // fields cannot be trusted, so it is malformed rather than
+            // read as some other connection's. 0 is skipped: a header
+            // whose checksum was left to hardware.
+            if h.header_checksum() != 0 && !ipv4_checksum_ok(h.slice()) {
+                return Err(malformed(
+                    "ip",
+                    at(h.slice()),
+                    format!(
+                        "IPv4 header checksum {:#06x} does not match the header's bytes",
+                        h.header_checksum()
+                    ),
+                ));
+            }
             (
                 IpAddr::V4(Ipv4Addr::from(h.source())),
                 IpAddr::V4(Ipv4Addr::from(h.destination())),
@@ -696,6 +725,37 @@ pub fn comment_option(m: &Meta) -> EnhancedPacketOption<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A damaged IPv4 header is malformed at the IP header's offset, not
+    /// read as some other connection; a checksum left at 0 (to hardware)
+    /// is not checked.
+    #[test]
+    fn an_ipv4_header_that_fails_its_checksum_is_malformed() {
+        let mut f = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
+            .tcp(40000, 5001, 1, 65535)
+            .write(&mut f, &[0u8; 100])
+            .unwrap();
+        assert!(parse_tcp(&f).is_ok());
+        let mut bad = f.clone();
+        bad[14] = (bad[14] & 0xf0) | 0x0f; // IHL 15
+        match parse_tcp(&bad) {
+            Err(NotTcp::Malformed {
+                layer,
+                offset,
+                detail,
+            }) => {
+                assert_eq!((layer.as_str(), offset), ("ip", 14));
+                assert!(detail.contains("checksum"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut unset = f.clone();
+        unset[24..26].fill(0);
+        unset[22] ^= 1; // the TTL changes; the checksum is not checked
+        assert!(parse_tcp(&unset).is_ok());
+    }
 
     #[test]
     fn timestamp_resolutions() {

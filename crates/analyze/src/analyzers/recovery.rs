@@ -28,6 +28,7 @@ impl Analyzer for LossRecovery {
             ("sacked-data-retransmitted", Unit::Count),
             ("no-backoff", Unit::Count),
             ("dsack", Unit::Count),
+            ("capture-gap", Unit::Count),
         ]
     }
 
@@ -47,7 +48,23 @@ impl Analyzer for LossRecovery {
             // is the receiver's side of the round trip (twice, for jitter)
             // plus Linux's SACK compression bound.
             let deadline = 2 * recv_rtt + input.opts.ack_allowance_ns;
-            for ar in &c.arrivals {
+            // Data the capture lacks but the receiver acknowledged: the
+            // capturing tool's loss, not the network's or the receiver's.
+            for g in &c.capture_gaps {
+                out.push(
+                    Finding::note(
+                        A,
+                        "capture-gap",
+                        format!(
+                            "bytes {}..{} never appear in the capture, yet the receiver acknowledged them at {}: a segment the capture missed (dropped by the capturing tool, or unreadable); out-of-order checks behind it are skipped",
+                            g.from, g.to, g.ack
+                        ),
+                    )
+                    .conn(c.id)
+                    .evidence([g.ack]),
+                );
+            }
+            for ar in c.arrivals.iter().filter(|a| !a.in_capture_gap) {
                 let due = ar.ts_ns + deadline;
                 let late = match ar.answer_ts_ns {
                     Some(t) => t > due,
