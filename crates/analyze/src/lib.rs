@@ -28,8 +28,8 @@ use wirelab_spec::{AnalyzerEntry, Catalog, Unit};
 use wirelab_trace::Trace;
 
 pub use model::{
-    Analysis, AppliedEvent, Arrival, BaseRtt, ConnAnalysis, EcnMark, Malformed, Reason,
-    Retransmission, Seg,
+    Analysis, AppliedEvent, Arrival, BaseRtt, CaptureGap, ClockBack, ConnAnalysis, EcnMark,
+    Malformed, Reason, Retransmission, Seg,
 };
 
 /// A packet named for the user: frame number and, when known, mirror seq.

@@ -335,7 +335,20 @@ pub struct Analysis {
     pub malformed: Vec<Malformed>,
     /// Where the file stops being readable, if it does.
     pub truncated: Option<(u64, String)>,
+    /// Timestamps that go back from one frame to the next, if any.
+    pub clock_back: Option<ClockBack>,
     pub packets: u64,
+}
+
+/// The capture's timestamps going backwards: two files merged, a clock
+/// step, several CPUs writing one file. Analysis goes on in file order;
+/// timings across a step are off by up to `max_ns`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClockBack {
+    pub steps: u64,
+    pub max_ns: u64,
+    /// The first frame stamped before the frame before it.
+    pub first_frame: u64,
 }
 
 type Key = (IpAddr, u16, IpAddr, u16);
@@ -366,10 +379,22 @@ pub fn build(trace: &Trace, opts: Options, progress: &dyn Fn(u64)) -> Analysis {
     let mut by_conn: HashMap<Key, usize> = HashMap::new();
     let mut groups: Vec<(Key, Vec<(usize, Tcp, u64)>)> = Vec::new();
     let mut meta_conn: HashMap<Key, (u32, (IpAddr, u16))> = HashMap::new();
+    let mut clock_back: Option<ClockBack> = None;
+    let mut prev_ts = 0u64;
     for (i, p) in trace.packets.iter().enumerate() {
         if i % 65536 == 0 {
             progress(i as u64);
         }
+        if p.ts_ns < prev_ts {
+            let c = clock_back.get_or_insert(ClockBack {
+                steps: 0,
+                max_ns: 0,
+                first_frame: p.frame,
+            });
+            c.steps += 1;
+            c.max_ns = c.max_ns.max(prev_ts - p.ts_ns);
+        }
+        prev_ts = p.ts_ns;
         let t = match p.tcp() {
             Ok(t) => t,
             Err(wirelab_trace::NotTcp::Other) => continue,
@@ -427,6 +452,7 @@ pub fn build(trace: &Trace, opts: Options, progress: &dyn Fn(u64)) -> Analysis {
             .truncated
             .as_ref()
             .map(|d| (d.offset, d.detail.clone())),
+        clock_back,
         packets: trace.packets.len() as u64,
     }
 }

@@ -727,6 +727,22 @@ fn a_data_packet_stamped_before_the_first_one_is_analyzed() {
     t.packets[data[1]].ts_ns = first - 2_000;
     t.packets[data[1]].meta.as_mut().unwrap().ts = first_meta - 2_000;
     let r = report_with("fast-retransmit", &t, None);
+    // Reported, with its size and where it starts: the second data
+    // packet's own stamp goes back (its capture time is 2 µs before the
+    // first's, so at least that far before the frame before it).
+    let c = r
+        .analysis
+        .clock_back
+        .as_ref()
+        .expect("the step back is reported");
+    assert_eq!(c.first_frame, t.packets[data[1]].frame);
+    assert!(c.steps >= 1 && c.max_ns >= 2_000, "{c:?}");
+    assert!(
+        report_with("fast-retransmit", &golden("fast-retransmit"), None)
+            .analysis
+            .clock_back
+            .is_none()
+    );
     let flow = r.analyzers.iter().find(|a| a.name == "flow").unwrap();
     assert!(
         flow.findings.iter().any(|f| f.name == "goodput"),

@@ -20,6 +20,15 @@ pub fn render(r: &Report, verbose: bool) -> String {
         );
     }
     let _ = writeln!(o, "  vantage    {} ({} packets)", a.vantage, a.packets);
+    if let Some(c) = &a.clock_back {
+        let _ = writeln!(
+            o,
+            "  clock      {} timestamps go back, by up to {} (first at frame {}): merged files, a clock step or several CPUs writing one file; analyzed in file order, timings across a step are off by that much",
+            c.steps,
+            dur(c.max_ns),
+            c.first_frame
+        );
+    }
     for c in &a.connections {
         let mut per_packet: std::collections::BTreeMap<u32, Vec<&wirelab_analyze::Retransmission>> =
             Default::default();
