@@ -141,6 +141,13 @@ pub struct Retransmission {
     /// Every byte was cumulatively acknowledged before the sender could
     /// have sent this: a retransmission of acknowledged data.
     pub already_acked: bool,
+    /// The ACK that covered it passed the vantage point before it, but too
+    /// shortly before for the sender to have seen it first: the two
+    /// crossed, and the retransmission was spurious, not wrong (the DSACK
+    /// that usually follows says the same).
+    pub crossed_ack: Option<Evidence>,
+    /// How long before the retransmission that ACK passed.
+    pub crossed_ns: Option<u64>,
     /// Every byte was SACKed before the sender could have sent this (and no
     /// timeout let the sender forget its scoreboard, RFC 6675 §5.1).
     pub already_sacked: bool,
@@ -761,6 +768,14 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// How long a packet the sender has committed to can sit in its own
+/// transmit path before it passes a capture point: TCP small queues let a
+/// flow hold about 1 ms of data at its pacing rate below the socket (Linux
+/// tcp_small_queue_check: sk_pacing_rate >> sk_pacing_shift, shift 10). A
+/// retransmission seen less than that after the ACK covering it may have
+/// been queued before the ACK arrived.
+const SEND_QUEUE_NS: u64 = 1_000_000;
+
 /// What a sender could know when it sent a retransmission.
 struct Classify<'a> {
     ts: u64,
@@ -781,6 +796,16 @@ struct Classify<'a> {
 }
 
 impl Classify<'_> {
+    /// The first ACK covering the retransmitted bytes that passed the
+    /// vantage point before the retransmission, if any.
+    fn covering_ack(&self) -> Option<AckEv> {
+        self.acks
+            .iter()
+            .take_while(|a| a.ts <= self.ts)
+            .find(|a| seq_le(self.seg.end, a.ack))
+            .copied()
+    }
+
     /// (reason, the ACK that completed the signal, (already acked, already sacked)).
     fn classify(&self) -> (Reason, Option<AckEv>, (bool, bool)) {
         // Two cuts, each cautious in its own direction. A loss signal counts
@@ -792,11 +817,14 @@ impl Classify<'_> {
         let cut = self.ts;
         let sure = self.ts.saturating_sub(self.sender_side);
         let since = self.seg.last_tx_ts;
+        // Acknowledged data: the ACK must also have passed before the
+        // sender's own transmit queue could still hold a retransmission it
+        // committed to earlier (SEND_QUEUE_NS).
         let una_at_cut = self
             .una_hist
             .iter()
             .rev()
-            .find(|(t, _)| *t <= sure)
+            .find(|(t, _)| *t <= sure.saturating_sub(SEND_QUEUE_NS))
             .map_or(1, |(_, u)| *u);
         let already_acked = seq_le(self.seg.end, una_at_cut);
         let after_rto = self.rto_recovery.is_some_and(|(_, rto_ts)| since < rto_ts);

@@ -814,3 +814,53 @@ fn a_damaged_segment_is_malformed_and_a_gap_not_a_violation() {
         r.analysis.malformed
     );
 }
+
+/// Issue 19: a retransmission seen 12 µs after the ACK that covered it (a
+/// capture at the sender: the retransmission was already queued when the
+/// ACK came in) crossed that ACK. Spurious, reported with the timing and
+/// the ACK's frame, not "acked-data-retransmitted". The same copy 1 ms
+/// and more later still is that violation
+/// (`retransmitting_acknowledged_data_is_caught`).
+#[test]
+fn a_retransmission_that_crossed_its_ack_is_spurious_not_a_violation() {
+    let mut t = golden("fast-retransmit");
+    let a = analyze(&t);
+    let c = &a.connections[0];
+    let first = c.segs.iter().find(|s| s.data && s.first).unwrap();
+    let end = first.rel + first.tcp.payload_len;
+    let ack = c
+        .segs
+        .iter()
+        .find(|s| {
+            !s.data && s.tcp.has_ack && s.idx > first.idx && s.rel.wrapping_sub(end) < 1 << 31
+        })
+        .expect("an ACK covers the first data packet");
+    let mut dup = t.packets[first.idx].clone();
+    let at = ack.idx + 1;
+    dup.ts_ns = t.packets[ack.idx].ts_ns + 12_000;
+    if let Some(m) = &mut dup.meta {
+        m.ts = t.packets[ack.idx].meta.as_ref().unwrap().ts + 12_000;
+    }
+    t.packets.insert(at, dup);
+    renumber(&mut t);
+    let r = report_with("fast-retransmit", &t, None);
+    let v = violations(&r);
+    assert!(
+        !v.contains(&("loss-recovery".into(), "acked-data-retransmitted".into())),
+        "{v:?}"
+    );
+    let notes: Vec<&str> = r
+        .analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.name == "spurious-retransmission")
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    // Named as the report names packets of a wirelab trace: by mirror seq.
+    let ack_seq = t.packets[ack.idx].meta.as_ref().unwrap().seq;
+    assert!(
+        notes[0].contains(&format!("12.0us after the ACK at #{ack_seq} ")),
+        "{notes:?}"
+    );
+}

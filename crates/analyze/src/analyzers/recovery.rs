@@ -29,6 +29,7 @@ impl Analyzer for LossRecovery {
             ("no-backoff", Unit::Count),
             ("dsack", Unit::Count),
             ("capture-gap", Unit::Count),
+            ("spurious-retransmission", Unit::Count),
         ]
     }
 
@@ -123,6 +124,28 @@ impl Analyzer for LossRecovery {
                         .conn(c.id)
                         .packet(r.packet)
                         .evidence(ev),
+                    );
+                }
+                if let (Some(ack), Some(ns)) = (r.crossed_ack, r.crossed_ns) {
+                    let dsack = r
+                        .dsack
+                        .map(|d| format!("; the receiver's DSACK at {d} confirms it had them"))
+                        .unwrap_or_default();
+                    out.push(
+                        Finding::note(
+                            A,
+                            "spurious-retransmission",
+                            format!(
+                                "packet {} retransmitted at {}, {} after the ACK at {} that covered it passed: too soon for the sender to have had that ACK first, so the two crossed (spurious, not a violation){dsack}",
+                                r.packet,
+                                r.at,
+                                fmt_duration(ns),
+                                ack
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence([r.at, ack]),
                     );
                 }
                 if r.already_acked {

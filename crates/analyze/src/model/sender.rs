@@ -271,6 +271,7 @@ impl Sender {
             rto_recovery: self.rto_recovery_until,
         };
         let (reason, trigger, flags) = ctx.classify();
+        let crossed = if flags.0 { None } else { ctx.covering_ack() };
         // The timer runs from the later of the last transmission and the
         // last ACK (each ACK re-arms it: RFC 6298 §5.3, Linux's
         // tcp_rearm_rto).
@@ -306,6 +307,8 @@ impl Sender {
             trigger: trigger.map(|a| evidence(trace, a.idx)),
             trigger_ts_ns: trigger.map(|a| a.ts),
             already_acked: flags.0,
+            crossed_ack: crossed.map(|a| evidence(trace, a.idx)),
+            crossed_ns: crossed.map(|a| ts.saturating_sub(a.ts)),
             already_sacked: flags.1,
             dsack: None,
             rto_ns,
