@@ -24,7 +24,8 @@ test: build
 	cargo test $(CARGO_FLAGS) --workspace
 
 bench: build
-	$(WIRELAB) bench switch-overhead
+	$(WIRELAB) bench switch-overhead --breakdown
+	$(WIRELAB) bench stages
 	$(WIRELAB) bench capture
 	$(WIRELAB) bench analyze
 	$(WIRELAB) bench roce

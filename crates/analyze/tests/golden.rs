@@ -789,7 +789,10 @@ fn a_segment_missing_from_the_capture_is_a_gap_not_a_violation() {
         assert_eq!(violations(&r), before, "{name}: frame {frame} removed");
         let gaps = capture_gaps(&r);
         assert_eq!(gaps.len(), 1, "{name}: {gaps:?}");
-        assert!(gaps[0].contains("never appear in the capture"), "{gaps:?}");
+        assert!(
+            gaps[0].contains("never seen reaching the receiver in the capture"),
+            "{gaps:?}"
+        );
     }
 }
 

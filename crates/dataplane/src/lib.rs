@@ -1,5 +1,6 @@
 //! The wirelab switch: one eBPF tc program (`bpf/switch.bpf.c`) whose stages a
-//! plan turns on, its libbpf-rs skeleton, and typed wrappers for its maps.
+//! plan turns on, opened from its bytes (src/object.rs), and typed wrappers
+//! for its maps.
 //!
 //! Every struct shared with the kernel comes from the skeleton's `types`
 //! module (generated from BTF by libbpf-cargo), never from a hand copy.

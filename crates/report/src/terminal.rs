@@ -57,7 +57,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
         for g in &c.capture_gaps {
             let _ = writeln!(
                 o,
-                "  gap        conn {} bytes {}..{}: not in the capture, acknowledged by the receiver at {}",
+                "  gap        conn {} bytes {}..{}: never seen reaching the receiver, yet it acknowledged them at {}",
                 c.id, g.from, g.to, g.ack
             );
         }

@@ -57,7 +57,7 @@ impl Analyzer for LossRecovery {
                         A,
                         "capture-gap",
                         format!(
-                            "bytes {}..{} never appear in the capture, yet the receiver acknowledged them at {}: a segment the capture missed (dropped by the capturing tool, or unreadable); out-of-order checks behind it are skipped",
+                            "bytes {}..{} are never seen reaching the receiver in the capture, yet it acknowledged them at {}: a segment the capture missed (dropped by the capturing tool, or unreadable); out-of-order checks behind it are skipped",
                             g.from, g.to, g.ack
                         ),
                     )
