@@ -277,8 +277,16 @@ pub struct ConnAnalysis {
     pub packets: u64,
     pub data_packets: u64,
     pub first_transmissions: u32,
-    /// Largest payload seen: the sender's SMSS.
+    /// Largest payload seen, super-packets aside: the sender's SMSS.
     pub smss: u32,
+    /// The MSS the receiver announced in its SYN or SYN-ACK (RFC 9293
+    /// §3.7.1): no segment on the wire may carry more.
+    pub announced_mss: Option<u32>,
+    /// Data packets larger than `announced_mss`: super-packets, seen
+    /// before segmentation offload split them (TSO/GSO) or after receive
+    /// offload merged them (GRO), so the capture was taken with offloads
+    /// on. The analysis keeps to bytes and the announced MSS.
+    pub super_packets: u64,
     pub retransmissions: Vec<Retransmission>,
     pub ce_marks: Vec<EcnMark>,
     pub arrivals: Vec<Arrival>,
@@ -535,6 +543,9 @@ struct Builder<'a> {
     pkts: &'a [(usize, Tcp, u64)],
     opts: Options,
     out: ConnAnalysis,
+    /// Largest payload of a segment the wire could carry (not a
+    /// super-packet).
+    largest_segment: u32,
 }
 
 impl<'a> Builder<'a> {
@@ -555,6 +566,7 @@ impl<'a> Builder<'a> {
             trace,
             pkts,
             opts,
+            largest_segment: 0,
             out: ConnAnalysis {
                 id,
                 data_src: src,
@@ -564,6 +576,8 @@ impl<'a> Builder<'a> {
                 data_packets: 0,
                 first_transmissions: 0,
                 smss: 0,
+                announced_mss: None,
+                super_packets: 0,
                 retransmissions: Vec::new(),
                 ce_marks: Vec::new(),
                 arrivals: Vec::new(),
@@ -638,6 +652,12 @@ impl<'a> Builder<'a> {
         let mut isn: Option<u32> = None;
         for &(idx, t, ts) in self.pkts {
             let meta = trace.packets[idx].meta.as_ref();
+            // The receiver's SYN or SYN-ACK bounds what the sender sends.
+            if t.syn && !self.is_data(&t) {
+                if let Some(m) = t.mss {
+                    self.out.announced_mss = Some(u32::from(m));
+                }
+            }
             let mut seg = Seg {
                 idx,
                 ts,
@@ -717,7 +737,19 @@ impl<'a> Builder<'a> {
     ) {
         let (idx, ts, t, rel) = (seg.idx, seg.ts, seg.tcp, seg.rel);
         self.out.data_packets += 1;
-        self.out.smss = self.out.smss.max(t.payload_len);
+        // SMSS from the segments the wire could carry; a super-packet
+        // says only that the announced MSS is as far as it goes.
+        let mss = self.out.announced_mss.unwrap_or(u32::MAX);
+        if t.payload_len > mss {
+            self.out.super_packets += 1;
+        } else {
+            self.largest_segment = self.largest_segment.max(t.payload_len);
+        }
+        self.out.smss = if self.largest_segment > 0 {
+            self.largest_segment
+        } else {
+            mss.min(t.payload_len)
+        };
         self.out.first_data_ts_ns.get_or_insert(ts);
         let iter = iters.on_data(rel);
         let end = rel.wrapping_add(t.payload_len);

@@ -867,3 +867,51 @@ fn a_retransmission_that_crossed_its_ack_is_spurious_not_a_violation() {
         "{notes:?}"
     );
 }
+
+/// Issue 19: a capture taken with segmentation offload on has data packets
+/// larger than the MSS the receiver announced. They are named once per
+/// connection, SMSS stays the announced one, and the verdicts do not
+/// change. Here two consecutive segments become one, as TSO would have
+/// handed them to the capture.
+#[test]
+fn super_packets_are_named_and_smss_stays_the_announced_mss() {
+    let name = "ecn";
+    let mut t = golden(name);
+    let before_r = report_with(name, &t, None);
+    let before = violations(&before_r);
+    let smss = before_r.analysis.connections[0].smss;
+    let a = analyze(&t);
+    let c = &a.connections[0];
+    assert!(
+        c.announced_mss.is_some_and(|m| m >= smss),
+        "{:?}",
+        c.announced_mss
+    );
+    assert_eq!(c.super_packets, 0);
+    // Two consecutive first transmissions of full size, both delivered.
+    let firsts: Vec<&wirelab_analyze::Seg> = c
+        .segs
+        .iter()
+        .filter(|s| s.data && s.first && !s.lost && s.tcp.payload_len == smss)
+        .collect();
+    let (x, y) = firsts
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .find(|(x, y)| y.rel == x.rel + x.tcp.payload_len && y.idx == x.idx + 1)
+        .expect("two back-to-back full segments");
+    let (xi, yi, extra) = (x.idx, y.idx, y.tcp.payload_len as u16);
+    let p = &mut t.packets[xi];
+    let tot = u16::from_be_bytes([p.data[16], p.data[17]]) + extra;
+    p.data[16..18].copy_from_slice(&tot.to_be_bytes());
+    p.orig_len += u32::from(extra);
+    p.data[24..26].fill(0);
+    let (ip, _) = etherparse::Ipv4Header::from_slice(&p.data[14..]).unwrap();
+    p.data[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+    t.packets.remove(yi);
+    renumber(&mut t);
+    let r = report_with(name, &t, None);
+    let c = &r.analysis.connections[0];
+    assert_eq!(c.super_packets, 1);
+    assert_eq!(c.smss, smss, "SMSS is not inferred from the super-packet");
+    assert_eq!(violations(&r), before);
+}

@@ -52,8 +52,19 @@ pub fn render(r: &Report, verbose: bool) -> String {
             dur(b.receiver_side_ns),
             b.source
         );
-        // Shown whatever the verbosity: the capture, not the stack, lacks
-        // these bytes, and the checks behind them were skipped.
+        // Shown whatever the verbosity: how the capture was taken changes
+        // what its packets mean.
+        if c.super_packets > 0 {
+            let _ = writeln!(
+                o,
+                "  offload    conn {}: {} data packets larger than the MSS the receiver announced ({} bytes): the capture was taken with segmentation offload on (TSO/GSO/GRO); the analysis counts bytes and uses the announced MSS",
+                c.id,
+                c.super_packets,
+                c.announced_mss.unwrap_or(0)
+            );
+        }
+        // The capture, not the stack, lacks these bytes, and the checks
+        // behind them were skipped.
         for g in &c.capture_gaps {
             let _ = writeln!(
                 o,

@@ -72,6 +72,8 @@ pub struct Tcp {
     /// SACK blocks (RFC 2018), as (left, right) edges.
     pub sack: [(u32, u32); 4],
     pub sack_count: u8,
+    /// The MSS option (RFC 9293 §3.7.1), on a SYN or SYN-ACK.
+    pub mss: Option<u16>,
 }
 
 impl Tcp {
@@ -318,16 +320,21 @@ pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     let payload_len = declared_end.saturating_sub(hdr_end) as u32;
     let mut sack = [(0, 0); 4];
     let mut sack_count = 0;
+    let mut mss = None;
     // An option etherparse does not know (MPTCP, TFO ...) ends the walk;
-    // SACK comes first in Linux's option order anyway.
+    // SACK and MSS come first in Linux's option order anyway.
     for opt in t.options_iterator().map_while(Result::ok) {
-        if let etherparse::TcpOptionElement::SelectiveAcknowledgement(first, rest) = opt {
-            sack[0] = first;
-            sack_count = 1;
-            for b in rest.iter().flatten() {
-                sack[sack_count as usize] = *b;
-                sack_count += 1;
+        match opt {
+            etherparse::TcpOptionElement::SelectiveAcknowledgement(first, rest) => {
+                sack[0] = first;
+                sack_count = 1;
+                for b in rest.iter().flatten() {
+                    sack[sack_count as usize] = *b;
+                    sack_count += 1;
+                }
             }
+            etherparse::TcpOptionElement::MaximumSegmentSize(m) => mss = Some(m),
+            _ => {}
         }
     }
     Ok(Tcp {
@@ -349,6 +356,7 @@ pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
         tcp_offset: tcp_offset as u16,
         sack,
         sack_count,
+        mss,
     })
 }
 
