@@ -33,6 +33,9 @@ pub fn run(
     verbose: bool,
     analyzers: &[String],
     min_rto_ns: u64,
+    // While set, Ctrl-C exits at once: reading and analyzing leave nothing
+    // behind. Cleared before a file is written.
+    exit_on_interrupt: &std::sync::atomic::AtomicBool,
 ) -> Result<u8> {
     let catalog = wirelab_analyze::catalog();
     let mut names = Vec::new();
@@ -78,6 +81,7 @@ pub fn run(
         &|n| pb.set_position(n),
     );
     pb.finish_and_clear();
+    exit_on_interrupt.store(false, std::sync::atomic::Ordering::SeqCst);
     if let Some(h) = html {
         write_html(h, &report)?;
     }

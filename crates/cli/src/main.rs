@@ -173,6 +173,11 @@ pub mod code {
     pub const INTERRUPTED: u8 = 130;
 }
 
+/// Set while the command holds nothing to clean up (reading and analyzing
+/// a trace): Ctrl-C then exits at once with 130 instead of asking the
+/// work to wind down.
+static NOTHING_TO_CLEAN: AtomicBool = AtomicBool::new(false);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let abort = Arc::new(AtomicBool::new(false));
@@ -182,12 +187,19 @@ fn main() -> ExitCode {
         // A second one while that happens is ignored on purpose: exiting
         // then would leave namespaces behind (`wirelab clean` removes them).
         let _ = ctrlc::set_handler(move || {
+            if NOTHING_TO_CLEAN.load(Ordering::SeqCst) {
+                eprintln!("wirelab: interrupted");
+                std::process::exit(i32::from(code::INTERRUPTED));
+            }
             if !abort.swap(true, Ordering::SeqCst) {
                 eprintln!("wirelab: interrupted, cleaning up");
             }
         });
     }
     match dispatch(cli, &abort) {
+        // A command that finished its work despite the interrupt still
+        // says it was interrupted.
+        Ok(_) if abort.load(Ordering::SeqCst) => ExitCode::from(code::INTERRUPTED),
         Ok(c) => ExitCode::from(c),
         Err(e) => {
             eprintln!("wirelab: {e:#}");
@@ -239,6 +251,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 }
                 return Ok(code::OK);
             }
+            NOTHING_TO_CLEAN.store(true, Ordering::SeqCst);
             analyze::run(
                 &trace,
                 json,
@@ -246,6 +259,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 verbose,
                 &analyzers,
                 min_rto.0,
+                &NOTHING_TO_CLEAN,
             )
         }
         Cmd::Bump {

@@ -64,3 +64,66 @@ fn a_capture_cut_short_exits_3_and_says_so_first() {
         "{stdout}"
     );
 }
+
+/// A classic pcap of `n` data segments of one connection, written directly
+/// (24-byte file header, 16-byte record headers): big enough to take a
+/// while to analyze.
+fn big_pcap(dir: &Path, n: u32) -> PathBuf {
+    use std::io::Write;
+    let mut frame = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
+        .tcp(40000, 5001, 1, 65535)
+        .ack(1)
+        .write(&mut frame, &[0u8; 16])
+        .unwrap();
+    let path = dir.join("big.pcap");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut hdr = Vec::new();
+    for v in [0xa1b2_c3d4u32.to_le_bytes(), [2, 0, 4, 0], [0; 4], [0; 4]] {
+        hdr.extend_from_slice(&v);
+    }
+    hdr.extend_from_slice(&65535u32.to_le_bytes());
+    hdr.extend_from_slice(&1u32.to_le_bytes()); // Ethernet
+    w.write_all(&hdr).unwrap();
+    for i in 0..n {
+        // The TCP sequence number moves on; the IP header stays as built.
+        frame[38..42].copy_from_slice(&(1 + i * 16).to_be_bytes());
+        let len = frame.len() as u32;
+        for v in [1_700_000_000 + i / 1_000_000, i % 1_000_000, len, len] {
+            w.write_all(&v.to_le_bytes()).unwrap();
+        }
+        w.write_all(&frame).unwrap();
+    }
+    w.flush().unwrap();
+    path
+}
+
+/// Ctrl-C during a long analysis stops it with exit 130 (issue 19), not a
+/// verdict on the part read: an analysis holds nothing to clean up.
+#[test]
+fn ctrl_c_stops_an_analysis_with_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = big_pcap(dir.path(), 1_500_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .arg("analyze")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    if child.try_wait().unwrap().is_some() {
+        eprintln!("SKIPPED: the analysis ended within 400 ms; nothing to interrupt");
+        return;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+}
