@@ -309,7 +309,7 @@ fn stage_breakdown(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Res
     dps.push(Datapath::Pipeline);
     // Levers that change the lab rather than the program, measured in the
     // same rounds against the whole pipeline.
-    let levers: [(&str, fn(&mut Plan)); 2] = [
+    let levers: [Lever; 2] = [
         (
             "capture ring 1 MiB instead of 16 MiB (stays in cache)",
             |p| p.ring_bytes = 1 << 20,
@@ -371,6 +371,9 @@ fn stage_breakdown(abort: &Arc<AtomicBool>, messages: u32, rounds: usize) -> Res
     }
     Ok(())
 }
+
+/// A change to a benchmark's lab, by name.
+type Lever = (&'static str, fn(&mut Plan));
 
 fn progress(n: usize, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(n as u64);

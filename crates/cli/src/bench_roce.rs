@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use wirelab_capture::Dumper;
-use wirelab_netns::{run as sh, Lab};
+use wirelab_netns::Lab;
 use wirelab_plan::Plan;
 
 use crate::bench::median;
