@@ -12,9 +12,10 @@
  *   7 mirror   the capture ring                         stage_mirror.h
  *   8 forward  the verdict: drop, redirect, CNM         stage_forward.h
  *
- * A stage is a global function the verifier checks once, on its own; a
- * stage a spec does not use is switched off by a `const volatile` setting
- * before load, and the verifier removes it (DESIGN.md: stages a spec turns
+ * A capability's stage (vAQM) is a global function the verifier checks
+ * once, on its own; the stages every packet runs are inlined (wl_ctx.h says
+ * why). A stage a spec does not use is switched off by a `const volatile`
+ * setting before load, and the verifier removes it (DESIGN.md: stages a spec turns
  * on, not separate programs that parse the packet again). The ground-truth
  * probes are another object (truth.bpf.c) that shares maps by fd.
  */
