@@ -4,16 +4,16 @@
 //! parsed with etherparse (lax: snapped packets still yield their headers).
 
 pub mod meta;
+mod stream;
 
 use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
-use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
-use pcap_file::pcapng::{Block, PcapNgParser};
 
 pub use meta::{Action, Aqm, Meta};
+pub use stream::{Fail, PacketRef, Reader, MAX_RECORD};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -96,6 +96,9 @@ pub enum Link {
     LinuxSll2,
     /// BSD loopback (LINKTYPE_NULL, _LOOP): a 4-byte address family, then IP.
     Null,
+    /// A link type wirelab does not read (a pcapng interface of 802.11 or
+    /// USB beside the Ethernet ones): its packets are counted, not parsed.
+    Unread(u32),
 }
 
 /// Where the network layer starts after a link header.
@@ -137,6 +140,7 @@ impl Link {
         Ok(match self {
             Link::Ethernet => L3::Ethernet,
             Link::RawIp => L3::Ip(0),
+            Link::Unread(_) => return Err(NotTcp::Other),
             Link::Null => {
                 header(4, "null")?;
                 L3::Ip(4)
@@ -379,7 +383,7 @@ pub struct Damage {
     pub detail: String,
 }
 
-fn tsresol_to_ns(raw: u64, resol: u8) -> u64 {
+pub(crate) fn tsresol_to_ns(raw: u64, resol: u8) -> u64 {
     // pcapng §4.2 if_tsresol: MSB clear = 10^-n s, MSB set = 2^-n s.
     if resol & 0x80 == 0 {
         let n = u32::from(resol);
@@ -394,14 +398,15 @@ fn tsresol_to_ns(raw: u64, resol: u8) -> u64 {
     }
 }
 
-/// Reads any pcap or pcapng file.
+/// Reads any pcap or pcapng file into memory (for traces of runs and for
+/// tests; `wirelab analyze` streams with [`Reader`]).
 pub fn read(path: &Path) -> Result<Trace, Error> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| Error::Open {
+    let file = std::fs::File::open(path).map_err(|source| Error::Open {
         path: name.clone(),
         source,
     })?;
-    read_bytes(&bytes).map_err(|(detail, block)| match block {
+    collect(Reader::new(file)).map_err(|(detail, block)| match block {
         Some(offset) => Error::Block {
             path: name.clone(),
             offset,
@@ -416,230 +421,41 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
 /// the trace there and is recorded in [`Trace::truncated`]. Never panics
 /// (fuzzed: fuzz/fuzz_targets/read_trace.rs).
 pub fn read_bytes(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
-    let Some((kind, plain, broken)) = decompressed(bytes) else {
-        return read_plain(bytes);
-    };
-    let mut trace = read_plain(&plain).map_err(|(e, at)| match &broken {
-        Some(why) => (
-            format!("{kind}: the stream ends early or is damaged before the first packet: {why}"),
+    collect(Reader::new(bytes))
+}
+
+fn collect(reader: Result<Reader<'_>, stream::Fail>) -> Result<Trace, stream::Fail> {
+    let mut r = reader?;
+    let mut packets = Vec::new();
+    while let Some(p) = r.next() {
+        packets.push(p.to_owned());
+    }
+    let truncated = r.damage().cloned();
+    if packets.is_empty() {
+        if let Some(d) = truncated {
+            return Err(before_first_packet(&d, r.compressed()));
+        }
+    }
+    Ok(Trace {
+        packets,
+        interfaces: r.interfaces().to_vec(),
+        truncated,
+    })
+}
+
+/// Damage before the first packet: the file cannot be read at all.
+pub fn before_first_packet(d: &Damage, compressed: Option<&str>) -> stream::Fail {
+    match compressed {
+        // The offset is in the decompressed bytes: not one a user can find.
+        Some(kind) if d.detail.contains("stream ends early") => (
+            format!(
+                "{kind}: the stream ends early or is damaged before the first packet: {}",
+                d.detail.rsplit(": ").next().unwrap_or_default()
+            ),
             None,
         ),
-        None => (format!("{kind}: {e}"), at),
-    })?;
-    if let Some(why) = broken {
-        // The packets before the damage are kept, as for a cut pcap; the
-        // cause is the stream, wherever the decoded bytes stopped making
-        // sense (an offset in the decompressed bytes).
-        let offset = trace
-            .truncated
-            .as_ref()
-            .map_or(plain.len() as u64, |d| d.offset);
-        trace.truncated = Some(Damage {
-            offset,
-            detail: format!("the {kind} stream ends early or is damaged: {why}"),
-        });
+        _ => (d.detail.clone(), Some(d.offset)),
     }
-    Ok(trace)
-}
-
-/// gzip (RFC 1952) and zstd (RFC 8878) captures are read through, known by
-/// their magic numbers as tshark knows them: (which, the bytes inside,
-/// why the stream stopped early). The bytes decoded before any damage are
-/// kept.
-fn decompressed(bytes: &[u8]) -> Option<(&'static str, Vec<u8>, Option<String>)> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    let (kind, r) = if bytes.starts_with(&[0x1f, 0x8b]) {
-        (
-            "gzip",
-            flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out),
-        )
-    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        match zstd::stream::read::Decoder::new(bytes) {
-            Ok(mut d) => ("zstd", d.read_to_end(&mut out)),
-            Err(e) => ("zstd", Err(e)),
-        }
-    } else {
-        return None;
-    };
-    Some((kind, out, r.err().map(|e| e.to_string())))
-}
-
-fn read_plain(bytes: &[u8]) -> Result<Trace, (String, Option<u64>)> {
-    if bytes.len() < 4 {
-        return Err(("shorter than a file header".into(), None));
-    }
-    let off = |rest: &[u8]| (bytes.len() - rest.len()) as u64;
-    let mut trace = Trace::default();
-    if bytes[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
-        let (mut rest, mut parser) =
-            PcapNgParser::new(bytes).map_err(|e| (format!("pcapng section header: {e}"), None))?;
-        // Per interface: timestamp resolution and link type.
-        let mut ifs: Vec<(u8, Link)> = Vec::new();
-        while !rest.is_empty() {
-            let at = off(rest);
-            let fail = |detail: String, trace: &mut Trace| {
-                if trace.packets.is_empty() {
-                    Err((detail, Some(at)))
-                } else {
-                    trace.truncated = Some(Damage { offset: at, detail });
-                    Ok(())
-                }
-            };
-            let (next, block) = match parser.next_block(rest) {
-                Ok(x) => x,
-                Err(e) => {
-                    fail(e.to_string(), &mut trace)?;
-                    break;
-                }
-            };
-            rest = next;
-            match block {
-                Block::InterfaceDescription(idb) => {
-                    let mut res = 6; // pcapng default: microseconds
-                    let mut ifname = format!("if{}", trace.interfaces.len());
-                    for o in &idb.options {
-                        match o {
-                            InterfaceDescriptionOption::IfTsResol(r) => res = *r,
-                            InterfaceDescriptionOption::IfName(n) => ifname = n.to_string(),
-                            _ => {}
-                        }
-                    }
-                    let Some(link) = Link::of(u32::from(idb.linktype)) else {
-                        return Err((
-                            format!(
-                                "interface {} has link type {:?}; wirelab reads Ethernet, raw IP, Linux cooked (SLL, SLL2) and loopback captures",
-                                trace.interfaces.len(),
-                                idb.linktype
-                            ),
-                            Some(at),
-                        ));
-                    };
-                    ifs.push((res, link));
-                    trace.interfaces.push(ifname);
-                }
-                Block::EnhancedPacket(epb) => {
-                    let Some(&(res, link)) = ifs.get(epb.interface_id as usize) else {
-                        fail(
-                            format!("packet on undeclared interface {}", epb.interface_id),
-                            &mut trace,
-                        )?;
-                        break;
-                    };
-                    // pcap-file hands the raw 64-bit count over as "nanoseconds".
-                    let raw = epb.timestamp.as_nanos() as u64;
-                    let meta = epb.options.iter().find_map(|o| match o {
-                        EnhancedPacketOption::Comment(c) => Meta::decode(c),
-                        _ => None,
-                    });
-                    trace.packets.push(Packet {
-                        frame: trace.packets.len() as u64 + 1,
-                        ts_ns: tsresol_to_ns(raw, res),
-                        orig_len: epb.original_len,
-                        data: epb.data.into_owned(),
-                        interface: epb.interface_id,
-                        link,
-                        meta,
-                    });
-                }
-                Block::SimplePacket(spb) => {
-                    let link = ifs.first().map_or(Link::Ethernet, |i| i.1);
-                    trace.packets.push(Packet {
-                        frame: trace.packets.len() as u64 + 1,
-                        ts_ns: 0,
-                        orig_len: spb.original_len,
-                        data: spb.data.into_owned(),
-                        interface: 0,
-                        link,
-                        meta: None,
-                    });
-                }
-                _ => {}
-            }
-        }
-    } else {
-        read_pcap(bytes, &mut trace)?;
-    }
-    Ok(trace)
-}
-
-/// Classic pcap, through rusticata's pcap-parser: pcap-file 2.0.0 rejects
-/// every record longer than the header's snap length (`tcpdump -s 128`
-/// files stopped after a handful of packets), a bug fixed upstream but not
-/// released. Both byte orders, µs and ns timestamps, any snap length
-/// (including 0), and the vendor record layouts
-/// (`probe_record_layout`).
-fn read_pcap(bytes: &[u8], trace: &mut Trace) -> Result<(), (String, Option<u64>)> {
-    use pcap_parser::pcap::{
-        parse_pcap_frame, parse_pcap_frame_be, parse_pcap_frame_modified, parse_pcap_header,
-    };
-    let (mut rest, hdr) = parse_pcap_header(bytes).map_err(|_| {
-        let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        (
-            format!("not a pcap or pcapng file (magic number {magic:#010x})"),
-            None,
-        )
-    })?;
-    let Some(link) = u32::try_from(hdr.network.0).ok().and_then(Link::of) else {
-        return Err((
-            format!(
-                "link type {}; wirelab reads Ethernet, raw IP, Linux cooked (SLL, SLL2) and loopback captures",
-                hdr.network.0
-            ),
-            Some(20),
-        ));
-    };
-    let frame = if hdr.is_modified_format() {
-        parse_pcap_frame_modified
-    } else if hdr.is_bigendian() {
-        parse_pcap_frame_be
-    } else {
-        parse_pcap_frame
-    };
-    let extra = probe_record_layout(rest, hdr.is_bigendian(), hdr.is_modified_format());
-    // pcap-parser reads the plain and Kuznetzov layouts; the rest here.
-    let by_parser = extra == if hdr.is_modified_format() { 8 } else { 0 };
-    let sub_second = if hdr.is_nanosecond_precision() {
-        1
-    } else {
-        1000
-    };
-    trace.interfaces.push("if0".into());
-    while !rest.is_empty() {
-        let at = (bytes.len() - rest.len()) as u64;
-        let record = if by_parser {
-            frame(rest).map_err(|e| match e {
-                pcap_parser::nom::Err::Incomplete(_) => {
-                    format!("the file ends inside it ({} bytes left)", rest.len())
-                }
-                e => e.to_string(),
-            })
-        } else {
-            vendor_frame(rest, hdr.is_bigendian(), extra)
-        };
-        match record {
-            Ok((next, p)) => {
-                rest = next;
-                trace.packets.push(Packet {
-                    frame: trace.packets.len() as u64 + 1,
-                    ts_ns: u64::from(p.ts_sec) * 1_000_000_000 + u64::from(p.ts_usec) * sub_second,
-                    orig_len: p.origlen,
-                    data: p.data.to_vec(),
-                    interface: 0,
-                    link,
-                    meta: None,
-                });
-            }
-            Err(why) => {
-                trace.truncated = Some(Damage {
-                    offset: at,
-                    detail: format!("record {}: {why}", trace.packets.len() + 1),
-                });
-                break;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Record layouts of classic pcap (Wireshark's wiretap/libpcap.c names
@@ -651,7 +467,7 @@ fn read_pcap(bytes: &[u8], trace: &mut Trace) -> Result<(), (String, Option<u64>
 /// so the first records are tried with each, as Wireshark does; no reader
 /// library does this, hence this small probe. Returns the bytes between
 /// the standard header and the data.
-fn probe_record_layout(bytes: &[u8], be: bool, modified: bool) -> usize {
+pub(crate) fn probe_record_layout(bytes: &[u8], be: bool, modified: bool) -> usize {
     let candidates: &[usize] = if modified { &[8, 12] } else { &[0, 4, 8] };
     let u32_at = |b: &[u8], at: usize| {
         let w = [b[at], b[at + 1], b[at + 2], b[at + 3]];
@@ -683,46 +499,6 @@ fn probe_record_layout(bytes: &[u8], be: bool, modified: bool) -> usize {
         return extra;
     }
     candidates[0]
-}
-
-/// One record of a vendor variant: the standard 16-byte header, `extra`
-/// vendor bytes, then the data. pcap-parser reads only the standard and
-/// the modified layouts.
-fn vendor_frame(
-    rest: &[u8],
-    be: bool,
-    extra: usize,
-) -> Result<(&[u8], pcap_parser::LegacyPcapBlock<'_>), String> {
-    let hdr = 16 + extra;
-    if rest.len() < hdr {
-        return Err(format!(
-            "the file ends inside it ({} bytes left)",
-            rest.len()
-        ));
-    }
-    let at = |i: usize| {
-        let w = [rest[i], rest[i + 1], rest[i + 2], rest[i + 3]];
-        if be {
-            u32::from_be_bytes(w)
-        } else {
-            u32::from_le_bytes(w)
-        }
-    };
-    let caplen = at(8);
-    let Some(data) = rest.get(hdr..hdr + caplen as usize) else {
-        return Err(format!(
-            "the file ends inside it ({} bytes left)",
-            rest.len()
-        ));
-    };
-    let block = pcap_parser::LegacyPcapBlock {
-        ts_sec: at(0),
-        ts_usec: at(4),
-        caplen,
-        origlen: at(12),
-        data,
-    };
-    Ok((&rest[hdr + caplen as usize..], block))
 }
 
 /// Helper for writers: an EPB comment option.
