@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use wirelab_spec::Recovery;
 use wirelab_trace::Action;
-use wirelab_trace::{Tcp, Trace};
+use wirelab_trace::{PacketRef, Tcp, Trace};
 
 use crate::{Evidence, Options};
 
@@ -46,8 +46,7 @@ pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
 /// One packet of a connection, as the analyzers see it.
 #[derive(Debug, Clone)]
 pub struct Seg {
-    /// Index into `Trace::packets`.
-    pub idx: usize,
+    pub at: Evidence,
     pub ts: u64,
     /// From the data sender (else from the receiver).
     pub data: bool,
@@ -199,6 +198,9 @@ pub struct EcnMark {
     /// The first ACK that covers the marked packet (the one that should
     /// carry ECE, RFC 3168 §6.1.3).
     pub acked_by: Option<Evidence>,
+    /// The marked packet never reached the receiver intact (the switch
+    /// dropped or corrupted it): no echo is due.
+    pub lost: bool,
     #[serde(skip)]
     #[schemars(skip)]
     end_rel: u32,
@@ -318,6 +320,27 @@ pub struct ConnAnalysis {
     #[serde(skip)]
     #[schemars(skip)]
     pub segs: Vec<Seg>,
+    /// Segments as each endpoint's TCP MIB counts them (RFC 1213,
+    /// RFC 3168): [data source's address, data destination's address].
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub tally: [SegTally; 2],
+}
+
+/// What one endpoint's stack counted of a connection's segments, as the
+/// trace shows them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SegTally {
+    /// RFC 1213 tcpOutSegs: "excluding those containing only retransmitted
+    /// octets" (Linux counts a segment only if it ends past snd_nxt or
+    /// carries no data).
+    pub out_segs: i64,
+    /// Segments that reached it (not dropped by the switch).
+    pub in_segs: i64,
+    /// Of those, corrupted by the switch (TcpInCsumErrors).
+    pub in_csum_errors: i64,
+    /// Of those, CE-marked (IpExtInCEPkts).
+    pub in_ce: i64,
 }
 
 impl ConnAnalysis {
@@ -379,7 +402,10 @@ fn canonical(t: &Tcp) -> Key {
 }
 
 pub(crate) fn evidence(trace: &Trace, i: usize) -> Evidence {
-    let p = &trace.packets[i];
+    evidence_of(&trace.packets[i].as_ref())
+}
+
+fn evidence_of(p: &PacketRef) -> Evidence {
     Evidence {
         frame: p.frame,
         mirror_seq: p.meta.as_ref().map(|m| m.seq),
@@ -389,86 +415,228 @@ pub(crate) fn evidence(trace: &Trace, i: usize) -> Evidence {
 /// Runs the model over a whole trace. `progress` is told how many packets
 /// were classified so far (for long traces).
 pub fn build(trace: &Trace, opts: Options, progress: &dyn Fn(u64)) -> Analysis {
-    let has_meta = trace.packets.iter().any(|p| p.meta.is_some());
-    let mut malformed = Vec::new();
-    let mut by_conn: HashMap<Key, usize> = HashMap::new();
-    let mut groups: Vec<(Key, Vec<(usize, Tcp, u64)>)> = Vec::new();
-    let mut meta_conn: HashMap<Key, (u32, (IpAddr, u16))> = HashMap::new();
-    let mut clock_back: Option<ClockBack> = None;
-    let mut prev_ts = 0u64;
+    let mut survey = Survey::default();
+    for p in &trace.packets {
+        survey.add(&p.as_ref());
+    }
+    let mut model = Model::new(survey, opts);
     for (i, p) in trace.packets.iter().enumerate() {
         if i % 65536 == 0 {
             progress(i as u64);
         }
-        if p.ts_ns < prev_ts {
-            let c = clock_back.get_or_insert(ClockBack {
+        model.add(&p.as_ref());
+    }
+    progress(trace.packets.len() as u64);
+    model.finish(trace.truncated.as_ref())
+}
+
+/// What the model needs to know of each connection before reading its
+/// packets in order: the first pass over a capture. Its state is a few
+/// words per connection, so a capture of any size is read twice in
+/// bounded memory rather than held.
+#[derive(Debug, Default)]
+pub struct Survey {
+    conns: HashMap<Key, ConnSurvey>,
+    has_meta: bool,
+    packets: u64,
+}
+
+#[derive(Debug)]
+struct ConnSurvey {
+    /// Order of first appearance (names connections without metadata).
+    order: usize,
+    /// Payload bytes from each endpoint, once it sent anything (the data
+    /// direction carries more).
+    bytes: [((IpAddr, u16), Option<u64>); 2],
+    /// The first packet's source and destination.
+    first: ((IpAddr, u16), (IpAddr, u16)),
+    /// wirelab's connection id and data source, from the metadata.
+    meta: Option<(u32, (IpAddr, u16))>,
+    /// First SYN (source, ts), first SYN-ACK (destination, ts), and the
+    /// client's first packet after the SYN-ACK (ts).
+    syn: Option<((IpAddr, u16), u64)>,
+    synack: Option<((IpAddr, u16), u64)>,
+    ack: Option<u64>,
+}
+
+impl Survey {
+    pub fn add(&mut self, p: &PacketRef) {
+        self.packets += 1;
+        self.has_meta |= p.meta.is_some();
+        let Ok(t) = p.tcp() else { return };
+        let k = canonical(&t);
+        let n = self.conns.len();
+        let (src, dst) = ((t.src, t.sport), (t.dst, t.dport));
+        let c = self.conns.entry(k).or_insert_with(|| ConnSurvey {
+            order: n,
+            bytes: [(src, None), (dst, None)],
+            first: (src, dst),
+            meta: None,
+            syn: None,
+            synack: None,
+            ack: None,
+        });
+        if let Some(b) = c.bytes.iter_mut().find(|b| b.0 == src) {
+            *b.1.get_or_insert(0) += u64::from(t.payload_len);
+        }
+        if let Some(m) = p.meta.as_ref().filter(|m| m.conn > 0) {
+            let from = if m.data_dir { src } else { dst };
+            c.meta.get_or_insert((m.conn, from));
+        }
+        let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
+        if t.syn && !t.has_ack {
+            c.syn.get_or_insert((src, ts));
+        } else if t.syn {
+            c.synack.get_or_insert((dst, ts));
+        } else if let Some((client, _)) = c.synack {
+            if c.ack.is_none() && src == client {
+                c.ack = Some(ts);
+            }
+        }
+    }
+
+    /// Packets surveyed.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+}
+
+impl ConnSurvey {
+    /// Without metadata the data direction is the one carrying more payload.
+    fn data_source(&self) -> (IpAddr, u16) {
+        if let Some((_, src)) = self.meta {
+            return src;
+        }
+        self.bytes
+            .iter()
+            .filter_map(|&(src, b)| Some((src, b?)))
+            .max_by_key(|&(src, b)| (b, std::cmp::Reverse(src)))
+            .map_or(self.first.0, |(src, _)| src)
+    }
+
+    /// The handshake split of the base round trip (see the module doc):
+    /// (handshake rtt, split).
+    fn base_rtt(&self, data_src: (IpAddr, u16)) -> (Option<u64>, BaseRtt) {
+        let (Some((client, syn)), Some((_, synack)), Some(ack)) = (self.syn, self.synack, self.ack)
+        else {
+            return (None, BaseRtt::default());
+        };
+        let server_side = synack.saturating_sub(syn);
+        let client_side = ack.saturating_sub(synack);
+        let (sender_side_ns, receiver_side_ns) = if client == data_src {
+            (client_side, server_side)
+        } else {
+            (server_side, client_side)
+        };
+        (
+            Some(server_side + client_side),
+            BaseRtt {
+                sender_side_ns,
+                receiver_side_ns,
+                source: "handshake",
+            },
+        )
+    }
+}
+
+/// The model fed one packet at a time, in capture order, after a
+/// [`Survey`] of the same packets: state per connection only.
+pub struct Model {
+    survey: Survey,
+    opts: Options,
+    conns: HashMap<Key, Conn>,
+    malformed: Vec<Malformed>,
+    clock_back: Option<ClockBack>,
+    prev_ts: u64,
+    packets: u64,
+}
+
+impl Model {
+    pub fn new(survey: Survey, opts: Options) -> Model {
+        Model {
+            survey,
+            opts,
+            conns: HashMap::new(),
+            malformed: Vec::new(),
+            clock_back: None,
+            prev_ts: 0,
+            packets: 0,
+        }
+    }
+
+    pub fn add(&mut self, p: &PacketRef) {
+        self.packets += 1;
+        if p.ts_ns < self.prev_ts {
+            let c = self.clock_back.get_or_insert(ClockBack {
                 steps: 0,
                 max_ns: 0,
                 first_frame: p.frame,
             });
             c.steps += 1;
-            c.max_ns = c.max_ns.max(prev_ts - p.ts_ns);
+            c.max_ns = c.max_ns.max(self.prev_ts - p.ts_ns);
         }
-        prev_ts = p.ts_ns;
+        self.prev_ts = p.ts_ns;
         let t = match p.tcp() {
             Ok(t) => t,
-            Err(wirelab_trace::NotTcp::Other) => continue,
+            Err(wirelab_trace::NotTcp::Other) => return,
             Err(wirelab_trace::NotTcp::Malformed {
                 layer,
                 offset,
                 detail,
             }) => {
-                malformed.push(Malformed {
+                self.malformed.push(Malformed {
                     frame: p.frame,
                     layer,
                     offset,
                     detail,
                 });
-                continue;
+                return;
             }
         };
         let k = canonical(&t);
-        if let Some(m) = &p.meta {
-            if m.conn > 0 {
-                let src = if m.data_dir {
-                    (t.src, t.sport)
-                } else {
-                    (t.dst, t.dport)
+        let conn = match self.conns.entry(k) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let Some(s) = self.survey.conns.get(&k) else {
+                    // Not in the survey: the two passes read different
+                    // bytes (the file changed between them).
+                    return;
                 };
-                meta_conn.entry(k).or_insert((m.conn, src));
+                let has_meta = self.survey.has_meta;
+                let id = s.meta.map_or_else(
+                    || s.order as u32 + 1 + if has_meta { 10_000 } else { 0 },
+                    |(id, _)| id,
+                );
+                let src = s.data_source();
+                let dst = if s.first.0 == src {
+                    s.first.1
+                } else {
+                    s.first.0
+                };
+                let (hs, base) = s.base_rtt(src);
+                e.insert(Conn::new(id, src, dst, hs, base, self.opts))
             }
-        }
-        let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
-        let g = *by_conn.entry(k).or_insert_with(|| {
-            groups.push((k, Vec::new()));
-            groups.len() - 1
-        });
-        groups[g].1.push((i, t, ts));
-    }
-    let mut connections = Vec::new();
-    for (n, (k, pkts)) in groups.iter().enumerate() {
-        let (id, data_src) = match meta_conn.get(k) {
-            Some(&(id, src)) => (id, src),
-            None => (
-                n as u32 + 1 + if has_meta { 10_000 } else { 0 },
-                data_source(pkts),
-            ),
         };
-        connections.push(Builder::new(trace, id, data_src, pkts, opts).run());
+        let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
+        conn.add(evidence_of(p), t, ts, p.meta.as_ref());
     }
-    progress(trace.packets.len() as u64);
-    connections.sort_by_key(|c| c.id);
-    Analysis {
-        vantage: vantage_words(has_meta, &connections),
-        switch_metadata: has_meta,
-        connections,
-        malformed,
-        truncated: trace
-            .truncated
-            .as_ref()
-            .map(|d| (d.offset, d.detail.clone())),
-        clock_back,
-        packets: trace.packets.len() as u64,
+
+    /// The analysis, once every packet was added; `truncated` is where the
+    /// file stopped being readable, if it did.
+    pub fn finish(self, truncated: Option<&wirelab_trace::Damage>) -> Analysis {
+        let mut connections: Vec<ConnAnalysis> =
+            self.conns.into_values().map(Conn::finish).collect();
+        connections.sort_by_key(|c| c.id);
+        let has_meta = self.survey.has_meta;
+        Analysis {
+            vantage: vantage_words(has_meta, &connections),
+            switch_metadata: has_meta,
+            connections,
+            malformed: self.malformed,
+            truncated: truncated.map(|d| (d.offset, d.detail.clone())),
+            clock_back: self.clock_back,
+            packets: self.packets,
+        }
     }
 }
 
@@ -501,19 +669,6 @@ fn vantage_words(has_meta: bool, conns: &[ConnAnalysis]) -> String {
     )
 }
 
-/// Without metadata the data direction is the one carrying more payload.
-fn data_source(pkts: &[(usize, Tcp, u64)]) -> (IpAddr, u16) {
-    let mut bytes: HashMap<(IpAddr, u16), u64> = HashMap::new();
-    for (_, t, _) in pkts {
-        *bytes.entry((t.src, t.sport)).or_default() += u64::from(t.payload_len);
-    }
-    bytes
-        .into_iter()
-        .max_by_key(|(src, b)| (*b, std::cmp::Reverse(*src)))
-        .map(|(s, _)| s)
-        .unwrap_or((pkts[0].1.src, pkts[0].1.sport))
-}
-
 /// A first transmission and what the sender knows of it.
 #[derive(Debug, Clone)]
 struct SegState {
@@ -521,58 +676,63 @@ struct SegState {
     end: u32,
     first_ts: u64,
     last_tx_ts: u64,
-    last_tx_idx: usize,
+    /// The last transmission, and the event the switch applied to it.
+    last_tx: (Evidence, Option<Action>),
     tx_count: u32,
-    /// When a SACK covering it passed the vantage point.
+    /// When a SACK covering it passed the vantage point, and that ACK.
     sacked_ts: Option<u64>,
-    sack_idx: usize,
+    sack_at: Option<Evidence>,
 }
 
 /// An ACK from the receiver, as the sender's loss detection uses it.
 #[derive(Debug, Clone, Copy)]
 struct AckEv {
-    idx: usize,
+    at: Evidence,
     ts: u64,
     /// Relative cumulative ACK.
     ack: u32,
     dup: bool,
 }
 
-struct Builder<'a> {
-    trace: &'a Trace,
-    pkts: &'a [(usize, Tcp, u64)],
+/// One connection's model as its packets arrive: each side's view is its
+/// own tracker: the sender's (`sender.rs`), the receiver's (`receiver.rs`),
+/// ECN (`ecn.rs`) and Lumina's iteration counter (`iter.rs`).
+struct Conn {
     opts: Options,
     out: ConnAnalysis,
     /// Largest payload of a segment the wire could carry (not a
     /// super-packet).
     largest_segment: u32,
+    snd: Sender,
+    rcv: Receiver,
+    ecn: EcnTracker,
+    iters: IterTracker,
+    isn: Option<u32>,
 }
 
-impl<'a> Builder<'a> {
+impl Conn {
     fn new(
-        trace: &'a Trace,
         id: u32,
         src: (IpAddr, u16),
-        pkts: &'a [(usize, Tcp, u64)],
+        dst: (IpAddr, u16),
+        handshake_rtt_ns: Option<u64>,
+        base_rtt: BaseRtt,
         opts: Options,
     ) -> Self {
-        let dst = pkts
-            .iter()
-            .find(|(_, t, _)| (t.src, t.sport) == src)
-            .map(|(_, t, _)| (t.dst, t.dport))
-            .or_else(|| pkts.first().map(|(_, t, _)| (t.src, t.sport)))
-            .unwrap_or(src);
-        Builder {
-            trace,
-            pkts,
+        Conn {
             opts,
             largest_segment: 0,
+            snd: Sender::new(handshake_rtt_ns),
+            rcv: Receiver::default(),
+            ecn: EcnTracker::default(),
+            iters: IterTracker::default(),
+            isn: None,
             out: ConnAnalysis {
                 id,
                 data_src: src,
                 data_dst: dst,
                 isn: None,
-                packets: pkts.len() as u64,
+                packets: 0,
                 data_packets: 0,
                 first_transmissions: 0,
                 smss: 0,
@@ -581,8 +741,8 @@ impl<'a> Builder<'a> {
                 retransmissions: Vec::new(),
                 ce_marks: Vec::new(),
                 arrivals: Vec::new(),
-                handshake_rtt_ns: None,
-                base_rtt: BaseRtt::default(),
+                handshake_rtt_ns,
+                base_rtt,
                 rtt_samples: Vec::new(),
                 flight: Vec::new(),
                 bytes_acked: 0,
@@ -592,7 +752,8 @@ impl<'a> Builder<'a> {
                 capture_gaps: Vec::new(),
                 iteration_mismatches: Vec::new(),
                 events: Vec::new(),
-                segs: Vec::with_capacity(pkts.len()),
+                segs: Vec::new(),
+                tally: [SegTally::default(); 2],
             },
         }
     }
@@ -602,140 +763,106 @@ impl<'a> Builder<'a> {
         (t.src, t.sport) == self.out.data_src
     }
 
-    fn ev(&self, i: usize) -> Evidence {
-        evidence(self.trace, i)
-    }
-
-    /// The handshake split of the base round trip (see the module doc).
-    fn base_rtt(&mut self) {
-        let p = self.pkts;
-        let syn = p.iter().find(|(_, t, _)| t.syn && !t.has_ack);
-        let synack = p.iter().find(|(_, t, _)| t.syn && t.has_ack);
-        let (Some(s), Some(sa)) = (syn, synack) else {
-            return;
-        };
-        let Some(a) = p
-            .iter()
-            .find(|(i, t, _)| *i > sa.0 && !t.syn && (t.src, t.sport) == (s.1.src, s.1.sport))
-        else {
-            return;
-        };
-        let server_side = sa.2.saturating_sub(s.2);
-        let client_side = a.2.saturating_sub(sa.2);
-        self.out.handshake_rtt_ns = Some(server_side + client_side);
-        let sender_is_client = self.is_data(&s.1);
-        self.out.base_rtt = if sender_is_client {
-            BaseRtt {
-                sender_side_ns: client_side,
-                receiver_side_ns: server_side,
-                source: "handshake",
+    /// The next packet of the connection, in capture order.
+    fn add(&mut self, at: Evidence, t: Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
+        self.out.packets += 1;
+        // The receiver's SYN or SYN-ACK bounds what the sender sends.
+        if t.syn && !self.is_data(&t) {
+            if let Some(m) = t.mss {
+                self.out.announced_mss = Some(u32::from(m));
             }
-        } else {
-            BaseRtt {
-                sender_side_ns: server_side,
-                receiver_side_ns: client_side,
-                source: "handshake",
-            }
-        };
-    }
-
-    /// One pass over the connection's packets. Each side's view is its own
-    /// tracker: the sender's (`sender.rs`), the receiver's (`receiver.rs`),
-    /// ECN (`ecn.rs`) and Lumina's iteration counter (`iter.rs`).
-    fn run(mut self) -> ConnAnalysis {
-        self.base_rtt();
-        let trace = self.trace;
-        let mut snd = Sender::new(self.out.handshake_rtt_ns);
-        let mut rcv = Receiver::default();
-        let mut ecn = EcnTracker::default();
-        let mut iters = IterTracker::default();
-        let mut isn: Option<u32> = None;
-        for &(idx, t, ts) in self.pkts {
-            let meta = trace.packets[idx].meta.as_ref();
-            // The receiver's SYN or SYN-ACK bounds what the sender sends.
-            if t.syn && !self.is_data(&t) {
-                if let Some(m) = t.mss {
-                    self.out.announced_mss = Some(u32::from(m));
-                }
-            }
-            let mut seg = Seg {
-                idx,
-                ts,
-                data: self.is_data(&t),
-                tcp: t,
-                rel: 0,
-                index: 0,
-                iter: 0,
-                first: false,
-                lost: meta.is_some_and(|m| m.dropped() || m.event.loses()),
-                dupack: false,
-            };
-            if !seg.data {
-                let base = isn.unwrap_or(0);
-                seg.rel = t.ack.wrapping_sub(base);
-                let at = self.ev(idx);
-                if t.has_ack && isn.is_some() && !t.syn {
-                    rcv.on_ack(
-                        &mut self.out.arrivals,
-                        &mut self.out.capture_gaps,
-                        at,
-                        ts,
-                        seg.rel,
-                    );
-                    let ack = AckIn {
-                        idx,
-                        tcp: &t,
-                        ts,
-                        base,
-                        ack: seg.rel,
-                    };
-                    seg.dupack = snd.on_ack(&mut self.out, trace, &ack);
-                }
-                if !t.syn {
-                    let acked = t.has_ack.then_some(seg.rel);
-                    ecn.on_ack(&mut self.out.ce_marks, acked, t.ece, at, ts);
-                }
-                self.out.segs.push(seg);
-                continue;
-            }
-            if t.syn {
-                isn = Some(t.seq);
-                self.out.isn = isn;
-                iters.restart();
-                snd.restart();
-                self.out.segs.push(seg);
-                continue;
-            }
-            let base = *isn.get_or_insert_with(|| {
-                snd.joined();
-                t.seq.wrapping_sub(1)
-            });
-            seg.rel = t.seq.wrapping_sub(base);
-            if t.payload_len > 0 {
-                self.data(&mut seg, meta, (&mut snd, &mut rcv, &mut ecn, &mut iters));
-            }
-            if t.fin {
-                rcv.on_fin(seg.rel.wrapping_add(t.payload_len));
-            }
-            self.out.segs.push(seg);
         }
-        snd.finish(&mut self.out);
+        let mut seg = Seg {
+            at,
+            ts,
+            data: self.is_data(&t),
+            tcp: t,
+            rel: 0,
+            index: 0,
+            iter: 0,
+            first: false,
+            lost: meta.is_some_and(|m| m.dropped() || m.event.loses()),
+            dupack: false,
+        };
+        if !seg.data {
+            let base = self.isn.unwrap_or(0);
+            seg.rel = t.ack.wrapping_sub(base);
+            if t.has_ack && self.isn.is_some() && !t.syn {
+                self.rcv.on_ack(
+                    &mut self.out.arrivals,
+                    &mut self.out.capture_gaps,
+                    at,
+                    ts,
+                    seg.rel,
+                );
+                let ack = AckIn {
+                    at,
+                    tcp: &t,
+                    ts,
+                    base,
+                    ack: seg.rel,
+                };
+                seg.dupack = self.snd.on_ack(&mut self.out, &ack);
+            }
+            if !t.syn {
+                let acked = t.has_ack.then_some(seg.rel);
+                self.ecn
+                    .on_ack(&mut self.out.ce_marks, acked, t.ece, at, ts);
+            }
+            self.tally(&seg, meta);
+            self.out.segs.push(seg);
+            return;
+        }
+        if t.syn {
+            self.isn = Some(t.seq);
+            self.out.isn = self.isn;
+            self.iters.restart();
+            self.snd.restart();
+            self.tally(&seg, meta);
+            self.out.segs.push(seg);
+            return;
+        }
+        let snd = &mut self.snd;
+        let base = *self.isn.get_or_insert_with(|| {
+            snd.joined();
+            t.seq.wrapping_sub(1)
+        });
+        seg.rel = t.seq.wrapping_sub(base);
+        if t.payload_len > 0 {
+            self.data(&mut seg, meta);
+        }
+        if t.fin {
+            self.rcv.on_fin(seg.rel.wrapping_add(t.payload_len));
+        }
+        self.tally(&seg, meta);
+        self.out.segs.push(seg);
+    }
+
+    /// The packet in the endpoints' counters (`SegTally`), once the model
+    /// knows whether it was a first transmission.
+    fn tally(&mut self, seg: &Seg, meta: Option<&wirelab_trace::Meta>) {
+        let (from, to) = if seg.data { (0, 1) } else { (1, 0) };
+        if seg.first || seg.tcp.payload_len == 0 || !seg.data {
+            self.out.tally[from].out_segs += 1;
+        }
+        if !meta.is_some_and(|m| m.dropped()) {
+            let t = &mut self.out.tally[to];
+            t.in_segs += 1;
+            t.in_csum_errors += i64::from(meta.is_some_and(|m| m.event == Action::Corrupt));
+            t.in_ce += i64::from(seg.tcp.ecn == 3);
+        }
+    }
+
+    fn finish(mut self) -> ConnAnalysis {
+        self.snd.finish(&mut self.out);
         self.out
     }
 
     /// A data packet from the sender, through each tracker.
-    fn data(
-        &mut self,
-        seg: &mut Seg,
-        meta: Option<&wirelab_trace::Meta>,
-        (snd, rcv, ecn, iters): (
-            &mut Sender,
-            &mut Receiver,
-            &mut EcnTracker,
-            &mut IterTracker,
-        ),
-    ) {
-        let (idx, ts, t, rel) = (seg.idx, seg.ts, seg.tcp, seg.rel);
+    fn data(&mut self, seg: &mut Seg, meta: Option<&wirelab_trace::Meta>) {
+        let (at, ts, t, rel) = (seg.at, seg.ts, seg.tcp, seg.rel);
+        let (snd, rcv, ecn, iters) = (&mut self.snd, &mut self.rcv, &mut self.ecn, &mut self.iters);
+        let event = meta.map(|m| m.event);
         self.out.data_packets += 1;
         // SMSS from the segments the wire could carry; a super-packet
         // says only that the announced MSS is as far as it goes.
@@ -753,11 +880,10 @@ impl<'a> Builder<'a> {
         self.out.first_data_ts_ns.get_or_insert(ts);
         let iter = iters.on_data(rel);
         let end = rel.wrapping_add(t.payload_len);
-        let (index, first) = snd.on_send(rel, end, ts, idx);
+        let (index, first) = snd.on_send(rel, end, ts, (at, event));
         seg.index = index;
         seg.iter = iter;
         seg.first = first;
-        let at = self.ev(idx);
         if let Some(m) = meta {
             if m.data_dir && (m.index != index || m.iter != iter) {
                 self.out.iteration_mismatches.push(at);
@@ -775,7 +901,7 @@ impl<'a> Builder<'a> {
         self.out.flight.push((ts, snd.flight()));
         ecn.on_data(
             &mut self.out.ce_marks,
-            (t.ecn, first, t.cwr),
+            (t.ecn, first, t.cwr, seg.lost),
             at,
             ts,
             index,
@@ -788,8 +914,7 @@ impl<'a> Builder<'a> {
         if !first && index > 0 {
             snd.on_resend(
                 &mut self.out,
-                self.trace,
-                idx,
+                (at, event),
                 ts,
                 rel,
                 (index, iter),
@@ -888,23 +1013,23 @@ impl Classify<'_> {
         // 2. RFC 6675 IsLost: DupThresh SACKed segments above it, or more than
         //    (DupThresh - 1) * SMSS SACKed bytes above it.
         let mut sack_signal: Option<AckEv> = None;
-        let mut above: Vec<(u64, usize, u32)> = self
+        let mut above: Vec<(u64, Option<Evidence>, u32)> = self
             .segs
             .range(self.seg.end..)
             .take_while(|(&k, _)| seq_lt(k, self.next_new))
             .filter_map(|(k, s)| {
                 s.sacked_ts
                     .filter(|t| *t >= since && *t <= cut)
-                    .map(|t| (t, s.sack_idx, s.end.wrapping_sub(*k)))
+                    .map(|t| (t, s.sack_at, s.end.wrapping_sub(*k)))
             })
             .collect();
-        above.sort_unstable();
+        above.sort_unstable_by_key(|&(t, a, len)| (t, a.map(|e| e.frame), len));
         let mut bytes = 0u32;
         for (n, &(t, i, len)) in above.iter().enumerate() {
             bytes += len;
             if n + 1 >= 3 || bytes > 2 * self.smss {
                 sack_signal = Some(AckEv {
-                    idx: i,
+                    at: i.expect("a SACKed segment has its SACK"),
                     ts: t,
                     ack: 0,
                     dup: false,
@@ -923,7 +1048,7 @@ impl Classify<'_> {
                 s.sacked_ts
                     .filter(|t| *t >= since && *t <= cut)
                     .map(|t| AckEv {
-                        idx: s.sack_idx,
+                        at: s.sack_at.expect("a SACKed segment has its SACK"),
                         ts: t,
                         ack: 0,
                         dup: false,

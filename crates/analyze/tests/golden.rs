@@ -313,7 +313,7 @@ fn a_delayed_retransmission_is_late() {
         let s = a.connections[0]
             .segs
             .iter()
-            .find(|s| s.idx + 1 == rtx_idx(r0))
+            .find(|s| s.at.frame as usize == rtx_idx(r0))
             .unwrap();
         s.tcp.seq.wrapping_add(s.tcp.payload_len)
     });
@@ -383,7 +383,9 @@ fn retransmitting_acknowledged_data_is_caught() {
         .iter()
         .find(|s| s.data && s.first)
         .unwrap()
-        .idx;
+        .at
+        .frame as usize
+        - 1;
     let mut dup = t.packets[first_data].clone();
     let last = t.packets.last().unwrap().clone();
     dup.ts_ns = last.ts_ns + 1_000_000;
@@ -681,14 +683,18 @@ fn the_iteration_tracker_agrees_with_the_switch() {
         let mut later_rounds = 0;
         for c in &r.analysis.connections {
             for s in c.segs.iter().filter(|s| s.data && s.tcp.payload_len > 0) {
-                let Some(m) = t.packets[s.idx].meta.as_ref().filter(|m| m.data_dir) else {
+                let Some(m) = t.packets[s.at.frame as usize - 1]
+                    .meta
+                    .as_ref()
+                    .filter(|m| m.data_dir)
+                else {
                     continue;
                 };
                 assert_eq!(
                     (s.index, s.iter),
                     (m.index, m.iter),
                     "{name}: frame {} (model vs switch: index, iteration)",
-                    t.packets[s.idx].frame
+                    t.packets[s.at.frame as usize - 1].frame
                 );
                 compared += 1;
                 later_rounds += u32::from(s.iter > 1);
@@ -835,14 +841,22 @@ fn a_retransmission_that_crossed_its_ack_is_spurious_not_a_violation() {
         .segs
         .iter()
         .find(|s| {
-            !s.data && s.tcp.has_ack && s.idx > first.idx && s.rel.wrapping_sub(end) < 1 << 31
+            !s.data
+                && s.tcp.has_ack
+                && (s.at.frame as usize - 1) > (first.at.frame as usize - 1)
+                && s.rel.wrapping_sub(end) < 1 << 31
         })
         .expect("an ACK covers the first data packet");
-    let mut dup = t.packets[first.idx].clone();
-    let at = ack.idx + 1;
-    dup.ts_ns = t.packets[ack.idx].ts_ns + 12_000;
+    let mut dup = t.packets[first.at.frame as usize - 1].clone();
+    let at = (ack.at.frame as usize - 1) + 1;
+    dup.ts_ns = t.packets[ack.at.frame as usize - 1].ts_ns + 12_000;
     if let Some(m) = &mut dup.meta {
-        m.ts = t.packets[ack.idx].meta.as_ref().unwrap().ts + 12_000;
+        m.ts = t.packets[ack.at.frame as usize - 1]
+            .meta
+            .as_ref()
+            .unwrap()
+            .ts
+            + 12_000;
     }
     t.packets.insert(at, dup);
     renumber(&mut t);
@@ -861,7 +875,11 @@ fn a_retransmission_that_crossed_its_ack_is_spurious_not_a_violation() {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     // Named as the report names packets of a wirelab trace: by mirror seq.
-    let ack_seq = t.packets[ack.idx].meta.as_ref().unwrap().seq;
+    let ack_seq = t.packets[ack.at.frame as usize - 1]
+        .meta
+        .as_ref()
+        .unwrap()
+        .seq;
     assert!(
         notes[0].contains(&format!("12.0us after the ACK at #{ack_seq} ")),
         "{notes:?}"
@@ -897,9 +915,13 @@ fn super_packets_are_named_and_smss_stays_the_announced_mss() {
     let (x, y) = firsts
         .windows(2)
         .map(|w| (w[0], w[1]))
-        .find(|(x, y)| y.rel == x.rel + x.tcp.payload_len && y.idx == x.idx + 1)
+        .find(|(x, y)| y.rel == x.rel + x.tcp.payload_len && y.at.frame == x.at.frame + 1)
         .expect("two back-to-back full segments");
-    let (xi, yi, extra) = (x.idx, y.idx, y.tcp.payload_len as u16);
+    let (xi, yi, extra) = (
+        x.at.frame as usize - 1,
+        y.at.frame as usize - 1,
+        y.tcp.payload_len as u16,
+    );
     let p = &mut t.packets[xi];
     let tot = u16::from_be_bytes([p.data[16], p.data[17]]) + extra;
     p.data[16..18].copy_from_slice(&tot.to_be_bytes());

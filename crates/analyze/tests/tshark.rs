@@ -93,7 +93,7 @@ fn tshark_agrees_on_99_percent_of_packets() {
                 .map(|r| (r.at.frame, r.reason))
                 .collect();
             for s in &c.segs {
-                let frame = trace.packets[s.idx].frame;
+                let frame = trace.packets[s.at.frame as usize - 1].frame;
                 let rtx = s.data && s.tcp.payload_len > 0 && !s.first;
                 let reason = reasons.get(&frame).copied();
                 let fast = matches!(reason, Some(Reason::DupAcks | Reason::Sack | Reason::Rack));

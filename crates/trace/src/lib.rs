@@ -199,6 +199,19 @@ impl Packet {
     pub fn tcp(&self) -> Result<Tcp, NotTcp> {
         parse(self.link, &self.data)
     }
+
+    /// The packet as the streaming reader hands packets out.
+    pub fn as_ref(&self) -> PacketRef<'_> {
+        PacketRef {
+            frame: self.frame,
+            ts_ns: self.ts_ns,
+            orig_len: self.orig_len,
+            data: &self.data,
+            interface: self.interface,
+            link: self.link,
+            meta: self.meta.clone(),
+        }
+    }
 }
 
 /// Parses an Ethernet frame.

@@ -136,7 +136,7 @@ macro_rules! by_name {
 by_name!(Action, "switch action");
 by_name!(Aqm, "vAQM verdict");
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Meta {
     pub seq: u64,
     /// Switch ingress time, ns, from one clock (CLOCK_MONOTONIC).

@@ -6,7 +6,6 @@
 use std::net::IpAddr;
 
 use wirelab_spec::Unit;
-use wirelab_trace::Action;
 
 use crate::{Analyzer, Finding, Input, Reason};
 
@@ -112,20 +111,12 @@ fn agrees(name: &str, got: i64, want: i64) -> bool {
 fn seen(input: &Input, addr: IpAddr) -> Seen {
     let mut s = Seen::default();
     for c in &input.analysis.connections {
-        for g in &c.segs {
-            let meta = input.trace.packets[g.idx].meta.as_ref();
-            let dropped = meta.is_some_and(|m| m.dropped());
-            let corrupted = meta.is_some_and(|m| m.event == Action::Corrupt);
-            // RFC 1213 tcpOutSegs: "excluding those containing only
-            // retransmitted octets" (Linux counts a segment only if it ends
-            // past snd_nxt or carries no data).
-            if g.tcp.src == addr && (g.first || g.tcp.payload_len == 0 || !g.data) {
-                s.out_segs += 1;
-            }
-            if g.tcp.dst == addr && !dropped {
-                s.in_segs += 1;
-                s.in_csum_errors += i64::from(corrupted);
-                s.in_ce += i64::from(g.tcp.ecn == 3);
+        for (end, t) in [c.data_src.0, c.data_dst.0].iter().zip(&c.tally) {
+            if *end == addr {
+                s.out_segs += t.out_segs;
+                s.in_segs += t.in_segs;
+                s.in_csum_errors += t.in_csum_errors;
+                s.in_ce += t.in_ce;
             }
         }
         if c.data_src.0 == addr {

@@ -33,11 +33,7 @@ impl Analyzer for Ecn {
         let mut checks = 0;
         for c in &input.analysis.connections {
             for m in &c.ce_marks {
-                let lost = c
-                    .segs
-                    .iter()
-                    .any(|s| s.lost && input.trace.packets[s.idx].frame == m.at.frame);
-                if lost {
+                if m.lost {
                     continue; // never reached the receiver
                 }
                 match (m.echo, m.echo_latency_ns) {

@@ -42,11 +42,11 @@ impl EcnTracker {
     }
 
     /// A data packet from the sender: CE-marked (`ecn == 3`), a first
-    /// transmission, with CWR set.
+    /// transmission, with CWR set, lost before the receiver.
     pub(crate) fn on_data(
         &mut self,
         marks: &mut Vec<EcnMark>,
-        (ecn, first, cwr): (u8, bool, bool),
+        (ecn, first, cwr, lost): (u8, bool, bool, bool),
         at: Evidence,
         ts: u64,
         packet: u32,
@@ -64,6 +64,7 @@ impl EcnTracker {
                 data_after_echo: false,
                 acked_by: None,
                 end_rel,
+                lost,
             });
             self.pending_echo.push(marks.len() - 1);
         }

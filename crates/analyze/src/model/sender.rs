@@ -5,18 +5,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use wirelab_trace::{Tcp, Trace};
+use wirelab_trace::{Action, Tcp};
 
 use super::{
-    evidence, seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission,
-    SegState,
+    seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission, SegState,
 };
 use crate::{Evidence, Options};
 
 /// An ACK as it passed the vantage point.
 pub(crate) struct AckIn<'a> {
-    /// Into `Trace::packets`.
-    pub idx: usize,
+    pub at: Evidence,
     pub tcp: &'a Tcp,
     pub ts: u64,
     /// The ISN: SACK blocks are made relative to it.
@@ -91,7 +89,7 @@ impl Sender {
     }
 
     /// An ACK from the receiver. Returns whether it is a duplicate ACK.
-    pub(crate) fn on_ack(&mut self, out: &mut ConnAnalysis, trace: &Trace, ack: &AckIn) -> bool {
+    pub(crate) fn on_ack(&mut self, out: &mut ConnAnalysis, ack: &AckIn) -> bool {
         let &AckIn {
             tcp: t, ts, ack: a, ..
         } = ack;
@@ -132,9 +130,9 @@ impl Sender {
             self.snd_una = a;
             self.una_hist.push((ts, a));
         }
-        self.on_sacks(out, trace, ack);
+        self.on_sacks(out, ack);
         self.acks.push(AckEv {
-            idx: ack.idx,
+            at: ack.at,
             ts,
             ack: a,
             dup,
@@ -144,9 +142,9 @@ impl Sender {
 
     /// SACK blocks (RFC 2018) and DSACK (RFC 2883 §4: the first block
     /// below the cumulative ACK, or inside the second block).
-    fn on_sacks(&mut self, out: &mut ConnAnalysis, trace: &Trace, ack: &AckIn) {
+    fn on_sacks(&mut self, out: &mut ConnAnalysis, ack: &AckIn) {
         let &AckIn {
-            idx,
+            at,
             tcp: t,
             ts,
             base,
@@ -161,7 +159,7 @@ impl Sender {
                         seq_le(l2.wrapping_sub(base), l) && seq_le(r, r2.wrapping_sub(base))
                     }));
             if is_dsack {
-                out.dsacks.push(evidence(trace, idx));
+                out.dsacks.push(at);
                 let packet = self.segs.range(..=l).next_back().map(|(_, s)| s.index);
                 if let Some(r) = out
                     .retransmissions
@@ -169,7 +167,7 @@ impl Sender {
                     .rev()
                     .find(|r| Some(r.packet) == packet)
                 {
-                    r.dsack.get_or_insert(evidence(trace, idx));
+                    r.dsack.get_or_insert(at);
                 }
                 continue;
             }
@@ -180,7 +178,7 @@ impl Sender {
                 }
                 if s.sacked_ts.is_none() {
                     s.sacked_ts = Some(ts);
-                    s.sack_idx = idx;
+                    s.sack_at = Some(at);
                     if s.tx_count == 1 {
                         samples.push(ts.saturating_sub(s.first_ts));
                     }
@@ -196,7 +194,13 @@ impl Sender {
     /// first transmissions are numbered 1, 2, ...; a retransmission takes
     /// the index of the first transmission that holds its first byte, 0 if
     /// none is known) and whether it is a first transmission.
-    pub(crate) fn on_send(&mut self, rel: u32, end: u32, ts: u64, idx: usize) -> (u32, bool) {
+    pub(crate) fn on_send(
+        &mut self,
+        rel: u32,
+        end: u32,
+        ts: u64,
+        tx: (Evidence, Option<Action>),
+    ) -> (u32, bool) {
         let first = seq_le(self.next_new, rel);
         let index = if first {
             self.first_tx += 1;
@@ -207,10 +211,10 @@ impl Sender {
                     end,
                     first_ts: ts,
                     last_tx_ts: ts,
-                    last_tx_idx: idx,
+                    last_tx: tx,
                     tx_count: 1,
                     sacked_ts: None,
-                    sack_idx: 0,
+                    sack_at: None,
                 },
             );
             self.first_tx
@@ -229,12 +233,10 @@ impl Sender {
 
     /// A retransmission of data packet `index` (iteration `iter`) at `ts`:
     /// classified by what the sender could know (`Classify`) and recorded.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_resend(
         &mut self,
         out: &mut ConnAnalysis,
-        trace: &Trace,
-        idx: usize,
+        tx: (Evidence, Option<Action>),
         ts: u64,
         rel: u32,
         (index, iter): (u32, u32),
@@ -284,7 +286,7 @@ impl Sender {
             _ => None,
         };
         if let Some(rto) = rto_ns {
-            self.last_timeout = Some((evidence(trace, idx), ts, self.next_new, rto));
+            self.last_timeout = Some((tx.0, ts, self.next_new, rto));
             self.rto_recovery_until = Some((self.next_new, ts));
         }
         if reason == Reason::Tlp {
@@ -294,20 +296,17 @@ impl Sender {
             packet: index,
             nth,
             iteration: iter,
-            at: evidence(trace, idx),
+            at: tx.0,
             ts_ns: ts,
-            previous: evidence(trace, s.1.last_tx_idx),
-            previous_event: trace.packets[s.1.last_tx_idx]
-                .meta
-                .as_ref()
-                .map(|m| m.event),
+            previous: s.1.last_tx.0,
+            previous_event: s.1.last_tx.1,
             since_loss_ns: ts.saturating_sub(s.1.last_tx_ts),
             recovery: reason.recovery(),
             reason,
-            trigger: trigger.map(|a| evidence(trace, a.idx)),
+            trigger: trigger.map(|a| a.at),
             trigger_ts_ns: trigger.map(|a| a.ts),
             already_acked: flags.0,
-            crossed_ack: crossed.map(|a| evidence(trace, a.idx)),
+            crossed_ack: crossed.map(|a| a.at),
             crossed_ns: crossed.map(|a| ts.saturating_sub(a.ts)),
             already_sacked: flags.1,
             dsack: None,
@@ -316,7 +315,7 @@ impl Sender {
         });
         if let Some(st) = self.segs.get_mut(&s.0) {
             st.last_tx_ts = ts;
-            st.last_tx_idx = idx;
+            st.last_tx = tx;
             st.tx_count += 1;
         }
     }
