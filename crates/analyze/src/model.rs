@@ -376,6 +376,10 @@ pub struct Analysis {
     /// Timestamps that go back from one frame to the next, if any.
     pub clock_back: Option<ClockBack>,
     pub packets: u64,
+    /// The first packet's timestamp (plots start there).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub first_ts_ns: Option<u64>,
 }
 
 /// The capture's timestamps going backwards: two files merged, a clock
@@ -499,6 +503,11 @@ impl Survey {
     pub fn packets(&self) -> u64 {
         self.packets
     }
+
+    /// Some packet carries wirelab's switch metadata.
+    pub fn has_meta(&self) -> bool {
+        self.has_meta
+    }
 }
 
 impl ConnSurvey {
@@ -549,6 +558,7 @@ pub struct Model {
     clock_back: Option<ClockBack>,
     prev_ts: u64,
     packets: u64,
+    first_ts_ns: Option<u64>,
 }
 
 impl Model {
@@ -561,11 +571,13 @@ impl Model {
             clock_back: None,
             prev_ts: 0,
             packets: 0,
+            first_ts_ns: None,
         }
     }
 
     pub fn add(&mut self, p: &PacketRef) {
         self.packets += 1;
+        self.first_ts_ns.get_or_insert(p.ts_ns);
         if p.ts_ns < self.prev_ts {
             let c = self.clock_back.get_or_insert(ClockBack {
                 steps: 0,
@@ -636,6 +648,7 @@ impl Model {
             truncated: truncated.map(|d| (d.offset, d.detail.clone())),
             clock_back: self.clock_back,
             packets: self.packets,
+            first_ts_ns: self.first_ts_ns,
         }
     }
 }

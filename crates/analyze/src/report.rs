@@ -5,7 +5,9 @@
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use wirelab_trace::Trace;
+use std::path::Path;
+
+use wirelab_trace::{before_first_packet, Reader, Trace};
 
 use crate::expect::Verdict;
 use crate::{model, run_analyzers, Analysis, AnalyzerReport, Input, Options, RunFacts};
@@ -48,12 +50,29 @@ pub fn build(
 ) -> Report {
     let analysis = model::build(trace, opts, progress);
     let roce = crate::roce::build(trace);
+    assemble(
+        source, analysis, &roce, trace, facts, analyzers, expect, opts,
+    )
+}
+
+/// The analyzers and the claims over a model.
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    source: &str,
+    analysis: Analysis,
+    roce: &crate::roce::RoceView,
+    trace: &Trace,
+    facts: Option<&RunFacts>,
+    analyzers: &[&str],
+    expect: &[wirelab_spec::Expect],
+    opts: Options,
+) -> Report {
     let input = Input {
         trace,
         analysis: &analysis,
         facts,
         opts,
-        roce: &roce,
+        roce,
     };
     let reports = run_analyzers(&input, analyzers);
     let expect = crate::expect::evaluate(
@@ -68,6 +87,99 @@ pub fn build(
         analysis,
         analyzers: reports,
         expect,
+    }
+}
+
+/// Where a streamed analysis is: the pass (1 survey, 2 model), the file's
+/// bytes read in it, the file's size.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub pass: u8,
+    pub bytes: u64,
+    pub total: u64,
+}
+
+/// The analysis of a capture file read as a stream, twice (the survey,
+/// then the model: see [`model::Survey`]), never held whole: memory is per
+/// connection, whatever the file's size. A capture with wirelab's switch
+/// metadata (a run's trace, bounded by its run) is read into memory
+/// instead: the vAQM analyzer replays the switch's queues from every
+/// packet.
+pub fn stream(
+    path: &Path,
+    opts: Options,
+    facts: Option<&RunFacts>,
+    analyzers: &[&str],
+    progress: &dyn Fn(Progress),
+) -> Result<Report, wirelab_trace::Error> {
+    let name = path.display().to_string();
+    let open = || -> Result<Reader<'static>, wirelab_trace::Error> {
+        let file = std::fs::File::open(path).map_err(|source| wirelab_trace::Error::Open {
+            path: name.clone(),
+            source,
+        })?;
+        Reader::new(file).map_err(|e| fail(&name, e))
+    };
+    let total = std::fs::metadata(path).map_or(0, |m| m.len());
+    let tell = |pass, r: &Reader| {
+        progress(Progress {
+            pass,
+            bytes: r.file_bytes(),
+            total,
+        })
+    };
+    let mut r = open()?;
+    let mut survey = model::Survey::default();
+    while let Some(p) = r.next() {
+        survey.add(&p);
+        if survey.packets() % 8192 == 0 {
+            tell(1, &r);
+        }
+    }
+    if r.frames() == 0 {
+        if let Some(d) = r.damage() {
+            return Err(fail(&name, before_first_packet(d, r.compressed())));
+        }
+    }
+    if survey.has_meta() {
+        let trace = wirelab_trace::read(path)?;
+        return Ok(build(&name, &trace, opts, facts, analyzers, &[], &|_| {}));
+    }
+    let mut r = open()?;
+    let mut model = model::Model::new(survey, opts);
+    let mut roce = Vec::new();
+    while let Some(p) = r.next() {
+        model.add(&p);
+        roce.extend(crate::roce::packet(&p));
+        if p.frame % 8192 == 0 {
+            tell(2, &r);
+        }
+    }
+    let analysis = model.finish(r.damage());
+    let roce = crate::roce::view(roce);
+    Ok(assemble(
+        &name,
+        analysis,
+        &roce,
+        &Trace::default(),
+        facts,
+        analyzers,
+        &[],
+        opts,
+    ))
+}
+
+fn fail(path: &str, (detail, at): wirelab_trace::Fail) -> wirelab_trace::Error {
+    match at {
+        Some(offset) => wirelab_trace::Error::Block {
+            path: path.to_string(),
+            offset,
+            detail,
+        },
+        None => wirelab_trace::Error::Format {
+            path: path.to_string(),
+            detail,
+        },
     }
 }
 

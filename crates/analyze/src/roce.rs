@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use wirelab_roce::packet::{self, op, Kind, NakCode, Position, Syndrome};
 use wirelab_roce::psn;
 use wirelab_trace::Action;
-use wirelab_trace::{Link, Trace};
+use wirelab_trace::{Link, PacketRef, Trace};
 
 use crate::Evidence;
 
@@ -174,24 +174,33 @@ impl RoceView {
 }
 
 pub fn build(trace: &Trace) -> RoceView {
-    let mut all = Vec::new();
-    let mut meta = false;
-    for p in &trace.packets {
-        let Some(mut r) = parse(p.link, &p.data) else {
-            continue;
-        };
-        r.frame = p.frame;
-        r.ts = p.ts_ns;
-        if let Some(m) = &p.meta {
-            meta = true;
-            r.mirror_seq = Some(m.seq);
-            r.ts = m.ts;
-            r.conn = m.conn;
-            r.delivered = !m.dropped();
-            r.corrupted = m.event == Action::Corrupt;
-        }
-        all.push(r);
+    let all: Vec<RPkt> = trace
+        .packets
+        .iter()
+        .filter_map(|p| packet(&p.as_ref()))
+        .collect();
+    view(all)
+}
+
+/// A RoCEv2 packet of the capture, as the RoCE analyzers need it (no
+/// bytes kept), or None for any other packet.
+pub fn packet(p: &PacketRef) -> Option<RPkt> {
+    let mut r = parse(p.link, p.data)?;
+    r.frame = p.frame;
+    r.ts = p.ts_ns;
+    if let Some(m) = &p.meta {
+        r.mirror_seq = Some(m.seq);
+        r.ts = m.ts;
+        r.conn = m.conn;
+        r.delivered = !m.dropped();
+        r.corrupted = m.event == Action::Corrupt;
     }
+    Some(r)
+}
+
+/// The RoCE view of a capture's RoCE packets, in capture order.
+pub fn view(all: Vec<RPkt>) -> RoceView {
+    let meta = all.iter().any(|p| p.mirror_seq.is_some());
     // Connections: the switch's index when present; otherwise one per
     // (address pair, requester's destination QPN), paired with the reverse
     // direction in order of appearance.

@@ -26,6 +26,23 @@ pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// Progress over a file read twice, in bytes (hidden for small files and
+/// when stderr is not a terminal).
+fn bytes_bar(path: &Path) -> indicatif::ProgressBar {
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    let pb = indicatif::ProgressBar::new(2 * size);
+    if size < 64 << 20 {
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "analyzing {bar:40} {bytes}/{total_bytes} (two passes, {bytes_per_sec}, {eta})",
+        )
+        .expect("a valid template"),
+    );
+    pb
+}
+
 pub fn run(
     trace: &Path,
     json: bool,
@@ -49,13 +66,6 @@ pub fn run(
     if names.is_empty() {
         names = catalog.names();
     }
-    let t = match wirelab_trace::read(trace) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("wirelab: {e}");
-            return Ok(code::ERROR);
-        }
-    };
     let dir = trace.parent().unwrap_or(Path::new("."));
     // A results folder's facts (with its ground truth) are read with the
     // trace; a broken file is named here rather than silently left out.
@@ -70,16 +80,20 @@ pub fn run(
         Some(f) => f.options(min_rto_ns),
         None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
     };
-    let pb = progress_bar(t.packets.len() as u64, "analyzing");
-    let report = wirelab_analyze::report::build(
-        &trace.display().to_string(),
-        &t,
-        opts,
-        facts.as_ref(),
-        &names,
-        &[],
-        &|n| pb.set_position(n),
-    );
+    // The file is read twice (survey, then model), never held: progress
+    // is over both passes, in the file's bytes.
+    let pb = bytes_bar(trace);
+    let report = match wirelab_analyze::report::stream(trace, opts, facts.as_ref(), &names, &|p| {
+        pb.set_length(2 * p.total);
+        pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            pb.finish_and_clear();
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
     pb.finish_and_clear();
     exit_on_interrupt.store(false, std::sync::atomic::Ordering::SeqCst);
     if let Some(h) = html {

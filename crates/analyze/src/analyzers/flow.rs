@@ -122,7 +122,7 @@ const BINS: u64 = 100;
 
 impl Timeline {
     fn of(input: &Input) -> Timeline {
-        let t0 = input.trace.packets.first().map_or(0, |p| p.ts_ns);
+        let t0 = input.analysis.first_ts_ns.unwrap_or(0);
         let data = |c: &crate::model::ConnAnalysis| {
             c.segs
                 .iter()
