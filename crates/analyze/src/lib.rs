@@ -136,6 +136,12 @@ pub fn analyze(trace: &Trace) -> Analysis {
     analyze_with(trace, Options::default())
 }
 
+/// [`analyze`], keeping every packet's view in `ConnAnalysis::segs`
+/// (tests and tools: memory grows with the trace).
+pub fn analyze_keeping_segs(trace: &Trace, opts: Options) -> Analysis {
+    model::build_with(trace, opts, &|_| {}, true)
+}
+
 /// Runs the model over a whole trace.
 pub fn analyze_with(trace: &Trace, opts: Options) -> Analysis {
     model::build(trace, opts, &|_| {})

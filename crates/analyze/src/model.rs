@@ -28,11 +28,13 @@ mod ecn;
 mod iter;
 mod receiver;
 mod sender;
+pub mod series;
 
 use ecn::EcnTracker;
 pub(crate) use iter::IterTracker;
 use receiver::Receiver;
 use sender::{AckIn, Sender};
+pub use series::{Bins, Sample, Thin};
 
 /// Sequence-space comparison (RFC 9293 §3.4: modulo 2^32).
 pub(crate) fn seq_le(a: u32, b: u32) -> bool {
@@ -296,13 +298,29 @@ pub struct ConnAnalysis {
     pub handshake_rtt_ns: Option<u64>,
     pub base_rtt: BaseRtt,
     /// Data first transmission → the ACK that covers it, at the vantage
-    /// point (Karn: never for retransmitted data), (ts of the ACK, rtt).
+    /// point (Karn: never for retransmitted data), ns.
     #[serde(skip)]
-    pub rtt_samples: Vec<(u64, u64)>,
+    #[schemars(skip)]
+    pub rtt: Sample,
     /// Bytes in flight (highest sent − cumulative ACK) at each data packet:
     /// the congestion window, where the sender is window-limited.
     #[serde(skip)]
-    pub flight: Vec<(u64, u32)>,
+    #[schemars(skip)]
+    pub flight: Sample,
+    /// Bytes of first transmissions that reached the receiver, over time
+    /// (goodput, fairness).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub delivered: Bins,
+    /// The time-sequence plot's points.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub plot: SeqPlot,
+    /// The last packet's time (obligations due after the capture ends are
+    /// not judged).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub last_ts_ns: Option<u64>,
     /// Bytes first sent and cumulatively acknowledged.
     pub bytes_acked: u64,
     pub first_data_ts_ns: Option<u64>,
@@ -316,7 +334,9 @@ pub struct ConnAnalysis {
     pub iteration_mismatches: Vec<Evidence>,
     /// Events the switch applied, by (event, evidence, packet, iteration).
     pub events: Vec<AppliedEvent>,
-    /// Every packet of the connection in capture order.
+    /// Every packet of the connection in capture order, when the model
+    /// was asked to keep them ([`Model::keep_segs`]: tests and tools; it
+    /// grows with the capture).
     #[serde(skip)]
     #[schemars(skip)]
     pub segs: Vec<Seg>,
@@ -325,6 +345,21 @@ pub struct ConnAnalysis {
     #[serde(skip)]
     #[schemars(skip)]
     pub tally: [SegTally; 2],
+}
+
+/// The points of a connection's time–sequence plot (ns, relative
+/// sequence numbers): first transmissions, ACKs and SACK blocks as even
+/// samples; retransmissions, losses and CE marks all of them.
+#[derive(Debug, Clone, Default)]
+pub struct SeqPlot {
+    pub first: Thin<(u64, u32)>,
+    pub rtx: Vec<(u64, u32)>,
+    pub lost: Vec<(u64, u32)>,
+    pub ce: Vec<(u64, u32)>,
+    /// Cumulative ACKs.
+    pub acks: Thin<(u64, u32)>,
+    /// SACK blocks: (ns, left, right).
+    pub sacks: Thin<(u64, u32, u32)>,
 }
 
 /// What one endpoint's stack counted of a connection's segments, as the
@@ -419,11 +454,25 @@ fn evidence_of(p: &PacketRef) -> Evidence {
 /// Runs the model over a whole trace. `progress` is told how many packets
 /// were classified so far (for long traces).
 pub fn build(trace: &Trace, opts: Options, progress: &dyn Fn(u64)) -> Analysis {
+    build_with(trace, opts, progress, false)
+}
+
+/// [`build`], keeping every packet's view in [`ConnAnalysis::segs`] when
+/// `keep_segs` (tests and tools; memory grows with the trace).
+pub fn build_with(
+    trace: &Trace,
+    opts: Options,
+    progress: &dyn Fn(u64),
+    keep_segs: bool,
+) -> Analysis {
     let mut survey = Survey::default();
     for p in &trace.packets {
         survey.add(&p.as_ref());
     }
     let mut model = Model::new(survey, opts);
+    if keep_segs {
+        model.keep_segs();
+    }
     for (i, p) in trace.packets.iter().enumerate() {
         if i % 65536 == 0 {
             progress(i as u64);
@@ -559,6 +608,7 @@ pub struct Model {
     prev_ts: u64,
     packets: u64,
     first_ts_ns: Option<u64>,
+    keep_segs: bool,
 }
 
 impl Model {
@@ -572,7 +622,14 @@ impl Model {
             prev_ts: 0,
             packets: 0,
             first_ts_ns: None,
+            keep_segs: false,
         }
+    }
+
+    /// Keep every packet's view in [`ConnAnalysis::segs`] (tests and
+    /// tools: memory then grows with the capture).
+    pub fn keep_segs(&mut self) {
+        self.keep_segs = true;
     }
 
     pub fn add(&mut self, p: &PacketRef) {
@@ -626,7 +683,9 @@ impl Model {
                     s.first.0
                 };
                 let (hs, base) = s.base_rtt(src);
-                e.insert(Conn::new(id, src, dst, hs, base, self.opts))
+                let mut c = Conn::new(id, src, dst, hs, base, self.opts);
+                c.keep_segs = self.keep_segs;
+                e.insert(c)
             }
         };
         let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
@@ -721,6 +780,7 @@ struct Conn {
     ecn: EcnTracker,
     iters: IterTracker,
     isn: Option<u32>,
+    keep_segs: bool,
 }
 
 impl Conn {
@@ -740,6 +800,7 @@ impl Conn {
             ecn: EcnTracker::default(),
             iters: IterTracker::default(),
             isn: None,
+            keep_segs: false,
             out: ConnAnalysis {
                 id,
                 data_src: src,
@@ -756,8 +817,11 @@ impl Conn {
                 arrivals: Vec::new(),
                 handshake_rtt_ns,
                 base_rtt,
-                rtt_samples: Vec::new(),
-                flight: Vec::new(),
+                rtt: Sample::default(),
+                flight: Sample::default(),
+                delivered: Bins::default(),
+                plot: SeqPlot::default(),
+                last_ts_ns: None,
                 bytes_acked: 0,
                 first_data_ts_ns: None,
                 last_ack_ts_ns: None,
@@ -822,8 +886,7 @@ impl Conn {
                 self.ecn
                     .on_ack(&mut self.out.ce_marks, acked, t.ece, at, ts);
             }
-            self.tally(&seg, meta);
-            self.out.segs.push(seg);
+            self.record(seg, meta);
             return;
         }
         if t.syn {
@@ -831,8 +894,7 @@ impl Conn {
             self.out.isn = self.isn;
             self.iters.restart();
             self.snd.restart();
-            self.tally(&seg, meta);
-            self.out.segs.push(seg);
+            self.record(seg, meta);
             return;
         }
         let snd = &mut self.snd;
@@ -847,8 +909,45 @@ impl Conn {
         if t.fin {
             self.rcv.on_fin(seg.rel.wrapping_add(t.payload_len));
         }
+        self.record(seg, meta);
+    }
+
+    /// What is kept of a packet once the model has read it: the
+    /// endpoints' counters, the plot's points, the segment itself when
+    /// asked.
+    fn record(&mut self, seg: Seg, meta: Option<&wirelab_trace::Meta>) {
+        self.out.last_ts_ns = Some(seg.ts);
+        let plot = &mut self.out.plot;
+        let p = (seg.ts, seg.rel);
+        if seg.data && seg.tcp.payload_len > 0 && !seg.tcp.syn {
+            if seg.lost {
+                plot.lost.push(p);
+            }
+            if seg.tcp.ecn == 3 {
+                plot.ce.push(p);
+            }
+            if seg.first {
+                plot.first.push(p);
+                if !seg.lost {
+                    self.out
+                        .delivered
+                        .add(seg.ts, u64::from(seg.tcp.payload_len));
+                }
+            } else {
+                plot.rtx.push(p);
+            }
+        } else if !seg.data && seg.tcp.has_ack && self.isn.is_some() && !seg.tcp.syn {
+            plot.acks.push(p);
+            let base = self.isn.unwrap_or(0);
+            for &(l, r) in seg.tcp.sacks() {
+                plot.sacks
+                    .push((seg.ts, l.wrapping_sub(base), r.wrapping_sub(base)));
+            }
+        }
         self.tally(&seg, meta);
-        self.out.segs.push(seg);
+        if self.keep_segs {
+            self.out.segs.push(seg);
+        }
     }
 
     /// The packet in the endpoints' counters (`SegTally`), once the model
@@ -911,7 +1010,7 @@ impl Conn {
                 });
             }
         }
-        self.out.flight.push((ts, snd.flight()));
+        self.out.flight.push(u64::from(snd.flight()));
         ecn.on_data(
             &mut self.out.ce_marks,
             (t.ecn, first, t.cwr, seg.lost),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use wirelab_analyze::expect::{evaluate, RunFacts};
 use wirelab_analyze::report::{build, Report};
-use wirelab_analyze::{analyze, Analysis, Kind, Options, Reason};
+use wirelab_analyze::{analyze, analyze_keeping_segs, Analysis, Kind, Options, Reason};
 use wirelab_spec::Recovery;
 use wirelab_trace::{Action, Trace};
 
@@ -307,7 +307,7 @@ fn deleted_duplicate_acks_are_caught_on_both_sides() {
 #[test]
 fn a_delayed_retransmission_is_late() {
     let mut t = golden("fast-retransmit");
-    let a = analyze(&t);
+    let a = analyze_keeping_segs(&t, Options::default());
     let r0 = &a.connections[0].retransmissions[0];
     let (rtx, hole_end) = (r0.at.frame, {
         let s = a.connections[0]
@@ -377,7 +377,7 @@ fn a_timeout_without_backoff_is_caught() {
 #[test]
 fn retransmitting_acknowledged_data_is_caught() {
     let mut t = golden("fast-retransmit");
-    let a = analyze(&t);
+    let a = analyze_keeping_segs(&t, Options::default());
     let first_data = a.connections[0]
         .segs
         .iter()
@@ -678,10 +678,10 @@ fn every_reported_finding_is_declared_in_the_catalog() {
 fn the_iteration_tracker_agrees_with_the_switch() {
     for name in ALL {
         let t = golden(name);
-        let r = report_with(name, &t, None);
+        let a = analyze_keeping_segs(&t, common::options(name));
         let mut compared = 0;
         let mut later_rounds = 0;
-        for c in &r.analysis.connections {
+        for c in &a.connections {
             for s in c.segs.iter().filter(|s| s.data && s.tcp.payload_len > 0) {
                 let Some(m) = t.packets[s.at.frame as usize - 1]
                     .meta
@@ -833,7 +833,7 @@ fn a_damaged_segment_is_malformed_and_a_gap_not_a_violation() {
 #[test]
 fn a_retransmission_that_crossed_its_ack_is_spurious_not_a_violation() {
     let mut t = golden("fast-retransmit");
-    let a = analyze(&t);
+    let a = analyze_keeping_segs(&t, Options::default());
     let c = &a.connections[0];
     let first = c.segs.iter().find(|s| s.data && s.first).unwrap();
     let end = first.rel + first.tcp.payload_len;
@@ -898,7 +898,7 @@ fn super_packets_are_named_and_smss_stays_the_announced_mss() {
     let before_r = report_with(name, &t, None);
     let before = violations(&before_r);
     let smss = before_r.analysis.connections[0].smss;
-    let a = analyze(&t);
+    let a = analyze_keeping_segs(&t, Options::default());
     let c = &a.connections[0];
     assert!(
         c.announced_mss.is_some_and(|m| m >= smss),

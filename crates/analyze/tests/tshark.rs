@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use wirelab_analyze::{analyze_with, Reason};
+use wirelab_analyze::{analyze_keeping_segs, Reason};
 
 mod common;
 
@@ -84,7 +84,7 @@ fn tshark_agrees_on_99_percent_of_packets() {
             return;
         };
         let trace = wirelab_trace::read(&path).unwrap();
-        let a = analyze_with(&trace, common::options(g));
+        let a = analyze_keeping_segs(&trace, common::options(g));
         let mut ours: BTreeMap<u64, (Flags, Option<Reason>)> = BTreeMap::new();
         for c in &a.connections {
             let reasons: BTreeMap<u64, Reason> = c

@@ -80,12 +80,8 @@ pub fn render(r: &Report) -> String {
     // Plots.
     let mut conns: Vec<&ConnAnalysis> = a.connections.iter().collect();
     conns.sort_by_key(|c| std::cmp::Reverse(c.retransmissions.len()));
-    let t0 = a
-        .connections
-        .iter()
-        .filter_map(|c| c.segs.first().map(|s| s.ts))
-        .min()
-        .unwrap_or(0);
+    // The capture's first packet: the plots' zero.
+    let t0 = a.first_ts_ns.unwrap_or(0);
     o.push_str("<h2>Time–sequence</h2><p>Blue: first transmissions · red: retransmissions · black ×: dropped or corrupted by the switch · orange ▲: CE-marked · green: cumulative ACK · purple: SACK blocks.</p>");
     for c in conns.iter().take(MAX_CONNS) {
         let _ = write!(o, "<h3>conn {}</h3>{}", c.id, time_sequence(c, t0));
@@ -253,38 +249,26 @@ const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em aut
 fn time_sequence(c: &ConnAnalysis, t0: u64) -> String {
     let ms = |ts: u64| ts.saturating_sub(t0) as f64 / 1e6;
     let kb = |rel: u32| f64::from(rel) / 1024.0;
-    let mut first = Vec::new();
-    let mut rtx = Vec::new();
-    let mut lost = Vec::new();
-    let mut ce = Vec::new();
-    let mut acks = Vec::new();
-    let mut sacks = Vec::new();
-    let base = c.isn.unwrap_or(0);
-    for s in &c.segs {
-        if s.data && s.tcp.payload_len > 0 {
-            let p = (ms(s.ts), kb(s.rel));
-            if s.lost {
-                lost.push(p);
-            }
-            if s.tcp.ecn == 3 {
-                ce.push(p);
-            }
-            if s.first {
-                first.push(p);
-            } else {
-                rtx.push(p);
-            }
-        } else if !s.data && s.tcp.has_ack && c.isn.is_some() && !s.tcp.syn {
-            // A step: the cumulative ACK holds until the next one.
-            if let Some(&(_, prev)) = acks.last() {
-                acks.push((ms(s.ts), prev));
-            }
-            acks.push((ms(s.ts), kb(s.rel)));
-            for &(l, r) in s.tcp.sacks() {
-                sacks.push((ms(s.ts), kb(l.wrapping_sub(base)), kb(r.wrapping_sub(base))));
-            }
+    let p = &c.plot;
+    let pt = |&(ts, rel): &(u64, u32)| (ms(ts), kb(rel));
+    let first: Vec<(f64, f64)> = p.first.kept().iter().map(pt).collect();
+    let rtx: Vec<(f64, f64)> = p.rtx.iter().map(pt).collect();
+    let lost: Vec<(f64, f64)> = p.lost.iter().map(pt).collect();
+    let ce: Vec<(f64, f64)> = p.ce.iter().map(pt).collect();
+    // A step: the cumulative ACK holds until the next one.
+    let mut acks: Vec<(f64, f64)> = Vec::new();
+    for a in p.acks.kept() {
+        if let Some(&(_, prev)) = acks.last() {
+            acks.push((ms(a.0), prev));
         }
+        acks.push(pt(a));
     }
+    let sacks: Vec<(f64, f64, f64)> = p
+        .sacks
+        .kept()
+        .iter()
+        .map(|&(ts, l, r)| (ms(ts), kb(l), kb(r)))
+        .collect();
     let thin = |v: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
         let k = v.len().div_ceil(MAX_POINTS).max(1);
         v.into_iter().step_by(k).collect()

@@ -67,8 +67,7 @@ impl Analyzer for Flow {
                     );
                 }
             }
-            let s = c.rtt_samples.iter().map(|x| x.1 as f64).collect();
-            out.extend(distribution(c.id, "rtt", Unit::Nanos, s, |d| {
+            out.extend(sampled(c.id, "rtt", Unit::Nanos, &c.rtt, |d| {
                 format!(
                     "{} RTT samples (data → ACK at the vantage point, Karn's rule): min {}, median {}, p99 {}",
                     d.count,
@@ -77,8 +76,7 @@ impl Analyzer for Flow {
                     fmt_duration(d.p99 as u64)
                 )
             }));
-            let s = c.flight.iter().map(|x| f64::from(x.1)).collect();
-            out.extend(distribution(c.id, "flight", Unit::Bytes, s, |d| {
+            out.extend(sampled(c.id, "flight", Unit::Bytes, &c.flight, |d| {
                 format!(
                     "bytes in flight at each data packet (the congestion window where the sender is window-limited): median {:.0}, max {:.0}",
                     d.p50, d.max
@@ -123,40 +121,29 @@ const BINS: u64 = 100;
 impl Timeline {
     fn of(input: &Input) -> Timeline {
         let t0 = input.analysis.first_ts_ns.unwrap_or(0);
-        let data = |c: &crate::model::ConnAnalysis| {
-            c.segs
-                .iter()
-                .filter(|s| s.data && s.first && !s.lost && s.tcp.payload_len > 0)
-                .map(|s| (s.ts, u64::from(s.tcp.payload_len)))
-                .collect::<Vec<_>>()
-        };
-        let per: Vec<(u32, Vec<(u64, u64)>)> = input
-            .analysis
-            .connections
-            .iter()
-            .map(|c| (c.id, data(c)))
-            .filter(|(_, d)| !d.is_empty())
-            .collect();
         // Captures are not always in time order (merged files, a clock
         // step, several CPUs writing one file), so the span is the least
         // and greatest time, not the first and last packet's.
-        let span = |d: &[(u64, u64)]| {
-            let ts = d.iter().map(|(t, _)| *t);
-            (ts.clone().min().unwrap_or(0), ts.max().unwrap_or(0))
-        };
-        let start = per.iter().map(|(_, d)| span(d).0).min().unwrap_or(0);
-        let end = per.iter().map(|(_, d)| span(d).1).max().unwrap_or(0);
+        let per: Vec<(u32, &crate::model::Bins, (u64, u64))> = input
+            .analysis
+            .connections
+            .iter()
+            .filter_map(|c| Some((c.id, &c.delivered, c.delivered.span()?)))
+            .collect();
+        let start = per.iter().map(|p| p.2 .0).min().unwrap_or(0);
+        let end = per.iter().map(|p| p.2 .1).max().unwrap_or(0);
         // At least 1 ms: finer bins show packet trains, not rates.
         let bin = ((end - start) / BINS).max(1_000_000);
         let n = ((end - start) / bin + 1) as usize;
         let conns = per
             .into_iter()
-            .map(|(id, d)| {
+            .map(|(id, d, (first, last))| {
                 let mut bytes = vec![0u64; n];
-                for (ts, len) in &d {
-                    bytes[((ts - start) / bin) as usize] += len;
+                // A connection's own bins (when it is long) start at its
+                // first delivery, which is at or after `start`.
+                for (ts, len) in d.points() {
+                    bytes[(ts.saturating_sub(start) / bin) as usize] += len;
                 }
-                let (first, last) = span(&d);
                 (id, first, last, bytes)
             })
             .collect();
@@ -227,6 +214,23 @@ impl Timeline {
         )
         .map(|f| f.series("Jain's index", points))
     }
+}
+
+/// A measurement over a model's sample of a quantity (`Sample`): count,
+/// extremes and mean exact, percentiles from the sample.
+fn sampled(
+    conn: u32,
+    name: &'static str,
+    unit: Unit,
+    s: &crate::model::Sample,
+    message: impl Fn(&Dist) -> String,
+) -> Option<Finding> {
+    let d = s.dist()?;
+    let mut f = distribution(conn, name, unit, s.values(), |_| String::new())?;
+    f.message = message(&d);
+    f.value = Some(d.p50);
+    f.distribution = Some(d);
+    Some(f)
 }
 
 /// A measurement over samples (none when there are none), its message made

@@ -40,7 +40,7 @@ pub(crate) fn trace_end(input: &crate::Input) -> u64 {
         .analysis
         .connections
         .iter()
-        .filter_map(|c| c.segs.last().map(|s| s.ts))
+        .filter_map(|c| c.last_ts_ns)
         .max()
         .unwrap_or(0)
 }

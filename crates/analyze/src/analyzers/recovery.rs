@@ -185,7 +185,7 @@ impl Analyzer for LossRecovery {
                 // retransmission after the signal: later ones wait for the
                 // congestion window (RFC 6937 PRR).
                 if let (Some(trig), Some(tts)) = (r.trigger, r.trigger_ts_ns) {
-                    let max_rtt = c.rtt_samples.iter().map(|s| s.1).max().unwrap_or(0);
+                    let max_rtt = c.rtt.max().unwrap_or(0);
                     let allowed =
                         2 * send_rtt + max_rtt.max(recv_rtt) + input.opts.reaction_allowance_ns;
                     let took = r.ts_ns.saturating_sub(tts);

@@ -82,8 +82,8 @@ impl Sender {
         self.next_new.wrapping_sub(self.snd_una)
     }
 
-    fn rtt_sample(&mut self, out: &mut ConnAnalysis, ts: u64, rtt: u64) {
-        out.rtt_samples.push((ts, rtt));
+    fn rtt_sample(&mut self, out: &mut ConnAnalysis, rtt: u64) {
+        out.rtt.push(rtt);
         self.max_rtt = self.max_rtt.max(rtt);
         self.min_data_rtt = self.min_data_rtt.min(rtt);
     }
@@ -110,7 +110,7 @@ impl Sender {
                 // SACK gave the sample).
                 if s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a) {
                     let rtt = ts.saturating_sub(s.first_ts);
-                    self.rtt_sample(out, ts, rtt);
+                    self.rtt_sample(out, rtt);
                 }
             }
             out.bytes_acked += u64::from(a.wrapping_sub(self.snd_una));
@@ -185,7 +185,7 @@ impl Sender {
                 }
             }
             for rtt in samples {
-                self.rtt_sample(out, ts, rtt);
+                self.rtt_sample(out, rtt);
             }
         }
     }
