@@ -33,6 +33,7 @@ pub mod series;
 use ecn::EcnTracker;
 pub(crate) use iter::IterTracker;
 use receiver::Receiver;
+pub use sender::KEEP;
 use sender::{AckIn, Sender};
 pub use series::{Bins, Sample, Thin};
 
@@ -327,6 +328,10 @@ pub struct ConnAnalysis {
     pub last_ack_ts_ns: Option<u64>,
     /// DSACKs the receiver sent.
     pub dsacks: Vec<Evidence>,
+    /// Retransmissions of data acknowledged so long before (more than
+    /// `KEEP` segments back) that the model no longer held its first
+    /// transmission: counted, not judged.
+    pub forgotten_retransmissions: u64,
     /// Stretches of data the receiver acknowledged but the capture lacks.
     pub capture_gaps: Vec<CaptureGap>,
     /// Packets where the switch's (index, iteration) differs from this
@@ -826,6 +831,7 @@ impl Conn {
                 first_data_ts_ns: None,
                 last_ack_ts_ns: None,
                 dsacks: Vec::new(),
+                forgotten_retransmissions: 0,
                 capture_gaps: Vec::new(),
                 iteration_mismatches: Vec::new(),
                 events: Vec::new(),
@@ -1023,6 +1029,9 @@ impl Conn {
         if !seg.lost {
             rcv.on_data(&mut self.out.arrivals, rel, end, at, ts, index);
         }
+        if !first && index == 0 && snd.forgot(rel) {
+            self.out.forgotten_retransmissions += 1;
+        }
         if !first && index > 0 {
             snd.on_resend(
                 &mut self.out,
@@ -1053,6 +1062,8 @@ struct Classify<'a> {
     segs: &'a BTreeMap<u32, SegState>,
     acks: &'a [AckEv],
     una_hist: &'a [(u64, u32)],
+    /// The cumulative ACK before the oldest `una_hist` entry.
+    una_floor: u32,
     next_new: u32,
     smss: u32,
     max_rtt: u64,
@@ -1094,7 +1105,7 @@ impl Classify<'_> {
             .iter()
             .rev()
             .find(|(t, _)| *t <= sure.saturating_sub(SEND_QUEUE_NS))
-            .map_or(1, |(_, u)| *u);
+            .map_or(self.una_floor, |(_, u)| *u);
         let already_acked = seq_le(self.seg.end, una_at_cut);
         let after_rto = self.rto_recovery.is_some_and(|(_, rto_ts)| since < rto_ts);
         let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= sure);

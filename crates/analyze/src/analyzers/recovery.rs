@@ -30,6 +30,7 @@ impl Analyzer for LossRecovery {
             ("dsack", Unit::Count),
             ("capture-gap", Unit::Count),
             ("spurious-retransmission", Unit::Count),
+            ("forgotten-retransmission", Unit::Count),
         ]
     }
 
@@ -63,6 +64,20 @@ impl Analyzer for LossRecovery {
                     )
                     .conn(c.id)
                     .evidence([g.ack]),
+                );
+            }
+            if c.forgotten_retransmissions > 0 {
+                out.push(
+                    Finding::note(
+                        A,
+                        "forgotten-retransmission",
+                        format!(
+                            "{} retransmissions of data acknowledged more than {} segments earlier: the model keeps that much history per connection, so these were counted, not judged",
+                            c.forgotten_retransmissions,
+                            crate::model::KEEP
+                        ),
+                    )
+                    .conn(c.id),
                 );
             }
             for ar in c.arrivals.iter().filter(|a| !a.in_capture_gap) {

@@ -44,7 +44,21 @@ pub(crate) struct Sender {
     rto_recovery_until: Option<(u32, u64)>,
     tlp_out: bool,
     last_data_ts: u64,
+    /// The cumulative ACK before the oldest `una_hist` entry kept.
+    una_floor: u32,
+    /// First transmissions below this (relative) were forgotten (`KEEP`).
+    forgotten_below: Option<u32>,
 }
+
+/// How much history a connection keeps: its last `KEEP` ACKs, cumulative
+/// ACK advances and acknowledged first transmissions (everything not yet
+/// acknowledged is kept). A retransmission is judged on ACKs since its
+/// segment was last sent and within a few round trips before it, so this
+/// changes no verdict unless the sender goes back more than `KEEP`
+/// acknowledged segments (about 95 MB of 1448-byte segments), which is
+/// then counted as a forgotten retransmission, not judged. It keeps a
+/// connection's memory bounded however long it runs.
+pub const KEEP: usize = 1 << 16;
 
 impl Sender {
     pub(crate) fn new(handshake_rtt_ns: Option<u64>) -> Sender {
@@ -63,6 +77,8 @@ impl Sender {
             rto_recovery_until: None,
             tlp_out: false,
             last_data_ts: 0,
+            una_floor: 1,
+            forgotten_below: None,
         }
     }
 
@@ -137,7 +153,38 @@ impl Sender {
             ack: a,
             dup,
         });
+        self.forget();
         dup
+    }
+
+    /// Drops history beyond `KEEP` (see there), in batches.
+    fn forget(&mut self) {
+        if self.acks.len() > 2 * KEEP {
+            self.acks.drain(..self.acks.len() - KEEP);
+        }
+        if self.una_hist.len() > 2 * KEEP {
+            let cut = self.una_hist.len() - KEEP;
+            self.una_floor = self.una_hist[cut - 1].1;
+            self.una_hist.drain(..cut);
+        }
+        if self.segs.len() > 2 * KEEP {
+            while self.segs.len() > KEEP {
+                match self.segs.first_key_value() {
+                    Some((_, s)) if seq_le(s.end, self.snd_una) => {
+                        let end = s.end;
+                        self.segs.pop_first();
+                        self.forgotten_below = Some(end);
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// A retransmission of bytes at `rel` whose first transmission was
+    /// forgotten (`KEEP`).
+    pub(crate) fn forgot(&self, rel: u32) -> bool {
+        self.forgotten_below.is_some_and(|f| seq_lt(rel, f))
     }
 
     /// SACK blocks (RFC 2018) and DSACK (RFC 2883 §4: the first block
@@ -258,6 +305,7 @@ impl Sender {
             segs: &self.segs,
             acks: &self.acks,
             una_hist: &self.una_hist,
+            una_floor: self.una_floor,
             next_new: self.next_new,
             smss: out.smss,
             max_rtt: self.max_rtt,
