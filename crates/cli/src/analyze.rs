@@ -9,23 +9,6 @@ use wirelab_analyze::report::Report;
 
 use crate::code;
 
-/// A progress bar on stderr for long traces (hidden when stderr is not a
-/// terminal).
-pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(total);
-    if total < 200_000 {
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} {bar:40} {pos}/{len} packets ({per_sec}, {eta})",
-        )
-        .expect("a valid template"),
-    );
-    pb.set_message(what.to_string());
-    pb
-}
-
 /// Progress over a file read twice, in bytes (hidden for small files and
 /// when stderr is not a terminal).
 fn bytes_bar(path: &Path) -> indicatif::ProgressBar {
