@@ -321,3 +321,35 @@ fn the_buffer_does_not_grow_with_the_file() {
     assert_eq!(r.buffer_len(), start);
     assert!(r.file_bytes() > 30_000_000);
 }
+
+/// The damaged forms in the fuzz corpus (`fuzz/corpus/read_trace/damaged-*`:
+/// a flipped block length, a packet on an undeclared interface, a gzip
+/// stream cut short, a record longer than any capture, a big-endian
+/// section cut inside a block) are each an error or a named stop, never a
+/// clean read.
+#[test]
+fn every_damaged_form_in_the_corpus_is_named() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/read_trace");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("damaged-") {
+            continue;
+        }
+        seen += 1;
+        match read_bytes(&std::fs::read(&path).unwrap()) {
+            Err((why, _)) => assert!(!why.is_empty(), "{name}"),
+            Ok(t) => {
+                let d = t
+                    .truncated
+                    .unwrap_or_else(|| panic!("{name} read as clean"));
+                assert!(
+                    !t.packets.is_empty() && !d.detail.is_empty(),
+                    "{name}: {d:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(seen, 5);
+}
