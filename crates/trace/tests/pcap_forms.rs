@@ -3,37 +3,10 @@
 //! file's snap length, so `tcpdump -s 128` captures read as 8 packets and a
 //! "damaged file" (issue 19).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use common::{capinfos, golden, tool};
 use wirelab_trace::{read, read_bytes, Trace};
-
-fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../analyze/tests/golden/fast-retransmit/trace.pcapng")
-}
-
-fn tool(name: &str, args: &[&str]) -> String {
-    let out = Command::new(name)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{name} (from tshark's packages; `make deps`): {e}"));
-    assert!(
-        out.status.success(),
-        "{name} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Packets in a file as Wireshark counts them.
-fn capinfos(path: &Path) -> usize {
-    let out = tool(
-        "capinfos",
-        &["-T", "-r", "-c", "-M", path.to_str().unwrap()],
-    );
-    out.trim().rsplit('\t').next().unwrap().parse().unwrap()
-}
 
 fn check_against_golden(t: &Trace, g: &Trace, snap: usize, ts_step: u64, what: &str) {
     assert!(t.truncated.is_none(), "{what}: {:?}", t.truncated);

@@ -5,8 +5,7 @@
 
 use std::borrow::Cow;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
@@ -19,10 +18,8 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, Endianness};
 use wirelab_trace::{read, read_bytes, Link, Reader};
 
-fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../analyze/tests/golden/fast-retransmit/trace.pcapng")
-}
+mod common;
+use common::{capinfos, golden, tool};
 
 fn frame(payload: usize) -> Vec<u8> {
     let mut f = Vec::new();
@@ -124,19 +121,6 @@ fn sections_in_both_byte_orders_with_their_own_resolutions_and_offsets() {
     assert_eq!(t.packets[3].data, frame(10));
 }
 
-fn tool(name: &str, args: &[&str]) -> String {
-    let out = Command::new(name)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{name} (from tshark's packages; `make deps`): {e}"));
-    assert!(
-        out.status.success(),
-        "{name} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// mergecap's pcapng of an Ethernet and a raw-IP capture: two interfaces
 /// of two link types. Every packet is read (as capinfos counts them), and
 /// the same packet gives the same TCP view behind either link.
@@ -173,18 +157,7 @@ fn a_merged_pcapng_of_two_link_types_reads_whole() {
     );
     let t = read(&merged).unwrap();
     assert!(t.truncated.is_none());
-    let capinfos = tool(
-        "capinfos",
-        &["-T", "-r", "-c", "-M", merged.to_str().unwrap()],
-    );
-    let counted: usize = capinfos
-        .trim()
-        .rsplit('\t')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(t.packets.len(), counted);
+    assert_eq!(t.packets.len(), capinfos(&merged));
     assert_eq!(t.packets.len(), 2 * g.packets.len());
     let links: std::collections::BTreeSet<String> =
         t.packets.iter().map(|p| format!("{:?}", p.link)).collect();
