@@ -145,6 +145,7 @@ pub fn stream(
         let trace = wirelab_trace::read(path)?;
         return Ok(build(&name, &trace, opts, facts, analyzers, &[], &|_| {}));
     }
+    let surveyed = survey.packets();
     let mut r = open()?;
     let mut model = model::Model::new(survey, opts);
     let mut roce = Vec::new();
@@ -154,6 +155,17 @@ pub fn stream(
         if p.frame % 8192 == 0 {
             tell(2, &r);
         }
+    }
+    if r.frames() != surveyed {
+        // A capture still being written, or replaced: the two passes
+        // would describe different files.
+        return Err(wirelab_trace::Error::Format {
+            path: name,
+            detail: format!(
+                "the file changed while it was read ({surveyed} packets on the first pass, {} on the second); analyze a finished capture",
+                r.frames()
+            ),
+        });
     }
     let analysis = model.finish(r.damage());
     let roce = crate::roce::view(roce);
