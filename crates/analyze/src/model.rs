@@ -892,7 +892,7 @@ impl Conn {
                 self.ecn
                     .on_ack(&mut self.out.ce_marks, acked, t.ece, at, ts);
             }
-            self.record(seg, meta);
+            self.record(&seg, meta);
             return;
         }
         if t.syn {
@@ -900,7 +900,7 @@ impl Conn {
             self.out.isn = self.isn;
             self.iters.restart();
             self.snd.restart();
-            self.record(seg, meta);
+            self.record(&seg, meta);
             return;
         }
         let snd = &mut self.snd;
@@ -915,13 +915,13 @@ impl Conn {
         if t.fin {
             self.rcv.on_fin(seg.rel.wrapping_add(t.payload_len));
         }
-        self.record(seg, meta);
+        self.record(&seg, meta);
     }
 
     /// What is kept of a packet once the model has read it: the
     /// endpoints' counters, the plot's points, the segment itself when
     /// asked.
-    fn record(&mut self, seg: Seg, meta: Option<&wirelab_trace::Meta>) {
+    fn record(&mut self, seg: &Seg, meta: Option<&wirelab_trace::Meta>) {
         self.out.last_ts_ns = Some(seg.ts);
         let plot = &mut self.out.plot;
         let p = (seg.ts, seg.rel);
@@ -950,9 +950,9 @@ impl Conn {
                     .push((seg.ts, l.wrapping_sub(base), r.wrapping_sub(base)));
             }
         }
-        self.tally(&seg, meta);
+        self.tally(seg, meta);
         if self.keep_segs {
-            self.out.segs.push(seg);
+            self.out.segs.push(seg.clone());
         }
     }
 
@@ -1062,6 +1062,9 @@ struct Classify<'a> {
     segs: &'a BTreeMap<u32, SegState>,
     acks: &'a [AckEv],
     una_hist: &'a [(u64, u32)],
+    /// `acks` is in time order, and in cumulative ACK order (then binary
+    /// searches replace scans from the start).
+    acks_ordered: (bool, bool),
     /// The cumulative ACK before the oldest `una_hist` entry.
     una_floor: u32,
     next_new: u32,
@@ -1079,6 +1082,13 @@ impl Classify<'_> {
     /// The first ACK covering the retransmitted bytes that passed the
     /// vantage point before the retransmission, if any.
     fn covering_ack(&self) -> Option<AckEv> {
+        if self.acks_ordered.0 && self.acks_ordered.1 {
+            // In time and ACK order (the usual case): two binary searches
+            // find what the scan below finds.
+            let before = &self.acks[..self.acks.partition_point(|a| a.ts <= self.ts)];
+            let i = before.partition_point(|a| !seq_le(self.seg.end, a.ack));
+            return before.get(i).copied();
+        }
         self.acks
             .iter()
             .take_while(|a| a.ts <= self.ts)
@@ -1111,11 +1121,16 @@ impl Classify<'_> {
         let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= sure);
         let flags = (already_acked, already_sacked);
         // ACKs the sender could have acted on, since it last sent this.
-        let window: Vec<&AckEv> = self
-            .acks
-            .iter()
-            .filter(|a| a.ts >= since && a.ts <= cut)
-            .collect();
+        let window: Vec<&AckEv> = if self.acks_ordered.0 {
+            let from = self.acks.partition_point(|a| a.ts < since);
+            let to = self.acks.partition_point(|a| a.ts <= cut);
+            self.acks[from..to.max(from)].iter().collect()
+        } else {
+            self.acks
+                .iter()
+                .filter(|a| a.ts >= since && a.ts <= cut)
+                .collect()
+        };
         // An ACK-triggered retransmission follows its trigger within a round
         // trip or two (RACK's reordering window is at most an RTT, RFC 8985
         // §6.2). A timeout cannot fire sooner than RTO after the transmission

@@ -46,8 +46,15 @@ pub(crate) struct Sender {
     last_data_ts: u64,
     /// The cumulative ACK before the oldest `una_hist` entry kept.
     una_floor: u32,
+    /// Adjacent pairs in `acks` out of time order, out of ACK order.
+    acks_disorder: (usize, usize),
     /// First transmissions below this (relative) were forgotten (`KEEP`).
     forgotten_below: Option<u32>,
+}
+
+/// Whether `b` after `a` goes back in time, and back in cumulative ACK.
+fn disorder(a: &AckEv, b: &AckEv) -> (usize, usize) {
+    (usize::from(b.ts < a.ts), usize::from(seq_lt(b.ack, a.ack)))
 }
 
 /// How much history a connection keeps: its last `KEEP` ACKs, cumulative
@@ -78,6 +85,7 @@ impl Sender {
             tlp_out: false,
             last_data_ts: 0,
             una_floor: 1,
+            acks_disorder: (0, 0),
             forgotten_below: None,
         }
     }
@@ -147,12 +155,18 @@ impl Sender {
             self.una_hist.push((ts, a));
         }
         self.on_sacks(out, ack);
-        self.acks.push(AckEv {
+        let ev = AckEv {
             at: ack.at,
             ts,
             ack: a,
             dup,
-        });
+        };
+        if let Some(last) = self.acks.last() {
+            let (t, k) = disorder(last, &ev);
+            self.acks_disorder.0 += t;
+            self.acks_disorder.1 += k;
+        }
+        self.acks.push(ev);
         self.forget();
         dup
     }
@@ -161,6 +175,10 @@ impl Sender {
     fn forget(&mut self) {
         if self.acks.len() > 2 * KEEP {
             self.acks.drain(..self.acks.len() - KEEP);
+            self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
+                let (dt, dk) = disorder(&w[0], &w[1]);
+                (t + dt, k + dk)
+            });
         }
         if self.una_hist.len() > 2 * KEEP {
             let cut = self.una_hist.len() - KEEP;
@@ -304,6 +322,7 @@ impl Sender {
             seg: &s.1,
             segs: &self.segs,
             acks: &self.acks,
+            acks_ordered: (self.acks_disorder.0 == 0, self.acks_disorder.1 == 0),
             una_hist: &self.una_hist,
             una_floor: self.una_floor,
             next_new: self.next_new,
