@@ -118,7 +118,7 @@ pub fn stream(
             path: name.clone(),
             source,
         })?;
-        Reader::new(file).map_err(|e| fail(&name, e))
+        Reader::new(file).map_err(|e| wirelab_trace::Error::at(&name, e))
     };
     let total = std::fs::metadata(path).map_or(0, |m| m.len());
     let tell = |pass, r: &Reader| {
@@ -138,7 +138,10 @@ pub fn stream(
     }
     if r.frames() == 0 {
         if let Some(d) = r.damage() {
-            return Err(fail(&name, before_first_packet(d, r.compressed())));
+            return Err(wirelab_trace::Error::at(
+                &name,
+                before_first_packet(d, r.compressed()),
+            ));
         }
     }
     if survey.has_meta() {
@@ -179,20 +182,6 @@ pub fn stream(
         &[],
         opts,
     ))
-}
-
-fn fail(path: &str, (detail, at): wirelab_trace::Fail) -> wirelab_trace::Error {
-    match at {
-        Some(offset) => wirelab_trace::Error::Block {
-            path: path.to_string(),
-            offset,
-            detail,
-        },
-        None => wirelab_trace::Error::Format {
-            path: path.to_string(),
-            detail,
-        },
-    }
 }
 
 /// The JSON Schema of [`Report`].

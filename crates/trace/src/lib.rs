@@ -419,14 +419,24 @@ pub fn read(path: &Path) -> Result<Trace, Error> {
         path: name.clone(),
         source,
     })?;
-    collect(Reader::new(file)).map_err(|(detail, block)| match block {
-        Some(offset) => Error::Block {
-            path: name.clone(),
-            offset,
-            detail,
-        },
-        None => Error::Format { path: name, detail },
-    })
+    collect(Reader::new(file)).map_err(|e| Error::at(&name, e))
+}
+
+impl Error {
+    /// A file that cannot be read at all, at an offset when one is known.
+    pub fn at(path: &str, (detail, offset): stream::Fail) -> Error {
+        match offset {
+            Some(offset) => Error::Block {
+                path: path.to_string(),
+                offset,
+                detail,
+            },
+            None => Error::Format {
+                path: path.to_string(),
+                detail,
+            },
+        }
+    }
 }
 
 /// Reads a pcap or pcapng file held in memory. Errors are (what, byte
@@ -458,16 +468,19 @@ fn collect(reader: Result<Reader<'_>, stream::Fail>) -> Result<Trace, stream::Fa
 
 /// Damage before the first packet: the file cannot be read at all.
 pub fn before_first_packet(d: &Damage, compressed: Option<&str>) -> stream::Fail {
-    match compressed {
-        // The offset is in the decompressed bytes: not one a user can find.
-        Some(kind) if d.detail.contains("stream ends early") => (
-            format!(
-                "{kind}: the stream ends early or is damaged before the first packet: {}",
-                d.detail.rsplit(": ").next().unwrap_or_default()
-            ),
-            None,
-        ),
-        _ => (d.detail.clone(), Some(d.offset)),
+    // A decoder error (`Reader::next`) is at an offset in the decompressed
+    // bytes, not one a user can find in the file.
+    let why = compressed.and_then(|kind| {
+        let why = d
+            .detail
+            .strip_prefix(&format!("the {kind} stream ends early or is damaged: "))?;
+        Some(format!(
+            "{kind}: the stream ends early or is damaged before the first packet: {why}"
+        ))
+    });
+    match why {
+        Some(why) => (why, None),
+        None => (d.detail.clone(), Some(d.offset)),
     }
 }
 

@@ -326,3 +326,23 @@ fn every_damaged_form_in_the_corpus_is_named() {
     }
     assert_eq!(seen, 5);
 }
+
+/// A gzip stream that stops after the file header but before the first
+/// packet: the file cannot be read at all, and the error says the stream
+/// is the cause, with no offset (it would be one in the decompressed
+/// bytes, which a user cannot find).
+#[test]
+fn a_compressed_stream_cut_before_the_first_packet_is_an_error_without_offset() {
+    use std::io::Write;
+    let plain = std::fs::read(golden()).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+    gz.write_all(&plain[..200]).unwrap();
+    let gz = gz.finish().unwrap();
+    // Stored blocks: the first 150 bytes hold the header and part of a block.
+    let (why, at) = read_bytes(&gz[..150]).unwrap_err();
+    assert_eq!(at, None, "{why}");
+    assert!(
+        why.starts_with("gzip: the stream ends early or is damaged before the first packet: "),
+        "{why}"
+    );
+}
