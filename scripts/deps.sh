@@ -13,10 +13,11 @@ need_root "${MAKECMDGOALS:-}"
 
 # clang/llvm/libbpf-dev/libelf-dev/zlib/pkg-config: compiling the BPF switch
 # and libbpf-sys; iproute2 + ethtool: the lab; tshark/tcpdump/iperf3:
-# cross-checks and benchmark baselines; procps: sysctl.
+# cross-checks and benchmark baselines; nftables: the loss in the
+# capture tests (and stateful DUTs); procps: sysctl.
 # python3-venv: a virtualenv for the PyPI tools the cross-checks use.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
-      tshark tcpdump iperf3 procps bpftool linux-libc-dev python3 python3-venv)
+      tshark tcpdump iperf3 nftables procps bpftool linux-libc-dev python3 python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

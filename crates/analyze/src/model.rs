@@ -423,14 +423,48 @@ pub struct Analysis {
 }
 
 /// The capture's timestamps going backwards: two files merged, a clock
-/// step, several CPUs writing one file. Analysis goes on in file order;
-/// timings across a step are off by up to `max_ns`.
+/// step, several CPUs writing one file. Analysis goes on in file order,
+/// each step read as no time passing (`Clock`): a timing across a step is
+/// off by up to `max_ns`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct ClockBack {
     pub steps: u64,
     pub max_ns: u64,
     /// The first frame stamped before the frame before it.
     pub first_frame: u64,
+}
+
+/// The time the analysis runs on: the capture's timestamps, made to
+/// never go back. A step back (two files merged end to end, an NTP step,
+/// several CPUs writing one file) is taken as a clock discontinuity: later
+/// timestamps are read as shifted forward by it, so intervals on each side
+/// of the step keep their length, and a loss signal seen after the step is
+/// never "before" the transmission it follows in the file. Both passes
+/// read the same clock. With wirelab's metadata, the switch's clock is
+/// used, which never goes back.
+#[derive(Debug, Default)]
+struct Clock {
+    prev_raw: u64,
+    offset: u64,
+    back: Option<ClockBack>,
+}
+
+impl Clock {
+    fn at(&mut self, p: &PacketRef) -> u64 {
+        let raw = p.ts_ns;
+        if raw < self.prev_raw {
+            let c = self.back.get_or_insert(ClockBack {
+                steps: 0,
+                max_ns: 0,
+                first_frame: p.frame,
+            });
+            c.steps += 1;
+            c.max_ns = c.max_ns.max(self.prev_raw - raw);
+            self.offset += self.prev_raw - raw;
+        }
+        self.prev_raw = raw;
+        p.meta.as_ref().map_or(raw + self.offset, |m| m.ts)
+    }
 }
 
 type Key = (IpAddr, u16, IpAddr, u16);
@@ -497,6 +531,7 @@ pub struct Survey {
     conns: HashMap<Key, ConnSurvey>,
     has_meta: bool,
     packets: u64,
+    clock: Clock,
 }
 
 #[derive(Debug)]
@@ -521,6 +556,7 @@ impl Survey {
     pub fn add(&mut self, p: &PacketRef) {
         self.packets += 1;
         self.has_meta |= p.meta.is_some();
+        let ts = self.clock.at(p);
         let Ok(t) = p.tcp() else { return };
         let k = canonical(&t);
         let n = self.conns.len();
@@ -541,7 +577,6 @@ impl Survey {
             let from = if m.data_dir { src } else { dst };
             c.meta.get_or_insert((m.conn, from));
         }
-        let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
         if t.syn && !t.has_ack {
             c.syn.get_or_insert((src, ts));
         } else if t.syn {
@@ -609,8 +644,7 @@ pub struct Model {
     opts: Options,
     conns: HashMap<Key, Conn>,
     malformed: Vec<Malformed>,
-    clock_back: Option<ClockBack>,
-    prev_ts: u64,
+    clock: Clock,
     packets: u64,
     first_ts_ns: Option<u64>,
     keep_segs: bool,
@@ -623,8 +657,7 @@ impl Model {
             opts,
             conns: HashMap::new(),
             malformed: Vec::new(),
-            clock_back: None,
-            prev_ts: 0,
+            clock: Clock::default(),
             packets: 0,
             first_ts_ns: None,
             keep_segs: false,
@@ -640,16 +673,7 @@ impl Model {
     pub fn add(&mut self, p: &PacketRef) {
         self.packets += 1;
         self.first_ts_ns.get_or_insert(p.ts_ns);
-        if p.ts_ns < self.prev_ts {
-            let c = self.clock_back.get_or_insert(ClockBack {
-                steps: 0,
-                max_ns: 0,
-                first_frame: p.frame,
-            });
-            c.steps += 1;
-            c.max_ns = c.max_ns.max(self.prev_ts - p.ts_ns);
-        }
-        self.prev_ts = p.ts_ns;
+        let ts = self.clock.at(p);
         let t = match p.tcp() {
             Ok(t) => t,
             Err(wirelab_trace::NotTcp::Other) => return,
@@ -693,7 +717,6 @@ impl Model {
                 e.insert(c)
             }
         };
-        let ts = p.meta.as_ref().map_or(p.ts_ns, |m| m.ts);
         conn.add(evidence_of(p), t, ts, p.meta.as_ref());
     }
 
@@ -710,7 +733,7 @@ impl Model {
             connections,
             malformed: self.malformed,
             truncated: truncated.map(|d| (d.offset, d.detail.clone())),
-            clock_back: self.clock_back,
+            clock_back: self.clock.back,
             packets: self.packets,
             first_ts_ns: self.first_ts_ns,
         }
@@ -1037,7 +1060,7 @@ impl Conn {
                 &mut self.out,
                 (at, event),
                 ts,
-                rel,
+                (rel, end),
                 (index, iter),
                 self.opts,
             );
@@ -1107,18 +1130,19 @@ impl Classify<'_> {
         let cut = self.ts;
         let sure = self.ts.saturating_sub(self.sender_side);
         let since = self.seg.last_tx_ts;
-        // Acknowledged data: the ACK must also have passed before the
-        // sender's own transmit queue could still hold a retransmission it
-        // committed to earlier (SEND_QUEUE_NS).
+        // Acknowledged (or SACKed) data: the ACK must also have passed
+        // before the sender's own transmit queue could still hold a
+        // retransmission it committed to earlier (SEND_QUEUE_NS).
+        let known = sure.saturating_sub(SEND_QUEUE_NS);
         let una_at_cut = self
             .una_hist
             .iter()
             .rev()
-            .find(|(t, _)| *t <= sure.saturating_sub(SEND_QUEUE_NS))
+            .find(|(t, _)| *t <= known)
             .map_or(self.una_floor, |(_, u)| *u);
         let already_acked = seq_le(self.seg.end, una_at_cut);
         let after_rto = self.rto_recovery.is_some_and(|(_, rto_ts)| since < rto_ts);
-        let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= sure);
+        let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= known);
         let flags = (already_acked, already_sacked);
         // ACKs the sender could have acted on, since it last sent this.
         let window: Vec<&AckEv> = if self.acks_ordered.0 {

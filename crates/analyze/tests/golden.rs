@@ -757,6 +757,48 @@ fn a_data_packet_stamped_before_the_first_one_is_analyzed() {
     );
 }
 
+/// A clock step back between a lost segment's transmission and its fast
+/// retransmission (a capture without the switch's clock, stepped back
+/// further than the recovery took): by the raw timestamps, every loss
+/// signal came "before" the transmission it follows in the file, and the
+/// retransmission looked unjustified. Read as no time passing across the
+/// step, the verdicts are those of the capture without it.
+#[test]
+fn a_clock_step_between_a_loss_and_its_repair_changes_no_verdict() {
+    let name = "fast-retransmit";
+    let mut t = golden(name);
+    for p in &mut t.packets {
+        p.meta = None;
+    }
+    let before = violations(&report_with(name, &t, None));
+    let a = analyze_keeping_segs(&t, common::options(name));
+    let r = a.connections[0]
+        .retransmissions
+        .iter()
+        .find(|r| {
+            r.reason == Reason::DupAcks || r.reason == Reason::Sack || r.reason == Reason::Rack
+        })
+        .expect("a fast retransmission");
+    let (orig, rtx) = (r.previous.frame as usize - 1, r.at.frame as usize - 1);
+    let step = t.packets[rtx].ts_ns - t.packets[orig].ts_ns + 100_000;
+    for p in &mut t.packets[orig + 1..] {
+        p.ts_ns -= step;
+    }
+    let r2 = report_with(name, &t, None);
+    assert_eq!(violations(&r2), before);
+    let back = r2
+        .analysis
+        .clock_back
+        .as_ref()
+        .expect("the step is reported");
+    assert_eq!(back.first_frame, t.packets[orig + 1].frame);
+    assert_eq!(
+        back.max_ns,
+        t.packets[orig].ts_ns - t.packets[orig + 1].ts_ns,
+        "{back:?}"
+    );
+}
+
 /// A delivered first transmission of connection 1 well inside the transfer.
 fn delivered_data_packet(t: &Trace) -> usize {
     let delivered: Vec<usize> = (0..t.packets.len())
@@ -936,4 +978,49 @@ fn super_packets_are_named_and_smss_stays_the_announced_mss() {
     assert_eq!(c.super_packets, 1);
     assert_eq!(c.smss, smss, "SMSS is not inferred from the super-packet");
     assert_eq!(violations(&r), before);
+}
+
+/// A real capture (tcpdump -s 96 at the sender, offloads on, an iperf3
+/// transfer through a receiver whose nftables drops every 40th arriving
+/// packet): a whole 65160-byte super-packet was dropped, and Linux resent
+/// its bytes in growing wire-sized pieces, one per partial ACK of its
+/// recovery. Each piece is the first retransmission of its bytes, on the
+/// one RACK signal; judged per super-packet, every piece after the first
+/// looked like a second retransmission with no new signal (13 false
+/// `unjustified-retransmission`).
+#[test]
+fn a_super_packet_resent_in_pieces_is_one_retransmission_of_each_byte() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/captures/super-packet-lost-resent-in-pieces.pcap");
+    let t = wirelab_trace::read(&path).unwrap();
+    let r = build(
+        "super-packet",
+        &t,
+        Options::for_hosts(std::iter::empty(), None),
+        None,
+        &wirelab_analyze::catalog().names(),
+        &[],
+        &|_| {},
+    );
+    assert_eq!(violations(&r), Vec::<(String, String)>::new());
+    let c = r
+        .analysis
+        .connections
+        .iter()
+        .max_by_key(|c| c.data_packets)
+        .unwrap();
+    assert!(c.super_packets > 50, "{}", c.super_packets);
+    let pieces: Vec<_> = c
+        .retransmissions
+        .iter()
+        .filter(|r| r.packet == 78)
+        .collect();
+    assert!(pieces.len() > 10, "resent in pieces: {}", pieces.len());
+    assert!(
+        pieces
+            .iter()
+            .all(|r| r.nth == 1 && r.reason == Reason::Rack),
+        "{:?}",
+        pieces.iter().map(|r| (r.nth, r.reason)).collect::<Vec<_>>()
+    );
 }

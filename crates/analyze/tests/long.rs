@@ -5,53 +5,14 @@
 use wirelab_analyze::model::KEEP;
 use wirelab_analyze::report::build;
 use wirelab_analyze::Options;
-use wirelab_trace::{Link, Packet, Trace};
+
+mod common;
 
 const MSS: u32 = 1000;
 
-struct Gen {
-    t: Trace,
-    ts: u64,
-}
-
-impl Gen {
-    fn push(&mut self, from_client: bool, seq: u32, ack: u32, len: u32, syn: bool) {
-        let (a, b) = ([198, 18, 0, 1], [198, 18, 0, 2]);
-        let b0 = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
-        let b1 = if from_client {
-            b0.ipv4(a, b, 64).tcp(40000, 5001, seq, 65535)
-        } else {
-            b0.ipv4(b, a, 64).tcp(5001, 40000, seq, 65535)
-        };
-        let b2 = if syn { b1.syn() } else { b1 };
-        let b3 = if syn && !from_client {
-            b2.ack(ack)
-        } else if syn {
-            b2
-        } else {
-            b2.ack(ack)
-        };
-        let mut data = Vec::new();
-        b3.write(&mut data, &vec![0u8; len as usize]).unwrap();
-        self.ts += 10_000;
-        self.t.packets.push(Packet {
-            frame: self.t.packets.len() as u64 + 1,
-            ts_ns: self.ts,
-            orig_len: data.len() as u32,
-            data,
-            interface: 0,
-            link: Link::Ethernet,
-            meta: None,
-        });
-    }
-}
-
 #[test]
 fn history_beyond_keep_is_forgotten_and_counted_not_misjudged() {
-    let mut g = Gen {
-        t: Trace::default(),
-        ts: 1_000_000_000,
-    };
+    let mut g = common::TcpGen::new();
     let (isn, server_isn) = (1000u32, 5000u32);
     g.push(true, isn, 0, 0, true);
     g.push(false, server_isn, isn + 1, 0, true);

@@ -2,125 +2,36 @@
 //! wirelab's per-packet classification (retransmission, fast retransmission,
 //! duplicate ACK) against tshark's `tcp.analysis.*` flags. They must agree on
 //! at least 99% of packets, and every difference must be one of the
-//! systematic differences explained here.
+//! systematic differences explained in `common/tshark.rs`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-
-use wirelab_analyze::{analyze_keeping_segs, Reason};
 
 mod common;
 
-/// Per packet: (retransmission, fast retransmission, duplicate ACK).
-type Flags = (bool, bool, bool);
-
-fn tshark(path: &Path) -> Option<BTreeMap<u64, (Flags, bool)>> {
-    let out = Command::new("tshark")
-        .args(["-r", path.to_str()?, "-T", "fields"])
-        .args(["-e", "frame.number"])
-        .args(["-e", "tcp.analysis.retransmission"])
-        .args(["-e", "tcp.analysis.fast_retransmission"])
-        .args(["-e", "tcp.analysis.duplicate_ack"])
-        .args(["-e", "tcp.analysis.spurious_retransmission"])
-        .args(["-e", "tcp.analysis.out_of_order"])
-        .output()
-        .ok()?;
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut m = BTreeMap::new();
-    for l in String::from_utf8_lossy(&out.stdout).lines() {
-        let f: Vec<&str> = l.split('\t').collect();
-        let set = |i: usize| f.get(i).is_some_and(|x| !x.is_empty());
-        let fast = set(2);
-        // tshark marks a fast retransmission with both flags.
-        let rtx = set(1) || fast || set(4);
-        m.insert(f[0].parse().ok()?, ((rtx, fast, set(3)), set(5)));
-    }
-    Some(m)
-}
-
-/// Why the two may differ on a packet, if this difference is one we know.
-fn explained(
-    ours: Flags,
-    theirs: Flags,
-    tshark_ooo: bool,
-    reason: Option<Reason>,
-) -> Option<&'static str> {
-    match (ours, theirs) {
-        // tshark calls a segment "out-of-order", not a retransmission, when
-        // it comes within 3ms of the previous one and no 2 duplicate ACKs
-        // preceded it (its heuristic for reordering in the network). Its
-        // bytes were sent before, so wirelab calls it what it is.
-        ((true, _, false), (false, false, false)) if tshark_ooo => {
-            Some("tshark's 3ms out-of-order heuristic")
-        }
-        // tshark's fast retransmission needs 2+ duplicate ACKs by RFC 5681's
-        // definition (same window). Linux recovers by RACK (RFC 8985) after
-        // one SACK, and its SACKs open the window, so to tshark those are
-        // plain retransmissions.
-        ((true, true, false), (true, false, false))
-            if matches!(reason, Some(Reason::Rack | Reason::Sack)) =>
-        {
-            Some("RACK/SACK recovery without RFC 5681 duplicate ACKs")
-        }
-        _ => None,
-    }
-}
+use common::tshark::{compare, Agreement};
 
 #[test]
 fn tshark_agrees_on_99_percent_of_packets() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut total = 0usize;
-    let mut agree = 0usize;
-    let mut why: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut a = Agreement::default();
     for g in common::GOLDENS {
         let path = root.join(g).join("trace.pcapng");
-        let Some(theirs) = tshark(&path) else {
+        if compare(&path, common::options(g), &mut a).is_none() {
             eprintln!("SKIPPED: tshark is not installed (make deps installs it)");
             return;
-        };
-        let trace = wirelab_trace::read(&path).unwrap();
-        let a = analyze_keeping_segs(&trace, common::options(g));
-        let mut ours: BTreeMap<u64, (Flags, Option<Reason>)> = BTreeMap::new();
-        for c in &a.connections {
-            let reasons: BTreeMap<u64, Reason> = c
-                .retransmissions
-                .iter()
-                .map(|r| (r.at.frame, r.reason))
-                .collect();
-            for s in &c.segs {
-                let frame = trace.packets[s.at.frame as usize - 1].frame;
-                let rtx = s.data && s.tcp.payload_len > 0 && !s.first;
-                let reason = reasons.get(&frame).copied();
-                let fast = matches!(reason, Some(Reason::DupAcks | Reason::Sack | Reason::Rack));
-                ours.insert(frame, ((rtx, fast, s.dupack), reason));
-            }
-        }
-        for (frame, (t, ooo)) in &theirs {
-            let (o, reason) = ours
-                .get(frame)
-                .copied()
-                .unwrap_or(((false, false, false), None));
-            total += 1;
-            if o == *t {
-                agree += 1;
-                continue;
-            }
-            match explained(o, *t, *ooo, reason) {
-                Some(w) => *why.entry(w).or_default() += 1,
-                None => panic!("{g} frame {frame}: wirelab {o:?}, tshark {t:?} (out-of-order {ooo}), reason {reason:?}: unexplained"),
-            }
         }
     }
-    let share = agree as f64 / total as f64;
     eprintln!(
-        "tshark agreement: {agree}/{total} packets ({:.2}%), differences: {why:?}",
-        share * 100.0
+        "tshark agreement: {}/{} packets ({:.2}%), differences: {:?}",
+        a.agree,
+        a.total,
+        a.share() * 100.0,
+        a.why
     );
-    assert!(total > 1000, "enough packets to mean something: {total}");
-    assert!(share >= 0.99, "{agree}/{total}");
+    assert!(
+        a.total > 1000,
+        "enough packets to mean something: {}",
+        a.total
+    );
+    assert!(a.share() >= 0.99, "{}/{}", a.agree, a.total);
 }

@@ -185,42 +185,25 @@ pub fn write_sysctl(name: &str, value: &str) -> Result<(), Error> {
 /// A running lab. Dropping it deletes every namespace (and with them the
 /// veths, qdiscs and tc programs) and the registry entry.
 pub struct Lab {
-    namespaces: Vec<String>,
-    run_id: String,
+    namespaces: Namespaces,
     /// Switch-namespace ifindex of each host's port, by host index.
     pub switch_ifindex: Vec<u32>,
 }
 
 impl Lab {
     pub fn namespaces(&self) -> &[String] {
-        &self.namespaces
+        self.namespaces.names()
     }
 
     /// Brings the plan's topology up. On error, what was created is removed.
     pub fn up(plan: &Plan) -> Result<Lab, Error> {
         let mut namespaces = vec![plan.switch_ns.clone()];
         namespaces.extend(plan.hosts.iter().map(|h| h.ns.clone()));
-        fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
-        let entry = RegistryEntry {
-            pid: std::process::id(),
-            namespaces: namespaces.clone(),
-            bumps: Vec::new(),
-        };
-        fs::write(
-            registry_path(&plan.run_id),
-            serde_json::to_vec(&entry).expect("registry entry serialises"),
-        )
-        .map_err(io("writing the lab registry"))?;
+        // From here on, an early return drops `lab`, which removes what exists.
         let mut lab = Lab {
-            namespaces: Vec::new(),
-            run_id: plan.run_id.clone(),
+            namespaces: Namespaces::new(&plan.run_id, &namespaces)?,
             switch_ifindex: Vec::new(),
         };
-        // From here on, an early return drops `lab`, which removes what exists.
-        for ns in &namespaces {
-            run("ip", &["netns", "add", ns])?;
-            lab.namespaces.push(ns.clone());
-        }
         let sw = plan.switch_ns.as_str();
         let mtu = plan.mtu.to_string();
         let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -380,18 +363,63 @@ impl Lab {
     }
 
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        &self.namespaces.id
     }
 }
 
-impl Drop for Lab {
+/// Network namespaces one process owns. They are recorded in the registry
+/// before they are made, so `wirelab clean` removes them if the process is
+/// killed, and are deleted (with every link and program in them) on drop.
+/// A lab's hosts and switch; a test's or a recorder's own hosts.
+pub struct Namespaces {
+    id: String,
+    names: Vec<String>,
+}
+
+impl Namespaces {
+    /// Creates `names` (each must start with `wl-`, so that `clean` knows
+    /// them) under registry entry `id`. On error, what was made is removed.
+    pub fn new(id: &str, names: &[String]) -> Result<Namespaces, Error> {
+        if let Some(n) = names.iter().find(|n| !n.starts_with(NS_PREFIX)) {
+            return Err(Error::Other(format!(
+                "namespace {n}: a lab namespace's name starts with {NS_PREFIX}"
+            )));
+        }
+        fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
+        let entry = RegistryEntry {
+            pid: std::process::id(),
+            namespaces: names.to_vec(),
+            bumps: Vec::new(),
+        };
+        fs::write(
+            registry_path(id),
+            serde_json::to_vec(&entry).expect("registry entry serialises"),
+        )
+        .map_err(io("writing the lab registry"))?;
+        let mut made = Namespaces {
+            id: id.to_string(),
+            names: Vec::new(),
+        };
+        for ns in names {
+            run("ip", &["netns", "add", ns])?;
+            made.names.push(ns.clone());
+        }
+        Ok(made)
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+impl Drop for Namespaces {
     fn drop(&mut self) {
-        for ns in self.namespaces.iter().rev() {
+        for ns in self.names.iter().rev() {
             if let Err(e) = run("ip", &["netns", "del", ns]) {
                 eprintln!("wirelab: removing namespace {ns}: {e}");
             }
         }
-        let _ = fs::remove_file(registry_path(&self.run_id));
+        let _ = fs::remove_file(registry_path(&self.id));
     }
 }
 

@@ -23,7 +23,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
     if let Some(c) = &a.clock_back {
         let _ = writeln!(
             o,
-            "  clock      {} timestamps go back, by up to {} (first at frame {}): merged files, a clock step or several CPUs writing one file; analyzed in file order, timings across a step are off by that much",
+            "  clock      {} timestamps go back, by up to {} (first at frame {}): merged files, a clock step or several CPUs writing one file; analyzed in file order with each step read as no time passing, so a timing across a step is off by up to that much",
             c.steps,
             dur(c.max_ns),
             c.first_frame

@@ -209,7 +209,7 @@ impl Packet {
             data: &self.data,
             interface: self.interface,
             link: self.link,
-            meta: self.meta.clone(),
+            meta: self.meta,
         }
     }
 }

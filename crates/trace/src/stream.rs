@@ -52,7 +52,7 @@ impl PacketRef<'_> {
             data: self.data.to_vec(),
             interface: self.interface,
             link: self.link,
-            meta: self.meta.clone(),
+            meta: self.meta,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! (cumulative ACK, SACK scoreboard, DSACK, duplicate ACKs), round-trip
 //! samples, and for every retransmission what justified it (`Classify`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use wirelab_trace::{Action, Tcp};
 
@@ -33,8 +33,6 @@ pub(crate) struct Sender {
     first_tx: u32,
     /// First transmissions by relative sequence number.
     segs: BTreeMap<u32, SegState>,
-    /// Retransmissions so far, per data packet index.
-    nth: HashMap<u32, u32>,
     snd_una: u32,
     una_hist: Vec<(u64, u32)>,
     last_ack: Option<(u32, u16)>,
@@ -75,7 +73,6 @@ impl Sender {
             next_new: 1,
             first_tx: 0,
             segs: BTreeMap::new(),
-            nth: HashMap::new(),
             snd_una: 1,
             una_hist: Vec::new(),
             last_ack: None,
@@ -296,26 +293,47 @@ impl Sender {
         (index, first)
     }
 
-    /// A retransmission of data packet `index` (iteration `iter`) at `ts`:
-    /// classified by what the sender could know (`Classify`) and recorded.
+    /// Splits the first transmission that holds byte `at` (not as its
+    /// first byte) in two, each part keeping the whole's history. The
+    /// analysis works in bytes: a super-packet (offloads on) is resent in
+    /// wire-sized pieces, and a retransmission may be repacketized, so
+    /// each byte range that is resent keeps its own count, time of last
+    /// transmission and SACK state.
+    fn split(&mut self, at: u32) {
+        let Some((&k, s)) = self.segs.range(..at).next_back() else {
+            return;
+        };
+        if seq_lt(k, at) && seq_lt(at, s.end) {
+            let tail = s.clone();
+            self.segs.get_mut(&k).expect("just found").end = at;
+            self.segs.insert(at, tail);
+        }
+    }
+
+    /// A retransmission of bytes `rel..end`, data packet `index` (iteration
+    /// `iter`), at `ts`: classified by what the sender could know
+    /// (`Classify`) about its first bytes, and recorded on every byte it
+    /// resends.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_resend(
         &mut self,
         out: &mut ConnAnalysis,
         tx: (Evidence, Option<Action>),
         ts: u64,
-        rel: u32,
+        (rel, end): (u32, u32),
         (index, iter): (u32, u32),
         opts: Options,
     ) {
+        self.split(rel);
+        self.split(end);
         let s = self
             .segs
             .range(..=rel)
             .next_back()
             .map(|(&k, s)| (k, s.clone()))
             .expect("index > 0 has a segment");
-        let n = self.nth.entry(index).or_insert(0);
-        *n += 1;
-        let nth = *n;
+        // The how-manieth time these bytes are resent.
+        let nth = s.1.tx_count;
         let ctx = Classify {
             ts,
             start: s.0,
@@ -380,7 +398,13 @@ impl Sender {
             rto_ns,
             backoff_of,
         });
-        if let Some(st) = self.segs.get_mut(&s.0) {
+        // Every byte this sends was sent again now (a retransmission can
+        // span several first transmissions: Linux collapses small ones).
+        for (_, st) in self
+            .segs
+            .range_mut(s.0..)
+            .take_while(|(&k, _)| seq_lt(k, end))
+        {
             st.last_tx_ts = ts;
             st.last_tx = tx;
             st.tx_count += 1;

@@ -3,6 +3,8 @@
 // Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod tshark;
+
 /// Every golden trace folder under tests/golden/ (scripts/goldens.sh makes
 /// all but the first, an older run kept without its run facts).
 pub const GOLDENS: [&str; 6] = [
@@ -57,5 +59,77 @@ pub fn made_packet(
             port: u32::from(src),
             ..meta
         }),
+    }
+}
+
+/// Makes a TCP connection packet by packet (198.18.0.1:40000 to
+/// 198.18.0.2:5001), each 10 us after the one before unless `wait` says
+/// otherwise: traces with exactly the timing and SACK blocks a test needs.
+pub struct TcpGen {
+    pub t: wirelab_trace::Trace,
+    pub ts: u64,
+}
+
+impl TcpGen {
+    pub fn new() -> TcpGen {
+        TcpGen {
+            t: wirelab_trace::Trace::default(),
+            ts: 1_000_000_000,
+        }
+    }
+
+    /// Time passes.
+    pub fn wait(&mut self, ns: u64) {
+        self.ts += ns;
+    }
+
+    pub fn push(&mut self, from_client: bool, seq: u32, ack: u32, len: u32, syn: bool) {
+        self.push_sacked(from_client, seq, ack, len, syn, &[]);
+    }
+
+    /// A packet with SACK blocks (at most 4; RFC 2018).
+    pub fn push_sacked(
+        &mut self,
+        from_client: bool,
+        seq: u32,
+        ack: u32,
+        len: u32,
+        syn: bool,
+        sacks: &[(u32, u32)],
+    ) {
+        let (a, b) = ([198, 18, 0, 1], [198, 18, 0, 2]);
+        let b0 = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let b1 = if from_client {
+            b0.ipv4(a, b, 64).tcp(40000, 5001, seq, 65535)
+        } else {
+            b0.ipv4(b, a, 64).tcp(5001, 40000, seq, 65535)
+        };
+        let b2 = if syn { b1.syn() } else { b1 };
+        let b3 = if syn && from_client { b2 } else { b2.ack(ack) };
+        let b4 = match sacks {
+            [] => b3,
+            [first, rest @ ..] => {
+                let mut more = [None; 3];
+                for (m, s) in more.iter_mut().zip(rest) {
+                    *m = Some(*s);
+                }
+                b3.options(&[etherparse::TcpOptionElement::SelectiveAcknowledgement(
+                    *first, more,
+                )])
+                .expect("SACK blocks fit")
+            }
+        };
+        let mut data = Vec::new();
+        b4.write(&mut data, &vec![0u8; len as usize]).unwrap();
+        self.ts += 10_000;
+        self.t.packets.push(wirelab_trace::Packet {
+            frame: self.t.packets.len() as u64 + 1,
+            ts_ns: self.ts,
+            orig_len: data.len() as u32,
+            data,
+            interface: 0,
+            link: wirelab_trace::Link::Ethernet,
+            meta: None,
+        });
     }
 }
