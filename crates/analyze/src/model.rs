@@ -1064,6 +1064,10 @@ impl Conn {
                 (index, iter),
                 self.opts,
             );
+        } else if !first {
+            // Bytes never seen sent (a capture gap, or reordered before
+            // the capture point): not judged, but a RACK signal still.
+            snd.remember_resend(rel, end, ts);
         }
         snd.sent(ts);
     }
@@ -1099,6 +1103,8 @@ struct Classify<'a> {
     last_data_ts: u64,
     tlp_out: bool,
     rto_recovery: Option<(u32, u64)>,
+    /// Recent retransmissions: (first byte, end, time), oldest first.
+    resent: &'a std::collections::VecDeque<(u32, u32, u64)>,
 }
 
 impl Classify<'_> {
@@ -1218,14 +1224,30 @@ impl Classify<'_> {
             })
             .min_by_key(|a| a.ts)
             .or_else(|| {
-                // A cumulative ACK past data sent after this transmission.
+                // A cumulative ACK past data sent after this transmission:
+                // above it, or a retransmission below it (RACK goes by send
+                // time, not sequence: a repair sent after this segment and
+                // delivered first marks it lost, RFC 8985 §6.2). The repair
+                // may pass the capture point after the ACK and still have
+                // left the sender's stack before the ACK reached it: by up
+                // to the sender's side of the round trip and its transmit
+                // queue (a capture at the receiver sees exactly this).
+                let slack = self.sender_side + SEND_QUEUE_NS;
                 window.iter().find_map(|a| {
-                    let covered = a.ack > self.seg.end
+                    let above = a.ack > self.seg.end
                         && self
                             .segs
                             .range(self.seg.end..a.ack)
                             .any(|(_, s)| s.last_tx_ts > since && seq_le(s.end, a.ack));
-                    covered.then_some(**a)
+                    let below = || {
+                        self.resent.iter().rev().any(|&(rel, end, t)| {
+                            t > since
+                                && t <= a.ts + slack
+                                && seq_lt(rel, self.start)
+                                && seq_le(end, a.ack)
+                        })
+                    };
+                    (above || below()).then_some(**a)
                 })
             });
         let ack_based = [

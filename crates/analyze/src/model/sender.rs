@@ -3,7 +3,7 @@
 //! (cumulative ACK, SACK scoreboard, DSACK, duplicate ACKs), round-trip
 //! samples, and for every retransmission what justified it (`Classify`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use wirelab_trace::{Action, Tcp};
 
@@ -48,7 +48,14 @@ pub(crate) struct Sender {
     acks_disorder: (usize, usize),
     /// First transmissions below this (relative) were forgotten (`KEEP`).
     forgotten_below: Option<u32>,
+    /// The last `RESENT` retransmissions: (first byte, end, time).
+    resent: VecDeque<(u32, u32, u64)>,
 }
+
+/// How many recent retransmissions a connection remembers as RACK signals
+/// for the data sent before them (a recovery's repairs; older ones have
+/// long been acknowledged or timed out).
+const RESENT: usize = 256;
 
 /// Whether `b` after `a` goes back in time, and back in cumulative ACK.
 fn disorder(a: &AckEv, b: &AckEv) -> (usize, usize) {
@@ -84,6 +91,7 @@ impl Sender {
             una_floor: 1,
             acks_disorder: (0, 0),
             forgotten_below: None,
+            resent: VecDeque::new(),
         }
     }
 
@@ -356,6 +364,7 @@ impl Sender {
             last_data_ts: self.last_data_ts,
             tlp_out: self.tlp_out,
             rto_recovery: self.rto_recovery_until,
+            resent: &self.resent,
         };
         let (reason, trigger, flags) = ctx.classify();
         let crossed = if flags.0 { None } else { ctx.covering_ack() };
@@ -398,6 +407,7 @@ impl Sender {
             rto_ns,
             backoff_of,
         });
+        self.remember_resend(rel, end, ts);
         // Every byte this sends was sent again now (a retransmission can
         // span several first transmissions: Linux collapses small ones).
         for (_, st) in self
@@ -409,6 +419,15 @@ impl Sender {
             st.last_tx = tx;
             st.tx_count += 1;
         }
+    }
+
+    /// Bytes `rel..end` sent again at `ts` (remembered as a RACK signal for
+    /// data sent before them, `Classify`).
+    pub(crate) fn remember_resend(&mut self, rel: u32, end: u32, ts: u64) {
+        if self.resent.len() == RESENT {
+            self.resent.pop_front();
+        }
+        self.resent.push_back((rel, end, ts));
     }
 
     /// A data packet left at `ts` (the tail-loss probe's clock).

@@ -53,8 +53,15 @@ pub fn explained(
     theirs: Flags,
     tshark_ooo: bool,
     reason: Option<Reason>,
+    outstanding: bool,
 ) -> Option<&'static str> {
     match (ours, theirs) {
+        // RFC 5681 §2's duplicate ACK needs (a) outstanding data. tshark
+        // counts a repeated ACK without it too: typically the receiver's
+        // DSACK for a spurious retransmission of the last segment.
+        ((a, b, false), (c, d, true)) if (a, b) == (c, d) && !outstanding => {
+            Some("a repeated ACK with no data outstanding (RFC 5681 §2 (a))")
+        }
         // tshark calls a segment "out-of-order", not a retransmission, when
         // it comes within 3ms of the previous one and no 2 duplicate ACKs
         // preceded it (its heuristic for reordering in the network). Its
@@ -104,32 +111,42 @@ pub fn compare(path: &Path, opts: Options, into: &mut Agreement) -> Option<()> {
     let theirs = flags(path)?;
     let trace = wirelab_trace::read(path).unwrap();
     let a = analyze_keeping_segs(&trace, opts);
-    let mut ours: BTreeMap<u64, (Flags, Option<Reason>)> = BTreeMap::new();
+    // Per frame: flags, the retransmission's reason, data outstanding.
+    let mut ours: BTreeMap<u64, (Flags, Option<Reason>, bool)> = BTreeMap::new();
     for c in &a.connections {
         let reasons: BTreeMap<u64, Reason> = c
             .retransmissions
             .iter()
             .map(|r| (r.at.frame, r.reason))
             .collect();
+        // The highest byte sent so far (relative: data starts at 1).
+        let mut next_new = 1u32;
         for s in &c.segs {
             let frame = trace.packets[s.at.frame as usize - 1].frame;
             let rtx = s.data && s.tcp.payload_len > 0 && !s.first;
             let reason = reasons.get(&frame).copied();
             let fast = matches!(reason, Some(Reason::DupAcks | Reason::Sack | Reason::Rack));
-            ours.insert(frame, ((rtx, fast, s.dupack), reason));
+            if s.data {
+                let end = s.rel.wrapping_add(s.tcp.payload_len);
+                if (end.wrapping_sub(next_new) as i32) > 0 {
+                    next_new = end;
+                }
+            }
+            let outstanding = (next_new.wrapping_sub(s.rel) as i32) > 0;
+            ours.insert(frame, ((rtx, fast, s.dupack), reason, outstanding));
         }
     }
     for (frame, (t, ooo)) in &theirs {
-        let (o, reason) = ours
-            .get(frame)
-            .copied()
-            .unwrap_or(((false, false, false), None));
+        let (o, reason, outstanding) =
+            ours.get(frame)
+                .copied()
+                .unwrap_or(((false, false, false), None, true));
         into.total += 1;
         if o == *t {
             into.agree += 1;
             continue;
         }
-        match explained(o, *t, *ooo, reason) {
+        match explained(o, *t, *ooo, reason, outstanding) {
             Some(w) => *into.why.entry(w).or_default() += 1,
             None => panic!(
                 "{} frame {frame}: wirelab {o:?}, tshark {t:?} (out-of-order {ooo}), reason {reason:?}: unexplained",
