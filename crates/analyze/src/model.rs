@@ -13,7 +13,12 @@
 //! trip, a sender's reaction its side's; latencies are reported both as seen
 //! and with that base round trip taken out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+/// Connections by 4-tuple, hashed with aHash: SipHash (std's) was a
+/// twentieth of the analysis, and aHash keeps its per-process random keys
+/// against captures made to collide.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 use std::net::IpAddr;
 
 use schemars::JsonSchema;
@@ -655,7 +660,7 @@ impl Model {
         Model {
             survey,
             opts,
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             malformed: Vec::new(),
             clock: Clock::default(),
             packets: 0,
