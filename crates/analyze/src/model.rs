@@ -13,8 +13,6 @@
 //! trip, a sender's reaction its side's; latencies are reported both as seen
 //! and with that base round trip taken out.
 
-use std::collections::BTreeMap;
-
 /// Connections by 4-tuple, hashed with aHash: SipHash (std's) was a
 /// twentieth of the analysis, and aHash keeps its per-process random keys
 /// against captures made to collide.
@@ -32,6 +30,7 @@ use crate::{Evidence, Options};
 mod ecn;
 mod iter;
 mod receiver;
+mod segmap;
 mod sender;
 pub mod series;
 
@@ -1091,7 +1090,7 @@ struct Classify<'a> {
     ts: u64,
     start: u32,
     seg: &'a SegState,
-    segs: &'a BTreeMap<u32, SegState>,
+    segs: &'a segmap::SegMap,
     acks: &'a [AckEv],
     una_hist: &'a [(u64, u32)],
     /// `acks` is in time order, and in cumulative ACK order (then binary

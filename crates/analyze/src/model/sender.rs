@@ -3,10 +3,11 @@
 //! (cumulative ACK, SACK scoreboard, DSACK, duplicate ACKs), round-trip
 //! samples, and for every retransmission what justified it (`Classify`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use wirelab_trace::{Action, Tcp};
 
+use super::segmap::SegMap;
 use super::{
     seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission, SegState,
 };
@@ -32,7 +33,7 @@ pub(crate) struct Sender {
     next_new: u32,
     first_tx: u32,
     /// First transmissions by relative sequence number.
-    segs: BTreeMap<u32, SegState>,
+    segs: SegMap,
     snd_una: u32,
     una_hist: Vec<(u64, u32)>,
     last_ack: Option<(u32, u16)>,
@@ -79,7 +80,7 @@ impl Sender {
             min_data_rtt: u64::MAX,
             next_new: 1,
             first_tx: 0,
-            segs: BTreeMap::new(),
+            segs: SegMap::default(),
             snd_una: 1,
             una_hist: Vec::new(),
             last_ack: None,
@@ -133,14 +134,17 @@ impl Sender {
         if seq_lt(self.snd_una, a) && seq_le(a, self.next_new) {
             // Cumulative progress: RTT sample from the newest segment it
             // covers that was never retransmitted.
-            if let Some((_, s)) = self.segs.range(..a).next_back() {
-                // Karn (RFC 6298 §3): never retransmitted; and not SACKed
-                // before (then this ACK was held back by a hole, and the
-                // SACK gave the sample).
-                if s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a) {
-                    let rtt = ts.saturating_sub(s.first_ts);
-                    self.rtt_sample(out, rtt);
-                }
+            // Karn (RFC 6298 §3): never retransmitted; and not SACKed
+            // before (then this ACK was held back by a hole, and the SACK
+            // gave the sample).
+            let sample = self
+                .segs
+                .range(..a)
+                .next_back()
+                .filter(|(_, s)| s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a))
+                .map(|(_, s)| ts.saturating_sub(s.first_ts));
+            if let Some(rtt) = sample {
+                self.rtt_sample(out, rtt);
             }
             out.bytes_acked += u64::from(a.wrapping_sub(self.snd_una));
             self.snd_una = a;
@@ -313,7 +317,7 @@ impl Sender {
         };
         if seq_lt(k, at) && seq_lt(at, s.end) {
             let tail = s.clone();
-            self.segs.get_mut(&k).expect("just found").end = at;
+            self.segs.get_mut(k).expect("just found").end = at;
             self.segs.insert(at, tail);
         }
     }

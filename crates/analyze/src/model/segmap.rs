@@ -1,0 +1,206 @@
+//! A sender's first transmissions by relative sequence number: the
+//! ordered map the loss classifier searches, kept as one sorted ring.
+//!
+//! First transmissions arrive in sequence order, and history is dropped
+//! from the front, so a `VecDeque` takes both at O(1) where a `BTreeMap`
+//! allocated a node every few inserts (its inserts and page faults were a
+//! third of `wirelab analyze`'s time). Lookups are binary searches. The
+//! rare insert in the middle (a retransmission split off part of a
+//! segment, `Sender::split`) shifts the shorter side. Keys compare as
+//! plain `u32`, as the map's did.
+
+use std::collections::VecDeque;
+use std::ops::{Bound, RangeBounds};
+
+use super::SegState;
+
+#[derive(Debug, Default)]
+pub(crate) struct SegMap {
+    v: VecDeque<(u32, SegState)>,
+}
+
+impl SegMap {
+    pub(crate) fn len(&self) -> usize {
+        self.v.len()
+    }
+
+    /// The first index whose key fails `before` (the keys that pass come
+    /// first). Searched from the back, in steps that double, then by
+    /// bisection: almost every question (an ACK, a SACK, a send) is about
+    /// data near the newest, while the history behind it is long, so this
+    /// touches a few recent entries instead of a path through all of them
+    /// (a plain binary search here was a fifth of the analysis).
+    fn from_back(&self, before: impl Fn(u32) -> bool) -> usize {
+        let mut hi = self.v.len();
+        let mut step = 1;
+        while hi > 0 {
+            let i = hi.saturating_sub(step);
+            if before(self.v[i].0) {
+                let mut lo = i + 1;
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if before(self.v[mid].0) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                return lo;
+            }
+            hi = i;
+            step *= 2;
+        }
+        0
+    }
+
+    /// The index of the first key not below `k`.
+    fn lower(&self, k: u32) -> usize {
+        self.from_back(|x| x < k)
+    }
+
+    /// The index of the first key above `k`.
+    fn upper(&self, k: u32) -> usize {
+        self.from_back(|x| x <= k)
+    }
+
+    /// The index range of the keys in `r`.
+    fn span(&self, r: &impl RangeBounds<u32>) -> (usize, usize) {
+        let from = match r.start_bound() {
+            Bound::Included(&k) => self.lower(k),
+            Bound::Excluded(&k) => self.upper(k),
+            Bound::Unbounded => 0,
+        };
+        let to = match r.end_bound() {
+            Bound::Included(&k) => self.upper(k),
+            Bound::Excluded(&k) => self.lower(k),
+            Bound::Unbounded => self.v.len(),
+        };
+        (from, to.max(from))
+    }
+
+    /// Inserts or replaces the entry at `k`.
+    pub(crate) fn insert(&mut self, k: u32, s: SegState) {
+        if self.v.back().is_none_or(|(last, _)| *last < k) {
+            self.v.push_back((k, s));
+            return;
+        }
+        let i = self.lower(k);
+        match self.v.get_mut(i) {
+            Some(e) if e.0 == k => e.1 = s,
+            _ => self.v.insert(i, (k, s)),
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, k: u32) -> Option<&mut SegState> {
+        let i = self.lower(k);
+        self.v.get_mut(i).filter(|e| e.0 == k).map(|e| &mut e.1)
+    }
+
+    pub(crate) fn range(
+        &self,
+        r: impl RangeBounds<u32>,
+    ) -> impl DoubleEndedIterator<Item = (&u32, &SegState)> {
+        let (from, to) = self.span(&r);
+        self.v.range(from..to).map(|(k, s)| (k, s))
+    }
+
+    pub(crate) fn range_mut(
+        &mut self,
+        r: impl RangeBounds<u32>,
+    ) -> impl DoubleEndedIterator<Item = (&u32, &mut SegState)> {
+        let (from, to) = self.span(&r);
+        self.v.range_mut(from..to).map(|(k, s)| (&*k, s))
+    }
+
+    pub(crate) fn first_key_value(&self) -> Option<(&u32, &SegState)> {
+        self.v.front().map(|(k, s)| (k, s))
+    }
+
+    pub(crate) fn pop_first(&mut self) -> Option<(u32, SegState)> {
+        self.v.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::Evidence;
+
+    fn seg(index: u32) -> SegState {
+        SegState {
+            index,
+            end: 0,
+            first_ts: 0,
+            last_tx_ts: 0,
+            last_tx: (
+                Evidence {
+                    frame: u64::from(index),
+                    mirror_seq: None,
+                },
+                None,
+            ),
+            tx_count: 1,
+            sacked_ts: None,
+            sack_at: None,
+        }
+    }
+
+    /// The same operations on a BTreeMap and a SegMap give the same
+    /// answers: appends, inserts in the middle, replacements, every kind
+    /// of range, pops from the front.
+    #[test]
+    fn answers_as_a_btreemap_does() {
+        let mut a: BTreeMap<u32, SegState> = BTreeMap::new();
+        let mut b = SegMap::default();
+        // A small deterministic mix: mostly ascending, some in between.
+        let mut x = 7u32;
+        for i in 0..2000u32 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            let k = if x % 5 == 0 {
+                (x >> 8) % (i * 10 + 1)
+            } else {
+                i * 10
+            };
+            a.insert(k, seg(i));
+            b.insert(k, seg(i));
+            if i % 97 == 0 {
+                assert_eq!(a.pop_first().map(|e| e.0), b.pop_first().map(|e| e.0));
+            }
+        }
+        assert_eq!(a.len(), b.len());
+        let keys = |it: &mut dyn Iterator<Item = (&u32, &SegState)>| -> Vec<(u32, u32)> {
+            it.map(|(k, s)| (*k, s.index)).collect()
+        };
+        for q in (0..20_100u32).step_by(37) {
+            let r = q + 500;
+            assert_eq!(keys(&mut a.range(..q)), keys(&mut b.range(..q)));
+            assert_eq!(keys(&mut a.range(..=q)), keys(&mut b.range(..=q)));
+            assert_eq!(keys(&mut a.range(q..)), keys(&mut b.range(q..)));
+            assert_eq!(keys(&mut a.range(q..r)), keys(&mut b.range(q..r)));
+            assert_eq!(
+                a.range(..=q).next_back().map(|e| *e.0),
+                b.range(..=q).next_back().map(|e| *e.0)
+            );
+            assert_eq!(
+                a.get_mut(&q).map(|s| s.index),
+                b.get_mut(q).map(|s| s.index)
+            );
+        }
+        for (_, s) in b.range_mut(1000..2000) {
+            s.tx_count = 9;
+        }
+        for (_, s) in a.range_mut(1000..2000) {
+            s.tx_count = 9;
+        }
+        let counts = |it: &mut dyn Iterator<Item = (&u32, &SegState)>| -> Vec<u32> {
+            it.map(|(_, s)| s.tx_count).collect()
+        };
+        assert_eq!(counts(&mut a.range(..)), counts(&mut b.range(..)));
+        assert_eq!(
+            a.first_key_value().map(|e| *e.0),
+            b.first_key_value().map(|e| *e.0)
+        );
+    }
+}
