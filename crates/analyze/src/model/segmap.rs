@@ -30,7 +30,7 @@ impl SegMap {
     /// data near the newest, while the history behind it is long, so this
     /// touches a few recent entries instead of a path through all of them
     /// (a plain binary search here was a fifth of the analysis).
-    fn from_back(&self, before: impl Fn(u32) -> bool) -> usize {
+    fn search_back(&self, before: impl Fn(u32) -> bool) -> usize {
         let mut hi = self.v.len();
         let mut step = 1;
         while hi > 0 {
@@ -55,12 +55,12 @@ impl SegMap {
 
     /// The index of the first key not below `k`.
     fn lower(&self, k: u32) -> usize {
-        self.from_back(|x| x < k)
+        self.search_back(|x| x < k)
     }
 
     /// The index of the first key above `k`.
     fn upper(&self, k: u32) -> usize {
-        self.from_back(|x| x <= k)
+        self.search_back(|x| x <= k)
     }
 
     /// The index range of the keys in `r`.
