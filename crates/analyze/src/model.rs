@@ -13,6 +13,8 @@
 //! trip, a sender's reaction its side's; latencies are reported both as seen
 //! and with that base round trip taken out.
 
+use std::sync::Arc;
+
 /// Connections by 4-tuple, hashed with aHash: SipHash (std's) was a
 /// twentieth of the analysis, and aHash keeps its per-process random keys
 /// against captures made to collide.
@@ -643,35 +645,135 @@ impl ConnSurvey {
 
 /// The model fed one packet at a time, in capture order, after a
 /// [`Survey`] of the same packets: state per connection only.
+///
+/// Connections are independent, so with [`Model::threads`] they are
+/// spread over worker threads by their 4-tuple: the caller's thread reads,
+/// stamps and parses each packet and hands it, in batches, to the worker
+/// that owns its connection, which sees that connection's packets in
+/// capture order. The analysis is the same with any number of workers.
 pub struct Model {
-    survey: Survey,
-    opts: Options,
-    conns: HashMap<Key, Conn>,
+    shared: Arc<Shared>,
+    conns: Conns,
     malformed: Vec<Malformed>,
     clock: Clock,
     packets: u64,
     first_ts_ns: Option<u64>,
+    workers: Vec<Worker>,
+}
+
+/// What every worker reads.
+struct Shared {
+    survey: Survey,
+    opts: Options,
     keep_segs: bool,
+}
+
+/// One packet for a connection's builder.
+struct Item {
+    key: Key,
+    at: Evidence,
+    tcp: Tcp,
+    ts: u64,
+    meta: Option<wirelab_trace::Meta>,
+}
+
+/// Packets handed to a worker at a time (a channel message each).
+const BATCH: usize = 1024;
+
+struct Worker {
+    batch: Vec<Item>,
+    tx: std::sync::mpsc::SyncSender<Vec<Item>>,
+    done: std::thread::JoinHandle<Vec<ConnAnalysis>>,
+}
+
+/// Connections by 4-tuple, each built from its packets in order.
+#[derive(Default)]
+struct Conns(HashMap<Key, Conn>);
+
+impl Conns {
+    fn add(&mut self, shared: &Shared, it: Item) {
+        let conn = match self.0.entry(it.key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let Some(s) = shared.survey.conns.get(&it.key) else {
+                    // Not in the survey: the two passes read different
+                    // bytes (the file changed between them).
+                    return;
+                };
+                let has_meta = shared.survey.has_meta;
+                let id = s.meta.map_or_else(
+                    || s.order as u32 + 1 + if has_meta { 10_000 } else { 0 },
+                    |(id, _)| id,
+                );
+                let src = s.data_source();
+                let dst = if s.first.0 == src {
+                    s.first.1
+                } else {
+                    s.first.0
+                };
+                let (hs, base) = s.base_rtt(src);
+                let mut c = Conn::new(id, src, dst, hs, base, shared.opts);
+                c.keep_segs = shared.keep_segs;
+                e.insert(c)
+            }
+        };
+        conn.add(it.at, it.tcp, it.ts, it.meta.as_ref());
+    }
+
+    fn finish(self) -> Vec<ConnAnalysis> {
+        self.0.into_values().map(Conn::finish).collect()
+    }
 }
 
 impl Model {
     pub fn new(survey: Survey, opts: Options) -> Model {
         Model {
-            survey,
-            opts,
-            conns: HashMap::default(),
+            shared: Arc::new(Shared {
+                survey,
+                opts,
+                keep_segs: false,
+            }),
+            conns: Conns::default(),
             malformed: Vec::new(),
             clock: Clock::default(),
             packets: 0,
             first_ts_ns: None,
-            keep_segs: false,
+            workers: Vec::new(),
         }
     }
 
     /// Keep every packet's view in [`ConnAnalysis::segs`] (tests and
-    /// tools: memory then grows with the capture).
+    /// tools: memory then grows with the capture). Before any packet.
     pub fn keep_segs(&mut self) {
-        self.keep_segs = true;
+        Arc::get_mut(&mut self.shared)
+            .expect("keep_segs before threads")
+            .keep_segs = true;
+    }
+
+    /// Builds connections on `n` worker threads (0: on the caller's).
+    /// Before any packet.
+    pub fn threads(&mut self, n: usize) {
+        assert!(self.packets == 0 && self.workers.is_empty());
+        for _ in 0..n {
+            // A few batches in flight per worker: memory stays bounded
+            // when the reader is faster than a worker.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Item>>(4);
+            let shared = Arc::clone(&self.shared);
+            let done = std::thread::spawn(move || {
+                let mut conns = Conns::default();
+                for batch in rx {
+                    for it in batch {
+                        conns.add(&shared, it);
+                    }
+                }
+                conns.finish()
+            });
+            self.workers.push(Worker {
+                batch: Vec::with_capacity(BATCH),
+                tx,
+                done,
+            });
+        }
     }
 
     pub fn add(&mut self, p: &PacketRef) {
@@ -695,42 +797,44 @@ impl Model {
                 return;
             }
         };
-        let k = canonical(&t);
-        let conn = match self.conns.entry(k) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let Some(s) = self.survey.conns.get(&k) else {
-                    // Not in the survey: the two passes read different
-                    // bytes (the file changed between them).
-                    return;
-                };
-                let has_meta = self.survey.has_meta;
-                let id = s.meta.map_or_else(
-                    || s.order as u32 + 1 + if has_meta { 10_000 } else { 0 },
-                    |(id, _)| id,
-                );
-                let src = s.data_source();
-                let dst = if s.first.0 == src {
-                    s.first.1
-                } else {
-                    s.first.0
-                };
-                let (hs, base) = s.base_rtt(src);
-                let mut c = Conn::new(id, src, dst, hs, base, self.opts);
-                c.keep_segs = self.keep_segs;
-                e.insert(c)
-            }
+        let it = Item {
+            key: canonical(&t),
+            at: evidence_of(p),
+            tcp: t,
+            ts,
+            meta: p.meta,
         };
-        conn.add(evidence_of(p), t, ts, p.meta.as_ref());
+        if self.workers.is_empty() {
+            self.conns.add(&self.shared, it);
+            return;
+        }
+        let n = self.workers.len();
+        let w =
+            &mut self.workers[(self.shared.survey.conns.hasher().hash_one(it.key) as usize) % n];
+        w.batch.push(it);
+        if w.batch.len() == BATCH {
+            let full = std::mem::replace(&mut w.batch, Vec::with_capacity(BATCH));
+            // A worker that is gone panicked; its join in `finish` says so.
+            let _ = w.tx.send(full);
+        }
     }
 
     /// The analysis, once every packet was added; `truncated` is where the
     /// file stopped being readable, if it did.
     pub fn finish(self, truncated: Option<&wirelab_trace::Damage>) -> Analysis {
-        let mut connections: Vec<ConnAnalysis> =
-            self.conns.into_values().map(Conn::finish).collect();
+        let mut connections = self.conns.finish();
+        for w in self.workers {
+            if !w.batch.is_empty() {
+                let _ = w.tx.send(w.batch);
+            }
+            drop(w.tx);
+            match w.done.join() {
+                Ok(c) => connections.extend(c),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
         connections.sort_by_key(|c| c.id);
-        let has_meta = self.survey.has_meta;
+        let has_meta = self.shared.survey.has_meta;
         Analysis {
             vantage: vantage_words(has_meta, &connections),
             switch_metadata: has_meta,

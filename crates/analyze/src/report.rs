@@ -104,12 +104,14 @@ pub struct Progress {
 /// connection, whatever the file's size. A capture with wirelab's switch
 /// metadata (a run's trace, bounded by its run) is read into memory
 /// instead: the vAQM analyzer replays the switch's queues from every
-/// packet.
+/// packet. `threads` build connections on that many worker threads in the
+/// second pass (0: on this one; see [`model::Model::threads`]).
 pub fn stream(
     path: &Path,
     opts: Options,
     facts: Option<&RunFacts>,
     analyzers: &[&str],
+    threads: usize,
     progress: &dyn Fn(Progress),
 ) -> Result<Report, wirelab_trace::Error> {
     let name = path.display().to_string();
@@ -151,6 +153,7 @@ pub fn stream(
     let surveyed = survey.packets();
     let mut r = open()?;
     let mut model = model::Model::new(survey, opts);
+    model.threads(threads);
     let mut roce = Vec::new();
     while let Some(p) = r.next() {
         model.add(&p);

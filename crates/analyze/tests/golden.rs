@@ -1024,3 +1024,29 @@ fn a_super_packet_resent_in_pieces_is_one_retransmission_of_each_byte() {
         pieces.iter().map(|r| (r.nth, r.reason)).collect::<Vec<_>>()
     );
 }
+
+/// Connections built on worker threads (`wirelab analyze --threads`) give
+/// the same analysis as on the reader's thread, on every golden (incast
+/// has many connections, spread over the workers).
+#[test]
+fn connections_built_on_worker_threads_give_the_same_analysis() {
+    for name in ALL {
+        let t = golden(name);
+        let run = |threads: usize| {
+            let mut s = wirelab_analyze::model::Survey::default();
+            for p in &t.packets {
+                s.add(&p.as_ref());
+            }
+            let mut m = wirelab_analyze::model::Model::new(s, common::options(name));
+            m.threads(threads);
+            for p in &t.packets {
+                m.add(&p.as_ref());
+            }
+            serde_json::to_string(&m.finish(t.truncated.as_ref())).unwrap()
+        };
+        let alone = run(0);
+        assert!(alone.len() > 1000, "{name}");
+        assert_eq!(run(1), alone, "{name}: one worker");
+        assert_eq!(run(3), alone, "{name}: three workers");
+    }
+}

@@ -33,6 +33,7 @@ pub fn run(
     verbose: bool,
     analyzers: &[String],
     min_rto_ns: u64,
+    threads: Option<usize>,
     // While set, Ctrl-C exits at once: reading and analyzing leave nothing
     // behind. Cleared before a file is written.
     exit_on_interrupt: &std::sync::atomic::AtomicBool,
@@ -66,17 +67,28 @@ pub fn run(
     // The file is read twice (survey, then model), never held: progress
     // is over both passes, in the file's bytes.
     let pb = bytes_bar(trace);
-    let report = match wirelab_analyze::report::stream(trace, opts, facts.as_ref(), &names, &|p| {
-        pb.set_length(2 * p.total);
-        pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
-    }) {
-        Ok(r) => r,
-        Err(e) => {
-            pb.finish_and_clear();
-            eprintln!("wirelab: {e}");
-            return Ok(code::ERROR);
+    let threads = threads.unwrap_or_else(|| {
+        // The reader keeps one core; connections are built on the rest.
+        let size = std::fs::metadata(trace).map_or(0, |m| m.len());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if size >= 64 << 20 {
+            cores.saturating_sub(1).max(1)
+        } else {
+            0
         }
-    };
+    });
+    let report =
+        match wirelab_analyze::report::stream(trace, opts, facts.as_ref(), &names, threads, &|p| {
+            pb.set_length(2 * p.total);
+            pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                pb.finish_and_clear();
+                eprintln!("wirelab: {e}");
+                return Ok(code::ERROR);
+            }
+        };
     pb.finish_and_clear();
     exit_on_interrupt.store(false, std::sync::atomic::Ordering::SeqCst);
     if let Some(h) = html {

@@ -67,6 +67,11 @@ enum Cmd {
         /// List the findings `expect:` can name, with their units.
         #[arg(long, conflicts_with = "json")]
         findings: bool,
+        /// Threads that build connections in the second pass (0: none
+        /// beside the reader). Default: one per core after the first for
+        /// files of 64 MB and more, none for smaller ones.
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Run the switch with its vAQM stage inline between two existing
     /// interfaces of a namespace (NetBump's bump on the wire): each side's
@@ -244,6 +249,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             analyzers,
             min_rto,
             findings,
+            threads,
         } => {
             if findings {
                 for (n, u) in wirelab_analyze::catalog().findings() {
@@ -259,6 +265,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 verbose,
                 &analyzers,
                 min_rto.0,
+                threads,
                 &NOTHING_TO_CLEAN,
             )
         }
