@@ -1342,7 +1342,7 @@ impl Classify<'_> {
                 // queue (a capture at the receiver sees exactly this).
                 let slack = self.sender_side + SEND_QUEUE_NS;
                 window.iter().find_map(|a| {
-                    let above = a.ack > self.seg.end
+                    let above = seq_lt(self.seg.end, a.ack)
                         && self
                             .segs
                             .range(self.seg.end..a.ack)

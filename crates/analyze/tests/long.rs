@@ -52,3 +52,52 @@ fn history_beyond_keep_is_forgotten_and_counted_not_misjudged() {
     // a sample.
     assert_eq!(c.rtt.count(), u64::from(n));
 }
+
+/// A connection past 4 GB: relative sequence numbers wrap (RFC 9293 §3.4
+/// compares them modulo 2^32), and the model's history, kept in sequence
+/// order, stays in order across the wrap. 80,000 segments of 60,000 bytes
+/// (4.8 GB, captured as headers only); a segment acknowledged 50 segments
+/// before the end, past the wrap, is resent and judged as such.
+#[test]
+fn a_connection_past_4_gb_is_judged_across_the_sequence_wrap() {
+    const LEN: u32 = 60_000;
+    let mut g = common::TcpGen::new();
+    let (isn, server_isn) = (1000u32, 5000u32);
+    g.push(true, isn, 0, 0, true);
+    g.push(false, server_isn, isn + 1, 0, true);
+    g.push(true, isn + 1, server_isn + 1, 0, false);
+    let n = 80_000u32;
+    let seq = |k: u32| (isn + 1).wrapping_add(k.wrapping_mul(LEN));
+    for k in 0..n {
+        g.push_snapped(true, seq(k), server_isn + 1, LEN);
+        g.push(false, server_isn + 1, seq(k + 1), 0, false);
+    }
+    assert!(u64::from(n) * u64::from(LEN) > 1 << 32);
+    g.wait(1_000_000_000);
+    g.push_snapped(true, seq(n - 50), server_isn + 1, LEN);
+    let r = build(
+        "past-4-gb",
+        &g.t,
+        Options::default(),
+        None,
+        &["loss-recovery"],
+        &[],
+        &|_| {},
+    );
+    let c = &r.analysis.connections[0];
+    assert_eq!(c.first_transmissions, n);
+    assert_eq!(c.bytes_acked, u64::from(n) * u64::from(LEN));
+    assert_eq!(c.retransmissions.len(), 1);
+    let rt = &c.retransmissions[0];
+    assert_eq!(rt.packet, n - 50 + 1);
+    assert!(rt.already_acked, "{rt:?}");
+    assert_eq!(c.rtt.count(), u64::from(n), "one RTT sample per segment");
+    let f = &r.analyzers[0].findings;
+    assert_eq!(
+        f.iter()
+            .filter(|f| f.name == "acked-data-retransmitted")
+            .count(),
+        1,
+        "{f:#?}"
+    );
+}

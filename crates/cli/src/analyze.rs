@@ -71,8 +71,8 @@ pub fn run(
         // The reader keeps one core; connections are built on the rest.
         let size = std::fs::metadata(trace).map_or(0, |m| m.len());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if size >= 64 << 20 {
-            cores.saturating_sub(1).max(1)
+        if size >= 64 << 20 && cores > 1 {
+            cores - 1
         } else {
             0
         }

@@ -6,8 +6,13 @@
 //! allocated a node every few inserts (its inserts and page faults were a
 //! third of `wirelab analyze`'s time). Lookups are binary searches. The
 //! rare insert in the middle (a retransmission split off part of a
-//! segment, `Sender::split`) shifts the shorter side. Keys compare as
-//! plain `u32`, as the map's did.
+//! segment, `Sender::split`) shifts the shorter side.
+//!
+//! Keys are relative sequence numbers, which wrap after 4 GB of a
+//! connection: they compare in sequence space (RFC 9293 §3.4), as
+//! distances from a point 2^31 before the oldest key, so the map stays in
+//! order across a wrap. The sender keeps its history under 2^30 bytes
+//! (`Sender::forget`), well inside that.
 
 use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
@@ -22,6 +27,13 @@ pub(crate) struct SegMap {
 impl SegMap {
     pub(crate) fn len(&self) -> usize {
         self.v.len()
+    }
+
+    /// Where `k` falls in sequence order: its distance from 2^31 before
+    /// the oldest key.
+    fn ord(&self, k: u32) -> u32 {
+        let base = self.v.front().map_or(0, |(f, _)| f.wrapping_sub(1 << 31));
+        k.wrapping_sub(base)
     }
 
     /// The first index whose key fails `before` (the keys that pass come
@@ -55,12 +67,14 @@ impl SegMap {
 
     /// The index of the first key not below `k`.
     fn lower(&self, k: u32) -> usize {
-        self.search_back(|x| x < k)
+        let k = self.ord(k);
+        self.search_back(|x| self.ord(x) < k)
     }
 
     /// The index of the first key above `k`.
     fn upper(&self, k: u32) -> usize {
-        self.search_back(|x| x <= k)
+        let k = self.ord(k);
+        self.search_back(|x| self.ord(x) <= k)
     }
 
     /// The index range of the keys in `r`.
@@ -80,7 +94,11 @@ impl SegMap {
 
     /// Inserts or replaces the entry at `k`.
     pub(crate) fn insert(&mut self, k: u32, s: SegState) {
-        if self.v.back().is_none_or(|(last, _)| *last < k) {
+        if self
+            .v
+            .back()
+            .is_none_or(|(last, _)| self.ord(*last) < self.ord(k))
+        {
             self.v.push_back((k, s));
             return;
         }
@@ -118,6 +136,14 @@ impl SegMap {
 
     pub(crate) fn pop_first(&mut self) -> Option<(u32, SegState)> {
         self.v.pop_front()
+    }
+
+    /// Bytes from the oldest key to the newest entry's end.
+    pub(crate) fn bytes(&self) -> u32 {
+        match (self.v.front(), self.v.back()) {
+            (Some((k, _)), Some((_, last))) => last.end.wrapping_sub(*k),
+            _ => 0,
+        }
     }
 }
 
@@ -202,5 +228,27 @@ mod tests {
             a.first_key_value().map(|e| *e.0),
             b.first_key_value().map(|e| *e.0)
         );
+    }
+
+    /// Across the wrap of the 32-bit sequence space (a connection past
+    /// 4 GB), keys stay in sequence order and appends stay appends.
+    #[test]
+    fn keys_stay_in_sequence_order_across_the_wrap() {
+        let mut m = SegMap::default();
+        let start = u32::MAX - 5 * 1000 + 1;
+        for i in 0..10u32 {
+            m.insert(start.wrapping_add(i * 1000), seg(i));
+        }
+        let order: Vec<u32> = m.range(..).map(|(_, s)| s.index).collect();
+        assert_eq!(order, (0..10).collect::<Vec<_>>());
+        // 3000 is past the wrap: the keys before it are those sent before.
+        let before: Vec<u32> = m.range(..3000).map(|(_, s)| s.index).collect();
+        assert_eq!(before, (0..8).collect::<Vec<_>>());
+        assert_eq!(m.range(..=start).next_back().map(|(_, s)| s.index), Some(0));
+        // Below the oldest key: nothing before it.
+        assert_eq!(m.range(..start.wrapping_sub(10)).count(), 0);
+        m.insert(500, seg(99));
+        let order: Vec<u32> = m.range(..).map(|(_, s)| s.index).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4, 5, 99, 6, 7, 8, 9]);
     }
 }

@@ -73,6 +73,12 @@ fn disorder(a: &AckEv, b: &AckEv) -> (usize, usize) {
 /// connection's memory bounded however long it runs.
 pub const KEEP: usize = 1 << 16;
 
+/// The most sequence space the history spans, whatever `KEEP` allows
+/// (65536 super-packets of 64 KB would be 4 GB): sequence numbers wrap
+/// after 2^32 bytes and compare correctly only within 2^31 (RFC 9293
+/// §3.4), so a connection of any length keeps a history of at most 1 GB.
+const SPAN: u32 = 1 << 30;
+
 impl Sender {
     pub(crate) fn new(handshake_rtt_ns: Option<u64>) -> Sender {
         Sender {
@@ -180,8 +186,42 @@ impl Sender {
         dup
     }
 
-    /// Drops history beyond `KEEP` (see there), in batches.
+    /// Drops history beyond `KEEP` (see there), or spanning more than
+    /// `SPAN` bytes, in batches.
     fn forget(&mut self) {
+        let newest = self.acks.last().map_or(0, |a| a.ack);
+        let old = |ack: u32| newest.wrapping_sub(ack) > SPAN / 2;
+        if self
+            .acks
+            .first()
+            .is_some_and(|a| newest.wrapping_sub(a.ack) > SPAN)
+        {
+            let cut = self.acks.partition_point(|a| old(a.ack));
+            self.acks.drain(..cut.max(1));
+            self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
+                let (dt, dk) = disorder(&w[0], &w[1]);
+                (t + dt, k + dk)
+            });
+        }
+        if self
+            .una_hist
+            .first()
+            .is_some_and(|u| newest.wrapping_sub(u.1) > SPAN)
+        {
+            let cut = self.una_hist.partition_point(|u| old(u.1)).max(1);
+            self.una_floor = self.una_hist[cut - 1].1;
+            self.una_hist.drain(..cut);
+        }
+        while self.segs.bytes() > SPAN {
+            match self.segs.first_key_value() {
+                Some((_, s)) if seq_le(s.end, self.snd_una) => {
+                    let end = s.end;
+                    self.segs.pop_first();
+                    self.forgotten_below = Some(end);
+                }
+                _ => break,
+            }
+        }
         if self.acks.len() > 2 * KEEP {
             self.acks.drain(..self.acks.len() - KEEP);
             self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
@@ -326,7 +366,6 @@ impl Sender {
     /// `iter`), at `ts`: classified by what the sender could know
     /// (`Classify`) about its first bytes, and recorded on every byte it
     /// resends.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_resend(
         &mut self,
         out: &mut ConnAnalysis,

@@ -87,6 +87,19 @@ impl TcpGen {
         self.push_sacked(from_client, seq, ack, len, syn, &[]);
     }
 
+    /// A data packet of `len` payload bytes captured with its headers only
+    /// (as with a small snap length): long connections in little memory.
+    pub fn push_snapped(&mut self, from_client: bool, seq: u32, ack: u32, len: u32) {
+        self.push(from_client, seq, ack, 0, false);
+        let p = self.t.packets.last_mut().expect("just pushed");
+        let total = 40 + len as usize;
+        p.data[16..18].copy_from_slice(&(total as u16).to_be_bytes());
+        p.data[24..26].fill(0);
+        let (ip, _) = etherparse::Ipv4Header::from_slice(&p.data[14..]).unwrap();
+        p.data[24..26].copy_from_slice(&ip.calc_header_checksum().to_be_bytes());
+        p.orig_len = (14 + total) as u32;
+    }
+
     /// A packet with SACK blocks (at most 4; RFC 2018).
     pub fn push_sacked(
         &mut self,
