@@ -77,18 +77,6 @@ pub fn run(
             0
         }
     });
-    if threads > 0 {
-        // One malloc arena for the reader and the workers. With glibc's
-        // default (an arena per thread) the workers' connection state grew
-        // in arenas that are never trimmed: a 10 GB capture peaked at 1509
-        // MB on two threads against 444 MB on one; with one arena, 445 MB,
-        // and faster (34.7 s against 38.1 s), as the workers allocate
-        // little. Set before the workers exist, so they take it.
-        // SAFETY: mallopt only tunes the allocator; no memory is touched.
-        unsafe {
-            nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
-        }
-    }
     let report =
         match wirelab_analyze::report::stream(trace, opts, facts.as_ref(), &names, threads, &|p| {
             pb.set_length(2 * p.total);

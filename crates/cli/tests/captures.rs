@@ -332,6 +332,16 @@ fn captures_with_offloads_off_read_whole_and_pass() {
     }
 
     // editcap conversions: pcapng to microsecond pcap, pcap to pcapng.
+    // libpcap 1.10's `-i any` writes Linux cooked v2 (SLL2) headers.
+    let any = tool(
+        "capinfos",
+        &["-E", dir.path().join("any.pcap").to_str().unwrap()],
+    );
+    assert!(
+        String::from_utf8_lossy(&any.stdout).contains("Linux cooked-mode capture v2"),
+        "{}",
+        String::from_utf8_lossy(&any.stdout)
+    );
     let full = dir.path().join("full.pcap");
     let dump = dir.path().join("dumpcap.pcapng");
     let mut made = Vec::new();
