@@ -172,29 +172,41 @@ pub fn run(packets: u64) -> Result<()> {
         ("all cores", cores.saturating_sub(1).max(1)),
     ] {
         let started = Instant::now();
-        let (out, rss) = measured(
+        let json = dir.path().join(format!("analysis-{threads}.json"));
+        let (status, stderr, rss) = measured(
             std::process::Command::new(&exe)
                 .args(["analyze", "--json", "--threads", &threads.to_string()])
                 .arg(&path),
+            &json,
         )
         .context("running wirelab analyze")?;
         let secs = started.elapsed().as_secs_f64();
         ours = ours.min(secs);
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-            format!("wirelab analyze: {}", String::from_utf8_lossy(&out.stderr))
-        })?;
-        let rtx: usize = report["connections"]
-            .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| c["retransmissions"].as_array().map_or(0, Vec::len))
-                    .sum()
-            })
-            .unwrap_or(0);
-        if out.status.code() != Some(0) || rtx == 0 {
+        // Read as a stream into the two fields needed: this process stays
+        // small (see `measured`).
+        #[derive(serde::Deserialize)]
+        struct Conn {
+            retransmissions: Vec<serde::de::IgnoredAny>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Report {
+            connections: Vec<Conn>,
+        }
+        let report: Report =
+            serde_json::from_reader(std::io::BufReader::new(std::fs::File::open(&json)?))
+                .with_context(|| {
+                    format!("wirelab analyze: {}", String::from_utf8_lossy(&stderr))
+                })?;
+        std::fs::remove_file(&json)?;
+        let rtx: usize = report
+            .connections
+            .iter()
+            .map(|c| c.retransmissions.len())
+            .sum();
+        if status.code() != Some(0) || rtx == 0 {
             bail!(
                 "the generated trace should have retransmissions and no violations ({rtx} retransmissions, exit {:?})",
-                out.status.code()
+                status.code()
             );
         }
         println!(
@@ -216,7 +228,8 @@ pub fn run(packets: u64) -> Result<()> {
     }
     eprintln!("running tshark -2 -Y tcp.analysis.flags (slow) ...");
     let started = Instant::now();
-    let (out, their_rss) = measured(
+    let flags = dir.path().join("tshark-flags.txt");
+    let (status, stderr, their_rss) = measured(
         std::process::Command::new("tshark")
             .args(["-2", "-r"])
             .arg(&path)
@@ -228,15 +241,17 @@ pub fn run(packets: u64) -> Result<()> {
                 "-e",
                 "frame.number",
             ]),
+        &flags,
     )
     .context("running tshark (make deps installs it)")?;
     let theirs = started.elapsed().as_secs_f64();
-    if !out.status.success() {
-        bail!("tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+    if !status.success() {
+        bail!("tshark failed: {}", String::from_utf8_lossy(&stderr));
     }
-    let flagged = out
-        .stdout
-        .split(|b| *b == b'\n')
+    use std::io::BufRead;
+    let flagged = std::io::BufReader::new(std::fs::File::open(&flags)?)
+        .lines()
+        .map_while(Result::ok)
         .filter(|l| !l.is_empty())
         .count();
     println!(
@@ -255,21 +270,26 @@ pub fn run(packets: u64) -> Result<()> {
 /// The largest trace tshark is run on (see above).
 const TSHARK_MAX_PACKETS: u64 = 3_000_000;
 
-/// Runs `cmd` to its end, its output collected, and returns its own peak
-/// resident set in KB (wait4(2)'s rusage of that child alone; Linux
-/// reports ru_maxrss in KB).
-fn measured(cmd: &mut std::process::Command) -> Result<(std::process::Output, i64)> {
+/// Runs `cmd` to its end, its standard output into `stdout`, and returns
+/// its exit status, its standard error and its own peak resident set in KB
+/// (wait4(2)'s rusage of that child; Linux reports ru_maxrss in KB).
+///
+/// Linux also counts in a child's ru_maxrss the peak resident set of the
+/// process that spawned it (exec records the old address space's
+/// high-water mark), so this process must stay small while it measures:
+/// output goes to a file and is read back as a stream, never held. (Held,
+/// a 10 GB capture's 247 MB report made the next child's figure 1509 MB
+/// instead of its own 444 MB.)
+fn measured(
+    cmd: &mut std::process::Command,
+    stdout: &std::path::Path,
+) -> Result<(std::process::ExitStatus, Vec<u8>, i64)> {
     use std::io::Read;
     let mut child = cmd
-        .stdout(std::process::Stdio::piped())
+        .stdout(std::fs::File::create(stdout)?)
         .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
-    let stdout = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        out.read_to_end(&mut b).map(|_| b)
-    });
     let stderr = std::thread::spawn(move || {
         let mut b = Vec::new();
         err.read_to_end(&mut b).map(|_| b)
@@ -283,10 +303,9 @@ fn measured(cmd: &mut std::process::Command) -> Result<(std::process::Output, i6
     if r != pid {
         bail!("waiting for the child: {}", std::io::Error::last_os_error());
     }
-    let output = std::process::Output {
-        status: std::os::unix::process::ExitStatusExt::from_raw(status),
-        stdout: stdout.join().expect("reader thread")?,
-        stderr: stderr.join().expect("reader thread")?,
-    };
-    Ok((output, usage.ru_maxrss))
+    Ok((
+        std::os::unix::process::ExitStatusExt::from_raw(status),
+        stderr.join().expect("reader thread")?,
+        usage.ru_maxrss,
+    ))
 }

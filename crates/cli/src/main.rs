@@ -185,19 +185,6 @@ static NOTHING_TO_CLEAN: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.cmd, Cmd::Analyze { .. }) {
-        // One malloc arena for the reader and the threads that build
-        // connections. With glibc's default (an arena per thread) their
-        // state grew in arenas that are never trimmed: a 10 GB capture
-        // peaked at 1509 MB on two threads against 444 MB on one; with one
-        // arena, 445 MB, as fast (the workers allocate little). Set before
-        // any other thread exists (the Ctrl-C handler's below): glibc fixes
-        // its arena limit when the first thread asks for an arena.
-        // SAFETY: mallopt only tunes the allocator; no memory is touched.
-        unsafe {
-            nix::libc::mallopt(nix::libc::M_ARENA_MAX, 1);
-        }
-    }
     let abort = Arc::new(AtomicBool::new(false));
     {
         let abort = abort.clone();
