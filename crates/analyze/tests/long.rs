@@ -14,9 +14,7 @@ const MSS: u32 = 1000;
 fn history_beyond_keep_is_forgotten_and_counted_not_misjudged() {
     let mut g = common::TcpGen::new();
     let (isn, server_isn) = (1000u32, 5000u32);
-    g.push(true, isn, 0, 0, true);
-    g.push(false, server_isn, isn + 1, 0, true);
-    g.push(true, isn + 1, server_isn + 1, 0, false);
+    g.handshake(isn, server_isn);
     let n = 2 * KEEP as u32 + 100;
     let seq = |k: u32| isn + 1 + k * MSS;
     for k in 0..n {
@@ -63,9 +61,7 @@ fn a_connection_past_4_gb_is_judged_across_the_sequence_wrap() {
     const LEN: u32 = 60_000;
     let mut g = common::TcpGen::new();
     let (isn, server_isn) = (1000u32, 5000u32);
-    g.push(true, isn, 0, 0, true);
-    g.push(false, server_isn, isn + 1, 0, true);
-    g.push(true, isn + 1, server_isn + 1, 0, false);
+    g.handshake(isn, server_isn);
     let n = 80_000u32;
     let seq = |k: u32| (isn + 1).wrapping_add(k.wrapping_mul(LEN));
     for k in 0..n {

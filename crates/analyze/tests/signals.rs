@@ -23,9 +23,7 @@ fn sacked_then_resent(resend_after_ns: u64) -> Vec<String> {
     let mut g = common::TcpGen::new();
     let (isn, sisn) = (1000u32, 5000u32);
     let seq = |k: u32| isn + 1 + k * MSS;
-    g.push(true, isn, 0, 0, true);
-    g.push(false, sisn, isn + 1, 0, true);
-    g.push(true, isn + 1, sisn + 1, 0, false);
+    g.handshake(isn, sisn);
     for k in 0..6 {
         g.push(true, seq(k), sisn + 1, MSS, false);
     }
@@ -79,9 +77,7 @@ fn a_delivered_repair_sent_later_marks_earlier_data_lost() {
     let mut g = common::TcpGen::new();
     let (isn, sisn) = (1000u32, 5000u32);
     let seq = |k: u32| isn + 1 + k * MSS;
-    g.push(true, isn, 0, 0, true);
-    g.push(false, sisn, isn + 1, 0, true);
-    g.push(true, isn + 1, sisn + 1, 0, false);
+    g.handshake(isn, sisn);
     for k in 0..5 {
         g.push(true, seq(k), sisn + 1, MSS, false);
     }
@@ -109,9 +105,7 @@ fn a_repair_seen_after_its_ack_at_the_receiver_still_marks_earlier_data_lost() {
     let mut g = common::TcpGen::new();
     let (isn, sisn) = (1000u32, 5000u32);
     let seq = |k: u32| isn + 1 + k * MSS;
-    g.push(true, isn, 0, 0, true);
-    g.push(false, sisn, isn + 1, 0, true);
-    g.push(true, isn + 1, sisn + 1, 0, false);
+    g.handshake(isn, sisn);
     for k in [0, 2, 3] {
         g.push(true, seq(k), sisn + 1, MSS, false);
     }

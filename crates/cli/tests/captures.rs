@@ -454,13 +454,7 @@ fn captures_with_offloads_off_read_whole_and_pass() {
         "the deleted segment (relative seq {rel}, frame {frame}) is named as a capture gap: {gaps:?}"
     );
 
-    eprintln!(
-        "tshark agreement: {}/{} packets ({:.2}%), differences: {:?}",
-        agreement.agree,
-        agreement.total,
-        agreement.share() * 100.0,
-        agreement.why
-    );
+    eprintln!("tshark agreement: {agreement}");
     // Every difference is one `tshark.rs` explains (`compare` panics on any
     // other). With a loss every 40 packets, retransmissions are 1 in 20 of
     // the data direction, and tshark calls most of them out-of-order
@@ -490,13 +484,7 @@ fn captures_with_offloads_on_name_the_super_packets_and_pass() {
             c.what
         );
     }
-    eprintln!(
-        "tshark agreement: {}/{} packets ({:.2}%), differences: {:?}",
-        agreement.agree,
-        agreement.total,
-        agreement.share() * 100.0,
-        agreement.why
-    );
+    eprintln!("tshark agreement: {agreement}");
     // Every difference is explained (`compare` panics otherwise). How many
     // there are is left to chance: a lost super-packet is resent in many
     // wire-sized pieces, each a RACK retransmission tshark calls a plain

@@ -187,32 +187,48 @@ impl Sender {
     }
 
     /// Drops history beyond `KEEP` (see there), or spanning more than
-    /// `SPAN` bytes, in batches.
+    /// `SPAN` bytes, in batches (down to `KEEP` entries, or `SPAN / 2`).
     fn forget(&mut self) {
         let newest = self.acks.last().map_or(0, |a| a.ack);
+        let beyond = |ack: u32| newest.wrapping_sub(ack) > SPAN;
         let old = |ack: u32| newest.wrapping_sub(ack) > SPAN / 2;
-        if self
-            .acks
-            .first()
-            .is_some_and(|a| newest.wrapping_sub(a.ack) > SPAN)
-        {
-            let cut = self.acks.partition_point(|a| old(a.ack));
-            self.acks.drain(..cut.max(1));
+        let cut = |len: usize, first_beyond: bool, by_span: &dyn Fn() -> usize| {
+            if first_beyond {
+                by_span().max(1)
+            } else if len > 2 * KEEP {
+                len - KEEP
+            } else {
+                0
+            }
+        };
+        let n = cut(
+            self.acks.len(),
+            self.acks.first().is_some_and(|a| beyond(a.ack)),
+            &|| self.acks.partition_point(|a| old(a.ack)),
+        );
+        if n > 0 {
+            self.acks.drain(..n);
             self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
                 let (dt, dk) = disorder(&w[0], &w[1]);
                 (t + dt, k + dk)
             });
         }
-        if self
-            .una_hist
-            .first()
-            .is_some_and(|u| newest.wrapping_sub(u.1) > SPAN)
-        {
-            let cut = self.una_hist.partition_point(|u| old(u.1)).max(1);
-            self.una_floor = self.una_hist[cut - 1].1;
-            self.una_hist.drain(..cut);
+        let n = cut(
+            self.una_hist.len(),
+            self.una_hist.first().is_some_and(|u| beyond(u.1)),
+            &|| self.una_hist.partition_point(|u| old(u.1)),
+        );
+        if n > 0 {
+            self.una_floor = self.una_hist[n - 1].1;
+            self.una_hist.drain(..n);
         }
-        while self.segs.bytes() > SPAN {
+        // Only acknowledged segments are forgotten.
+        let keep = if self.segs.len() > 2 * KEEP {
+            KEEP
+        } else {
+            usize::MAX
+        };
+        while self.segs.bytes() > SPAN || self.segs.len() > keep {
             match self.segs.first_key_value() {
                 Some((_, s)) if seq_le(s.end, self.snd_una) => {
                     let end = s.end;
@@ -220,30 +236,6 @@ impl Sender {
                     self.forgotten_below = Some(end);
                 }
                 _ => break,
-            }
-        }
-        if self.acks.len() > 2 * KEEP {
-            self.acks.drain(..self.acks.len() - KEEP);
-            self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
-                let (dt, dk) = disorder(&w[0], &w[1]);
-                (t + dt, k + dk)
-            });
-        }
-        if self.una_hist.len() > 2 * KEEP {
-            let cut = self.una_hist.len() - KEEP;
-            self.una_floor = self.una_hist[cut - 1].1;
-            self.una_hist.drain(..cut);
-        }
-        if self.segs.len() > 2 * KEEP {
-            while self.segs.len() > KEEP {
-                match self.segs.first_key_value() {
-                    Some((_, s)) if seq_le(s.end, self.snd_una) => {
-                        let end = s.end;
-                        self.segs.pop_first();
-                        self.forgotten_below = Some(end);
-                    }
-                    _ => break,
-                }
             }
         }
     }

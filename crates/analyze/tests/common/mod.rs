@@ -78,6 +78,13 @@ impl TcpGen {
         }
     }
 
+    /// The three-way handshake (client ISN `isn`, server ISN `sisn`).
+    pub fn handshake(&mut self, isn: u32, sisn: u32) {
+        self.push(true, isn, 0, 0, true);
+        self.push(false, sisn, isn + 1, 0, true);
+        self.push(true, isn + 1, sisn + 1, 0, false);
+    }
+
     /// Time passes.
     pub fn wait(&mut self, ns: u64) {
         self.ts += ns;

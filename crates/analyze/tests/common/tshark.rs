@@ -104,6 +104,19 @@ impl Agreement {
     }
 }
 
+impl std::fmt::Display for Agreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} packets ({:.2}%), differences: {:?}",
+            self.agree,
+            self.total,
+            self.share() * 100.0,
+            self.why
+        )
+    }
+}
+
 /// Compares wirelab's classification of every packet of `path` with
 /// tshark's, adding to `into`. Panics on a difference no rule explains,
 /// naming the file and frame. None when tshark is not installed.
