@@ -3,8 +3,6 @@
 //! retransmission reaching further back is counted, not misjudged.
 
 use wirelab_analyze::model::KEEP;
-use wirelab_analyze::report::build;
-use wirelab_analyze::Options;
 
 mod common;
 
@@ -26,15 +24,7 @@ fn history_beyond_keep_is_forgotten_and_counted_not_misjudged() {
     g.ts += 1_000_000_000;
     g.push(true, seq(0), server_isn + 1, MSS, false);
     g.push(true, seq(n - 50), server_isn + 1, MSS, false);
-    let r = build(
-        "long",
-        &g.t,
-        Options::default(),
-        None,
-        &["loss-recovery"],
-        &[],
-        &|_| {},
-    );
+    let r = g.loss_recovery();
     let c = &r.analysis.connections[0];
     assert_eq!(c.first_transmissions, n);
     assert_eq!(c.forgotten_retransmissions, 1);
@@ -71,15 +61,7 @@ fn a_connection_past_4_gb_is_judged_across_the_sequence_wrap() {
     assert!(u64::from(n) * u64::from(LEN) > 1 << 32);
     g.wait(1_000_000_000);
     g.push_snapped(true, seq(n - 50), server_isn + 1, LEN);
-    let r = build(
-        "past-4-gb",
-        &g.t,
-        Options::default(),
-        None,
-        &["loss-recovery"],
-        &[],
-        &|_| {},
-    );
+    let r = g.loss_recovery();
     let c = &r.analysis.connections[0];
     assert_eq!(c.first_transmissions, n);
     assert_eq!(c.bytes_acked, u64::from(n) * u64::from(LEN));

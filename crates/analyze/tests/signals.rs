@@ -10,9 +10,6 @@
 //! real capture of Linux (tcpdump at the sender, veth) did exactly that 51
 //! us after the SACK, and was wrongly called a violation.
 
-use wirelab_analyze::report::build;
-use wirelab_analyze::Options;
-
 mod common;
 
 const MSS: u32 = 1000;
@@ -41,15 +38,7 @@ fn sacked_then_resent(resend_after_ns: u64) -> Vec<String> {
 }
 
 fn violations(g: &common::TcpGen) -> Vec<String> {
-    let r = build(
-        "sacked",
-        &g.t,
-        Options::default(),
-        None,
-        &["loss-recovery"],
-        &[],
-        &|_| {},
-    );
+    let r = g.loss_recovery();
     r.analyzers[0]
         .findings
         .iter()

@@ -85,6 +85,20 @@ impl TcpGen {
         self.push(true, isn + 1, sisn + 1, 0, false);
     }
 
+    /// The loss-recovery analyzer's report on the connection, with Linux's
+    /// defaults.
+    pub fn loss_recovery(&self) -> wirelab_analyze::report::Report {
+        wirelab_analyze::report::build(
+            "made",
+            &self.t,
+            wirelab_analyze::Options::default(),
+            None,
+            &["loss-recovery"],
+            &[],
+            &|_| {},
+        )
+    }
+
     /// Time passes.
     pub fn wait(&mut self, ns: u64) {
         self.ts += ns;
