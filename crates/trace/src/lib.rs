@@ -240,8 +240,6 @@ fn ipv4_checksum_ok(header: &[u8]) -> bool {
     sum == 0xffff
 }
 
-/// Parses a frame of the given link type. Never panics, whatever the bytes
-/// (fuzzed: fuzz/fuzz_targets/parse_tcp.rs).
 /// The IP ECN field of any IPv4 or IPv6 packet (0 Not-ECT, 1 ECT(1),
 /// 2 ECT(0), 3 CE); None when the packet is not IP.
 pub fn ip_ecn(link: Link, data: &[u8]) -> Option<u8> {
@@ -268,6 +266,8 @@ fn sliced(link: Link, data: &[u8]) -> Option<etherparse::LaxSlicedPacket<'_>> {
     link.slice(data).ok()
 }
 
+/// Parses a frame of the given link type. Never panics, whatever the bytes
+/// (fuzzed: fuzz/fuzz_targets/parse_packet.rs).
 pub fn parse(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     if let Some(t) = fast_ipv4_tcp(link, data) {
         return Ok(t);
