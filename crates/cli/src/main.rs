@@ -11,6 +11,7 @@ mod bench_runs;
 mod bench_stages;
 mod bench_vaqm;
 mod bump;
+mod fuzz;
 mod run;
 mod summary;
 
@@ -37,6 +38,11 @@ enum Cmd {
     /// Run specs: bring up the lab, arm the switch, run the workload, capture,
     /// check integrity, analyze, check expectations, tear down.
     Run(run::Args),
+    /// Lumina's genetic fuzzer: search a spec's space for runs that score
+    /// as anomalies, shrink each to a small spec that reproduces it, and
+    /// save it with an `expect:` that fails on it. Exit 1 when an anomaly
+    /// was found, 0 when none, 130 on Ctrl-C (resume with --resume).
+    Fuzz(fuzz::Args),
     /// Check specs without touching the host.
     Check {
         #[arg(required = true)]
@@ -47,7 +53,8 @@ enum Cmd {
     /// counters and workload are used too. Exit 1 if an analyzer finds a
     /// violation, 2 if the trace cannot be read.
     Analyze {
-        trace: PathBuf,
+        #[arg(required_unless_present = "findings")]
+        trace: Option<PathBuf>,
         /// Print the report as JSON (schema: `wirelab schema --analysis`).
         #[arg(long)]
         json: bool,
@@ -220,6 +227,7 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
     match cli.cmd {
         Cmd::Run(args) => run::run(args, abort),
+        Cmd::Fuzz(args) => fuzz::run(args, abort),
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
@@ -257,6 +265,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 }
                 return Ok(code::OK);
             }
+            let trace = trace.expect("clap requires TRACE without --findings");
             NOTHING_TO_CLEAN.store(true, Ordering::SeqCst);
             analyze::run(
                 &trace,

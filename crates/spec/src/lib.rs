@@ -73,7 +73,7 @@ impl<'de> Deserialize<'de> for Index {
 }
 
 /// An index or `all`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(untagged)]
 pub enum IndexOrAll {
     One(Index),
@@ -86,6 +86,17 @@ pub enum IndexOrAll {
 enum AllLiteral {
     #[serde(rename = "all")]
     All,
+}
+
+/// By hand: derived, an untagged unit variant writes `null`, which does
+/// not read back.
+impl Serialize for IndexOrAll {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            IndexOrAll::One(i) => i.serialize(s),
+            IndexOrAll::All => s.serialize_str("all"),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for IndexOrAll {

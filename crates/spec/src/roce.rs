@@ -93,7 +93,8 @@ pub fn is_profile_ref(name_or_path: &str) -> bool {
     BUILTIN.iter().any(|(n, _)| *n == name_or_path) || is_path(name_or_path)
 }
 
-pub(crate) fn is_path(p: &str) -> bool {
+/// A profile named by its file rather than a built-in name.
+pub fn is_path(p: &str) -> bool {
     p.contains('/') || p.ends_with(".yaml")
 }
 

@@ -496,6 +496,30 @@ fn every_example_spec_is_valid() {
     assert!(n >= 5);
 }
 
+/// A spec written back as YAML (as the fuzzer writes the specs it finds)
+/// reads back the same, for every spec shipped, `packet: all` included.
+#[test]
+fn every_shipped_spec_round_trips_through_yaml() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../specs");
+    let mut n = 0;
+    for d in ["tcp", "roce", "vaqm", "demo"] {
+        for e in std::fs::read_dir(root.join(d)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "yaml") {
+                continue;
+            }
+            let spec = wirelab_spec::load(&p, wirelab_analyze::catalog())
+                .unwrap_or_else(|e| panic!("{e}"));
+            let text = serde_yaml::to_string(&spec).unwrap();
+            let back = wirelab_spec::parse(&text, wirelab_analyze::catalog())
+                .unwrap_or_else(|e| panic!("{}: written back: {e}\n{text}", p.display()));
+            assert_eq!(back, spec, "{}", p.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 30, "{n} specs");
+}
+
 #[test]
 fn a_discipline_file_is_found_next_to_the_spec_or_its_line_is_named() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,16 +35,7 @@ impl Analyzer for Flow {
         let timeline = Timeline::of(input);
         for c in &input.analysis.connections {
             if let Some(mct) = input.facts.and_then(|f| f.mct_ns.get(&c.id)) {
-                let s = mct.iter().map(|v| *v as f64).collect();
-                out.extend(distribution(c.id, "mct", Unit::Nanos, s, |d| {
-                    format!(
-                        "{} messages: MCT median {}, p99 {}, max {}",
-                        d.count,
-                        fmt_duration(d.p50 as u64),
-                        fmt_duration(d.p99 as u64),
-                        fmt_duration(d.max as u64)
-                    )
-                }));
+                out.extend(mct_finding(c.id, mct));
             }
             if let (Some(t0), Some(t1)) = (c.first_data_ts_ns, c.last_ack_ts_ns) {
                 if t1 > t0 && c.bytes_acked > 0 {
@@ -96,6 +87,15 @@ impl Analyzer for Flow {
                 )
                 .conn(c.id),
             );
+        }
+        // Connections the TCP model does not see (RoCE QPs) have their
+        // completion times too, so `expect: flow.mct` works on them.
+        if let Some(f) = input.facts {
+            for (id, mct) in &f.mct_ns {
+                if !input.analysis.connections.iter().any(|c| c.id == *id) {
+                    out.extend(mct_finding(*id, mct));
+                }
+            }
         }
         out.extend(timeline.fairness());
         (0, out)
@@ -243,4 +243,18 @@ fn distribution(
     message: impl Fn(&Dist) -> String,
 ) -> Option<Finding> {
     Finding::summarized(A, name, unit, samples, message).map(|f| f.conn(conn))
+}
+
+/// Connection `conn`'s message completion times, as one finding.
+fn mct_finding(conn: u32, mct: &[u64]) -> Option<Finding> {
+    let s = mct.iter().map(|v| *v as f64).collect();
+    distribution(conn, "mct", Unit::Nanos, s, |d| {
+        format!(
+            "{} messages: MCT median {}, p99 {}, max {}",
+            d.count,
+            fmt_duration(d.p50 as u64),
+            fmt_duration(d.p99 as u64),
+            fmt_duration(d.max as u64)
+        )
+    })
 }

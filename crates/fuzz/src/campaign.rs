@@ -1,0 +1,735 @@
+//! A campaign: Algorithm 1 driven over N labs at once, every run recorded
+//! in its folder, anomalies shrunk, confirmed and saved as specs.
+//!
+//! Determinism with parallel labs: candidate k is generated right after
+//! the score of candidate k − jobs is applied, and scores are applied in
+//! candidate order (a result that comes back early waits). The sequence of
+//! specs then depends on the seed, the number of labs and the scores only,
+//! never on which lab finished first, and a campaign resumes by replaying
+//! its records through the same steps: same seed, same records, same specs.
+//!
+//! The folder:
+//! - `campaign.json`: seed, labs, mode, device; at the end, the outcome;
+//! - `target.yaml`: the target as it was read;
+//! - `runs.jsonl`: one line per run (number, spec hash, parent, score, each
+//!   objective's s, verdict, what the run showed), appended as runs end;
+//! - `baselines.jsonl`: the runs without events the MCT objectives compare with;
+//! - `specs/<hash>.yaml`: every spec run;
+//! - `anomalies/<n>-<objective>.yaml`: shrunk, confirmed specs;
+//! - `shrink.jsonl`: the runs shrinking and confirming spent;
+//! - `runs/`: the results folders of the runs that showed an anomaly
+//!   (all of them with `keep_runs`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use wirelab_spec::{Catalog, Spec};
+
+use crate::mutate::{self, Mutator};
+use crate::score::{self, Observation, Score};
+use crate::search::{Candidate, Mode, Search};
+use crate::shrink;
+use crate::target::{Loaded, Stop};
+
+pub const SCHEMA: &str = "wirelab.fuzz/1";
+
+/// Runs one spec in a lab (or anywhere: a test's oracle, a Ray task).
+pub trait Runner: Sync {
+    /// `label` names the run uniquely within the campaign (`run-12`,
+    /// `base-3fa2…`, `shrink-4`); `seed` fixes its random choices.
+    fn run(&self, spec: &Spec, label: &str, seed: u64) -> Observation;
+}
+
+/// Told of the campaign's progress.
+pub trait Watch: Sync {
+    fn ran(&self, _r: &Record, _s: &Stats) {}
+    /// A phase began: `shrinking latency(...)`, `confirming ...`.
+    fn phase(&self, _what: &str) {}
+}
+
+pub struct Silent;
+impl Watch for Silent {}
+
+/// One search run, as `runs.jsonl` keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub n: u64,
+    pub hash: String,
+    pub parent: Option<String>,
+    /// Σ w_i · s(i).
+    pub score: f64,
+    /// s(i) per objective.
+    pub s: Vec<f64>,
+    /// The objectives at or past their threshold, by label.
+    pub anomalies: Vec<String>,
+    /// It joined the pool (Algorithm 1 lines 9–12).
+    pub joined: bool,
+    /// The pool's median when it was judged.
+    pub median: f64,
+    /// The baseline it was scored against (the same spec without events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    pub ms: u64,
+    pub observation: Observation,
+}
+
+/// Where the campaign is.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    pub runs: u64,
+    /// Runs the budget allows.
+    pub budget: u64,
+    pub best: f64,
+    pub anomalies: usize,
+    pub pool: usize,
+    pub distinct: usize,
+    pub elapsed_ms: u64,
+}
+
+/// How to run a campaign.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub dir: PathBuf,
+    pub seed: u64,
+    /// Labs at once.
+    pub jobs: u32,
+    pub mode: Mode,
+    pub stop: Stop,
+    /// Keep every run's results folder, not only the anomalies'.
+    pub keep_runs: bool,
+    /// Shrink and save the anomalies found (a benchmark that counts runs
+    /// to the first anomaly does not).
+    pub shrink: bool,
+}
+
+/// What `campaign.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub schema: String,
+    /// The target file's text, and where it was (its seed is named
+    /// relative to it).
+    pub target: String,
+    pub target_path: String,
+    pub seed: u64,
+    pub jobs: u32,
+    pub mode: Mode,
+    pub device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stopped {
+    Anomaly,
+    Runs,
+    Time,
+    Interrupted,
+}
+
+/// An anomaly the campaign found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Anomaly {
+    /// The objective's label.
+    pub objective: String,
+    /// The first run that showed it.
+    pub run: u64,
+    pub hash: String,
+    pub s: f64,
+    /// The saved spec, when it was shrunk and confirmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    pub shrink_runs: u32,
+    pub steps: Vec<String>,
+    /// Confirmation runs that showed it and failed the spec's `expect:`, of `confirm`.
+    pub confirmed: u32,
+    pub confirm: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    pub stopped: Stopped,
+    pub runs: u64,
+    /// Runs spent on baselines.
+    pub baseline_runs: u64,
+    pub best: f64,
+    pub anomalies: Vec<Anomaly>,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{0}")]
+    Resume(String),
+}
+
+fn io(what: impl Fn() -> String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::Io(what(), e)
+}
+
+/// Reads a folder's `campaign.json`.
+pub fn read_meta(dir: &Path) -> Result<Meta, Error> {
+    let p = dir.join("campaign.json");
+    let text = std::fs::read_to_string(&p).map_err(io(|| p.display().to_string()))?;
+    serde_json::from_str(&text).map_err(|e| Error::Resume(format!("{}: {e}", p.display())))
+}
+
+/// Reads a JSON-lines file; a last line cut short by a kill is dropped.
+fn read_lines<T: for<'de> Deserialize<'de>>(p: &Path) -> Result<Vec<T>, Error> {
+    let f = match std::fs::File::open(p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::Io(p.display().to_string(), e)),
+    };
+    let lines: Vec<String> = std::io::BufReader::new(f)
+        .lines()
+        .collect::<Result<_, _>>()
+        .map_err(io(|| p.display().to_string()))?;
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match serde_json::from_str(l) {
+            Ok(v) => out.push(v),
+            Err(_) if i + 1 == lines.len() => break,
+            Err(e) => {
+                return Err(Error::Resume(format!(
+                    "{} line {}: {e}",
+                    p.display(),
+                    i + 1
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+struct Appender(std::fs::File, PathBuf);
+
+impl Appender {
+    fn open(p: PathBuf) -> Result<Appender, Error> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .map_err(io(|| p.display().to_string()))?;
+        Ok(Appender(f, p))
+    }
+    /// One whole line per write, so a kill leaves at most a cut last line.
+    fn push<T: Serialize>(&mut self, v: &T) -> Result<(), Error> {
+        let mut line = serde_json::to_string(v).expect("records serialise");
+        line.push('\n');
+        self.0
+            .write_all(line.as_bytes())
+            .map_err(io(|| self.1.display().to_string()))
+    }
+}
+
+/// The YAML a campaign writes for a spec: fields left at their defaults
+/// (`null`, empty lists and maps) are left out, as a person writes it.
+pub fn tidy_yaml(spec: &Spec) -> String {
+    fn tidy(v: &mut serde_yaml::Value) {
+        match v {
+            serde_yaml::Value::Mapping(m) => {
+                for (_, x) in m.iter_mut() {
+                    tidy(x);
+                }
+                m.retain(|_, x| match x {
+                    serde_yaml::Value::Null => false,
+                    serde_yaml::Value::Sequence(s) => !s.is_empty(),
+                    serde_yaml::Value::Mapping(m) => !m.is_empty(),
+                    _ => true,
+                });
+            }
+            serde_yaml::Value::Sequence(s) => s.iter_mut().for_each(tidy),
+            _ => {}
+        }
+    }
+    let mut v = serde_yaml::to_value(spec).expect("a spec serialises");
+    tidy(&mut v);
+    serde_yaml::to_string(&v).expect("a value serialises")
+}
+
+/// A run's seed, from the campaign's and the run's label: its QPNs and
+/// PSNs are then fixed by the campaign.
+fn run_seed(seed: u64, label: &str) -> u64 {
+    label.bytes().fold(seed ^ 0x9e37_79b9_7f4a_7c15, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+struct Job {
+    n: u64,
+    spec: Spec,
+}
+
+struct Done {
+    n: u64,
+    obs: Observation,
+    base: Option<(String, Observation, bool)>,
+    ms: u64,
+}
+
+/// Runs (or resumes) a campaign in `settings.dir`. Returns when a stop
+/// condition holds or `abort` is set, with the anomalies shrunk and saved
+/// (unless interrupted).
+pub fn run(
+    loaded: &Loaded,
+    catalog: &Catalog,
+    settings: &Settings,
+    runner: &dyn Runner,
+    watch: &dyn Watch,
+    abort: &AtomicBool,
+) -> Result<Outcome, Error> {
+    let started = Instant::now();
+    let dir = &settings.dir;
+    for d in [dir.clone(), dir.join("specs"), dir.join("anomalies")] {
+        std::fs::create_dir_all(&d).map_err(io(|| d.display().to_string()))?;
+    }
+    let meta_path = dir.join("campaign.json");
+    if !meta_path.exists() {
+        let meta = Meta {
+            schema: SCHEMA.into(),
+            target: loaded.text.clone(),
+            target_path: loaded.path.display().to_string(),
+            seed: settings.seed,
+            jobs: settings.jobs,
+            mode: settings.mode,
+            device: loaded.target.device.clone(),
+            outcome: None,
+        };
+        write_json(&meta_path, &meta)?;
+        let t = dir.join("target.yaml");
+        std::fs::write(&t, &loaded.text).map_err(io(|| t.display().to_string()))?;
+    }
+    let recorded: Vec<Record> = read_lines(&dir.join("runs.jsonl"))?;
+    let mut baselines: HashMap<String, Observation> =
+        read_lines::<(String, Observation)>(&dir.join("baselines.jsonl"))?
+            .into_iter()
+            .collect();
+    let mut runs_out = Appender::open(dir.join("runs.jsonl"))?;
+    let mut base_out = Appender::open(dir.join("baselines.jsonl"))?;
+
+    let t = &loaded.target;
+    let needs_base = t.objectives.iter().any(|o| o.kind.needs_baseline());
+    let mutator = Mutator {
+        space: &t.space,
+        catalog,
+        max_changes: t.pool.mutations,
+    };
+    let mut search = Search::new(
+        mutator,
+        loaded.seed.clone(),
+        settings.seed,
+        t.pool.size,
+        t.pool.keep_probability,
+        settings.mode,
+    );
+    let budget = u64::from(settings.stop.runs);
+    let jobs = u64::from(settings.jobs.max(1));
+    let mut stats = Stats {
+        budget,
+        ..Default::default()
+    };
+    let mut found: BTreeMap<usize, (u64, Spec, Observation, f64)> = BTreeMap::new();
+    let mut stopped = None;
+    let mut baseline_runs = 0u64;
+    let base_cache = Mutex::new(baselines.clone());
+
+    let (job_tx, job_rx) = mpsc::channel::<Job>();
+    let job_rx = Mutex::new(job_rx);
+    std::thread::scope(|scope| -> Result<(), Error> {
+        let (done_tx, done_rx) = mpsc::channel::<Done>();
+        for _ in 0..jobs {
+            let (job_rx, done_tx, base_cache) = (&job_rx, done_tx.clone(), &base_cache);
+            scope.spawn(move || loop {
+                let job = match job_rx.lock().expect("not poisoned").recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                };
+                if abort.load(Ordering::SeqCst) {
+                    return;
+                }
+                let t0 = Instant::now();
+                let base =
+                    needs_base.then(|| baseline(&job.spec, runner, settings.seed, base_cache));
+                let label = format!("run-{}", job.n);
+                let obs = runner.run(&job.spec, &label, run_seed(settings.seed, &label));
+                let ms = t0.elapsed().as_millis() as u64;
+                if done_tx
+                    .send(Done {
+                        n: job.n,
+                        obs,
+                        base,
+                        ms,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+            });
+        }
+        drop(done_tx);
+
+        let mut pending: VecDeque<Candidate> = VecDeque::new();
+        let mut arrived: HashMap<u64, Done> = HashMap::new();
+        let time_up = |started: Instant| settings.stop.time.is_some_and(|t| started.elapsed() >= t);
+        let issue = |search: &mut Search, pending: &mut VecDeque<Candidate>| -> Result<(), Error> {
+            let c = search.propose();
+            match recorded.get(c.n as usize) {
+                Some(r) if r.hash != c.hash => {
+                    return Err(Error::Resume(format!(
+                        "run {} was spec {} but the target now gives {}: the target, its seed or wirelab changed since; start a new campaign",
+                        c.n, r.hash, c.hash
+                    )))
+                }
+                Some(_) => {}
+                None => {
+                    let p = dir.join("specs").join(format!("{}.yaml", c.hash));
+                    if !p.exists() {
+                        std::fs::write(&p, tidy_yaml(&c.spec)).map_err(io(|| p.display().to_string()))?;
+                    }
+                    job_tx
+                        .send(Job {
+                            n: c.n,
+                            spec: c.spec.clone(),
+                        })
+                        .expect("workers wait for jobs");
+                }
+            }
+            pending.push_back(c);
+            Ok(())
+        };
+        while (pending.len() as u64) < jobs && search.issued() < budget {
+            issue(&mut search, &mut pending)?;
+        }
+        while let Some(c) = pending.front().cloned() {
+            let (rec, replayed) = match recorded.get(c.n as usize) {
+                Some(r) => (r.clone(), true),
+                None => {
+                    let done = loop {
+                        if let Some(d) = arrived.remove(&c.n) {
+                            break Some(d);
+                        }
+                        if abort.load(Ordering::SeqCst) {
+                            break None;
+                        }
+                        match done_rx.recv_timeout(Duration::from_millis(200)) {
+                            Ok(d) => {
+                                arrived.insert(d.n, d);
+                            }
+                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                        }
+                    };
+                    let Some(d) = done else {
+                        stopped = Some(Stopped::Interrupted);
+                        break;
+                    };
+                    if d.obs.verdict == "INTERRUPTED" || abort.load(Ordering::SeqCst) {
+                        // Not recorded: a resumed campaign runs it again.
+                        stopped = Some(Stopped::Interrupted);
+                        break;
+                    }
+                    let base = d.base.map(|(h, o, fresh)| {
+                        if fresh {
+                            baseline_runs += 1;
+                            let _ = base_out.push(&(&h, &o));
+                        }
+                        (h, o)
+                    });
+                    let sc = score::score(&t.objectives, &d.obs, base.as_ref().map(|b| &b.1));
+                    (
+                        record(&c, sc, d.obs, base.map(|b| b.0), d.ms, &t.objectives),
+                        false,
+                    )
+                }
+            };
+            pending.pop_front();
+            let median = search.median();
+            let joined = search.report(&c, rec.score);
+            let rec = Record {
+                joined,
+                median,
+                ..rec
+            };
+            if !replayed {
+                runs_out.push(&rec)?;
+            }
+            let s = Score {
+                s: rec.s.clone(),
+                total: rec.score,
+            };
+            for i in s.anomalies() {
+                found
+                    .entry(i)
+                    .or_insert_with(|| (c.n, c.spec.clone(), rec.observation.clone(), s.s[i]));
+            }
+            let anomalous = !s.anomalies().is_empty();
+            if !anomalous && !settings.keep_runs && !replayed {
+                if let Some(d) = &rec.observation.dir {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+            stats.runs += 1;
+            stats.best = stats.best.max(rec.score);
+            stats.anomalies = found.len();
+            stats.pool = search.pool_len();
+            stats.distinct = search.distinct();
+            stats.elapsed_ms = started.elapsed().as_millis() as u64;
+            watch.ran(&rec, &stats);
+            if stopped.is_none() {
+                if anomalous && settings.stop.anomaly {
+                    stopped = Some(Stopped::Anomaly);
+                } else if time_up(started) {
+                    stopped = Some(Stopped::Time);
+                }
+            }
+            if stopped.is_none() && search.issued() < budget {
+                issue(&mut search, &mut pending)?;
+            }
+        }
+        drop(job_tx);
+        Ok(())
+    })?;
+    baselines = base_cache.into_inner().expect("not poisoned");
+    if abort.load(Ordering::SeqCst) {
+        stopped = Some(Stopped::Interrupted);
+    }
+    let stopped = stopped.unwrap_or(
+        if settings.stop.time.is_some_and(|t| started.elapsed() >= t) {
+            Stopped::Time
+        } else {
+            Stopped::Runs
+        },
+    );
+
+    let mut anomalies = Vec::new();
+    let mut shrink_out = Appender::open(dir.join("shrink.jsonl"))?;
+    for (i, (n, spec, obs, s)) in found {
+        let ob = &t.objectives[i];
+        let mut a = Anomaly {
+            objective: ob.label(),
+            run: n,
+            hash: mutate::hash(&spec),
+            s,
+            file: None,
+            shrink_runs: 0,
+            steps: Vec::new(),
+            confirmed: 0,
+            confirm: t.shrink.confirm,
+        };
+        if settings.shrink && stopped != Stopped::Interrupted {
+            save(
+                &mut a,
+                i,
+                &spec,
+                obs,
+                loaded,
+                catalog,
+                settings,
+                runner,
+                watch,
+                abort,
+                &mut baselines,
+                &mut shrink_out,
+            )?;
+        }
+        anomalies.push(a);
+    }
+    let outcome = Outcome {
+        stopped: if abort.load(Ordering::SeqCst) {
+            Stopped::Interrupted
+        } else {
+            stopped
+        },
+        runs: stats.runs,
+        baseline_runs,
+        best: stats.best,
+        anomalies,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    };
+    let mut meta = read_meta(dir)?;
+    meta.outcome = Some(outcome.clone());
+    write_json(&meta_path, &meta)?;
+    Ok(outcome)
+}
+
+fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<(), Error> {
+    let text = serde_json::to_string_pretty(v).expect("serialises");
+    // Written beside and renamed over, so a kill never leaves half a file.
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(io(|| tmp.display().to_string()))?;
+    std::fs::rename(&tmp, p).map_err(io(|| p.display().to_string()))
+}
+
+fn record(
+    c: &Candidate,
+    sc: Score,
+    obs: Observation,
+    base: Option<String>,
+    ms: u64,
+    objectives: &[crate::target::Objective],
+) -> Record {
+    Record {
+        n: c.n,
+        hash: c.hash.clone(),
+        parent: c.parent.clone(),
+        anomalies: sc
+            .anomalies()
+            .iter()
+            .map(|&i| objectives[i].label())
+            .collect(),
+        score: sc.total,
+        s: sc.s,
+        joined: false,
+        median: 0.0,
+        base,
+        ms,
+        observation: obs,
+    }
+}
+
+/// The run of `spec` without its events, from the cache or made now
+/// (`true`: made now).
+fn baseline(
+    spec: &Spec,
+    runner: &dyn Runner,
+    seed: u64,
+    cache: &Mutex<HashMap<String, Observation>>,
+) -> (String, Observation, bool) {
+    let mut b = spec.clone();
+    b.events.clear();
+    let h = mutate::hash(&b);
+    if let Some(o) = cache.lock().expect("not poisoned").get(&h) {
+        return (h, o.clone(), false);
+    }
+    let label = format!("base-{h}");
+    let o = runner.run(&b, &label, run_seed(seed, &label));
+    cache
+        .lock()
+        .expect("not poisoned")
+        .insert(h.clone(), o.clone());
+    (h, o, true)
+}
+
+/// Shrinks anomaly `a` (objective `i`), confirms the result and saves it.
+#[allow(clippy::too_many_arguments)]
+fn save(
+    a: &mut Anomaly,
+    i: usize,
+    spec: &Spec,
+    obs: Observation,
+    loaded: &Loaded,
+    catalog: &Catalog,
+    settings: &Settings,
+    runner: &dyn Runner,
+    watch: &dyn Watch,
+    abort: &AtomicBool,
+    baselines: &mut HashMap<String, Observation>,
+    out: &mut Appender,
+) -> Result<(), Error> {
+    let t = &loaded.target;
+    let ob = &t.objectives[i];
+    let cache = Mutex::new(std::mem::take(baselines));
+    let mut k = 0u64;
+    let mut last: (Spec, Observation) = (spec.clone(), obs.clone());
+    let mut trial = |s: &Spec, what: &str| -> Option<(Observation, Option<Observation>, f64)> {
+        if abort.load(Ordering::SeqCst) {
+            return None;
+        }
+        k += 1;
+        let base = ob
+            .kind
+            .needs_baseline()
+            .then(|| baseline(s, runner, settings.seed, &cache));
+        let label = format!("{what}-{}-{k}", a.hash);
+        let o = runner.run(s, &label, run_seed(settings.seed, &label));
+        let sc = score::score(std::slice::from_ref(ob), &o, base.as_ref().map(|b| &b.1));
+        let _ = out.push(&serde_json::json!({
+            "what": what, "objective": ob.label(), "hash": mutate::hash(s),
+            "s": sc.s[0], "verdict": o.verdict, "observation": &o,
+        }));
+        Some((o, base.map(|b| b.1), sc.s[0]))
+    };
+    watch.phase(&format!("shrinking {} (run {})", a.objective, a.run));
+    let shrunk = shrink::shrink(spec, catalog, t.shrink.max_runs, |s: &Spec| {
+        match trial(s, "shrink") {
+            Some((o, _, s1)) if s1 >= 1.0 => {
+                last = (s.clone(), o);
+                true
+            }
+            _ => false,
+        }
+    });
+    a.shrink_runs = shrunk.runs;
+    a.steps = shrunk.steps;
+    // The shrunk spec is the last one the oracle held on.
+    let (small, small_obs) = if last.0 == shrunk.spec {
+        last
+    } else {
+        (spec.clone(), obs)
+    };
+    let base = ob.kind.needs_baseline().then(|| {
+        let mut b = small.clone();
+        b.events.clear();
+        cache
+            .lock()
+            .expect("not poisoned")
+            .get(&mutate::hash(&b))
+            .cloned()
+    });
+    let mut saved = small.clone();
+    saved.expect = score::expectations(ob, &small_obs, base.flatten().as_ref());
+    let stem = loaded.seed.name.clone().unwrap_or_else(|| "spec".into());
+    saved.name = Some(format!("{stem}-{}-{}", ob.kind.name(), a.hash));
+    watch.phase(&format!(
+        "confirming {} ({} runs)",
+        a.objective, t.shrink.confirm
+    ));
+    for _ in 0..t.shrink.confirm {
+        match trial(&saved, "confirm") {
+            Some((o, _, s1)) if s1 >= 1.0 && o.verdict == "FAIL" => a.confirmed += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    *baselines = cache.into_inner().expect("not poisoned");
+    let file = settings
+        .dir
+        .join("anomalies")
+        .join(format!("{:03}-{}.yaml", a.run, ob.kind.name()));
+    let mut text = format!(
+        "# An anomaly found by `wirelab fuzz` (Lumina §4, Algorithm 1): {}.\n\
+         # Run {} of campaign seed {} (spec {}) scored s = {:.2} on it (1 is the threshold).\n",
+        a.objective, a.run, settings.seed, a.hash, a.s
+    );
+    if a.steps.is_empty() {
+        text.push_str(&format!(
+            "# Shrinking found nothing to remove ({} runs).\n",
+            a.shrink_runs
+        ));
+    } else {
+        text.push_str(&format!(
+            "# Shrunk in {} runs: {}.\n",
+            a.shrink_runs,
+            a.steps.join("; ")
+        ));
+    }
+    text.push_str(&format!(
+        "# Confirmed {} of {} runs: each showed the anomaly and failed this spec's expect:.\n",
+        a.confirmed, a.confirm
+    ));
+    if saved.expect.is_empty() {
+        text.push_str("# No expect: claim can state this anomaly; the runs above measured it.\n");
+    }
+    text.push_str(&tidy_yaml(&saved));
+    std::fs::write(&file, text).map_err(io(|| file.display().to_string()))?;
+    a.file = Some(file.display().to_string());
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! Lumina §4 step 3: Score = Σ w_i · s(i), where s(i) models how anomalous
+//! objective i is. Each s is graded (a count, or a ratio to a bound) so the
+//! pool's selection has a slope to climb, and s ≥ 1 is an anomaly.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use wirelab_analyze::Kind as FindingKind;
+use wirelab_spec::{Amount, Expect, Index, IndexOrAll, Nanos, Spec, Stat};
+
+use crate::target::{Kind, Objective};
+
+/// A single objective's s is capped here, so one runaway count cannot
+/// drown the others in the sum.
+pub const CAP: f64 = 10.0;
+
+/// What scoring needs of a run: kept in the campaign's record of every run,
+/// so a campaign is scored again (and resumed) without its lab runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Observation {
+    /// PASS, FAIL, INVALID, INTERRUPTED, or ERROR when the run could not be made.
+    pub verdict: String,
+    /// Why the run could not be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Violations per analyzer.
+    pub violations: BTreeMap<String, u64>,
+    /// The largest value of each measured finding, `analyzer.name`.
+    pub max: BTreeMap<String, f64>,
+    /// Connection -> its message completion times (ns).
+    pub mct_ns: BTreeMap<u32, Vec<u64>>,
+    /// Connection -> (messages completed, messages expected).
+    pub completed: BTreeMap<u32, (u32, u32)>,
+    /// Connection -> bytes it had to move.
+    pub bytes: BTreeMap<u32, u64>,
+    /// Connections some event addresses.
+    pub touched: BTreeSet<u32>,
+    /// The results folder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+}
+
+impl Observation {
+    pub fn failed(error: String) -> Observation {
+        Observation {
+            verdict: "ERROR".into(),
+            error: Some(error),
+            ..Default::default()
+        }
+    }
+
+    /// What a run showed. `spec` is the spec it ran (for the connections'
+    /// sizes and which ones events touch).
+    pub fn of_run(out: &wirelab_lab::RunOutput, spec: &Spec) -> Observation {
+        let mut o = Observation {
+            verdict: out.verdict.name().to_string(),
+            dir: Some(out.dir.display().to_string()),
+            mct_ns: out.facts.mct_ns.clone(),
+            completed: out.facts.completed.clone(),
+            ..Default::default()
+        };
+        for a in &out.summary.analysis.analyzers {
+            o.violations.insert(a.name.to_string(), a.violations);
+            for f in a
+                .findings
+                .iter()
+                .filter(|f| f.kind == FindingKind::Measurement)
+            {
+                let vals = f.values();
+                let m = vals.iter().copied().fold(f64::NAN, f64::max);
+                if m.is_finite() {
+                    let e = o.max.entry(f.path()).or_insert(m);
+                    *e = e.max(m);
+                }
+            }
+        }
+        o.bytes = bytes_per_connection(spec);
+        o.touched = touched(spec);
+        o
+    }
+}
+
+/// Connection id -> messages × size.
+pub fn bytes_per_connection(spec: &Spec) -> BTreeMap<u32, u64> {
+    let mut m = BTreeMap::new();
+    let mut id = 0;
+    for g in &spec.traffic.connections {
+        for _ in 0..g.count.0 {
+            id += 1;
+            m.insert(id, u64::from(g.messages.0) * g.message_size.0);
+        }
+    }
+    m
+}
+
+/// Connections some event addresses.
+pub fn touched(spec: &Spec) -> BTreeSet<u32> {
+    spec.events.iter().map(|e| e.connection.0).collect()
+}
+
+/// One run's score.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// s(i) per objective, in the target's order.
+    pub s: Vec<f64>,
+    /// Σ w_i · s(i).
+    pub total: f64,
+}
+
+impl Score {
+    /// Objectives at or past their anomaly threshold.
+    pub fn anomalies(&self) -> Vec<usize> {
+        (0..self.s.len()).filter(|&i| self.s[i] >= 1.0).collect()
+    }
+}
+
+/// Scores `o` (with `base`, the same spec run without events, for the
+/// objectives that need it). A run that could not be made scores 0.
+pub fn score(objectives: &[Objective], o: &Observation, base: Option<&Observation>) -> Score {
+    let s: Vec<f64> = objectives
+        .iter()
+        .map(|ob| {
+            if o.error.is_some() {
+                return 0.0;
+            }
+            let v = one(ob, o, base);
+            if v.is_nan() {
+                0.0
+            } else {
+                v.clamp(0.0, CAP)
+            }
+        })
+        .collect();
+    let total = objectives.iter().zip(&s).map(|(ob, s)| ob.weight * s).sum();
+    Score { s, total }
+}
+
+/// The analyzers whose violations are counters disagreeing with the trace.
+pub const COUNTER_ANALYZERS: [&str; 2] = ["counters", "roce-counters"];
+
+fn one(ob: &Objective, o: &Observation, base: Option<&Observation>) -> f64 {
+    match ob.kind {
+        Kind::Violations => o
+            .violations
+            .iter()
+            .filter(|(a, _)| ob.analyzers.is_empty() || ob.analyzers.contains(a))
+            .map(|(_, &n)| n as f64)
+            .sum(),
+        Kind::Counters => COUNTER_ANALYZERS
+            .iter()
+            .filter_map(|a| o.violations.get(*a))
+            .map(|&n| n as f64)
+            .sum(),
+        Kind::Latency => {
+            let f = ob.finding.as_deref().unwrap_or_default();
+            let bound = ob.above.map_or(f64::NAN, |b| b.0 as f64);
+            o.max.get(f).map_or(0.0, |m| m / bound)
+        }
+        Kind::MctInflation => {
+            let Some(b) = base else { return 0.0 };
+            let k = ob.above_baseline.unwrap_or(f64::NAN);
+            if incomplete(o, o.completed.keys()) {
+                return CAP;
+            }
+            let worst = |x: &Observation| x.mct_ns.values().flatten().copied().max();
+            match (worst(o), worst(b)) {
+                (Some(m), Some(bm)) if bm > 0 => m as f64 / (k * bm as f64),
+                _ => 0.0,
+            }
+        }
+        Kind::NoisyNeighbour => {
+            let Some(b) = base else { return 0.0 };
+            let k = ob.above_baseline.unwrap_or(f64::NAN);
+            if o.touched.is_empty() {
+                return 0.0;
+            }
+            let innocent: Vec<u32> = o
+                .completed
+                .keys()
+                .copied()
+                .filter(|c| !o.touched.contains(c))
+                .collect();
+            if incomplete(o, innocent.iter()) {
+                return CAP;
+            }
+            innocent
+                .iter()
+                .filter_map(|c| {
+                    let m = o.mct_ns.get(c)?.iter().copied().max()?;
+                    let bm = b.mct_ns.get(c)?.iter().copied().max()?;
+                    (bm > 0).then(|| m as f64 / (k * bm as f64))
+                })
+                .fold(0.0, f64::max)
+        }
+        Kind::Unfairness => {
+            let below = ob.below.unwrap_or(f64::NAN);
+            let goodput: Vec<f64> = o
+                .mct_ns
+                .iter()
+                .filter_map(|(c, m)| {
+                    let t: u64 = m.iter().sum();
+                    let b = *o.bytes.get(c)?;
+                    (t > 0).then(|| b as f64 / t as f64)
+                })
+                .collect();
+            if goodput.len() < 2 {
+                return 0.0;
+            }
+            (1.0 - jain(&goodput)) / (1.0 - below)
+        }
+    }
+}
+
+/// Some of `conns` did not complete every message (a message that never
+/// completes is as slow as it gets).
+fn incomplete<'a>(o: &Observation, mut conns: impl Iterator<Item = &'a u32>) -> bool {
+    conns.any(|c| o.completed.get(c).is_some_and(|(done, want)| done < want))
+}
+
+/// Jain's fairness index, (Σx)² / (n·Σx²): 1 when all are equal, 1/n when
+/// one takes everything.
+pub fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let q: f64 = x.iter().map(|v| v * v).sum();
+    if q == 0.0 {
+        return 1.0;
+    }
+    s * s / (x.len() as f64 * q)
+}
+
+/// The claims a spec that reproduces objective `ob`'s anomaly carries:
+/// they hold where the anomaly is absent and fail on `o` (`base` is the
+/// run without events, for the MCT bounds). Campaigns confirm that the
+/// saved spec fails them before keeping it.
+pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>) -> Vec<Expect> {
+    let finding = |f: &str| Expect {
+        finding: Some(f.to_string()),
+        ..blank()
+    };
+    let nanos = |ns: f64| Some(Amount::Text(Nanos(ns as u64).to_string()));
+    let mut claims = Vec::new();
+    match ob.kind {
+        Kind::Violations | Kind::Counters => {
+            for (a, _) in o.violations.iter().filter(|(a, &n)| {
+                n > 0
+                    && match ob.kind {
+                        Kind::Counters => COUNTER_ANALYZERS.contains(&a.as_str()),
+                        _ => ob.analyzers.is_empty() || ob.analyzers.contains(a),
+                    }
+            }) {
+                claims.push(Expect {
+                    equals: Some(Amount::Number(0.0)),
+                    ..finding(&format!("{a}.violations"))
+                });
+            }
+        }
+        Kind::Latency => claims.push(Expect {
+            at_most: ob.above.map(|b| Amount::Text(b.to_string())),
+            ..finding(ob.finding.as_deref().unwrap_or_default())
+        }),
+        Kind::MctInflation => {
+            let k = ob.above_baseline.unwrap_or(1.0);
+            if let Some(bm) = base.and_then(|b| b.mct_ns.values().flatten().copied().max()) {
+                claims.push(Expect {
+                    stat: Some(Stat::Max),
+                    at_most: nanos(k * bm as f64),
+                    ..finding("flow.mct")
+                });
+            }
+        }
+        Kind::NoisyNeighbour => {
+            let k = ob.above_baseline.unwrap_or(1.0);
+            for (c, m) in o.mct_ns.iter().filter(|(c, _)| !o.touched.contains(c)) {
+                let bm = base.and_then(|b| b.mct_ns.get(c)?.iter().copied().max());
+                if let (Some(m), Some(bm)) = (m.iter().copied().max(), bm) {
+                    if m as f64 >= k * bm as f64 {
+                        claims.push(Expect {
+                            connection: Some(IndexOrAll::One(Index(*c))),
+                            stat: Some(Stat::Max),
+                            at_most: nanos(k * bm as f64),
+                            ..finding("flow.mct")
+                        });
+                    }
+                }
+            }
+        }
+        Kind::Unfairness => claims.push(Expect {
+            at_least: ob.below.map(Amount::Number),
+            ..finding("flow.fairness")
+        }),
+    }
+    // A message that never completes is the plainest claim of all.
+    if o.completed.values().any(|(d, w)| d < w) {
+        claims.push(Expect {
+            connection: Some(IndexOrAll::All),
+            messages_completed: Some(true),
+            ..blank()
+        });
+    }
+    claims
+}
+
+fn blank() -> Expect {
+    serde_yaml::from_str("{}").expect("every claim field is optional")
+}

@@ -1,0 +1,167 @@
+//! Lumina's Algorithm 1 (seed 000 §4) as a state machine that does no I/O:
+//! `propose` hands out the candidate to run, `report` takes its score. Every
+//! random choice comes from one ChaCha stream seeded by the campaign, in an
+//! order fixed by the candidates' numbers, so the same seed and the same
+//! scores give the same sequence of specs however many labs run at once
+//! (the campaign applies scores in candidate order; `campaign` says how).
+//!
+//! ```text
+//! Γ ← initialize a pool of configs                 candidates 0..size: the seed, then random points
+//! repeat
+//!   γ ← randomly pick a config from Γ              propose()
+//!   γ* ← mutate(γ)
+//!   run, collect, Δ ← score(γ*, φ)                 (the campaign)
+//!   if Δ ≥ median_score(Γ) then Γ.add(γ*)          report()
+//!   else Γ.add(γ*) with a probability p
+//! until anomaly found or timeout                   (the campaign)
+//! ```
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use wirelab_spec::Spec;
+
+use crate::mutate::{self, Mutator};
+
+/// How candidates after the initial pool are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Algorithm 1.
+    Genetic,
+    /// Uniform random points of the same space (the benchmark's baseline).
+    Random,
+}
+
+/// A config to run.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Its number in the campaign, from 0.
+    pub n: u64,
+    pub spec: Spec,
+    pub hash: String,
+    /// The pool member it was mutated from.
+    pub parent: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    spec: Spec,
+    hash: String,
+    score: f64,
+}
+
+pub struct Search<'a> {
+    mutator: Mutator<'a>,
+    seed: Spec,
+    rng: ChaCha8Rng,
+    pool: Vec<Member>,
+    /// Candidates that make up the initial pool.
+    init: u64,
+    /// p of Algorithm 1 line 12.
+    p: f64,
+    mode: Mode,
+    issued: u64,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(
+        mutator: Mutator<'a>,
+        seed: Spec,
+        rng_seed: u64,
+        init: u32,
+        p: f64,
+        mode: Mode,
+    ) -> Search<'a> {
+        Search {
+            mutator,
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(rng_seed),
+            pool: Vec::new(),
+            init: init.max(1).into(),
+            p,
+            mode,
+            issued: 0,
+        }
+    }
+
+    /// The next candidate: the seed itself, then random points until the
+    /// initial pool is issued, then mutants of a random pool member (or, in
+    /// random mode, more random points).
+    pub fn propose(&mut self) -> Candidate {
+        let n = self.issued;
+        self.issued += 1;
+        let (spec, parent) = if n == 0 {
+            (self.seed.clone(), None)
+        } else if n < self.init || self.mode == Mode::Random {
+            (self.mutator.random(&self.seed, &mut self.rng), None)
+        } else {
+            // Algorithm 1 line 4. With more labs than the pool has members
+            // yet, the seed stands in for the pool.
+            let parent = self
+                .pool
+                .choose(&mut self.rng)
+                .map(|m| (m.spec.clone(), m.hash.clone()));
+            let (p, ph) = parent.unwrap_or_else(|| (self.seed.clone(), mutate::hash(&self.seed)));
+            (self.mutator.mutate(&p, &mut self.rng), Some(ph))
+        };
+        Candidate {
+            n,
+            hash: mutate::hash(&spec),
+            spec,
+            parent,
+        }
+    }
+
+    /// Algorithm 1 lines 9–12 for candidate `c` with score `score`; the
+    /// initial pool's members join unconditionally. Whether it joined.
+    pub fn report(&mut self, c: &Candidate, score: f64) -> bool {
+        let join = if c.n < self.init {
+            true
+        } else if self.mode == Mode::Random {
+            false
+        } else {
+            score >= self.median() || self.rng.gen_bool(self.p)
+        };
+        if join {
+            self.pool.push(Member {
+                spec: c.spec.clone(),
+                hash: c.hash.clone(),
+                score,
+            });
+        }
+        join
+    }
+
+    /// The pool's median score; 0 for an empty pool.
+    pub fn median(&self) -> f64 {
+        let mut s: Vec<f64> = self.pool.iter().map(|m| m.score).collect();
+        if s.is_empty() {
+            return 0.0;
+        }
+        s.sort_by(f64::total_cmp);
+        let h = s.len() / 2;
+        if s.len() % 2 == 1 {
+            s[h]
+        } else {
+            (s[h - 1] + s[h]) / 2.0
+        }
+    }
+
+    pub fn pool_len(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// Distinct specs in the pool (its diversity).
+    pub fn distinct(&self) -> usize {
+        let mut h: Vec<&str> = self.pool.iter().map(|m| m.hash.as_str()).collect();
+        h.sort_unstable();
+        h.dedup();
+        h.len()
+    }
+
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+}
