@@ -287,8 +287,9 @@ fn fsm(c: &mut RConn) {
     let mut next_new: Option<u32> = None;
     let mut last_req_ts: Option<u64> = None;
     // When the requester's local ACK timer started, as IBTA §9.7.6.1.3 runs
-    // it: at a request sent with the timer idle, again at every ACK or read
-    // response, and at each timeout's retransmission.
+    // it: at a request sent with the timer idle, again at every ACK or
+    // in-sequence read response (forward progress), and at each timeout's
+    // retransmission.
     let mut timer_from: Option<u64> = None;
     let mut last_req_psn: Option<u32> = None;
     // A NAK that reached the requester: (PSN, time, evidence).
@@ -332,7 +333,9 @@ fn fsm(c: &mut RConn) {
         }
         c.checks += 1;
         let from_req = p.src == req;
-        if !from_req && p.accepted() && matches!(p.kind(), Kind::Ack | Kind::ReadResponse) {
+        // A read response restarts the timer only when it is the one
+        // expected (forward progress); one past a gap does not (below).
+        if !from_req && p.accepted() && p.kind() == Kind::Ack {
             timer_from = Some(p.ts);
         }
         match (from_req, p.kind()) {
@@ -387,6 +390,16 @@ fn fsm(c: &mut RConn) {
                         resend_next = Some(psn::add(p.psn, n));
                     } else if last_req_psn.is_some_and(|l| psn::le(p.psn, l)) {
                         // A new round nothing asked for: the local ACK timer.
+                        // It ends the open read gap too: a response missing
+                        // again in the new round is a new implied NAK (the
+                        // requester NAKs a missing PSN once until it arrives
+                        // or the timer fires, as the responder NAKs a write
+                        // gap once, IBTA C9-106; found by `wirelab fuzz` on a
+                        // read whose response was dropped every time).
+                        if p.kind() == Kind::ReadRequest {
+                            read_gap = None;
+                            read_gap_open = None;
+                        }
                         if let Some(t) = timer_from.or(last_req_ts) {
                             c.timeouts.push(Latency {
                                 ns: p.ts.saturating_sub(t),
@@ -503,6 +516,7 @@ fn fsm(c: &mut RConn) {
                 }
                 let d = psn::diff(p.psn, e);
                 if d == 0 {
+                    timer_from = Some(p.ts);
                     rexp = Some(psn::add(e, 1));
                     read_gap = None;
                     read_gap_open = None;

@@ -5,7 +5,8 @@
 //! situation Lumina's experiments create: a lost write packet, a lost read
 //! response, a tail packet dropped until the retries run out, CE marks on
 //! three QPs from two GIDs of one host, and a QP combining send and read
-//! (Lumina §3.2) that loses a packet each way.
+//! (Lumina §3.2) that loses a packet each way, and a read response
+//! dropped every time it is sent.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -31,12 +32,13 @@ const CNP_INTERVAL: u64 = 20_000;
 /// (connection, requester QPN, responder QPN, requester address, verbs
 /// (message k uses verb k mod n), messages, message size)
 type Conn = (u32, u32, u32, Ipv4Addr, &'static [Verb], u64, u32);
-const CONNS: [Conn; 5] = [
+const CONNS: [Conn; 6] = [
     (1, 0x11, 0x21, A1, &[Verb::Write], 2, 32 * 1024),
     (2, 0x12, 0x22, A1, &[Verb::Read], 2, 10 * 1024),
     (3, 0x13, 0x23, A2, &[Verb::Write], 1, 3 * 1024),
     (4, 0x14, 0x24, A1, &[Verb::Write], 2, 32 * 1024),
     (5, 0x15, 0x25, A1, &[Verb::Send, Verb::Read], 4, 4 * 1024),
+    (6, 0x16, 0x26, A1, &[Verb::Read], 1, 3 * 1024),
 ];
 
 fn conn_of(s: &Seen) -> u32 {
@@ -112,6 +114,10 @@ fn fate(s: &Seen, log: &[Seen]) -> Action {
         {
             Action::Drop
         }
+        // A read's 2nd response, every time (found by `wirelab fuzz`: the
+        // requester re-issues by implied NAK and by timeout in turn, and the
+        // re-issue after a timeout is an implied NAK again, not a timeout).
+        (6, PKind::ReadResponse) if rel(s) == 2 => Action::Drop,
         // Every other data packet of connections 1, 3 and 4 is CE-marked.
         (1 | 3 | 4, PKind::Data) => Action::Ecn,
         _ => Action::None,
@@ -333,8 +339,8 @@ fn the_default_profile_passes_every_roce_analyzer_and_each_measures_something() 
         assert!(a.checks > 0, "{} checked nothing", a.name);
     }
     // What the run measured: one NAK per lost write or send packet, one
-    // re-issued read per lost response, the tail loss resent by timeout
-    // exactly retry_cnt times, and CNPs from the responder for its
+    // re-issued read per lost response, the tail loss and the read that
+    // never gets its response resent by timeout exactly retry_cnt times, and CNPs from the responder for its
     // CE-marked writes.
     let gen = measured(&r, "nack-generation");
     let at = |f: &&wirelab_analyze::Finding| (f.connection, f.packet, f.in_message);
@@ -347,25 +353,33 @@ fn the_default_profile_passes_every_roce_analyzer_and_each_measures_something() 
         .iter()
         .all(|f| f.device.as_deref() == Some("b (default)")));
     // Relative PSN 3 of the read's responses and the combination's PSN 14
-    // (response 2 of its 4th message), which the requester re-issues.
+    // (response 2 of its 4th message), which the requester re-issues; and
+    // connection 6's response 2, lost every time: re-issued at once, then
+    // again after each of the retry_cnt timeouts (a NAK per missing PSN
+    // until the timer fires, as for writes).
     let read = measured(&r, "read-nack-generation");
-    assert_eq!(
-        read.iter().map(at).collect::<Vec<_>>(),
-        vec![(Some(2), Some(3), Some(3)), (Some(5), Some(14), Some(2))],
-        "{read:?}"
-    );
+    let mut want = vec![(Some(2), Some(3), Some(3)), (Some(5), Some(14), Some(2))];
+    want.extend([(Some(6), Some(2), Some(2)); 1 + RETRY_CNT as usize]);
+    assert_eq!(read.iter().map(at).collect::<Vec<_>>(), want, "{read:?}");
     assert!(read
         .iter()
         .all(|f| f.device.as_deref() == Some("a (default)")));
     assert_eq!(measured(&r, "nack-reaction").len(), 2);
+    // Connection 3's tail and connection 6's read, retry_cnt times each.
     let timeouts = measured(&r, "timeout");
-    assert_eq!(timeouts.len(), RETRY_CNT as usize, "{timeouts:?}");
+    assert_eq!(timeouts.len(), 2 * RETRY_CNT as usize, "{timeouts:?}");
     // Timed from when the local ACK timer started: exactly the timeout on
-    // virtual time.
+    // virtual time, or one link delay (1 µs) more when a read response
+    // started it (the switch sees it before the requester does).
     let min = wirelab_roce::local_ack_timeout_ns(TIMEOUT).unwrap() as f64;
     assert!(
-        timeouts.iter().all(|t| t.value.unwrap() == min),
+        timeouts
+            .iter()
+            .all(|t| (min..=min + 1_000.0).contains(&t.value.unwrap())),
         "{timeouts:?}"
+    );
+    assert!(
+        timeouts.iter().filter(|t| t.value.unwrap() == min).count() >= 2 * RETRY_CNT as usize - 1
     );
     let cnps = measured(&r, "cnps");
     assert!(cnps.iter().any(|f| f.value.unwrap() >= 3.0), "{cnps:?}");
