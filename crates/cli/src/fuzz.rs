@@ -151,10 +151,12 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         println!("  best       score {:.2}", outcome.best);
         for a in &outcome.anomalies {
             println!(
-                "  anomaly    {}: run {} (s {:.2}), shrunk in {} runs{}, confirmed {}/{}",
+                "  anomaly    {}: run {} (s {:.2}), shown again {}/{}, shrunk in {} runs{}, confirmed {}/{}",
                 a.objective,
                 a.run,
                 a.s,
+                a.reproduced,
+                a.confirm,
                 a.shrink_runs,
                 if a.steps.is_empty() {
                     String::new()
@@ -168,8 +170,14 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
                 println!("             {f}");
             }
         }
+        for a in &outcome.unconfirmed {
+            println!(
+                "  not shown  {}: run {} (s {:.2}) showed it again {}/{} times; not saved",
+                a.objective, a.run, a.s, a.reproduced, a.confirm
+            );
+        }
         if outcome.anomalies.is_empty() {
-            println!("  anomalies  none");
+            println!("  anomalies  none confirmed");
         }
         println!("  campaign   {}", settings.dir.display());
     }

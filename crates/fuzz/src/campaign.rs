@@ -137,18 +137,29 @@ pub enum Stopped {
 pub struct Anomaly {
     /// The objective's label.
     pub objective: String,
-    /// The first run that showed it.
+    /// The run that showed it.
     pub run: u64,
     pub hash: String,
     pub s: f64,
-    /// The saved spec, when it was shrunk and confirmed.
+    /// Runs of the spec as found (with the `expect:` written for it) that
+    /// showed it again and failed that `expect:`, of `confirm`. Below
+    /// `confirm`, the anomaly did not reproduce and was not shrunk.
+    pub reproduced: u32,
+    /// The saved spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     pub shrink_runs: u32,
     pub steps: Vec<String>,
-    /// Confirmation runs that showed it and failed the spec's `expect:`, of `confirm`.
+    /// Runs of the saved spec that showed it and failed its `expect:`, of `confirm`.
     pub confirmed: u32,
     pub confirm: u32,
+}
+
+impl Anomaly {
+    /// Reproduced every time, so saved as a regression spec.
+    pub fn confirmed(&self) -> bool {
+        self.file.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -158,7 +169,11 @@ pub struct Outcome {
     /// Runs spent on baselines.
     pub baseline_runs: u64,
     pub best: f64,
+    /// Confirmed anomalies, with their saved specs.
     pub anomalies: Vec<Anomaly>,
+    /// Runs that scored as anomalies but did not show it again when re-run
+    /// (lab noise, or a behaviour that needs luck): not saved.
+    pub unconfirmed: Vec<Anomaly>,
     pub elapsed_ms: u64,
 }
 
@@ -276,8 +291,9 @@ struct Done {
 }
 
 /// Runs (or resumes) a campaign in `settings.dir`. Returns when a stop
-/// condition holds or `abort` is set, with the anomalies shrunk and saved
-/// (unless interrupted).
+/// condition holds or `abort` is set. An anomaly is re-run `confirm` times
+/// as found; one that shows again every time is shrunk, confirmed and
+/// saved, and one that does not is set aside while the search goes on.
 pub fn run(
     loaded: &Loaded,
     catalog: &Catalog,
@@ -308,12 +324,13 @@ pub fn run(
         std::fs::write(&t, &loaded.text).map_err(io(|| t.display().to_string()))?;
     }
     let recorded: Vec<Record> = read_lines(&dir.join("runs.jsonl"))?;
-    let mut baselines: HashMap<String, Observation> =
+    let baselines: HashMap<String, Observation> =
         read_lines::<(String, Observation)>(&dir.join("baselines.jsonl"))?
             .into_iter()
             .collect();
     let mut runs_out = Appender::open(dir.join("runs.jsonl"))?;
     let mut base_out = Appender::open(dir.join("baselines.jsonl"))?;
+    let mut shrink_out = Appender::open(dir.join("shrink.jsonl"))?;
 
     let t = &loaded.target;
     let needs_base = t.objectives.iter().any(|o| o.kind.needs_baseline());
@@ -327,6 +344,7 @@ pub fn run(
         loaded.seed.clone(),
         settings.seed,
         t.pool.size,
+        t.pool.capacity,
         t.pool.keep_probability,
         settings.mode,
     );
@@ -336,10 +354,14 @@ pub fn run(
         budget,
         ..Default::default()
     };
+    // Anomalies seen in this search phase, per objective: the first run.
     let mut found: BTreeMap<usize, (u64, Spec, Observation, f64)> = BTreeMap::new();
+    let mut anomalies: Vec<Anomaly> = Vec::new();
+    let mut unconfirmed: Vec<Anomaly> = Vec::new();
     let mut stopped = None;
     let mut baseline_runs = 0u64;
-    let base_cache = Mutex::new(baselines.clone());
+    let base_cache = Mutex::new(baselines);
+    let time_up = || settings.stop.time.is_some_and(|t| started.elapsed() >= t);
 
     let (job_tx, job_rx) = mpsc::channel::<Job>();
     let job_rx = Mutex::new(job_rx);
@@ -378,7 +400,6 @@ pub fn run(
 
         let mut pending: VecDeque<Candidate> = VecDeque::new();
         let mut arrived: HashMap<u64, Done> = HashMap::new();
-        let time_up = |started: Instant| settings.stop.time.is_some_and(|t| started.elapsed() >= t);
         let issue = |search: &mut Search, pending: &mut VecDeque<Candidate>| -> Result<(), Error> {
             let c = search.propose();
             match recorded.get(c.n as usize) {
@@ -405,153 +426,175 @@ pub fn run(
             pending.push_back(c);
             Ok(())
         };
-        while (pending.len() as u64) < jobs && search.issued() < budget {
-            issue(&mut search, &mut pending)?;
-        }
-        while let Some(c) = pending.front().cloned() {
-            let (rec, replayed) = match recorded.get(c.n as usize) {
-                Some(r) => (r.clone(), true),
-                None => {
-                    let done = loop {
-                        if let Some(d) = arrived.remove(&c.n) {
-                            break Some(d);
-                        }
-                        if abort.load(Ordering::SeqCst) {
-                            break None;
-                        }
-                        match done_rx.recv_timeout(Duration::from_millis(200)) {
-                            Ok(d) => {
-                                arrived.insert(d.n, d);
-                            }
-                            Err(mpsc::RecvTimeoutError::Timeout) => {}
-                            Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-                        }
-                    };
-                    let Some(d) = done else {
-                        stopped = Some(Stopped::Interrupted);
-                        break;
-                    };
-                    if d.obs.verdict == "INTERRUPTED" || abort.load(Ordering::SeqCst) {
-                        // Not recorded: a resumed campaign runs it again.
-                        stopped = Some(Stopped::Interrupted);
-                        break;
-                    }
-                    let base = d.base.map(|(h, o, fresh)| {
-                        if fresh {
-                            baseline_runs += 1;
-                            let _ = base_out.push(&(&h, &o));
-                        }
-                        (h, o)
-                    });
-                    let sc = score::score(&t.objectives, &d.obs, base.as_ref().map(|b| &b.1));
-                    (
-                        record(&c, sc, d.obs, base.map(|b| b.0), d.ms, &t.objectives),
-                        false,
-                    )
-                }
-            };
-            pending.pop_front();
-            let median = search.median();
-            let joined = search.report(&c, rec.score);
-            let rec = Record {
-                joined,
-                median,
-                ..rec
-            };
-            if !replayed {
-                runs_out.push(&rec)?;
-            }
-            let s = Score {
-                s: rec.s.clone(),
-                total: rec.score,
-            };
-            for i in s.anomalies() {
-                found
-                    .entry(i)
-                    .or_insert_with(|| (c.n, c.spec.clone(), rec.observation.clone(), s.s[i]));
-            }
-            let anomalous = !s.anomalies().is_empty();
-            if !anomalous && !settings.keep_runs && !replayed {
-                if let Some(d) = &rec.observation.dir {
-                    let _ = std::fs::remove_dir_all(d);
-                }
-            }
-            stats.runs += 1;
-            stats.best = stats.best.max(rec.score);
-            stats.anomalies = found.len();
-            stats.pool = search.pool_len();
-            stats.distinct = search.distinct();
-            stats.elapsed_ms = started.elapsed().as_millis() as u64;
-            watch.ran(&rec, &stats);
-            if stopped.is_none() {
-                if anomalous && settings.stop.anomaly {
-                    stopped = Some(Stopped::Anomaly);
-                } else if time_up(started) {
-                    stopped = Some(Stopped::Time);
-                }
-            }
-            if stopped.is_none() && search.issued() < budget {
+        loop {
+            // The search (Algorithm 1), `jobs` candidates in flight.
+            while (pending.len() as u64) < jobs && search.issued() < budget && stopped.is_none() {
                 issue(&mut search, &mut pending)?;
             }
+            while let Some(c) = pending.front().cloned() {
+                let (rec, replayed) = match recorded.get(c.n as usize) {
+                    Some(r) => (r.clone(), true),
+                    None => {
+                        let done = loop {
+                            if let Some(d) = arrived.remove(&c.n) {
+                                break Some(d);
+                            }
+                            if abort.load(Ordering::SeqCst) {
+                                break None;
+                            }
+                            match done_rx.recv_timeout(Duration::from_millis(200)) {
+                                Ok(d) => {
+                                    arrived.insert(d.n, d);
+                                }
+                                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                            }
+                        };
+                        let Some(d) = done.filter(|d| d.obs.verdict != "INTERRUPTED") else {
+                            // Not recorded: a resumed campaign runs it again.
+                            stopped = Some(Stopped::Interrupted);
+                            break;
+                        };
+                        let base = d.base.map(|(h, o, fresh)| {
+                            if fresh {
+                                baseline_runs += 1;
+                                let _ = base_out.push(&(&h, &o));
+                            }
+                            (h, o)
+                        });
+                        let sc = score::score(&t.objectives, &d.obs, base.as_ref().map(|b| &b.1));
+                        (
+                            record(&c, sc, d.obs, base.map(|b| b.0), d.ms, &t.objectives),
+                            false,
+                        )
+                    }
+                };
+                pending.pop_front();
+                let median = search.median();
+                let joined = search.report(&c, rec.score);
+                let rec = Record {
+                    joined,
+                    median,
+                    ..rec
+                };
+                if !replayed {
+                    runs_out.push(&rec)?;
+                }
+                let s = Score {
+                    s: rec.s.clone(),
+                    total: rec.score,
+                };
+                let settled = |i: usize| {
+                    anomalies
+                        .iter()
+                        .any(|a| a.objective == t.objectives[i].label())
+                };
+                let new: Vec<usize> = s.anomalies().into_iter().filter(|&i| !settled(i)).collect();
+                for &i in &new {
+                    found
+                        .entry(i)
+                        .or_insert_with(|| (c.n, c.spec.clone(), rec.observation.clone(), s.s[i]));
+                }
+                if s.anomalies().is_empty() && !settings.keep_runs && !replayed {
+                    if let Some(d) = &rec.observation.dir {
+                        let _ = std::fs::remove_dir_all(d);
+                    }
+                }
+                stats.runs += 1;
+                stats.best = stats.best.max(rec.score);
+                stats.anomalies = anomalies.len() + found.len();
+                stats.pool = search.pool_len();
+                stats.distinct = search.distinct();
+                stats.elapsed_ms = started.elapsed().as_millis() as u64;
+                watch.ran(&rec, &stats);
+                if stopped.is_none() {
+                    if !new.is_empty() && settings.stop.anomaly {
+                        stopped = Some(Stopped::Anomaly);
+                    } else if time_up() {
+                        stopped = Some(Stopped::Time);
+                    }
+                }
+                if stopped.is_none() && search.issued() < budget {
+                    issue(&mut search, &mut pending)?;
+                }
+            }
+            if abort.load(Ordering::SeqCst) || stopped == Some(Stopped::Interrupted) {
+                stopped = Some(Stopped::Interrupted);
+                break;
+            }
+            // Settle what this phase found.
+            let mut confirmed_now = 0;
+            for (i, (n, spec, obs, sv)) in std::mem::take(&mut found) {
+                let ob = &t.objectives[i];
+                let mut a = Anomaly {
+                    objective: ob.label(),
+                    run: n,
+                    hash: mutate::hash(&spec),
+                    s: sv,
+                    reproduced: 0,
+                    file: None,
+                    shrink_runs: 0,
+                    steps: Vec::new(),
+                    confirmed: 0,
+                    confirm: t.shrink.confirm,
+                };
+                if !settings.shrink {
+                    // Counted, not settled (the benchmark's runs to a find).
+                    confirmed_now += 1;
+                    anomalies.push(a);
+                    continue;
+                }
+                {
+                    let mut cx = Settle {
+                        loaded,
+                        catalog,
+                        settings,
+                        runner,
+                        watch,
+                        abort,
+                        cache: &base_cache,
+                        out: &mut shrink_out,
+                        k: 0,
+                    };
+                    cx.settle(&mut a, i, &spec, obs)?;
+                }
+                if a.confirmed() {
+                    confirmed_now += 1;
+                    anomalies.push(a);
+                } else {
+                    unconfirmed.push(a);
+                }
+            }
+            if abort.load(Ordering::SeqCst) {
+                stopped = Some(Stopped::Interrupted);
+                break;
+            }
+            // Nothing reproduced: the search goes on where it stopped.
+            if stopped == Some(Stopped::Anomaly)
+                && confirmed_now == 0
+                && search.issued() < budget
+                && !time_up()
+            {
+                stopped = None;
+                continue;
+            }
+            break;
         }
         drop(job_tx);
         Ok(())
     })?;
-    baselines = base_cache.into_inner().expect("not poisoned");
-    if abort.load(Ordering::SeqCst) {
-        stopped = Some(Stopped::Interrupted);
-    }
-    let stopped = stopped.unwrap_or(
-        if settings.stop.time.is_some_and(|t| started.elapsed() >= t) {
-            Stopped::Time
-        } else {
-            Stopped::Runs
-        },
-    );
-
-    let mut anomalies = Vec::new();
-    let mut shrink_out = Appender::open(dir.join("shrink.jsonl"))?;
-    for (i, (n, spec, obs, s)) in found {
-        let ob = &t.objectives[i];
-        let mut a = Anomaly {
-            objective: ob.label(),
-            run: n,
-            hash: mutate::hash(&spec),
-            s,
-            file: None,
-            shrink_runs: 0,
-            steps: Vec::new(),
-            confirmed: 0,
-            confirm: t.shrink.confirm,
-        };
-        if settings.shrink && stopped != Stopped::Interrupted {
-            save(
-                &mut a,
-                i,
-                &spec,
-                obs,
-                loaded,
-                catalog,
-                settings,
-                runner,
-                watch,
-                abort,
-                &mut baselines,
-                &mut shrink_out,
-            )?;
-        }
-        anomalies.push(a);
-    }
+    let stopped = stopped.unwrap_or(if time_up() {
+        Stopped::Time
+    } else {
+        Stopped::Runs
+    });
     let outcome = Outcome {
-        stopped: if abort.load(Ordering::SeqCst) {
-            Stopped::Interrupted
-        } else {
-            stopped
-        },
+        stopped,
         runs: stats.runs,
         baseline_runs,
         best: stats.best,
         anomalies,
+        unconfirmed,
         elapsed_ms: started.elapsed().as_millis() as u64,
     };
     let mut meta = read_meta(dir)?;
@@ -618,118 +661,190 @@ fn baseline(
     (h, o, true)
 }
 
-/// Shrinks anomaly `a` (objective `i`), confirms the result and saves it.
-#[allow(clippy::too_many_arguments)]
-fn save(
-    a: &mut Anomaly,
-    i: usize,
-    spec: &Spec,
-    obs: Observation,
-    loaded: &Loaded,
-    catalog: &Catalog,
-    settings: &Settings,
-    runner: &dyn Runner,
-    watch: &dyn Watch,
-    abort: &AtomicBool,
-    baselines: &mut HashMap<String, Observation>,
-    out: &mut Appender,
-) -> Result<(), Error> {
-    let t = &loaded.target;
-    let ob = &t.objectives[i];
-    let cache = Mutex::new(std::mem::take(baselines));
-    let mut k = 0u64;
-    let mut last: (Spec, Observation) = (spec.clone(), obs.clone());
-    let mut trial = |s: &Spec, what: &str| -> Option<(Observation, Option<Observation>, f64)> {
-        if abort.load(Ordering::SeqCst) {
+/// What settling an anomaly needs.
+struct Settle<'a> {
+    loaded: &'a Loaded,
+    catalog: &'a Catalog,
+    settings: &'a Settings,
+    runner: &'a dyn Runner,
+    watch: &'a dyn Watch,
+    abort: &'a AtomicBool,
+    cache: &'a Mutex<HashMap<String, Observation>>,
+    out: &'a mut Appender,
+    /// Runs made, for their labels.
+    k: u64,
+}
+
+impl Settle<'_> {
+    /// One run of `s` scored on objective `i`: (what it showed, its
+    /// baseline, s), or None once interrupted. Kept in `shrink.jsonl`.
+    fn trial(
+        &mut self,
+        s: &Spec,
+        i: usize,
+        what: &str,
+    ) -> Option<(Observation, Option<Observation>, f64)> {
+        if self.abort.load(Ordering::SeqCst) {
             return None;
         }
-        k += 1;
+        self.k += 1;
+        let ob = &self.loaded.target.objectives[i];
         let base = ob
             .kind
             .needs_baseline()
-            .then(|| baseline(s, runner, settings.seed, &cache));
-        let label = format!("{what}-{}-{k}", a.hash);
-        let o = runner.run(s, &label, run_seed(settings.seed, &label));
-        let sc = score::score(std::slice::from_ref(ob), &o, base.as_ref().map(|b| &b.1));
-        let _ = out.push(&serde_json::json!({
+            .then(|| baseline(s, self.runner, self.settings.seed, self.cache).1);
+        let label = format!("{what}-{}", self.k);
+        let o = self
+            .runner
+            .run(s, &label, run_seed(self.settings.seed, &label));
+        let sc = score::score(std::slice::from_ref(ob), &o, base.as_ref());
+        let _ = self.out.push(&serde_json::json!({
             "what": what, "objective": ob.label(), "hash": mutate::hash(s),
             "s": sc.s[0], "verdict": o.verdict, "observation": &o,
         }));
-        Some((o, base.map(|b| b.1), sc.s[0]))
-    };
-    watch.phase(&format!("shrinking {} (run {})", a.objective, a.run));
-    let shrunk = shrink::shrink(spec, catalog, t.shrink.max_runs, |s: &Spec| {
-        match trial(s, "shrink") {
-            Some((o, _, s1)) if s1 >= 1.0 => {
-                last = (s.clone(), o);
-                true
+        if o.verdict == "INTERRUPTED" {
+            return None;
+        }
+        Some((o, base, sc.s[0]))
+    }
+
+    /// Runs `spec` `confirm` times: how often it showed the anomaly and
+    /// failed its `expect:`.
+    fn confirm(&mut self, spec: &Spec, i: usize, what: &str) -> u32 {
+        let mut n = 0;
+        for _ in 0..self.loaded.target.shrink.confirm {
+            match self.trial(spec, i, what) {
+                Some((o, _, s)) if s >= 1.0 && o.verdict == "FAIL" => n += 1,
+                Some(_) => {}
+                None => break,
             }
-            _ => false,
         }
-    });
-    a.shrink_runs = shrunk.runs;
-    a.steps = shrunk.steps;
-    // The shrunk spec is the last one the oracle held on.
-    let (small, small_obs) = if last.0 == shrunk.spec {
-        last
-    } else {
-        (spec.clone(), obs)
-    };
-    let base = ob.kind.needs_baseline().then(|| {
-        let mut b = small.clone();
-        b.events.clear();
-        cache
-            .lock()
-            .expect("not poisoned")
-            .get(&mutate::hash(&b))
-            .cloned()
-    });
-    let mut saved = small.clone();
-    saved.expect = score::expectations(ob, &small_obs, base.flatten().as_ref());
-    let stem = loaded.seed.name.clone().unwrap_or_else(|| "spec".into());
-    saved.name = Some(format!("{stem}-{}-{}", ob.kind.name(), a.hash));
-    watch.phase(&format!(
-        "confirming {} ({} runs)",
-        a.objective, t.shrink.confirm
-    ));
-    for _ in 0..t.shrink.confirm {
-        match trial(&saved, "confirm") {
-            Some((o, _, s1)) if s1 >= 1.0 && o.verdict == "FAIL" => a.confirmed += 1,
-            Some(_) => {}
-            None => break,
+        n
+    }
+
+    /// `spec` with the claims that state objective `i`'s anomaly as `o` showed it.
+    fn with_expect(&self, spec: &Spec, i: usize, o: &Observation) -> Spec {
+        let ob = &self.loaded.target.objectives[i];
+        let base = ob.kind.needs_baseline().then(|| {
+            let mut b = spec.clone();
+            b.events.clear();
+            self.cache
+                .lock()
+                .expect("not poisoned")
+                .get(&mutate::hash(&b))
+                .cloned()
+        });
+        let mut s = spec.clone();
+        s.expect = score::expectations(ob, o, base.flatten().as_ref());
+        let stem = self
+            .loaded
+            .seed
+            .name
+            .clone()
+            .unwrap_or_else(|| "spec".into());
+        s.name = Some(format!("{stem}-{}-{}", ob.kind.name(), mutate::hash(spec)));
+        s
+    }
+
+    /// Re-runs anomaly `a` (objective `i`) as found; if it shows every
+    /// time, shrinks it, confirms the shrunk spec and saves the smallest
+    /// spec that reproduced every time.
+    fn settle(
+        &mut self,
+        a: &mut Anomaly,
+        i: usize,
+        spec: &Spec,
+        obs: Observation,
+    ) -> Result<(), Error> {
+        let k = self.loaded.target.shrink.confirm;
+        let found = self.with_expect(spec, i, &obs);
+        self.watch.phase(&format!(
+            "re-running {} (run {}) {k} times",
+            a.objective, a.run
+        ));
+        a.reproduced = self.confirm(&found, i, "reproduce");
+        if a.reproduced < k {
+            self.watch.phase(&format!(
+                "{}: shown again {} of {k} times; not saved, the search goes on",
+                a.objective, a.reproduced
+            ));
+            return Ok(());
         }
-    }
-    *baselines = cache.into_inner().expect("not poisoned");
-    let file = settings
-        .dir
-        .join("anomalies")
-        .join(format!("{:03}-{}.yaml", a.run, ob.kind.name()));
-    let mut text = format!(
-        "# An anomaly found by `wirelab fuzz` (Lumina §4, Algorithm 1): {}.\n\
-         # Run {} of campaign seed {} (spec {}) scored s = {:.2} on it (1 is the threshold).\n",
-        a.objective, a.run, settings.seed, a.hash, a.s
-    );
-    if a.steps.is_empty() {
-        text.push_str(&format!(
-            "# Shrinking found nothing to remove ({} runs).\n",
-            a.shrink_runs
+        self.watch
+            .phase(&format!("shrinking {} (run {})", a.objective, a.run));
+        let mut last: (Spec, Observation) = (spec.clone(), obs);
+        let budget = self.loaded.target.shrink.max_runs;
+        let catalog = self.catalog;
+        let shrunk = shrink::shrink(spec, catalog, budget, |s: &Spec| {
+            match self.trial(s, i, "shrink") {
+                Some((o, _, sv)) if sv >= 1.0 => {
+                    last = (s.clone(), o);
+                    true
+                }
+                _ => false,
+            }
+        });
+        a.shrink_runs = shrunk.runs;
+        a.steps = shrunk.steps;
+        let mut saved = found;
+        let mut note = String::new();
+        // The shrunk spec is the last one the oracle held on.
+        if !a.steps.is_empty() && last.0 == shrunk.spec {
+            let small = self.with_expect(&last.0, i, &last.1);
+            self.watch
+                .phase(&format!("confirming the shrunk {} ({k} runs)", a.objective));
+            let c = self.confirm(&small, i, "confirm");
+            if c == k {
+                saved = small;
+                a.confirmed = c;
+            } else {
+                note = format!(
+                    "# The shrunk spec showed it {c} of {k} times; this is the spec as found.\n"
+                );
+                a.confirmed = a.reproduced;
+            }
+        } else {
+            a.confirmed = a.reproduced;
+        }
+        if self.abort.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let ob = &self.loaded.target.objectives[i];
+        let file = self.settings.dir.join("anomalies").join(format!(
+            "{:03}-{}.yaml",
+            a.run,
+            ob.kind.name()
         ));
-    } else {
+        let mut text = format!(
+            "# An anomaly found by `wirelab fuzz` (Lumina §4, Algorithm 1): {}.\n\
+             # Run {} of campaign seed {} (spec {}) scored s = {:.2} on it (1 is the threshold).\n",
+            a.objective, a.run, self.settings.seed, a.hash, a.s
+        );
+        if a.steps.is_empty() {
+            text.push_str(&format!(
+                "# Shrinking found nothing to remove ({} runs).\n",
+                a.shrink_runs
+            ));
+        } else {
+            text.push_str(&format!(
+                "# Shrunk in {} runs: {}.\n",
+                a.shrink_runs,
+                a.steps.join("; ")
+            ));
+        }
+        text.push_str(&note);
         text.push_str(&format!(
-            "# Shrunk in {} runs: {}.\n",
-            a.shrink_runs,
-            a.steps.join("; ")
+            "# Confirmed {} of {k} runs: each showed the anomaly and failed this spec's expect:.\n",
+            a.confirmed
         ));
+        if saved.expect.is_empty() {
+            text.push_str(
+                "# No expect: claim can state this anomaly; the runs above measured it.\n",
+            );
+        }
+        text.push_str(&tidy_yaml(&saved));
+        std::fs::write(&file, text).map_err(io(|| file.display().to_string()))?;
+        a.file = Some(file.display().to_string());
+        Ok(())
     }
-    text.push_str(&format!(
-        "# Confirmed {} of {} runs: each showed the anomaly and failed this spec's expect:.\n",
-        a.confirmed, a.confirm
-    ));
-    if saved.expect.is_empty() {
-        text.push_str("# No expect: claim can state this anomaly; the runs above measured it.\n");
-    }
-    text.push_str(&tidy_yaml(&saved));
-    std::fs::write(&file, text).map_err(io(|| file.display().to_string()))?;
-    a.file = Some(file.display().to_string());
-    Ok(())
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use wirelab_analyze::Kind as FindingKind;
 use wirelab_spec::{Amount, Expect, Index, IndexOrAll, Nanos, Spec, Stat};
 
-use crate::target::{Kind, Objective};
+use crate::target::{Kind, LatencyStat, Objective};
 
 /// A single objective's s is capped here, so one runaway count cannot
 /// drown the others in the sum.
@@ -28,6 +28,8 @@ pub struct Observation {
     pub violations: BTreeMap<String, u64>,
     /// The largest value of each measured finding, `analyzer.name`.
     pub max: BTreeMap<String, f64>,
+    /// The median of each measured finding's values.
+    pub p50: BTreeMap<String, f64>,
     /// Connection -> its message completion times (ns).
     pub mct_ns: BTreeMap<u32, Vec<u64>>,
     /// Connection -> (messages completed, messages expected).
@@ -60,6 +62,7 @@ impl Observation {
             completed: out.facts.completed.clone(),
             ..Default::default()
         };
+        let mut values: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for a in &out.summary.analysis.analyzers {
             o.violations.insert(a.name.to_string(), a.violations);
             for f in a
@@ -67,12 +70,17 @@ impl Observation {
                 .iter()
                 .filter(|f| f.kind == FindingKind::Measurement)
             {
-                let vals = f.values();
-                let m = vals.iter().copied().fold(f64::NAN, f64::max);
-                if m.is_finite() {
-                    let e = o.max.entry(f.path()).or_insert(m);
-                    *e = e.max(m);
-                }
+                values
+                    .entry(f.path())
+                    .or_default()
+                    .extend(f.values().into_iter().filter(|v| v.is_finite()));
+            }
+        }
+        // The same nearest-rank median `expect: stat: p50` evaluates.
+        for (path, v) in values {
+            if let Some(d) = wirelab_analyze::Dist::of(&v) {
+                o.max.insert(path.clone(), d.max);
+                o.p50.insert(path, d.p50);
             }
         }
         o.bytes = bytes_per_connection(spec);
@@ -155,7 +163,11 @@ fn one(ob: &Objective, o: &Observation, base: Option<&Observation>) -> f64 {
         Kind::Latency => {
             let f = ob.finding.as_deref().unwrap_or_default();
             let bound = ob.above.map_or(f64::NAN, |b| b.0 as f64);
-            o.max.get(f).map_or(0.0, |m| m / bound)
+            let values = match ob.stat.unwrap_or_default() {
+                LatencyStat::P50 => &o.p50,
+                LatencyStat::Max => &o.max,
+            };
+            values.get(f).map_or(0.0, |m| m / bound)
         }
         Kind::MctInflation => {
             let Some(b) = base else { return 0.0 };
@@ -256,6 +268,10 @@ pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>)
             }
         }
         Kind::Latency => claims.push(Expect {
+            stat: Some(match ob.stat.unwrap_or_default() {
+                LatencyStat::P50 => Stat::P50,
+                LatencyStat::Max => Stat::Max,
+            }),
             at_most: ob.above.map(|b| Amount::Text(b.to_string())),
             ..finding(ob.finding.as_deref().unwrap_or_default())
         }),

@@ -61,6 +61,8 @@ pub struct Search<'a> {
     init: u64,
     /// p of Algorithm 1 line 12.
     p: f64,
+    /// Members the pool holds at most.
+    capacity: usize,
     mode: Mode,
     issued: u64,
 }
@@ -71,6 +73,7 @@ impl<'a> Search<'a> {
         seed: Spec,
         rng_seed: u64,
         init: u32,
+        capacity: u32,
         p: f64,
         mode: Mode,
     ) -> Search<'a> {
@@ -81,6 +84,7 @@ impl<'a> Search<'a> {
             pool: Vec::new(),
             init: init.max(1).into(),
             p,
+            capacity: capacity.max(init).max(1) as usize,
             mode,
             issued: 0,
         }
@@ -122,8 +126,23 @@ impl<'a> Search<'a> {
         } else if self.mode == Mode::Random {
             false
         } else {
-            score >= self.median() || self.rng.gen_bool(self.p)
+            // Line 9's Δ ≥ median, except that a run scoring 0 showed
+            // nothing: while most of the pool scores 0 (early on, it does)
+            // the literal rule would let every such run in, the median
+            // would stay 0 and the pool would never select. It takes the
+            // coin of line 12 instead.
+            let m = self.median();
+            (score >= m && score > 0.0) || self.rng.gen_bool(self.p)
         };
+        if join && self.pool.len() >= self.capacity {
+            // Steady-state replacement: a full pool drops its lowest
+            // scorer (the oldest of equals), so parents drawn uniformly
+            // (line 4) are drawn from the better part of what was run.
+            let worst = (0..self.pool.len())
+                .min_by(|&a, &b| self.pool[a].score.total_cmp(&self.pool[b].score))
+                .expect("a full pool has members");
+            self.pool.remove(worst);
+        }
         if join {
             self.pool.push(Member {
                 spec: c.spec.clone(),

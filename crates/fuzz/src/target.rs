@@ -178,6 +178,11 @@ pub struct Objective {
     /// `latency`: the bound.
     #[serde(default)]
     pub above: Option<Nanos>,
+    /// `latency`: which of the run's values is held to the bound: `p50`
+    /// (the default: a device's slow path moves the median, a lab's
+    /// scheduling noise only the tail) or `max`.
+    #[serde(default)]
+    pub stat: Option<LatencyStat>,
     /// `mct-inflation`, `noisy-neighbour`: k, the slowdown that is an anomaly.
     #[serde(default)]
     pub above_baseline: Option<f64>,
@@ -194,11 +199,22 @@ impl Objective {
     /// A short name: `latency(roce-retransmission-latency.nack-reaction)`.
     pub fn label(&self) -> String {
         match (&self.finding, self.analyzers.is_empty()) {
+            (Some(f), _) if self.stat == Some(LatencyStat::Max) => {
+                format!("{}({f}, max)", self.kind.name())
+            }
             (Some(f), _) => format!("{}({f})", self.kind.name()),
             (None, false) => format!("{}({})", self.kind.name(), self.analyzers.join(",")),
             (None, true) => self.kind.name().to_string(),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LatencyStat {
+    #[default]
+    P50,
+    Max,
 }
 
 /// Algorithm 1's pool.
@@ -208,6 +224,10 @@ pub struct PoolSettings {
     /// Configurations the pool starts with (random points of the space).
     #[serde(default = "pool_size")]
     pub size: u32,
+    /// Members the pool holds at most; a candidate joining a full pool
+    /// replaces its lowest scorer.
+    #[serde(default = "pool_capacity")]
+    pub capacity: u32,
     /// p: a candidate scoring below the pool's median joins it with this
     /// probability (Algorithm 1 line 12).
     #[serde(default = "keep_p")]
@@ -220,6 +240,9 @@ pub struct PoolSettings {
 fn pool_size() -> u32 {
     8
 }
+fn pool_capacity() -> u32 {
+    16
+}
 fn keep_p() -> f64 {
     0.2
 }
@@ -231,6 +254,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             size: pool_size(),
+            capacity: pool_capacity(),
             keep_probability: keep_p(),
             mutations: mutations(),
         }
@@ -539,6 +563,7 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
             ),
             ("finding", o.finding.is_some(), o.kind == Kind::Latency),
             ("above", o.above.is_some(), o.kind == Kind::Latency),
+            ("stat", o.stat.is_some(), o.kind == Kind::Latency),
             (
                 "above_baseline",
                 o.above_baseline.is_some(),
@@ -596,6 +621,12 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
     let p = &t.pool;
     if p.size == 0 {
         return bad("pool.size", "must be at least 1");
+    }
+    if p.capacity < p.size {
+        return bad(
+            "pool.capacity",
+            format!("must be at least pool.size ({})", p.size),
+        );
     }
     if !(0.0..=1.0).contains(&p.keep_probability) {
         return bad("pool.keep_probability", "a probability, 0 to 1");
