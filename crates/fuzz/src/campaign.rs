@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use wirelab_spec::{Catalog, Spec};
 
 use crate::mutate::{self, Mutator};
-use crate::score::{self, Observation, Score};
+use crate::score::{self, Against, Observation, Score};
 use crate::search::{Candidate, Mode, Search};
 use crate::shrink;
 use crate::target::{Loaded, Stop};
@@ -74,6 +74,9 @@ pub struct Record {
     /// The baseline it was scored against (the same spec without events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// The run on the reference device it was scored against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
     pub ms: u64,
     pub observation: Observation,
 }
@@ -287,6 +290,7 @@ struct Done {
     n: u64,
     obs: Observation,
     base: Option<(String, Observation, bool)>,
+    reference: Option<(String, Observation, bool)>,
     ms: u64,
 }
 
@@ -334,6 +338,7 @@ pub fn run(
 
     let t = &loaded.target;
     let needs_base = t.objectives.iter().any(|o| o.kind.needs_baseline());
+    let reference = t.reference();
     let mutator = Mutator {
         space: &t.space,
         catalog,
@@ -355,7 +360,9 @@ pub fn run(
         ..Default::default()
     };
     // Anomalies seen in this search phase, per objective: the first run.
-    let mut found: BTreeMap<usize, (u64, Spec, Observation, f64)> = BTreeMap::new();
+    // (run, spec, what it showed, its run on the reference device, s)
+    type Found = (u64, Spec, Observation, Option<Observation>, f64);
+    let mut found: BTreeMap<usize, Found> = BTreeMap::new();
     let mut anomalies: Vec<Anomaly> = Vec::new();
     let mut unconfirmed: Vec<Anomaly> = Vec::new();
     let mut stopped = None;
@@ -378,8 +385,21 @@ pub fn run(
                     return;
                 }
                 let t0 = Instant::now();
-                let base =
-                    needs_base.then(|| baseline(&job.spec, runner, settings.seed, base_cache));
+                let seed = settings.seed;
+                let base = needs_base.then(|| {
+                    companion(
+                        &job.spec,
+                        Companion::Base,
+                        runner,
+                        seed,
+                        Some(base_cache),
+                        "",
+                    )
+                });
+                let reference = reference.map(|d| {
+                    let which = Companion::Reference(d);
+                    companion(&job.spec, which, runner, seed, Some(base_cache), "")
+                });
                 let label = format!("run-{}", job.n);
                 let obs = runner.run(&job.spec, &label, run_seed(settings.seed, &label));
                 let ms = t0.elapsed().as_millis() as u64;
@@ -388,6 +408,7 @@ pub fn run(
                         n: job.n,
                         obs,
                         base,
+                        reference,
                         ms,
                     })
                     .is_err()
@@ -455,18 +476,24 @@ pub fn run(
                             stopped = Some(Stopped::Interrupted);
                             break;
                         };
-                        let base = d.base.map(|(h, o, fresh)| {
-                            if fresh {
-                                baseline_runs += 1;
-                                let _ = base_out.push(&(&h, &o));
-                            }
-                            (h, o)
-                        });
-                        let sc = score::score(&t.objectives, &d.obs, base.as_ref().map(|b| &b.1));
-                        (
-                            record(&c, sc, d.obs, base.map(|b| b.0), d.ms, &t.objectives),
-                            false,
-                        )
+                        let mut keep = |c: Option<(String, Observation, bool)>| {
+                            c.map(|(h, o, fresh)| {
+                                if fresh {
+                                    baseline_runs += 1;
+                                    let _ = base_out.push(&(&h, &o));
+                                }
+                                (h, o)
+                            })
+                        };
+                        let (base, reference) = (keep(d.base), keep(d.reference));
+                        let against = Against {
+                            base: base.as_ref().map(|b| &b.1),
+                            reference: reference.as_ref().map(|r| &r.1),
+                        };
+                        let sc = score::score(&t.objectives, &d.obs, against);
+                        let mut rec = record(&c, sc, d.obs, base.map(|b| b.0), d.ms, &t.objectives);
+                        rec.reference = reference.map(|r| r.0);
+                        (rec, false)
                     }
                 };
                 pending.pop_front();
@@ -491,9 +518,19 @@ pub fn run(
                 };
                 let new: Vec<usize> = s.anomalies().into_iter().filter(|&i| !settled(i)).collect();
                 for &i in &new {
-                    found
-                        .entry(i)
-                        .or_insert_with(|| (c.n, c.spec.clone(), rec.observation.clone(), s.s[i]));
+                    found.entry(i).or_insert_with(|| {
+                        let on_reference = rec
+                            .reference
+                            .as_ref()
+                            .and_then(|h| base_cache.lock().expect("not poisoned").get(h).cloned());
+                        (
+                            c.n,
+                            c.spec.clone(),
+                            rec.observation.clone(),
+                            on_reference,
+                            s.s[i],
+                        )
+                    });
                 }
                 if s.anomalies().is_empty() && !settings.keep_runs && !replayed {
                     if let Some(d) = &rec.observation.dir {
@@ -524,7 +561,7 @@ pub fn run(
             }
             // Settle what this phase found.
             let mut confirmed_now = 0;
-            for (i, (n, spec, obs, sv)) in std::mem::take(&mut found) {
+            for (i, (n, spec, obs, on_reference, sv)) in std::mem::take(&mut found) {
                 let ob = &t.objectives[i];
                 let mut a = Anomaly {
                     objective: ob.label(),
@@ -556,7 +593,7 @@ pub fn run(
                         out: &mut shrink_out,
                         k: 0,
                     };
-                    cx.settle(&mut a, i, &spec, obs)?;
+                    cx.settle(&mut a, i, &spec, (obs, on_reference))?;
                 }
                 if a.confirmed() {
                     confirmed_now += 1;
@@ -569,14 +606,13 @@ pub fn run(
                 stopped = Some(Stopped::Interrupted);
                 break;
             }
-            // Nothing reproduced: the search goes on where it stopped.
-            if stopped == Some(Stopped::Anomaly)
-                && confirmed_now == 0
-                && search.issued() < budget
-                && !time_up()
-            {
+            // Nothing reproduced: the search goes on where it stopped, or
+            // ends for the reason it would have ended without the find.
+            if stopped == Some(Stopped::Anomaly) && confirmed_now == 0 {
                 stopped = None;
-                continue;
+                if search.issued() < budget && !time_up() {
+                    continue;
+                }
             }
             break;
         }
@@ -633,26 +669,52 @@ fn record(
         joined: false,
         median: 0.0,
         base,
+        reference: None,
         ms,
         observation: obs,
     }
 }
 
-/// The run of `spec` without its events, from the cache or made now
-/// (`true`: made now).
-fn baseline(
+/// A run a candidate is compared with.
+#[derive(Debug, Clone, Copy)]
+enum Companion<'a> {
+    /// The same spec without its events.
+    Base,
+    /// The same spec on the reference device.
+    Reference(&'a str),
+}
+
+/// A companion run of `spec`, from `cache` or made now (`true`: made now;
+/// without a cache, always made now). `tag` makes the label of a fresh
+/// run unique.
+fn companion(
     spec: &Spec,
+    which: Companion,
     runner: &dyn Runner,
     seed: u64,
-    cache: &Mutex<HashMap<String, Observation>>,
+    cache: Option<&Mutex<HashMap<String, Observation>>>,
+    tag: &str,
 ) -> (String, Observation, bool) {
     let mut b = spec.clone();
-    b.events.clear();
+    let kind = match which {
+        Companion::Base => {
+            b.events.clear();
+            "base"
+        }
+        Companion::Reference(d) => {
+            crate::target::set_device(&mut b, d);
+            "ref"
+        }
+    };
     let h = mutate::hash(&b);
+    let label = format!("{kind}-{h}{tag}");
+    let Some(cache) = cache else {
+        let o = runner.run(&b, &label, run_seed(seed, &label));
+        return (h, o, true);
+    };
     if let Some(o) = cache.lock().expect("not poisoned").get(&h) {
         return (h, o.clone(), false);
     }
-    let label = format!("base-{h}");
     let o = runner.run(&b, &label, run_seed(seed, &label));
     cache
         .lock()
@@ -675,37 +737,51 @@ struct Settle<'a> {
     k: u64,
 }
 
+/// A run and its run on the reference device.
+type Seen = (Observation, Option<Observation>);
+
 impl Settle<'_> {
-    /// One run of `s` scored on objective `i`: (what it showed, its
-    /// baseline, s), or None once interrupted. Kept in `shrink.jsonl`.
-    fn trial(
-        &mut self,
-        s: &Spec,
-        i: usize,
-        what: &str,
-    ) -> Option<(Observation, Option<Observation>, f64)> {
+    /// One run of `s` scored on objective `i` (with a fresh run on the
+    /// reference device when it compares with one): what it showed and s,
+    /// or None once interrupted. Kept in `shrink.jsonl`.
+    fn trial(&mut self, s: &Spec, i: usize, what: &str) -> Option<(Seen, f64)> {
         if self.abort.load(Ordering::SeqCst) {
             return None;
         }
         self.k += 1;
+        let (runner, seed, tag) = (
+            self.runner,
+            self.settings.seed,
+            format!("-{what}-{}", self.k),
+        );
         let ob = &self.loaded.target.objectives[i];
         let base = ob
             .kind
             .needs_baseline()
-            .then(|| baseline(s, self.runner, self.settings.seed, self.cache).1);
+            .then(|| companion(s, Companion::Base, runner, seed, Some(self.cache), "").1);
+        // Fresh every time: a reference run that happened to be quick
+        // must not confirm an anomaly three times over.
+        let reference = self
+            .loaded
+            .target
+            .reference()
+            .filter(|_| ob.reference)
+            .map(|d| companion(s, Companion::Reference(d), runner, seed, None, &tag).1);
         let label = format!("{what}-{}", self.k);
-        let o = self
-            .runner
-            .run(s, &label, run_seed(self.settings.seed, &label));
-        let sc = score::score(std::slice::from_ref(ob), &o, base.as_ref());
+        let o = runner.run(s, &label, run_seed(seed, &label));
+        let against = Against {
+            base: base.as_ref(),
+            reference: reference.as_ref(),
+        };
+        let sc = score::score(std::slice::from_ref(ob), &o, against);
         let _ = self.out.push(&serde_json::json!({
             "what": what, "objective": ob.label(), "hash": mutate::hash(s),
-            "s": sc.s[0], "verdict": o.verdict, "observation": &o,
+            "s": sc.s[0], "verdict": o.verdict, "observation": &o, "reference": &reference,
         }));
         if o.verdict == "INTERRUPTED" {
             return None;
         }
-        Some((o, base, sc.s[0]))
+        Some(((o, reference), sc.s[0]))
     }
 
     /// Runs `spec` `confirm` times: how often it showed the anomaly and
@@ -714,7 +790,7 @@ impl Settle<'_> {
         let mut n = 0;
         for _ in 0..self.loaded.target.shrink.confirm {
             match self.trial(spec, i, what) {
-                Some((o, _, s)) if s >= 1.0 && o.verdict == "FAIL" => n += 1,
+                Some(((o, _), s)) if s >= 1.0 && o.verdict == "FAIL" => n += 1,
                 Some(_) => {}
                 None => break,
             }
@@ -722,20 +798,22 @@ impl Settle<'_> {
         n
     }
 
-    /// `spec` with the claims that state objective `i`'s anomaly as `o` showed it.
-    fn with_expect(&self, spec: &Spec, i: usize, o: &Observation) -> Spec {
+    /// `spec` with the claims that state objective `i`'s anomaly as `seen` showed it.
+    fn with_expect(&self, spec: &Spec, i: usize, seen: &Seen) -> Spec {
         let ob = &self.loaded.target.objectives[i];
         let base = ob.kind.needs_baseline().then(|| {
             let mut b = spec.clone();
             b.events.clear();
-            self.cache
-                .lock()
-                .expect("not poisoned")
-                .get(&mutate::hash(&b))
-                .cloned()
+            let h = mutate::hash(&b);
+            self.cache.lock().expect("not poisoned").get(&h).cloned()
         });
+        let base = base.flatten();
+        let against = Against {
+            base: base.as_ref(),
+            reference: seen.1.as_ref(),
+        };
         let mut s = spec.clone();
-        s.expect = score::expectations(ob, o, base.flatten().as_ref());
+        s.expect = score::expectations(ob, &seen.0, against);
         let stem = self
             .loaded
             .seed
@@ -749,15 +827,9 @@ impl Settle<'_> {
     /// Re-runs anomaly `a` (objective `i`) as found; if it shows every
     /// time, shrinks it, confirms the shrunk spec and saves the smallest
     /// spec that reproduced every time.
-    fn settle(
-        &mut self,
-        a: &mut Anomaly,
-        i: usize,
-        spec: &Spec,
-        obs: Observation,
-    ) -> Result<(), Error> {
+    fn settle(&mut self, a: &mut Anomaly, i: usize, spec: &Spec, seen: Seen) -> Result<(), Error> {
         let k = self.loaded.target.shrink.confirm;
-        let found = self.with_expect(spec, i, &obs);
+        let found = self.with_expect(spec, i, &seen);
         self.watch.phase(&format!(
             "re-running {} (run {}) {k} times",
             a.objective, a.run
@@ -772,13 +844,13 @@ impl Settle<'_> {
         }
         self.watch
             .phase(&format!("shrinking {} (run {})", a.objective, a.run));
-        let mut last: (Spec, Observation) = (spec.clone(), obs);
+        let mut last: (Spec, Seen) = (spec.clone(), seen);
         let budget = self.loaded.target.shrink.max_runs;
         let catalog = self.catalog;
         let shrunk = shrink::shrink(spec, catalog, budget, |s: &Spec| {
             match self.trial(s, i, "shrink") {
-                Some((o, _, sv)) if sv >= 1.0 => {
-                    last = (s.clone(), o);
+                Some((seen, sv)) if sv >= 1.0 => {
+                    last = (s.clone(), seen);
                     true
                 }
                 _ => false,

@@ -123,16 +123,35 @@ impl Score {
     }
 }
 
-/// Scores `o` (with `base`, the same spec run without events, for the
-/// objectives that need it). A run that could not be made scores 0.
-pub fn score(objectives: &[Objective], o: &Observation, base: Option<&Observation>) -> Score {
+/// The runs a score compares a run with.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Against<'a> {
+    /// The same spec without its events (the MCT objectives).
+    pub base: Option<&'a Observation>,
+    /// The same spec on the reference device (objectives with `reference`).
+    pub reference: Option<&'a Observation>,
+}
+
+/// Scores `o` against the runs it is compared with. A run that could not
+/// be made scores 0.
+pub fn score(objectives: &[Objective], o: &Observation, against: Against) -> Score {
     let s: Vec<f64> = objectives
         .iter()
         .map(|ob| {
             if o.error.is_some() {
                 return 0.0;
             }
-            let v = one(ob, o, base);
+            let v = match (ob.reference, against.reference) {
+                (true, Some(r)) if ob.kind == Kind::Differs => {
+                    (latency(ob, o) - latency(ob, r)).abs() / by(ob)
+                }
+                // Differential: only what the device under test shows
+                // beyond the reference device on the same spec, so the
+                // lab's own delays and limits cancel out.
+                (true, Some(r)) => one(ob, o, against.base) - one(ob, r, against.base),
+                (true, None) => 0.0,
+                (false, _) => one(ob, o, against.base),
+            };
             if v.is_nan() {
                 0.0
             } else {
@@ -160,15 +179,9 @@ fn one(ob: &Objective, o: &Observation, base: Option<&Observation>) -> f64 {
             .filter_map(|a| o.violations.get(*a))
             .map(|&n| n as f64)
             .sum(),
-        Kind::Latency => {
-            let f = ob.finding.as_deref().unwrap_or_default();
-            let bound = ob.above.map_or(f64::NAN, |b| b.0 as f64);
-            let values = match ob.stat.unwrap_or_default() {
-                LatencyStat::P50 => &o.p50,
-                LatencyStat::Max => &o.max,
-            };
-            values.get(f).map_or(0.0, |m| m / bound)
-        }
+        Kind::Latency => latency(ob, o) / ob.above.map_or(f64::NAN, |b| b.0 as f64),
+        // Only against a reference (`score`).
+        Kind::Differs => 0.0,
         Kind::MctInflation => {
             let Some(b) = base else { return 0.0 };
             let k = ob.above_baseline.unwrap_or(f64::NAN);
@@ -224,6 +237,26 @@ fn one(ob: &Objective, o: &Observation, base: Option<&Observation>) -> f64 {
     }
 }
 
+/// `differs`: the margin, in the finding's unit.
+fn by(ob: &Objective) -> f64 {
+    let unit = ob
+        .finding
+        .as_deref()
+        .and_then(|f| wirelab_analyze::catalog().unit_of(f))
+        .unwrap_or(wirelab_spec::Unit::Count);
+    ob.by.as_ref().and_then(|b| b.value_in(unit).ok()).unwrap_or(f64::NAN)
+}
+
+/// A latency (or `differs`) objective's value on a run (0 when it measured none).
+fn latency(ob: &Objective, o: &Observation) -> f64 {
+    let f = ob.finding.as_deref().unwrap_or_default();
+    let values = match ob.stat.unwrap_or_default() {
+        LatencyStat::P50 => &o.p50,
+        LatencyStat::Max => &o.max,
+    };
+    values.get(f).copied().unwrap_or(0.0)
+}
+
 /// Some of `conns` did not complete every message (a message that never
 /// completes is as slow as it gets).
 fn incomplete<'a>(o: &Observation, mut conns: impl Iterator<Item = &'a u32>) -> bool {
@@ -245,7 +278,9 @@ pub fn jain(x: &[f64]) -> f64 {
 /// they hold where the anomaly is absent and fail on `o` (`base` is the
 /// run without events, for the MCT bounds). Campaigns confirm that the
 /// saved spec fails them before keeping it.
-pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>) -> Vec<Expect> {
+pub fn expectations(ob: &Objective, o: &Observation, against: Against) -> Vec<Expect> {
+    let base = against.base;
+    let reference = against.reference.filter(|_| ob.reference);
     let finding = |f: &str| Expect {
         finding: Some(f.to_string()),
         ..blank()
@@ -261,18 +296,29 @@ pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>)
                         _ => ob.analyzers.is_empty() || ob.analyzers.contains(a),
                     }
             }) {
-                claims.push(Expect {
-                    equals: Some(Amount::Number(0.0)),
-                    ..finding(&format!("{a}.violations"))
+                // What the reference device showed is not the anomaly.
+                let allowed = reference
+                    .and_then(|r| r.violations.get(a))
+                    .copied()
+                    .unwrap_or(0);
+                claims.push(match allowed {
+                    0 => Expect {
+                        equals: Some(Amount::Number(0.0)),
+                        ..finding(&format!("{a}.violations"))
+                    },
+                    n => Expect {
+                        at_most: Some(Amount::Number(n as f64)),
+                        ..finding(&format!("{a}.violations"))
+                    },
                 });
             }
         }
         Kind::Latency => claims.push(Expect {
-            stat: Some(match ob.stat.unwrap_or_default() {
-                LatencyStat::P50 => Stat::P50,
-                LatencyStat::Max => Stat::Max,
+            stat: Some(stat(ob)),
+            at_most: ob.above.map(|b| {
+                let on_reference = reference.map_or(0.0, |r| latency(ob, r));
+                Amount::Text(Nanos(b.0 + on_reference as u64).to_string())
             }),
-            at_most: ob.above.map(|b| Amount::Text(b.to_string())),
             ..finding(ob.finding.as_deref().unwrap_or_default())
         }),
         Kind::MctInflation => {
@@ -301,6 +347,23 @@ pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>)
                 }
             }
         }
+        Kind::Differs => {
+            let x = reference.map_or(0.0, |r| latency(ob, r));
+            let m = by(ob);
+            let unit = wirelab_analyze::catalog()
+                .unit_of(ob.finding.as_deref().unwrap_or_default())
+                .unwrap_or(wirelab_spec::Unit::Count);
+            let amount = |v: f64| match unit {
+                wirelab_spec::Unit::Nanos => Amount::Text(Nanos(v.max(0.0) as u64).to_string()),
+                _ => Amount::Number(v.max(0.0)),
+            };
+            claims.push(Expect {
+                stat: Some(stat(ob)),
+                at_least: (x - m > 0.0).then(|| amount(x - m)),
+                at_most: Some(amount(x + m)),
+                ..finding(ob.finding.as_deref().unwrap_or_default())
+            });
+        }
         Kind::Unfairness => claims.push(Expect {
             at_least: ob.below.map(Amount::Number),
             ..finding("flow.fairness")
@@ -315,6 +378,13 @@ pub fn expectations(ob: &Objective, o: &Observation, base: Option<&Observation>)
         });
     }
     claims
+}
+
+fn stat(ob: &Objective) -> Stat {
+    match ob.stat.unwrap_or_default() {
+        LatencyStat::P50 => Stat::P50,
+        LatencyStat::Max => Stat::Max,
+    }
 }
 
 fn blank() -> Expect {

@@ -23,6 +23,10 @@ pub struct Target {
     /// told which. Overrides the seed's; `wirelab fuzz --device` overrides it.
     #[serde(default)]
     pub device: Option<String>,
+    /// The device objectives with `reference` compare with (default: the
+    /// `default` profile, which follows the specification).
+    #[serde(default)]
+    pub reference_device: Option<String>,
     /// Which fields of the seed may change, and within what.
     pub space: Space,
     /// Score = Σ weight · s(objective) (Lumina §4 step 3). An objective
@@ -143,6 +147,10 @@ pub enum Kind {
     /// Goodput shared unfairly: Jain's index J of per-connection goodput;
     /// s = (1 − J) / (1 − `below`).
     Unfairness,
+    /// A finding that differs from the reference device's on the same
+    /// spec, either way: s = |x − x_ref| / `by` (a CNP limiter of another
+    /// scope sends fewer CNPs for the same marks, Lumina §6.3).
+    Differs,
 }
 
 impl Kind {
@@ -154,6 +162,7 @@ impl Kind {
             Kind::MctInflation => "mct-inflation",
             Kind::NoisyNeighbour => "noisy-neighbour",
             Kind::Unfairness => "unfairness",
+            Kind::Differs => "differs",
         }
     }
     /// Scored against a run of the same spec without events.
@@ -178,11 +187,22 @@ pub struct Objective {
     /// `latency`: the bound.
     #[serde(default)]
     pub above: Option<Nanos>,
-    /// `latency`: which of the run's values is held to the bound: `p50`
+    /// `differs`: how far from the reference device's value is an anomaly,
+    /// in the finding's unit (`5`, `100us`).
+    #[serde(default)]
+    pub by: Option<wirelab_spec::Amount>,
+    /// `latency`, `differs`: which of the run's values is compared: `p50`
     /// (the default: a device's slow path moves the median, a lab's
     /// scheduling noise only the tail) or `max`.
     #[serde(default)]
     pub stat: Option<LatencyStat>,
+    /// Score only what the device under test shows beyond the reference
+    /// device (`reference_device`) on the same spec: violations it has and
+    /// the reference has not, or a latency `above` the reference's own
+    /// (`violations`, `counters`, `latency`). Differential testing: the
+    /// lab's own delays (a userspace transport under a burst) cancel out.
+    #[serde(default)]
+    pub reference: bool,
     /// `mct-inflation`, `noisy-neighbour`: k, the slowdown that is an anomaly.
     #[serde(default)]
     pub above_baseline: Option<f64>,
@@ -402,16 +422,24 @@ pub fn from_text(
     };
     let mut target: Target = wirelab_spec::parse_yaml(text, |t: &Target| {
         validate(t, catalog)?;
-        match &t.device {
-            Some(d) => check_device(&resolve(dir, d)).map_err(|m| ("device".into(), m)),
-            None => Ok(()),
+        for (field, d) in [
+            ("device", &t.device),
+            ("reference_device", &t.reference_device),
+        ] {
+            if let Some(d) = d {
+                check_device(&resolve(dir, d)).map_err(|m| (field.to_string(), m))?;
+            }
         }
+        Ok(())
     })
     .map_err(invalid)?;
     if let Some(d) = device {
         check_device(d).map_err(TargetError::Device)?;
         target.device = Some(d.to_string());
     } else if let Some(d) = target.device.as_mut() {
+        *d = resolve(dir, d);
+    }
+    if let Some(d) = target.reference_device.as_mut() {
         *d = resolve(dir, d);
     }
     let seed_path = dir.join(&target.seed);
@@ -445,6 +473,16 @@ fn check_device(d: &str) -> Result<(), String> {
     wirelab_spec::roce::load_profile(d)
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+impl Target {
+    /// The reference device, when an objective compares with one.
+    pub fn reference(&self) -> Option<&str> {
+        self.objectives
+            .iter()
+            .any(|o| o.reference)
+            .then(|| self.reference_device.as_deref().unwrap_or("default"))
+    }
 }
 
 /// Every host's RoCE device runs `profile`.
@@ -561,15 +599,21 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
                 !o.analyzers.is_empty(),
                 o.kind == Kind::Violations,
             ),
-            ("finding", o.finding.is_some(), o.kind == Kind::Latency),
+            ("finding", o.finding.is_some(), matches!(o.kind, Kind::Latency | Kind::Differs)),
             ("above", o.above.is_some(), o.kind == Kind::Latency),
-            ("stat", o.stat.is_some(), o.kind == Kind::Latency),
+            ("by", o.by.is_some(), o.kind == Kind::Differs),
+            ("stat", o.stat.is_some(), matches!(o.kind, Kind::Latency | Kind::Differs)),
             (
                 "above_baseline",
                 o.above_baseline.is_some(),
                 o.kind.needs_baseline(),
             ),
             ("below", o.below.is_some(), o.kind == Kind::Unfairness),
+            (
+                "reference",
+                o.reference,
+                matches!(o.kind, Kind::Violations | Kind::Counters | Kind::Latency | Kind::Differs),
+            ),
         ];
         for (field, set, allowed) in stray {
             if set && !allowed {
@@ -607,6 +651,26 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
                 let k = o.above_baseline.unwrap_or_default();
                 if !(k.is_finite() && k > 1.0) {
                     return bad(format!("{at}.above_baseline"), "a slowdown factor above 1");
+                }
+            }
+            Kind::Differs => {
+                want("finding", o.finding.is_some())?;
+                want("by", o.by.is_some())?;
+                if !o.reference {
+                    return bad(format!("{at}.reference"), "`differs` compares with the reference device: set `reference: true`");
+                }
+                let f = o.finding.as_deref().unwrap_or_default();
+                let Some(unit) = catalog.unit_of(f) else {
+                    return bad(
+                        format!("{at}.finding"),
+                        format!("unknown finding `{f}` (`wirelab analyze --findings` lists them)"),
+                    );
+                };
+                match o.by.as_ref().map(|b| b.value_in(unit)) {
+                    Some(Ok(v)) if v > 0.0 => {}
+                    Some(Ok(_)) => return bad(format!("{at}.by"), "must be above 0"),
+                    Some(Err(m)) => return bad(format!("{at}.by"), m),
+                    None => {}
                 }
             }
             Kind::Unfairness => {
