@@ -43,7 +43,7 @@ enum Cmd {
     /// save it with an `expect:` that fails on it. Exit 1 when an anomaly
     /// was found, 0 when none, 130 on Ctrl-C (resume with --resume).
     Fuzz(fuzz::Args),
-    /// Check specs without touching the host.
+    /// Check specs (and fuzz targets) without touching the host.
     Check {
         #[arg(required = true)]
         specs: Vec<PathBuf>,
@@ -231,6 +231,17 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
+                // A fuzz target (`wirelab fuzz`) is checked as one, with its seed spec.
+                if wirelab_fuzz::target::is_target_file(p) {
+                    match wirelab_fuzz::load(p, None, wirelab_lab::catalog()) {
+                        Ok(_) => println!("{}: ok (fuzz target)", p.display()),
+                        Err(e) => {
+                            eprintln!("wirelab: {e}");
+                            bad = true;
+                        }
+                    }
+                    continue;
+                }
                 match wirelab_spec::load(p, wirelab_lab::catalog()) {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).

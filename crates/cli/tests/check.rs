@@ -84,3 +84,64 @@ fn a_counter_no_run_reports_is_refused_with_its_line() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A fuzz target is checked as one (its seed spec too); a bad one exits 2
+/// naming the YAML path and line, and `wirelab fuzz` refuses it the same
+/// way before it needs root or makes a folder.
+#[test]
+fn fuzz_targets_are_checked_and_a_bad_one_names_its_line() {
+    let t = repo().join("specs/fuzz/roce-find-counter-or-latency-anomalies.yaml");
+    let o = wirelab(&["check", t.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok (fuzz target)"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    let seed = repo().join("specs/fuzz/seeds/roce-write.yaml");
+    std::fs::write(
+        &bad,
+        format!(
+            "seed: {}\nspace:\n  messages: {{min: 4, max: 2}}\nobjectives:\n  - {{kind: counters}}\n",
+            seed.display()
+        ),
+    )
+    .unwrap();
+    for args in [vec!["check"], vec!["fuzz", "--out"]] {
+        let mut args = args;
+        let out = dir.path().join("out");
+        if args[0] == "fuzz" {
+            args.push(out.to_str().unwrap());
+        }
+        args.push(bad.to_str().unwrap());
+        let o = wirelab(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("space.messages: min 4 is above max 2 (line 3)"),
+            "{err}"
+        );
+        assert!(!out.exists(), "a refused target leaves no campaign folder");
+    }
+}
+
+#[test]
+fn the_findings_list_needs_no_trace() {
+    let o = wirelab(&["analyze", "--findings"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("roce-retransmission-latency.nack-reaction"),
+        "{out}"
+    );
+    assert!(out.contains("flow.mct"), "{out}");
+}

@@ -244,7 +244,10 @@ fn by(ob: &Objective) -> f64 {
         .as_deref()
         .and_then(|f| wirelab_analyze::catalog().unit_of(f))
         .unwrap_or(wirelab_spec::Unit::Count);
-    ob.by.as_ref().and_then(|b| b.value_in(unit).ok()).unwrap_or(f64::NAN)
+    ob.by
+        .as_ref()
+        .and_then(|b| b.value_in(unit).ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// A latency (or `differs`) objective's value on a run (0 when it measured none).

@@ -399,6 +399,20 @@ pub struct Loaded {
     pub seed: Spec,
 }
 
+/// Whether a file is a fuzz target rather than a spec: a YAML mapping
+/// with `objectives` and `seed` (a spec has neither). Unreadable files
+/// are not: the spec loader says why.
+pub fn is_target_file(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    if wirelab_spec::parse_yaml::<serde_yaml::Value>(&text, |_| Ok(())).is_err() {
+        return false;
+    }
+    let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+    v.get("objectives").is_some() && v.get("seed").is_some()
+}
+
 /// Reads a target and its seed spec; `device` overrides the target's.
 pub fn load(path: &Path, device: Option<&str>, catalog: &Catalog) -> Result<Loaded, TargetError> {
     let text = std::fs::read_to_string(path).map_err(|source| TargetError::Read {
@@ -599,10 +613,18 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
                 !o.analyzers.is_empty(),
                 o.kind == Kind::Violations,
             ),
-            ("finding", o.finding.is_some(), matches!(o.kind, Kind::Latency | Kind::Differs)),
+            (
+                "finding",
+                o.finding.is_some(),
+                matches!(o.kind, Kind::Latency | Kind::Differs),
+            ),
             ("above", o.above.is_some(), o.kind == Kind::Latency),
             ("by", o.by.is_some(), o.kind == Kind::Differs),
-            ("stat", o.stat.is_some(), matches!(o.kind, Kind::Latency | Kind::Differs)),
+            (
+                "stat",
+                o.stat.is_some(),
+                matches!(o.kind, Kind::Latency | Kind::Differs),
+            ),
             (
                 "above_baseline",
                 o.above_baseline.is_some(),
@@ -612,7 +634,10 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
             (
                 "reference",
                 o.reference,
-                matches!(o.kind, Kind::Violations | Kind::Counters | Kind::Latency | Kind::Differs),
+                matches!(
+                    o.kind,
+                    Kind::Violations | Kind::Counters | Kind::Latency | Kind::Differs
+                ),
             ),
         ];
         for (field, set, allowed) in stray {
@@ -657,7 +682,10 @@ fn validate(t: &Target, catalog: &Catalog) -> Result<(), (String, String)> {
                 want("finding", o.finding.is_some())?;
                 want("by", o.by.is_some())?;
                 if !o.reference {
-                    return bad(format!("{at}.reference"), "`differs` compares with the reference device: set `reference: true`");
+                    return bad(
+                        format!("{at}.reference"),
+                        "`differs` compares with the reference device: set `reference: true`",
+                    );
                 }
                 let f = o.finding.as_deref().unwrap_or_default();
                 let Some(unit) = catalog.unit_of(f) else {
