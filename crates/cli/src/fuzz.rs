@@ -258,7 +258,7 @@ fn prepare(
         mode,
         stop,
         keep_runs: args.keep_runs,
-        shrink: true,
+        save: true,
     };
     Ok((loaded, settings))
 }

@@ -17,6 +17,7 @@
 //! - `specs/<hash>.yaml`: every spec run;
 //! - `anomalies/<n>-<objective>.yaml`: shrunk, confirmed specs;
 //! - `shrink.jsonl`: the runs shrinking and confirming spent;
+//! - `report.html`: score over the campaign, the pool, the anomalies;
 //! - `runs/`: the results folders of the runs that showed an anomaly
 //!   (all of them with `keep_runs`).
 
@@ -71,6 +72,11 @@ pub struct Record {
     pub joined: bool,
     /// The pool's median when it was judged.
     pub median: f64,
+    /// The pool's size and distinct specs after it was judged.
+    #[serde(default)]
+    pub pool: usize,
+    #[serde(default)]
+    pub distinct: usize,
     /// The baseline it was scored against (the same spec without events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
@@ -105,9 +111,9 @@ pub struct Settings {
     pub stop: Stop,
     /// Keep every run's results folder, not only the anomalies'.
     pub keep_runs: bool,
-    /// Shrink and save the anomalies found (a benchmark that counts runs
-    /// to the first anomaly does not).
-    pub shrink: bool,
+    /// Shrink and save the anomalies that reproduce (a benchmark that
+    /// counts runs to the first confirmed anomaly only re-runs them).
+    pub save: bool,
 }
 
 /// What `campaign.json` holds.
@@ -159,9 +165,9 @@ pub struct Anomaly {
 }
 
 impl Anomaly {
-    /// Reproduced every time, so saved as a regression spec.
+    /// Shown again every time it was re-run as found.
     pub fn confirmed(&self) -> bool {
-        self.file.is_some()
+        self.reproduced == self.confirm
     }
 }
 
@@ -502,6 +508,8 @@ pub fn run(
                 let rec = Record {
                     joined,
                     median,
+                    pool: search.pool_len(),
+                    distinct: search.distinct(),
                     ..rec
                 };
                 if !replayed {
@@ -575,12 +583,6 @@ pub fn run(
                     confirmed: 0,
                     confirm: t.shrink.confirm,
                 };
-                if !settings.shrink {
-                    // Counted, not settled (the benchmark's runs to a find).
-                    confirmed_now += 1;
-                    anomalies.push(a);
-                    continue;
-                }
                 {
                     let mut cx = Settle {
                         loaded,
@@ -636,6 +638,10 @@ pub fn run(
     let mut meta = read_meta(dir)?;
     meta.outcome = Some(outcome.clone());
     write_json(&meta_path, &meta)?;
+    let records: Vec<Record> = read_lines(&dir.join("runs.jsonl"))?;
+    let page = crate::report::render(&meta, &t.objectives, &records, &outcome);
+    let p = dir.join("report.html");
+    std::fs::write(&p, page).map_err(io(|| p.display().to_string()))?;
     Ok(outcome)
 }
 
@@ -668,6 +674,8 @@ fn record(
         s: sc.s,
         joined: false,
         median: 0.0,
+        pool: 0,
+        distinct: 0,
         base,
         reference: None,
         ms,
@@ -840,6 +848,9 @@ impl Settle<'_> {
                 "{}: shown again {} of {k} times; not saved, the search goes on",
                 a.objective, a.reproduced
             ));
+            return Ok(());
+        }
+        if !self.settings.save {
             return Ok(());
         }
         self.watch

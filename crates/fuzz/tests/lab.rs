@@ -64,7 +64,7 @@ fn campaign(device: &str, out: &Path) -> campaign::Outcome {
         mode: Mode::Genetic,
         stop: loaded.target.stop.clone(),
         keep_runs: false,
-        shrink: true,
+        save: true,
     };
     let abort = Arc::new(AtomicBool::new(false));
     let runner = LabRunner {

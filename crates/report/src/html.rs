@@ -17,7 +17,8 @@ const MAX_POINTS: usize = 20_000;
 /// Connections drawn (the ones with the most retransmissions first).
 const MAX_CONNS: usize = 8;
 
-fn esc(s: &str) -> String {
+/// Text for HTML.
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
