@@ -141,12 +141,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             outcome.runs,
             outcome.baseline_runs,
             outcome.runs as f64 / min.max(1e-9),
-            match outcome.stopped {
-                Stopped::Anomaly => "anomaly found",
-                Stopped::Runs => "run budget spent",
-                Stopped::Time => "time is up",
-                Stopped::Interrupted => "interrupted",
-            }
+            outcome.stopped.describe()
         );
         println!("  best       score {:.2}", outcome.best);
         for a in &outcome.anomalies {

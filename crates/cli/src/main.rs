@@ -7,6 +7,7 @@ mod analyze;
 mod bench;
 mod bench_analyze;
 mod bench_roce;
+mod bench_fuzz;
 mod bench_runs;
 mod bench_stages;
 mod bench_vaqm;
@@ -158,6 +159,19 @@ enum BenchCmd {
     Analyze {
         #[arg(long, default_value_t = 1_000_000)]
         packets: u64,
+    },
+    /// Lumina's genetic search against random search: runs to find each
+    /// planted RoCE quirk, several seeds each; then runs per minute with 1,
+    /// 2 and N labs at once.
+    Fuzz {
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// Runs each search may make.
+        #[arg(long, default_value_t = 60)]
+        runs: u32,
+        /// Only these device profiles (default: every shipped quirk).
+        #[arg(long, value_delimiter = ',')]
+        devices: Vec<String>,
     },
     /// Many runs in one process through the run engine, with the process's
     /// resident memory every tenth run (it must stay flat).
@@ -352,6 +366,11 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
         BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
+        BenchCmd::Fuzz {
+            seeds,
+            runs,
+            devices,
+        } => bench_fuzz::run(abort, seeds, runs, &devices)?,
     }
     Ok(code::OK)
 }

@@ -141,6 +141,17 @@ pub enum Stopped {
     Interrupted,
 }
 
+impl Stopped {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stopped::Anomaly => "anomaly found",
+            Stopped::Runs => "run budget spent",
+            Stopped::Time => "time is up",
+            Stopped::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// An anomaly the campaign found.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Anomaly {
@@ -487,6 +498,9 @@ pub fn run(
                                 if fresh {
                                     baseline_runs += 1;
                                     let _ = base_out.push(&(&h, &o));
+                                    if !settings.keep_runs {
+                                        forget(&o);
+                                    }
                                 }
                                 (h, o)
                             })
@@ -541,9 +555,7 @@ pub fn run(
                     });
                 }
                 if s.anomalies().is_empty() && !settings.keep_runs && !replayed {
-                    if let Some(d) = &rec.observation.dir {
-                        let _ = std::fs::remove_dir_all(d);
-                    }
+                    forget(&rec.observation);
                 }
                 stats.runs += 1;
                 stats.best = stats.best.max(rec.score);
@@ -643,6 +655,13 @@ pub fn run(
     let p = dir.join("report.html");
     std::fs::write(&p, page).map_err(io(|| p.display().to_string()))?;
     Ok(outcome)
+}
+
+/// Removes a run's results folder (its record keeps what scoring needs).
+fn forget(o: &Observation) {
+    if let Some(d) = &o.dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<(), Error> {
@@ -786,6 +805,13 @@ impl Settle<'_> {
             "what": what, "objective": ob.label(), "hash": mutate::hash(s),
             "s": sc.s[0], "verdict": o.verdict, "observation": &o, "reference": &reference,
         }));
+        // The runs that confirm a saved spec are its evidence; the rest go.
+        if !self.settings.keep_runs {
+            reference.iter().for_each(forget);
+            if what == "shrink" {
+                forget(&o);
+            }
+        }
         if o.verdict == "INTERRUPTED" {
             return None;
         }

@@ -26,7 +26,7 @@ pub fn render(
          table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}\
          .bad{{color:#b00}}code{{background:#f4f4f4}}</style></head><body>\
          <h1>wirelab fuzz</h1><p><code>{}</code>, device <b>{}</b>, seed {}, {} lab(s) at once, {} search</p>\
-         <p>{} runs ({} baselines and reference runs), best score {:.2}, stopped: {:?}, {:.1} min</p>",
+         <p>{} runs ({} baselines and reference runs), best score {:.2}, stopped: {}, {:.1} min</p>",
         esc(&meta.target_path),
         esc(meta.device.as_deref().unwrap_or("as the seed spec says")),
         meta.seed,
@@ -38,7 +38,7 @@ pub fn render(
         outcome.runs,
         outcome.baseline_runs,
         outcome.best,
-        outcome.stopped,
+        outcome.stopped.describe(),
         outcome.elapsed_ms as f64 / 60_000.0,
     );
     o.push_str("<h2>Score over the campaign</h2>");
@@ -49,7 +49,10 @@ pub fn render(
     for (i, ob) in objectives.iter().enumerate() {
         let s = |r: &Record| r.s.get(i).copied().unwrap_or(0.0);
         let hits = records.iter().filter(|r| s(r) >= 1.0).count();
-        let best = records.iter().max_by(|a, b| s(a).total_cmp(&s(b)));
+        let best = records
+            .iter()
+            .filter(|r| s(r) > 0.0)
+            .max_by(|a, b| s(a).total_cmp(&s(b)).then(b.n.cmp(&a.n)));
         let _ = write!(
             o,
             "<tr><td>{}</td><td>{}</td><td>{hits}</td><td>{:.2}</td><td>{}</td></tr>",

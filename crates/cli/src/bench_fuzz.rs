@@ -1,0 +1,155 @@
+//! `wirelab bench fuzz`: for each planted quirk, the runs Lumina's genetic
+//! search needs to find it (a find that reproduces 3 of 3 times) against
+//! uniform random search over the same space and budget, several seeds
+//! each; then campaign throughput with 1, 2 and N labs at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use wirelab_fuzz::campaign::{self, Settings};
+use wirelab_fuzz::lab::LabRunner;
+use wirelab_fuzz::Mode;
+
+/// The quirks the shipped RoCE target is meant to find.
+const QUIRKS: [&str; 8] = [
+    "slow-nack-reaction",
+    "slow-read-nack",
+    "cnp-sent-not-counted",
+    "implied-nak-not-counted",
+    "adaptive-retransmission",
+    "cnp-hidden-interval",
+    "cnp-per-port",
+    "clears-migreq",
+];
+
+const TARGET: &str = "specs/fuzz/roce-find-counter-or-latency-anomalies.yaml";
+
+struct Case<'a> {
+    target: &'a Path,
+    device: &'a str,
+    mode: Mode,
+    seed: u64,
+    runs: u32,
+    jobs: u32,
+    /// Stop at the first confirmed anomaly.
+    find: bool,
+}
+
+/// One campaign: (runs to the first confirmed find, if any; runs made; minutes).
+fn campaign(c: &Case, out: &Path, abort: &Arc<AtomicBool>) -> Result<(Option<u64>, u64, f64)> {
+    let catalog = wirelab_lab::catalog();
+    let loaded = wirelab_fuzz::load(c.target, Some(c.device), catalog)?;
+    let mut stop = loaded.target.stop.clone();
+    stop.runs = c.runs;
+    stop.anomaly = c.find;
+    let dir = out.join(format!("{}-{:?}-{}-{}", c.device, c.mode, c.seed, c.jobs));
+    let settings = Settings {
+        dir: dir.clone(),
+        seed: c.seed,
+        jobs: c.jobs,
+        mode: c.mode,
+        stop,
+        keep_runs: false,
+        save: false,
+    };
+    let runner = LabRunner {
+        out: dir.join("runs"),
+        timeout: Duration::from_secs(30),
+        abort: abort.clone(),
+    };
+    let o = campaign::run(&loaded, catalog, &settings, &runner, &campaign::Silent, abort)?;
+    if abort.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let found = o.anomalies.iter().map(|a| a.run + 1).min();
+    Ok((found, o.runs, o.elapsed_ms as f64 / 60_000.0))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let h = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[h]
+    } else {
+        (v[h - 1] + v[h]) / 2.0
+    }
+}
+
+pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -> Result<()> {
+    crate::run::require_root()?;
+    let target = PathBuf::from(TARGET);
+    if !target.exists() {
+        bail!("{TARGET} not found: run the bench from the repository's root");
+    }
+    let out = tempfile::tempdir()?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let devices: Vec<&str> = if devices.is_empty() {
+        QUIRKS.to_vec()
+    } else {
+        devices.iter().map(String::as_str).collect()
+    };
+    println!(
+        "wirelab bench fuzz: {TARGET}, {seeds} seeds per search, at most {runs} runs each, {cores} labs at once"
+    );
+    println!("runs to the first find that reproduces 3/3 (a search that found nothing counts as {runs} + 1)");
+    println!(
+        "{:<26} {:>16} {:>16} {:>14}",
+        "device", "genetic median", "random median", "random/genetic"
+    );
+    for device in &devices {
+        let mut med = Vec::new();
+        let mut shown = Vec::new();
+        for mode in [Mode::Genetic, Mode::Random] {
+            let mut found = Vec::new();
+            for seed in 1..=seeds {
+                let c = Case {
+                    target: &target,
+                    device,
+                    mode,
+                    seed,
+                    runs,
+                    jobs: cores,
+                    find: true,
+                };
+                let (f, _, _) = campaign(&c, out.path(), abort)?;
+                found.push(f.map_or(f64::from(runs) + 1.0, |n| n as f64));
+            }
+            let m = median(found.clone());
+            let misses = found.iter().filter(|&&f| f > f64::from(runs)).count();
+            shown.push(format!("{m:.0} ({misses} missed)"));
+            med.push(m);
+        }
+        println!(
+            "{device:<26} {:>16} {:>16} {:>14.2}",
+            shown[0],
+            shown[1],
+            med[1] / med[0]
+        );
+    }
+    // Throughput: the same 30-run campaign with 1, 2 and N labs.
+    println!("campaign throughput, 30 runs on the default profile (nothing to find):");
+    let mut labs = vec![1, 2];
+    if cores > 2 {
+        labs.push(cores);
+    }
+    let mut base = None;
+    for jobs in labs {
+        let c = Case {
+            target: &target,
+            device: "default",
+            mode: Mode::Genetic,
+            seed: 1,
+            runs: 30,
+            jobs,
+            find: false,
+        };
+        let (_, made, min) = campaign(&c, out.path(), abort)?;
+        let per_min = made as f64 / min.max(1e-9);
+        let b = *base.get_or_insert(per_min);
+        println!("  {jobs} lab(s): {per_min:.0} runs/min ({:.2}x one lab)", per_min / b);
+    }
+    Ok(())
+}
