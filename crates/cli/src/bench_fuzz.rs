@@ -60,7 +60,14 @@ fn campaign(c: &Case, out: &Path, abort: &Arc<AtomicBool>) -> Result<(Option<u64
         timeout: Duration::from_secs(30),
         abort: abort.clone(),
     };
-    let o = campaign::run(&loaded, catalog, &settings, &runner, &campaign::Silent, abort)?;
+    let o = campaign::run(
+        &loaded,
+        catalog,
+        &settings,
+        &runner,
+        &campaign::Silent,
+        abort,
+    )?;
     if abort.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
@@ -149,7 +156,10 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
         let (_, made, min) = campaign(&c, out.path(), abort)?;
         let per_min = made as f64 / min.max(1e-9);
         let b = *base.get_or_insert(per_min);
-        println!("  {jobs} lab(s): {per_min:.0} runs/min ({:.2}x one lab)", per_min / b);
+        println!(
+            "  {jobs} lab(s): {per_min:.0} runs/min ({:.2}x one lab)",
+            per_min / b
+        );
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 mod analyze;
 mod bench;
 mod bench_analyze;
-mod bench_roce;
 mod bench_fuzz;
+mod bench_roce;
 mod bench_runs;
 mod bench_stages;
 mod bench_vaqm;

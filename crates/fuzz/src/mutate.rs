@@ -337,25 +337,27 @@ impl Mutator<'_> {
 /// repeats of the same address (the spec refuses both).
 pub fn repair(s: &mut Spec) {
     let total = connections(s);
-    let mut seen = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
     s.events.retain(|e| {
-        e.connection.0 <= total
-            && seen.insert((
-                e.connection,
-                format!("{:?}", e.packet),
-                e.message,
-                format!("{:?}", e.iteration),
-            ))
+        e.connection.0 <= total && seen.insert((e.connection, e.packet, e.message, e.iteration))
     });
 }
 
 /// Uniform over the decades of a range (sizes and counts span several):
-/// log-uniform, rounded.
+/// log-uniform, rounded. A range from 0 is drawn as 1..=max+1, less one,
+/// so 0 is drawn too.
 fn draw_u64(r: &Range<u64>, rng: &mut impl Rng) -> u64 {
     if r.min == r.max {
         return r.min;
     }
-    let (lo, hi) = ((r.min.max(1) as f64).ln(), (r.max as f64).ln());
+    if r.min == 0 {
+        let shifted = Range {
+            min: 1,
+            max: r.max.saturating_add(1),
+        };
+        return draw_u64(&shifted, rng) - 1;
+    }
+    let (lo, hi) = ((r.min as f64).ln(), (r.max as f64).ln());
     let v = rng.gen_range(lo..=hi).exp().round() as u64;
     v.clamp(r.min, r.max)
 }

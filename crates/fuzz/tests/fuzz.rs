@@ -535,38 +535,54 @@ fn parallel_campaigns_are_deterministic_and_resume_where_they_stopped() {
     assert!(e.contains("start a new campaign"), "{e}");
 }
 
-/// The genetic search climbs where random search only samples: on the
-/// scripted runner the score is the drops on connection 2, which a pool
-/// builds up event by event; after 60 runs its best scores, over four
-/// seeds, add up to more than random search's.
+/// Selection keeps the better runs: over a genetic campaign on the
+/// scripted runner the pool's median rises above what the initial pool
+/// scored, and every run that joined after the initial pool scored at
+/// least the median it was judged against, or took the coin. (Whether
+/// that finds quirks in fewer runs than random search is the benchmark's
+/// question, `wirelab bench fuzz`, not a test's.)
 #[test]
-fn the_pool_climbs_the_score() {
+fn selection_raises_the_pools_median() {
     let l = loaded("");
     let tmp = tempfile::tempdir().unwrap();
-    let best = |mode: Mode, seed: u64| {
-        let dir = tmp.path().join(format!("{mode:?}-{seed}"));
+    for seed in 0..4 {
+        let dir = tmp.path().join(format!("g{seed}"));
         let s = Settings {
-            mode,
             seed,
-            ..settings(&dir, 60, 1)
+            ..settings(&dir, 80, 1)
+        };
+        let r = Scripted {
+            runs: Mutex::new(0),
         };
         campaign::run(
             &l,
             catalog(),
             &s,
-            &Scripted {
-                runs: Mutex::new(0),
-            },
+            &r,
             &campaign::Silent,
             &AtomicBool::new(false),
         )
-        .unwrap()
-        .best
-    };
-    let (mut g, mut r) = (0.0, 0.0);
-    for seed in 0..4 {
-        g += best(Mode::Genetic, seed);
-        r += best(Mode::Random, seed);
+        .unwrap();
+        let recs: Vec<campaign::Record> = std::fs::read_to_string(dir.join("runs.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let init = l.target.pool.size as usize;
+        let first = recs[init].median;
+        let last = recs.last().unwrap().median;
+        assert!(
+            last > first,
+            "seed {seed}: the pool's median went from {first} to {last}"
+        );
+        let below = recs[init..]
+            .iter()
+            .filter(|r| r.joined && r.score < r.median)
+            .count();
+        let joined = recs[init..].iter().filter(|r| r.joined).count();
+        assert!(
+            below * 3 < joined,
+            "seed {seed}: {below} of {joined} joined below the median (p = 0.2)"
+        );
     }
-    assert!(g > r, "genetic {g} vs random {r}");
 }
