@@ -750,6 +750,31 @@ fn companion(
     (h, o, true)
 }
 
+/// A sentence for a saved spec's description.
+fn what_it_is(ob: &crate::target::Objective) -> String {
+    use crate::target::Kind;
+    let finding = ob.finding.as_deref().unwrap_or_default();
+    match ob.kind {
+        Kind::Violations => "an analyzer reports violations".into(),
+        Kind::Counters => "a counter disagrees with the trace".into(),
+        Kind::Latency if ob.reference => format!(
+            "{finding} is more than {} beyond the reference device's",
+            ob.above.map(|a| a.to_string()).unwrap_or_default()
+        ),
+        Kind::Latency => format!(
+            "{finding} is above {}",
+            ob.above.map(|a| a.to_string()).unwrap_or_default()
+        ),
+        Kind::Differs => format!("{finding} differs from the reference device's"),
+        Kind::MctInflation => format!(
+            "a message takes over {}x as long as without the events",
+            ob.above_baseline.unwrap_or_default()
+        ),
+        Kind::NoisyNeighbour => "connections no event touches are slowed by the others'".into(),
+        Kind::Unfairness => "goodput is shared unfairly".into(),
+    }
+}
+
 /// What settling an anomaly needs.
 struct Settle<'a> {
     loaded: &'a Loaded,
@@ -855,6 +880,14 @@ impl Settle<'_> {
             .clone()
             .unwrap_or_else(|| "spec".into());
         s.name = Some(format!("{stem}-{}-{}", ob.kind.name(), mutate::hash(spec)));
+        // The seed's sentence described the seed; this one says what the
+        // spec shows (its header comment says how it was found).
+        s.description = Some(format!(
+            "Found by `wirelab fuzz` from {stem}: {} (objective {}). The expect: \
+             below holds where the anomaly is absent and fails where it shows.",
+            what_it_is(ob),
+            ob.label()
+        ));
         s
     }
 
