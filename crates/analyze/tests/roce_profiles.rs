@@ -419,8 +419,14 @@ fn each_quirk_profile_is_flagged_by_the_analyzer_meant_to_catch_it() {
 
 #[test]
 fn every_built_in_quirk_profile_is_caught_by_some_analyzer() {
+    // A performance quirk breaks no rule on the wire: the noisy neighbour
+    // (Lumina §6.2.2) shows as innocent QPs' completion times and the
+    // device's rx_discards_phy, which `wirelab fuzz`'s `noisy-neighbour`
+    // objective scores (and wirelab_roce's transport test
+    // `a_shared_slow_path_makes_innocent_qps_wait...` pins).
+    const BY_COMPLETION_TIMES: [&str; 1] = ["noisy-neighbour"];
     for (name, _) in wirelab_spec::roce::BUILTIN {
-        if *name == "default" {
+        if *name == "default" || BY_COMPLETION_TIMES.contains(name) {
             continue;
         }
         assert!(

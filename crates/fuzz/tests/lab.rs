@@ -108,7 +108,8 @@ fn run_target(text: &str, device: Option<&str>, dir: &Path) -> campaign::Outcome
 }
 
 #[test]
-fn quirks_and_slow_tcp_recoveries_are_found_shrunk_and_confirmed_and_the_default_device_yields_none() {
+fn quirks_and_slow_tcp_recoveries_are_found_shrunk_and_confirmed_and_the_default_device_yields_none(
+) {
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("SKIPPED: lab tests need root (network namespaces, BPF)");
         return;

@@ -285,6 +285,9 @@ pub struct Device {
     limiter: CnpLimiter,
     counters: Counters,
     completions: VecDeque<Completion>,
+    /// A shared slow path discards what arrives until then (profile
+    /// `shared_slow_path`).
+    stalled_until: u64,
 }
 
 impl Device {
@@ -300,6 +303,7 @@ impl Device {
             rr: 0,
             counters: Counters::zero(),
             completions: VecDeque::new(),
+            stalled_until: 0,
         }
     }
 
@@ -423,6 +427,12 @@ impl Device {
     // ---------------------------------------------------------------- receive
 
     pub fn handle_datagram(&mut self, now: u64, rx: Rx) {
+        if now < self.stalled_until {
+            // Lumina §6.2.2: the stalled pipeline drops at the port, before
+            // any QP sees the packet.
+            self.count("rx_discards_phy");
+            return;
+        }
         let h = Ipv4Udp::lab(rx.src, rx.dst, rx.sport);
         // Annex A17.8: a packet whose ICRC does not match is dropped silently.
         if !packet::icrc_ok_ipv4(&h, rx.bytes) {
@@ -661,6 +671,16 @@ impl Device {
         qp.read_nak_for = Some(e);
         qp.una = e;
         self.count("implied_nak_seq_err");
+        if let Some(sp) = &self.cfg.profile.shared_slow_path {
+            let open = self
+                .qps
+                .values()
+                .filter(|q| q.read_nak_for.is_some())
+                .count();
+            if open >= sp.recoveries as usize {
+                self.stalled_until = self.stalled_until.max(now + sp.stall.0);
+            }
+        }
         self.schedule_rewind(now + delay, qpn, e, RewindCause::ImpliedNak);
     }
 

@@ -54,6 +54,7 @@ pub const COUNTERS: &[&str] = &[
     "req_cqe_error",
     "roce_adp_retrans",
     "roce_slow_restart",
+    "rx_discards_phy",
 ];
 
 /// What adaptive retransmission does when a host turns it on (Lumina §6.3:
@@ -100,6 +101,24 @@ pub struct Profile {
     /// the device follows the configured timeout and retry count anyway.
     #[serde(default)]
     pub adaptive_retransmission: Option<Adaptive>,
+    /// A slow path QPs share (Lumina §6.2.2, the "noisy neighbour"); absent
+    /// = every QP recovers on its own.
+    #[serde(default)]
+    pub shared_slow_path: Option<SharedSlowPath>,
+}
+
+/// Lumina §6.2.2 (CX4 Lx): with enough read QPs recovering lost responses
+/// at once, the requester's receive pipeline stalls and discards what
+/// arrives, for every QP (`rx_discards_phy` grew by 107 with 12 of 36 QPs
+/// dropping); innocent QPs then lose tail packets and time out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SharedSlowPath {
+    /// Read recoveries (implied NAKs not yet answered) open at once that
+    /// stall the pipeline.
+    pub recoveries: u32,
+    /// How long each stall discards arriving packets.
+    pub stall: Nanos,
 }
 
 fn yes() -> bool {
@@ -115,6 +134,17 @@ pub fn validate(p: &Profile) -> Result<(), (String, String)> {
                 format!("frozen_counters[{i}]"),
                 format!("unknown counter `{c}`; known: {}", COUNTERS.join(", ")),
             ));
+        }
+    }
+    if let Some(sp) = &p.shared_slow_path {
+        if sp.recoveries < 2 {
+            return Err((
+                "shared_slow_path.recoveries".into(),
+                "at least 2: one QP's recovery is its own slow path".into(),
+            ));
+        }
+        if sp.stall.0 == 0 {
+            return Err(("shared_slow_path.stall".into(), "must be positive".into()));
         }
     }
     if let Some(a) = &p.adaptive_retransmission {

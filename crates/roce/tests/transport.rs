@@ -677,3 +677,82 @@ fn a_qp_combining_send_and_read_recovers_losses_in_both_directions() {
     // request), 106..108 and 109 (read request).
     assert_eq!(lab.devs[1].counters().get("out_of_sequence"), 6);
 }
+
+/// Lumina §6.2.2's set-up at a smaller scale: 16 read QPs, ten 8 KiB
+/// reads each, the 3rd response of the first read of QPs 1..=10 lost once.
+/// Returns (rx_discards_phy, local ACK timeouts, the slowest innocent QP's
+/// last completion in ns).
+fn sixteen_reads(profile: &str) -> (u64, u64, u64) {
+    const QPS: u32 = 16;
+    const DROPPED: u32 = 10;
+    let mut a = Device::new(cfg(profile));
+    let mut b = Device::new(cfg("default"));
+    for q in 0..QPS {
+        let ipsn = q * 1000;
+        a.create_qp(qp(0x100 + q, 0x200 + q, A, B, ipsn, 500_000 + ipsn));
+        b.create_qp(qp(0x200 + q, 0x100 + q, B, A, 500_000 + ipsn, ipsn));
+        for m in 0..10u64 {
+            let wr = WorkRequest {
+                id: m + 1,
+                verb: Verb::Read,
+                len: 8 * 1024,
+                remote_va: 0x10000 * (m + 1),
+                rkey: 7,
+            };
+            a.post_send(0x100 + q, wr).unwrap();
+        }
+    }
+    let mut sim = Sim::new(DELAY);
+    sim.add(a, &[A]);
+    sim.add(b, &[B]);
+    sim.set_hook(|s, log| {
+        // Responses go to the requester's QPN; PSNs start at q * 1000.
+        let q = s.dqpn.wrapping_sub(0x100);
+        let third = q * 1000 + 2;
+        let again = log
+            .iter()
+            .any(|x| x.dqpn == s.dqpn && x.psn == s.psn && x.from == 1);
+        if s.from == 1 && q < DROPPED && s.psn == third && !again {
+            Action::Drop
+        } else {
+            Action::None
+        }
+    });
+    sim.run(5_000_000_000);
+    let c = sim.devs[0].counters();
+    let innocent_done = sim
+        .done
+        .iter()
+        .filter(|(d, c)| *d == 0 && !c.recv && c.qpn >= 0x100 + DROPPED)
+        .map(|(_, c)| c.at_ns)
+        .max()
+        .unwrap_or(u64::MAX);
+    let all_ok = sim
+        .done
+        .iter()
+        .filter(|(d, c)| *d == 0 && !c.recv)
+        .all(|(_, c)| c.status == Status::Success);
+    assert!(all_ok, "{profile}: every read completes in the end");
+    (
+        c.get("rx_discards_phy"),
+        c.get("local_ack_timeout_err"),
+        innocent_done,
+    )
+}
+
+#[test]
+fn a_shared_slow_path_makes_innocent_qps_wait_and_the_default_isolates_them() {
+    let (discards, timeouts, innocent) = sixteen_reads("default");
+    assert_eq!(
+        (discards, timeouts),
+        (0, 0),
+        "the default device isolates its QPs"
+    );
+    let (d, t, slow) = sixteen_reads("noisy-neighbour");
+    assert!(d > 0, "the stalled pipeline discards and counts it");
+    assert!(t > 0, "discarded tails leave QPs to their timers");
+    assert!(
+        slow > 10 * innocent,
+        "the innocent QPs finish at {slow} ns against {innocent} ns alone"
+    );
+}

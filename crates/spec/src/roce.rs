@@ -4,7 +4,7 @@
 //! the transport (`wirelab_roce::profile`); this module reads them from
 //! YAML, and the ones wirelab ships live in `profiles/roce/*.yaml`.
 
-pub use wirelab_roce::profile::{validate, Adaptive, CnpScope, Profile, COUNTERS};
+pub use wirelab_roce::profile::{validate, Adaptive, CnpScope, Profile, SharedSlowPath, COUNTERS};
 
 use crate::SpecError;
 
@@ -49,6 +49,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "adaptive-retransmission",
         include_str!("../../../profiles/roce/adaptive-retransmission.yaml"),
+    ),
+    (
+        "noisy-neighbour",
+        include_str!("../../../profiles/roce/noisy-neighbour.yaml"),
     ),
 ];
 

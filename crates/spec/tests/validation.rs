@@ -343,7 +343,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown RoCE profile",
             with("").replace("topology:", "stack:\n  roce: {profile: cx9}\ntopology:"),
-            "stack.roce.profile: unknown profile `cx9`: give a path to a YAML file or one of default, slow-nack-reaction, slow-read-nack, cnp-hidden-interval, cnp-per-ip, cnp-per-port, cnp-sent-not-counted, implied-nak-not-counted, clears-migreq, adaptive-retransmission (line 2)",
+            "stack.roce.profile: unknown profile `cx9`: give a path to a YAML file or one of default, slow-nack-reaction, slow-read-nack, cnp-hidden-interval, cnp-per-ip, cnp-per-port, cnp-sent-not-counted, implied-nak-not-counted, clears-migreq, adaptive-retransmission, noisy-neighbour (line 2)",
         ),
         (
             "snap length",
