@@ -13,19 +13,20 @@ use wirelab_fuzz::campaign::{self, Settings};
 use wirelab_fuzz::lab::LabRunner;
 use wirelab_fuzz::Mode;
 
-/// The quirks the shipped RoCE target is meant to find.
-const QUIRKS: [&str; 8] = [
-    "slow-nack-reaction",
-    "slow-read-nack",
-    "cnp-sent-not-counted",
-    "implied-nak-not-counted",
-    "adaptive-retransmission",
-    "cnp-hidden-interval",
-    "cnp-per-port",
-    "clears-migreq",
+/// The shipped RoCE targets and the quirks each is meant to find.
+const ANOMALIES: &str = "specs/fuzz/roce-find-counter-or-latency-anomalies.yaml";
+const NEIGHBOUR: &str = "specs/fuzz/roce-find-a-noisy-neighbour.yaml";
+const QUIRKS: [(&str, &str); 9] = [
+    ("slow-nack-reaction", ANOMALIES),
+    ("slow-read-nack", ANOMALIES),
+    ("cnp-sent-not-counted", ANOMALIES),
+    ("implied-nak-not-counted", ANOMALIES),
+    ("adaptive-retransmission", ANOMALIES),
+    ("cnp-hidden-interval", ANOMALIES),
+    ("cnp-per-port", ANOMALIES),
+    ("clears-migreq", ANOMALIES),
+    ("noisy-neighbour", NEIGHBOUR),
 ];
-
-const TARGET: &str = "specs/fuzz/roce-find-counter-or-latency-anomalies.yaml";
 
 struct Case<'a> {
     target: &'a Path,
@@ -87,26 +88,36 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -> Result<()> {
     crate::run::require_root()?;
-    let target = PathBuf::from(TARGET);
-    if !target.exists() {
-        bail!("{TARGET} not found: run the bench from the repository's root");
+    for t in [ANOMALIES, NEIGHBOUR] {
+        if !Path::new(t).exists() {
+            bail!("{t} not found: run the bench from the repository's root");
+        }
     }
     let out = tempfile::tempdir()?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let devices: Vec<&str> = if devices.is_empty() {
-        QUIRKS.to_vec()
-    } else {
-        devices.iter().map(String::as_str).collect()
-    };
+    let mut quirks: Vec<(&str, &str)> = QUIRKS.to_vec();
+    if !devices.is_empty() {
+        for d in devices {
+            if !QUIRKS.iter().any(|q| q.0 == d) {
+                let known: Vec<&str> = QUIRKS.iter().map(|q| q.0).collect();
+                bail!(
+                    "--devices: no shipped target finds `{d}` (known: {})",
+                    known.join(", ")
+                );
+            }
+        }
+        quirks.retain(|q| devices.iter().any(|d| d == q.0));
+    }
     println!(
-        "wirelab bench fuzz: {TARGET}, {seeds} seeds per search, at most {runs} runs each, {cores} labs at once"
+        "wirelab bench fuzz: {seeds} seeds per search, at most {runs} runs each, {cores} labs at once"
     );
     println!("runs to the first find that reproduces 3/3 (a search that found nothing counts as {runs} + 1)");
     println!(
-        "{:<26} {:>16} {:>16} {:>14}",
+        "{:<26} {:>16} {:>16} {:>14}  target",
         "device", "genetic median", "random median", "random/genetic"
     );
-    for device in &devices {
+    for (device, target) in &quirks {
+        let target = PathBuf::from(target);
         let mut med = Vec::new();
         let mut shown = Vec::new();
         for mode in [Mode::Genetic, Mode::Random] {
@@ -130,13 +141,15 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
             med.push(m);
         }
         println!(
-            "{device:<26} {:>16} {:>16} {:>14.2}",
+            "{device:<26} {:>16} {:>16} {:>14.2}  {}",
             shown[0],
             shown[1],
-            med[1] / med[0]
+            med[1] / med[0],
+            target.display()
         );
     }
     // Throughput: the same 30-run campaign with 1, 2 and N labs.
+    let target = PathBuf::from(ANOMALIES);
     println!("campaign throughput, 30 runs on the default profile (nothing to find):");
     let mut labs = vec![1, 2];
     if cores > 2 {
