@@ -191,40 +191,11 @@ fn scores(records: &[Record]) -> String {
 fn pool(records: &[Record]) -> String {
     let xmax = records.len().max(1) as f64;
     let ymax = records.iter().map(|r| r.pool).max().unwrap_or(1).max(1) as f64 * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (1000, 260)).into_drawing_area();
-        let _ = root.fill(&WHITE);
-        let Ok(mut ch) = ChartBuilder::on(&root)
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
-        else {
-            return String::new();
-        };
-        let _ = ch.configure_mesh().x_desc("run").y_desc("members").draw();
-        let size: Vec<(f64, f64)> = records
-            .iter()
-            .map(|r| (r.n as f64, r.pool as f64))
-            .collect();
-        let distinct: Vec<(f64, f64)> = records
-            .iter()
-            .map(|r| (r.n as f64, r.distinct as f64))
-            .collect();
-        for (pts, colour, label) in [(size, BLUE, "pool size"), (distinct, RED, "distinct specs")] {
-            if let Ok(d) = ch.draw_series(LineSeries::new(pts, colour.stroke_width(2))) {
-                d.label(label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], colour));
-            }
-        }
-        let _ = ch
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw();
-        let _ = root.present();
-    }
-    svg
+    let line =
+        |f: fn(&Record) -> usize| records.iter().map(|r| (r.n as f64, f(r) as f64)).collect();
+    let lines = vec![
+        ("pool size".to_string(), line(|r| r.pool)),
+        ("distinct specs".to_string(), line(|r| r.distinct)),
+    ];
+    wirelab_report::html::lines_chart(lines, (xmax, ymax, "run".into(), "members"), 2)
 }

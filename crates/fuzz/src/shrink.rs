@@ -158,7 +158,7 @@ impl<O: Oracle> Shrinker<'_, O> {
     }
 
     /// The smallest value of a group's integer field that still shows the
-    /// anomaly: 1 first, then a binary search below the current value.
+    /// anomaly (exactly: counts are small).
     fn int(
         &mut self,
         cur: Spec,
@@ -166,38 +166,18 @@ impl<O: Oracle> Shrinker<'_, O> {
         name: &str,
         field: fn(&mut Spec, usize) -> &mut u32,
     ) -> Spec {
-        let mut c = cur.clone();
-        let now = *field(&mut c, g);
-        let with = |v: u32| {
+        let now = *field(&mut cur.clone(), g);
+        let with = |v: u64| {
             let mut t = cur.clone();
             if name == "count" {
-                resize(&mut t, g, v);
+                resize(&mut t, g, v as u32);
             } else {
-                *field(&mut t, g) = v;
+                *field(&mut t, g) = v as u32;
             }
             t
         };
-        if now <= 1 {
-            return cur;
-        }
-        let mut good = now;
-        if self.test(&with(1)) {
-            good = 1;
-        } else {
-            let mut bad = 1;
-            while good - bad > 1 && self.runs < self.budget {
-                let mid = bad + (good - bad) / 2;
-                if self.test(&with(mid)) {
-                    good = mid;
-                } else {
-                    bad = mid;
-                }
-            }
-        }
-        if good < now {
-            self.steps
-                .push(format!("group {} {name} {now} -> {good}", g + 1));
-        }
+        let good = self.lowest(now.into(), |_| 1, &with);
+        self.step(g, name, now.into(), good);
         with(good)
     }
 
@@ -210,28 +190,38 @@ impl<O: Oracle> Shrinker<'_, O> {
             t.traffic.connections[g].message_size = Bytes(v);
             t
         };
+        let good = self.lowest(now, |good| (good / 16).max(1), &with);
+        self.step(g, "message_size", now, good);
+        with(good)
+    }
+
+    /// The lowest value from 1 to `now` at which `with(value)` still shows
+    /// the anomaly: 1 first, then a binary search until the gap is within
+    /// `precision(best so far)`. `now` shows it.
+    fn lowest(&mut self, now: u64, precision: fn(u64) -> u64, with: &dyn Fn(u64) -> Spec) -> u64 {
         if now <= 1 {
-            return cur;
+            return now;
         }
-        let mut good = now;
         if self.test(&with(1)) {
-            good = 1;
-        } else {
-            let mut bad = 1;
-            while good - bad > (good / 16).max(1) && self.runs < self.budget {
-                let mid = bad + (good - bad) / 2;
-                if self.test(&with(mid)) {
-                    good = mid;
-                } else {
-                    bad = mid;
-                }
+            return 1;
+        }
+        let (mut bad, mut good) = (1, now);
+        while good - bad > precision(good) && self.runs < self.budget {
+            let mid = bad + (good - bad) / 2;
+            if self.test(&with(mid)) {
+                good = mid;
+            } else {
+                bad = mid;
             }
         }
+        good
+    }
+
+    fn step(&mut self, g: usize, name: &str, now: u64, good: u64) {
         if good < now {
             self.steps
-                .push(format!("group {} message_size {now} -> {good}", g + 1));
+                .push(format!("group {} {name} {now} -> {good}", g + 1));
         }
-        with(good)
     }
 
     /// Settings back to their defaults, one at a time: a barrier, stack

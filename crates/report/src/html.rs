@@ -587,8 +587,9 @@ fn over_time(series: &[&wirelab_analyze::Series], unit: Option<wirelab_spec::Uni
     lines_chart(lines, (xmax * 1.02, ymax * 1.08, "s".into(), ylabel), 1)
 }
 
-/// Labelled lines from 0 to (xmax, ymax), with a legend.
-fn lines_chart(
+/// Labelled lines from 0 to (xmax, ymax), with a legend (also the fuzz
+/// campaign's page).
+pub fn lines_chart(
     lines: Vec<(String, Vec<(f64, f64)>)>,
     (xmax, ymax, xdesc, ydesc): (f64, f64, String, &str),
     stroke: u32,
