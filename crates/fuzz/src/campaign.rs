@@ -418,7 +418,20 @@ pub fn run(
                     companion(&job.spec, which, runner, seed, Some(base_cache), "")
                 });
                 let label = format!("run-{}", job.n);
-                let obs = runner.run(&job.spec, &label, run_seed(settings.seed, &label));
+                // A run that panics is recorded as a failed run: the
+                // campaign waits for every candidate's result in order, and
+                // one never sent would hold it for ever.
+                let obs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runner.run(&job.spec, &label, run_seed(settings.seed, &label))
+                }))
+                .unwrap_or_else(|p| {
+                    let why = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    Observation::failed(format!("the run panicked: {why}"))
+                });
                 let ms = t0.elapsed().as_millis() as u64;
                 if done_tx
                     .send(Done {

@@ -586,3 +586,45 @@ fn selection_raises_the_pools_median() {
         );
     }
 }
+
+/// A run that panics is one failed run, not a campaign waiting for ever.
+#[test]
+fn a_run_that_panics_is_recorded_as_failed() {
+    struct Panics;
+    impl Runner for Panics {
+        fn run(&self, _: &Spec, label: &str, _: u64) -> Observation {
+            if label == "run-3" {
+                panic!("the lab fell over");
+            }
+            Observation {
+                verdict: "PASS".into(),
+                ..Default::default()
+            }
+        }
+    }
+    let l = loaded("");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("p");
+    let out = campaign::run(
+        &l,
+        catalog(),
+        &settings(&dir, 8, 2),
+        &Panics,
+        &campaign::Silent,
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    assert_eq!(out.runs, 8);
+    let recs: Vec<campaign::Record> = std::fs::read_to_string(dir.join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs[3].observation.verdict, "ERROR");
+    assert!(recs[3]
+        .observation
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("the lab fell over"));
+}
