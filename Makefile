@@ -20,7 +20,11 @@ demo: build
 	$(WIRELAB) run specs/demo/*.yaml
 
 # Unit tests, BPF_PROG_TEST_RUN fixtures, lab tests in real namespaces.
+# First, what killed runs left on this machine (a test run that is killed
+# cannot clean up after itself, and the lab tests check that nothing of any
+# run remains); labs whose run is alive are kept.
 test: build
+	$(WIRELAB) clean
 	cargo test $(CARGO_FLAGS) --workspace
 
 bench: build

@@ -47,6 +47,13 @@ const NETNS_DIR: &str = "/run/netns";
 #[derive(Debug, Serialize, Deserialize)]
 struct RegistryEntry {
     pid: u32,
+    /// The owner's start time (`/proc/PID/stat` field 22, clock ticks since
+    /// boot). A pid alone is not an identity: after a restart that keeps
+    /// `/run` (a container restart), another process may have the owner's
+    /// pid, and its lab would be kept for ever. Absent in entries written
+    /// before it was recorded; those fall back to the pid alone.
+    #[serde(default)]
+    start: Option<u64>,
     namespaces: Vec<String>,
     /// `wirelab bump`: the programs it attached to interfaces it does not
     /// own, removed again by `clean` if the bump died.
@@ -131,6 +138,7 @@ impl BumpRegistration {
         let path = Path::new(REGISTRY_DIR).join(format!("bump-{id}.json"));
         let entry = RegistryEntry {
             pid: std::process::id(),
+            start: process_start(std::process::id()),
             namespaces: Vec::new(),
             bumps: attach.to_vec(),
         };
@@ -388,6 +396,7 @@ impl Namespaces {
         fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
         let entry = RegistryEntry {
             pid: std::process::id(),
+            start: process_start(std::process::id()),
             namespaces: names.to_vec(),
             bumps: Vec::new(),
         };
@@ -527,8 +536,26 @@ pub fn lab_namespaces() -> Vec<String> {
     v
 }
 
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+/// Field 22 of `/proc/PID/stat` (proc(5)): when the process started, in
+/// clock ticks since boot. Fields are counted after the command name's
+/// closing parenthesis, since the name itself may hold spaces and parentheses.
+fn process_start(pid: u32) -> Option<u64> {
+    start_field(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn start_field(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` begins with field 3 (state).
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// The entry's owner still runs: its pid exists and, where the entry has
+/// it, with the same start time.
+fn owner_alive(entry: &RegistryEntry) -> bool {
+    match entry.start {
+        Some(start) => process_start(entry.pid) == Some(start),
+        None => Path::new(&format!("/proc/{}", entry.pid)).exists(),
+    }
 }
 
 /// What `clean` removed.
@@ -558,7 +585,7 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
                 let _ = fs::remove_file(&p);
                 continue;
             };
-            if !all && pid_alive(entry.pid) && entry.pid != std::process::id() {
+            if !all && owner_alive(&entry) && entry.pid != std::process::id() {
                 for ns in entry.namespaces {
                     owned_by_live.insert(ns, entry.pid);
                 }
@@ -581,4 +608,43 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
         out.namespaces.push(ns);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(pid: u32, start: Option<u64>) -> RegistryEntry {
+        RegistryEntry {
+            pid,
+            start,
+            namespaces: Vec::new(),
+            bumps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_the_owner() {
+        let me = std::process::id();
+        let start = process_start(me).expect("this process has a start time");
+        assert!(owner_alive(&entry(me, Some(start))));
+        // The same pid, started at another time: a different process.
+        assert!(!owner_alive(&entry(me, Some(start + 1))));
+        // Entries written before start times were recorded: the pid alone.
+        assert!(owner_alive(&entry(me, None)));
+        // pid_max is at most 2^22 (proc(5)), so this pid never exists.
+        assert!(!owner_alive(&entry(1 << 23, None)));
+    }
+
+    #[test]
+    fn a_command_name_with_spaces_and_parentheses_does_not_shift_fields() {
+        // Field 22 is counted from the last ')', whatever the name holds.
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 0";
+        assert_eq!(start_field(stat), Some(987654));
+        assert_eq!(
+            start_field("42 (x) S 1"),
+            None,
+            "a short line has no field 22"
+        );
+    }
 }
