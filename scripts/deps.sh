@@ -49,10 +49,11 @@ rust_ok || { echo "wirelab: no Rust >= 1.85 after installing rustc-web/cargo-web
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
 
 # PyPI tools, pinned in scripts/requirements.txt, in a virtualenv under
-# target/ (scapy's scapy.contrib.roce recomputes ICRCs in the lab tests).
+# target/ (scapy's scapy.contrib.roce recomputes ICRCs in the lab tests;
+# ray runs `wirelab fuzz --ray` campaigns).
 here=$(cd "$(dirname "$0")/.." && pwd)
 py="$here/target/py"
-if ! "$py/bin/python" -c 'import scapy.contrib.roce' 2>/dev/null; then
+if ! "$py/bin/python" -c 'import scapy.contrib.roce, ray' 2>/dev/null; then
   echo "wirelab: installing scripts/requirements.txt into target/py"
   python3 -m venv "$py"
   "$py/bin/pip" install -q --disable-pip-version-check -r "$here/scripts/requirements.txt"

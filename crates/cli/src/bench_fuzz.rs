@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use wirelab_fuzz::campaign::{self, Settings};
 use wirelab_fuzz::lab::LabRunner;
-use wirelab_fuzz::Mode;
+use wirelab_fuzz::ray::RayRunner;
+use wirelab_fuzz::{Mode, Runner};
 
 /// The shipped RoCE targets and the quirks each is meant to find.
 const ANOMALIES: &str = "specs/fuzz/roce-find-counter-or-latency-anomalies.yaml";
@@ -37,6 +38,8 @@ struct Case<'a> {
     jobs: u32,
     /// Stop at the first confirmed anomaly.
     find: bool,
+    /// Runs on this Ray cluster instead of local labs.
+    ray: Option<&'a RayRunner>,
 }
 
 /// One campaign: (runs to the first confirmed find, if any; runs made; minutes).
@@ -46,7 +49,14 @@ fn campaign(c: &Case, out: &Path, abort: &Arc<AtomicBool>) -> Result<(Option<u64
     let mut stop = loaded.target.stop.clone();
     stop.runs = c.runs;
     stop.anomaly = c.find;
-    let dir = out.join(format!("{}-{:?}-{}-{}", c.device, c.mode, c.seed, c.jobs));
+    let dir = out.join(format!(
+        "{}-{:?}-{}-{}{}",
+        c.device,
+        c.mode,
+        c.seed,
+        c.jobs,
+        if c.ray.is_some() { "-ray" } else { "" }
+    ));
     let settings = Settings {
         dir: dir.clone(),
         seed: c.seed,
@@ -56,16 +66,20 @@ fn campaign(c: &Case, out: &Path, abort: &Arc<AtomicBool>) -> Result<(Option<u64
         keep_runs: false,
         save: false,
     };
-    let runner = LabRunner {
+    let local = LabRunner {
         out: dir.join("runs"),
         timeout: Duration::from_secs(30),
         abort: abort.clone(),
+    };
+    let runner: &dyn Runner = match c.ray {
+        Some(r) => r,
+        None => &local,
     };
     let o = campaign::run(
         &loaded,
         catalog,
         &settings,
-        &runner,
+        runner,
         &campaign::Silent,
         abort,
     )?;
@@ -86,7 +100,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -> Result<()> {
+pub fn run(
+    abort: &Arc<AtomicBool>,
+    seeds: u64,
+    runs: u32,
+    devices: &[String],
+    throughput_only: bool,
+    ray: Option<&str>,
+) -> Result<()> {
     crate::run::require_root()?;
     for t in [ANOMALIES, NEIGHBOUR] {
         if !Path::new(t).exists() {
@@ -108,14 +129,19 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
         }
         quirks.retain(|q| devices.iter().any(|d| d == q.0));
     }
+    if throughput_only {
+        quirks.clear();
+    }
     println!(
         "wirelab bench fuzz: {seeds} seeds per search, at most {runs} runs each, {cores} labs at once"
     );
-    println!("runs to the first find that reproduces 3/3 (a search that found nothing counts as {runs} + 1)");
-    println!(
-        "{:<26} {:>16} {:>16} {:>14}  target",
-        "device", "genetic median", "random median", "random/genetic"
-    );
+    if !quirks.is_empty() {
+        println!("runs to the first find that reproduces 3/3 (a search that found nothing counts as {runs} + 1)");
+        println!(
+            "{:<26} {:>16} {:>16} {:>14}  target",
+            "device", "genetic median", "random median", "random/genetic"
+        );
+    }
     for (device, target) in &quirks {
         let target = PathBuf::from(target);
         let mut med = Vec::new();
@@ -131,6 +157,7 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
                     runs,
                     jobs: cores,
                     find: true,
+                    ray: None,
                 };
                 let (f, _, _) = campaign(&c, out.path(), abort)?;
                 found.push(f.map_or(f64::from(runs) + 1.0, |n| n as f64));
@@ -165,6 +192,7 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
             runs: 30,
             jobs,
             find: false,
+            ray: None,
         };
         let (_, made, min) = campaign(&c, out.path(), abort)?;
         let per_min = made as f64 / min.max(1e-9);
@@ -172,6 +200,41 @@ pub fn run(abort: &Arc<AtomicBool>, seeds: u64, runs: u32, devices: &[String]) -
         println!(
             "  {jobs} lab(s): {per_min:.0} runs/min ({:.2}x one lab)",
             per_min / b
+        );
+    }
+    // The same campaign as Ray tasks, as many at once as the cluster has
+    // CPUs: what the bridge costs against local labs.
+    if let Some(address) = ray {
+        let wirelab = std::env::current_exe()?;
+        let runs_dir = std::path::absolute(out.path().join("ray-runs"))?;
+        let python = wirelab_fuzz::ray::default_python();
+        let r = RayRunner::connect(&wirelab_fuzz::ray::RayOptions {
+            address,
+            python: &python,
+            wirelab: &wirelab,
+            out: &runs_dir,
+            timeout: Duration::from_secs(30),
+            abort: abort.clone(),
+            connect_timeout: Duration::from_secs(30),
+        })
+        .with_context(|| format!("--ray {address}"))?;
+        let c = Case {
+            target: &target,
+            device: "default",
+            mode: Mode::Genetic,
+            seed: 1,
+            runs: 30,
+            jobs: r.cpus,
+            find: false,
+            ray: Some(&r),
+        };
+        let (_, made, min) = campaign(&c, out.path(), abort)?;
+        let per_min = made as f64 / min.max(1e-9);
+        println!(
+            "  Ray at {address} ({} node(s), {} CPUs): {per_min:.0} runs/min ({:.2}x one local lab)",
+            r.nodes,
+            r.cpus,
+            per_min / base.unwrap_or(per_min)
         );
     }
     Ok(())

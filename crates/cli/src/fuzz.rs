@@ -54,6 +54,47 @@ pub struct Args {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run the campaign's runs as tasks on this Ray cluster (`HOST:PORT`
+    /// of its head) instead of local labs; --jobs defaults to the
+    /// cluster's CPUs. Every node needs wirelab at this binary's path, and
+    /// root. The driver's Python is $WIRELAB_PYTHON, or the project's
+    /// virtualenv (`make` installs ray there).
+    #[arg(long, value_name = "ADDRESS")]
+    pub ray: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    #[arg(long)]
+    pub label: String,
+    #[arg(long)]
+    pub seed: u64,
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// `wirelab fuzz-eval`: one run of a campaign made elsewhere (a Ray task),
+/// by the same runner as a local campaign's.
+pub fn eval(args: EvalArgs, abort: &Arc<AtomicBool>) -> Result<u8> {
+    use std::io::Read;
+    use wirelab_fuzz::Runner;
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the spec from stdin")?;
+    let spec = wirelab_spec::parse(&text, wirelab_lab::catalog())
+        .map_err(|e| anyhow::anyhow!("the spec on stdin: {e}"))?;
+    crate::run::require_root()?;
+    let runner = wirelab_fuzz::lab::LabRunner {
+        out: args.out,
+        timeout: Duration::from_secs(args.timeout),
+        abort: abort.clone(),
+    };
+    let obs = runner.run(&spec, &args.label, args.seed);
+    println!("{}", serde_json::to_string(&obs)?);
+    Ok(code::OK)
 }
 
 /// A progress bar: runs, runs per minute, best score, anomalies.
@@ -96,10 +137,12 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         }
     };
     crate::run::require_root()?;
-    let runner = wirelab_fuzz::lab::LabRunner {
-        out: settings.dir.join("runs"),
-        timeout: Duration::from_secs(args.timeout),
-        abort: abort.clone(),
+    let (runner, settings) = match runner(&args, settings, abort) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("wirelab: {e:#}");
+            return Ok(code::ERROR);
+        }
     };
     let name = loaded.seed.name.clone().unwrap_or_default();
     eprintln!(
@@ -130,7 +173,8 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     );
     pb.enable_steady_tick(Duration::from_millis(500));
     let bar = Bar(pb);
-    let outcome = campaign::run(&loaded, catalog, &settings, &runner, &bar, abort)?;
+    let outcome = campaign::run(&loaded, catalog, &settings, runner.as_ref(), &bar, abort)?;
+    drop(runner);
     bar.0.finish_and_clear();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
@@ -181,6 +225,50 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         _ if outcome.anomalies.is_empty() => code::OK,
         _ => code::EXPECT_FAILED,
     })
+}
+
+/// Local labs, or a Ray cluster's (whose CPUs are the default --jobs).
+fn runner(
+    args: &Args,
+    mut settings: Settings,
+    abort: &Arc<AtomicBool>,
+) -> Result<(Box<dyn campaign::Runner>, Settings)> {
+    let timeout = Duration::from_secs(args.timeout);
+    let Some(address) = &args.ray else {
+        let r = wirelab_fuzz::lab::LabRunner {
+            out: settings.dir.join("runs"),
+            timeout,
+            abort: abort.clone(),
+        };
+        return Ok((Box::new(r), settings));
+    };
+    // The nodes write the runs' folders at this path: it must not depend
+    // on a task's working directory.
+    settings.dir = std::path::absolute(&settings.dir)?;
+    let python = wirelab_fuzz::ray::default_python();
+    let wirelab = std::env::current_exe().context("finding this wirelab binary")?;
+    let out = settings.dir.join("runs");
+    eprintln!("  connecting to the Ray cluster at {address}");
+    let r = wirelab_fuzz::ray::RayRunner::connect(&wirelab_fuzz::ray::RayOptions {
+        address,
+        python: &python,
+        wirelab: &wirelab,
+        out: &out,
+        timeout,
+        abort: abort.clone(),
+        connect_timeout: Duration::from_secs(30),
+    })
+    .with_context(|| format!("--ray {address}"))?;
+    eprintln!(
+        "  Ray cluster: {} node{}, {} CPUs",
+        r.nodes,
+        if r.nodes == 1 { "" } else { "s" },
+        r.cpus
+    );
+    if args.jobs.is_none() && args.resume.is_none() {
+        settings.jobs = r.cpus;
+    }
+    Ok((Box::new(r), settings))
 }
 
 /// The target and the campaign's settings, from the arguments or (with

@@ -44,6 +44,10 @@ enum Cmd {
     /// save it with an `expect:` that fails on it. Exit 1 when an anomaly
     /// was found, 0 when none, 130 on Ctrl-C (resume with --resume).
     Fuzz(fuzz::Args),
+    /// One fuzz run, for `wirelab fuzz --ray`'s tasks: the spec (YAML) on
+    /// stdin, its observation (JSON) on stdout.
+    #[command(hide = true)]
+    FuzzEval(fuzz::EvalArgs),
     /// Check specs (and fuzz targets) without touching the host.
     Check {
         #[arg(required = true)]
@@ -172,6 +176,12 @@ enum BenchCmd {
         /// Only these device profiles (default: every shipped quirk).
         #[arg(long, value_delimiter = ',')]
         devices: Vec<String>,
+        /// Only campaign throughput (runs per minute), no searches.
+        #[arg(long)]
+        throughput: bool,
+        /// Also the throughput with the runs as tasks on this Ray cluster.
+        #[arg(long, value_name = "ADDRESS")]
+        ray: Option<String>,
     },
     /// Many runs in one process through the run engine, with the process's
     /// resident memory every tenth run (it must stay flat).
@@ -242,6 +252,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
     match cli.cmd {
         Cmd::Run(args) => run::run(args, abort),
         Cmd::Fuzz(args) => fuzz::run(args, abort),
+        Cmd::FuzzEval(args) => fuzz::eval(args, abort),
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
@@ -370,7 +381,9 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             seeds,
             runs,
             devices,
-        } => bench_fuzz::run(abort, seeds, runs, &devices)?,
+            throughput,
+            ray,
+        } => bench_fuzz::run(abort, seeds, runs, &devices, throughput, ray.as_deref())?,
     }
     Ok(code::OK)
 }

@@ -44,6 +44,13 @@ pub trait Runner: Sync {
     /// `label` names the run uniquely within the campaign (`run-12`,
     /// `base-3fa2…`, `shrink-4`); `seed` fixes its random choices.
     fn run(&self, spec: &Spec, label: &str, seed: u64) -> Observation;
+    /// Removes a run's results folder (its record keeps what scoring
+    /// needs), wherever the run was made.
+    fn forget(&self, o: &Observation) {
+        if let Some(d) = &o.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 /// Told of the campaign's progress.
@@ -512,7 +519,7 @@ pub fn run(
                                     baseline_runs += 1;
                                     let _ = base_out.push(&(&h, &o));
                                     if !settings.keep_runs {
-                                        forget(&o);
+                                        runner.forget(&o);
                                     }
                                 }
                                 (h, o)
@@ -568,7 +575,7 @@ pub fn run(
                     });
                 }
                 if s.anomalies().is_empty() && !settings.keep_runs && !replayed {
-                    forget(&rec.observation);
+                    runner.forget(&rec.observation);
                 }
                 stats.runs += 1;
                 stats.best = stats.best.max(rec.score);
@@ -668,13 +675,6 @@ pub fn run(
     let p = dir.join("report.html");
     std::fs::write(&p, page).map_err(io(|| p.display().to_string()))?;
     Ok(outcome)
-}
-
-/// Removes a run's results folder (its record keeps what scoring needs).
-fn forget(o: &Observation) {
-    if let Some(d) = &o.dir {
-        let _ = std::fs::remove_dir_all(d);
-    }
 }
 
 fn write_json<T: Serialize>(p: &Path, v: &T) -> Result<(), Error> {
@@ -845,9 +845,9 @@ impl Settle<'_> {
         }));
         // The runs that confirm a saved spec are its evidence; the rest go.
         if !self.settings.keep_runs {
-            reference.iter().for_each(forget);
+            reference.iter().for_each(|r| runner.forget(r));
             if what == "shrink" {
-                forget(&o);
+                runner.forget(&o);
             }
         }
         if o.verdict == "INTERRUPTED" {

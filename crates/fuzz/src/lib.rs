@@ -14,6 +14,7 @@
 pub mod campaign;
 pub mod lab;
 pub mod mutate;
+pub mod ray;
 pub mod report;
 pub mod score;
 pub mod search;

@@ -41,6 +41,9 @@ pub struct Observation {
     /// The results folder.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dir: Option<String>,
+    /// The Ray node whose disk holds `dir`, for runs made on a cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl Observation {
