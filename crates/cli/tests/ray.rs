@@ -271,6 +271,60 @@ fn a_campaign_runs_on_a_ray_cluster_finds_the_quirk_and_leaves_nothing() {
         assert!(!kept.iter().any(|k| *k == name), "{d} was kept: {kept:?}");
     }
 
+    // Ctrl-C while tasks run: each stops its run and removes its lab, and
+    // the campaign exits 130.
+    let long = tmp.path().join("interrupted");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(["fuzz", t, "--ray", &head.address, "--device", "default"])
+        .args([
+            "--runs",
+            "500",
+            "--keep-going",
+            "--out",
+            long.to_str().unwrap(),
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    let runs_made = || {
+        std::fs::read_dir(&long)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map_or(0, |e| jsonl(&e.path().join("runs.jsonl")).len())
+    };
+    while runs_made() < 3 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(runs_made() >= 3, "the campaign got going");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st.code();
+        }
+        if Instant::now() > until {
+            let _ = c.kill();
+            panic!("the campaign did not stop within a minute of Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(code, Some(130));
+    assert!(runs_made() < 500);
+    assert!(
+        processes_with("fuzz-eval").is_empty(),
+        "{:?}",
+        processes_with("fuzz-eval")
+    );
+    assert_eq!(lab_namespaces(), before, "namespaces left after Ctrl-C");
+
     let session = head.temp.path().display().to_string();
     drop(head);
     assert_eq!(lab_namespaces(), before, "namespaces left behind");
