@@ -83,6 +83,10 @@ WL_CORE_STAGE(wl_stage_forward)
 		c->event_drops++;
 		return TC_ACT_SHOT;
 	}
+	if (ctx->es_drop) {
+		c->es_drops++;
+		return TC_ACT_SHOT;
+	}
 	if (ctx->aqm == WL_AQM_DROP) {
 		c->aqm_drops++;
 		return TC_ACT_SHOT;

@@ -8,11 +8,13 @@
  *   3 track    connection, data index, ITER (Lumina)   stage_track.h
  *   4 events   the event table, its action applied     stage_events.h
  *   5 route    the egress port                          stage_route.h
- *   6 vaqm     virtual queues (NetBump)                 stage_vaqm.h
- *   7 mirror   the capture ring                         stage_mirror.h
- *   8 forward  the verdict: drop, redirect, CNM         stage_forward.h
+ *   6 eswitch  flow tables searched mask by mask        stage_eswitch.h
+ *              (ScalaCN)
+ *   7 vaqm     virtual queues (NetBump)                 stage_vaqm.h
+ *   8 mirror   the capture ring                         stage_mirror.h
+ *   9 forward  the verdict: drop, redirect, CNM         stage_forward.h
  *
- * A capability's stage (vAQM) is a global function the verifier checks
+ * A capability's stage (eSwitch, vAQM) is a global function the verifier checks
  * once, on its own; the stages every packet runs are inlined (wl_ctx.h says
  * why). A stage a spec does not use is switched off by a `const volatile`
  * setting before load, and the verifier removes it (DESIGN.md: stages a spec turns
@@ -31,6 +33,7 @@
 #include "stage_track.h"
 #include "stage_events.h"
 #include "stage_route.h"
+#include "stage_eswitch.h"
 #include "stage_vaqm.h"
 #include "stage_mirror.h"
 #include "stage_forward.h"
@@ -48,6 +51,7 @@ const volatile enum wl_limits wl_abi_limits;
 const volatile enum wl_evk wl_abi_evk;
 const volatile enum wl_ext_limits wl_abi_ext_limits;
 const volatile enum wl_aqm_verdict wl_abi_aqm_verdict;
+const volatile enum wl_es_kind wl_abi_es_kind;
 /* Makes the ring record's header part of the BTF so the skeleton exports
  * its type. */
 struct wl_mirror_hdr mirror_hdr_abi = {};
@@ -96,10 +100,12 @@ int wl_switch(struct __sk_buff *skb)
 	STAGE(3, wl_stage_track);
 	STAGE(4, wl_stage_events);
 	STAGE(5, wl_stage_route);
+	if (eswitch_on)
+		STAGE(6, wl_stage_eswitch);
 	if (vaqm_on)
-		STAGE(6, wl_stage_vaqm);
-	STAGE(7, wl_stage_mirror);
-	STAGE(8, wl_stage_forward);
+		STAGE(7, wl_stage_vaqm);
+	STAGE(8, wl_stage_mirror);
+	STAGE(9, wl_stage_forward);
 	return TC_ACT_SHOT; /* the forward stage always decides */
 }
 

@@ -34,6 +34,13 @@ enum wl_limits {
 	 * holds the relative sequence number where data packet `index`
 	 * started. A power of two. */
 	WL_SEG_WINDOW = 4096,
+	/* The eSwitch stage (stage_eswitch.h, ScalaCN's flow tables): tables,
+	 * masks per table (powers of two), entries in all, and tables one
+	 * packet may pass through (a chain of gotos). */
+	WL_ES_MAX_TABLES = 4,
+	WL_ES_MAX_MASKS = 256,
+	WL_ES_MAX_ENTRIES = 65536,
+	WL_ES_MAX_CHAIN = 4,
 };
 
 /* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */
@@ -247,6 +254,8 @@ struct wl_counters {
 	 * alone, or the CNM could not be built after the clone). */
 	__u64 cnm_sent;
 	__u64 cnm_failed;
+	/* Dropped by a flow-table entry (the eSwitch stage). */
+	__u64 es_drops;
 };
 
 /* Header of one mirrored packet in the capture ring; cap_len bytes follow. */

@@ -73,7 +73,10 @@ struct wl_ctx {
 	__u32 qcn_fb;
 	__s16 qcn_off;
 	__s16 qcn_delta;
-	__u32 pad;
+	/* eSwitch (ScalaCN): masks this packet searched, and a drop entry's
+	 * verdict, applied by the forward stage after the capture. */
+	__u16 es_visited;
+	__u16 es_drop;
 	struct wl_pkt pkt;
 	/* The packet as a user discipline sees it (wirelab_ext.h); filled by
 	 * the route stage when one is linked. */

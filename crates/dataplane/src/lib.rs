@@ -17,6 +17,7 @@ mod truth;
 
 /// The switch's generated skeleton, used for its BTF types only (src/object.rs
 /// says why it is not used to open the object).
+pub mod eswitch;
 mod skel {
     #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/switch.skel.rs"));
@@ -253,6 +254,9 @@ pub struct Config {
     /// Put the vAQM stage in the pipeline (a spec with `vaqm:`). Without
     /// it the verifier removes the stage and forwarding pays nothing.
     pub vaqm: bool,
+    /// Put the eSwitch stage (flow tables searched mask by mask, ScalaCN)
+    /// in the pipeline; removed by the verifier without it.
+    pub eswitch: bool,
     /// Tests: take the pipeline's clock from `set_test_clock`.
     pub test_clock: bool,
     /// Serialize virtual-queue updates with a spin lock, for ports whose
@@ -278,8 +282,8 @@ pub struct Config {
 
 /// The pipeline's stages in order (bpf/switch.bpf.c); `Config::bench_cut`
 /// counts them.
-pub const STAGES: [&str; 8] = [
-    "ingress", "parse", "track", "events", "route", "vaqm", "mirror", "forward",
+pub const STAGES: [&str; 9] = [
+    "ingress", "parse", "track", "events", "route", "eswitch", "vaqm", "mirror", "forward",
 ];
 
 impl Default for Config {
@@ -289,6 +293,7 @@ impl Default for Config {
             ring_bytes: 1 << 24,
             max_conn: 16,
             vaqm: false,
+            eswitch: false,
             test_clock: false,
             vaqm_lock: false,
             track_lock: true,
@@ -412,7 +417,7 @@ object::maps! {
     struct Maps {
         ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
         events, ev_filter, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
-        fake_clock,
+        fake_clock, es_masks, es_entries, es_order, es_mask_stats, es_stats,
     }
 }
 
@@ -424,6 +429,8 @@ pub struct Switch {
     /// switch lives.
     truth: Option<truth::Truth>,
     maps: Maps,
+    /// One writer of the eSwitch's search orders at a time (eswitch.rs).
+    es_order_lock: Mutex<()>,
     /// Dropped before `obj`, which owns the mapping.
     bss: object::Section<types::bss>,
     obj: libbpf_rs::Object,
@@ -492,6 +499,7 @@ impl Switch {
             config,
             truth,
             maps: Maps::find(&obj)?,
+            es_order_lock: Mutex::new(()),
             bss: object::Section::of(&obj, ".bss")?,
             obj,
         })
@@ -957,6 +965,7 @@ impl Switch {
                 t.aqm_marks += c.aqm_marks;
                 t.cnm_sent += c.cnm_sent;
                 t.cnm_failed += c.cnm_failed;
+                t.es_drops += c.es_drops;
             }
         }
         Ok(t)
@@ -1082,6 +1091,7 @@ fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Erro
         ro.track_lock = config.track_lock as u8;
         ro.vaqm_ext = config.extension as u8;
         ro.bench_cut = config.bench_cut;
+        ro.eswitch_on = config.eswitch as u8;
     })?;
     object::open_map(&mut open, "ring")?
         .set_max_entries(config.ring_bytes)

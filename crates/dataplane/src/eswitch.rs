@@ -1,0 +1,328 @@
+//! The eSwitch stage's tables from user space (bpf/stage_eswitch.h):
+//! ScalaCN's flow tables (seed 001 Fig. 8), each an ordered list of masks
+//! with their entries, searched one mask after another.
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::{bytes_of, from_bytes, map_err, types, Error, Switch};
+
+/// Tables, masks per table, entries in all, tables a packet may pass:
+/// the program's own limits (the `wl_limits` enum, through BTF).
+pub const MAX_TABLES: u32 = types::wl_limits::WL_ES_MAX_TABLES.0 as u32;
+pub const MAX_MASKS: u32 = types::wl_limits::WL_ES_MAX_MASKS.0 as u32;
+pub const MAX_ENTRIES: u32 = types::wl_limits::WL_ES_MAX_ENTRIES.0 as u32;
+pub const MAX_CHAIN: u32 = types::wl_limits::WL_ES_MAX_CHAIN.0 as u32;
+
+/// The wide match: a mask's bits, or an entry's key (before masking).
+/// Addresses and ports as on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Match {
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub in_port: u8,
+    pub vlan: u16,
+    pub vni: u32,
+}
+
+impl Match {
+    /// Every bit of every field: an exact-match mask.
+    pub fn all() -> Match {
+        Match {
+            dmac: [0xff; 6],
+            smac: [0xff; 6],
+            saddr: [0xff; 4],
+            daddr: [0xff; 4],
+            sport: 0xffff,
+            dport: 0xffff,
+            proto: 0xff,
+            in_port: 0xff,
+            vlan: 0xffff,
+            vni: u32::MAX,
+        }
+    }
+
+    /// The first `len` bits of an IPv4 address (a prefix mask).
+    pub fn prefix(len: u8) -> [u8; 4] {
+        let m = if len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(len.min(32)))
+        };
+        m.to_be_bytes()
+    }
+
+    fn and(&self, m: &Match) -> Match {
+        let b6 = |a: [u8; 6], b: [u8; 6]| std::array::from_fn(|i| a[i] & b[i]);
+        let b4 = |a: [u8; 4], b: [u8; 4]| std::array::from_fn(|i| a[i] & b[i]);
+        Match {
+            dmac: b6(self.dmac, m.dmac),
+            smac: b6(self.smac, m.smac),
+            saddr: b4(self.saddr, m.saddr),
+            daddr: b4(self.daddr, m.daddr),
+            sport: self.sport & m.sport,
+            dport: self.dport & m.dport,
+            proto: self.proto & m.proto,
+            in_port: self.in_port & m.in_port,
+            vlan: self.vlan & m.vlan,
+            vni: self.vni & m.vni,
+        }
+    }
+
+    fn key(&self, table: u32, mask: u32) -> types::wl_es_key {
+        types::wl_es_key {
+            table,
+            mask,
+            dmac: self.dmac,
+            smac: self.smac,
+            saddr: u32::from_ne_bytes(self.saddr),
+            daddr: u32::from_ne_bytes(self.daddr),
+            sport: self.sport.to_be(),
+            dport: self.dport.to_be(),
+            proto: self.proto,
+            in_port: self.in_port,
+            vlan: self.vlan,
+            vni: self.vni,
+        }
+    }
+}
+
+/// What an entry does with a packet it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Count it; the MAC table forwards it.
+    Count,
+    Forward {
+        ifindex: u32,
+        port: u32,
+    },
+    Drop,
+    /// Search this table next.
+    Goto(u32),
+}
+
+/// The stage's totals over every CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets that entered the first table.
+    pub pkts: u64,
+    /// Masks searched, over all packets and tables.
+    pub visited: u64,
+    /// Packets no table matched (left to the MAC table).
+    pub misses: u64,
+    pub drops: u64,
+    /// Packets still going to another table after `MAX_CHAIN`.
+    pub loops: u64,
+}
+
+fn check(table: u32, mask: u32) -> Result<u32, Error> {
+    if table >= MAX_TABLES || mask >= MAX_MASKS {
+        return Err(Error::Config(format!(
+            "flow table {table} mask {mask}: the eSwitch has tables 0..{MAX_TABLES}, masks 0..{MAX_MASKS}"
+        )));
+    }
+    Ok(table * MAX_MASKS + mask)
+}
+
+impl Switch {
+    /// Mask `id` of `table` selects these bits (a mask not in the table's
+    /// order is never searched).
+    pub fn set_es_mask(&self, table: u32, id: u32, bits: &Match) -> Result<(), Error> {
+        let slot = check(table, id)?;
+        self.maps
+            .es_masks
+            .update(
+                &slot.to_ne_bytes(),
+                bytes_of(&bits.key(0, 0)),
+                MapFlags::ANY,
+            )
+            .map_err(map_err(format!("setting flow table {table} mask {id}")))
+    }
+
+    fn mask_bits(&self, table: u32, id: u32) -> Result<Match, Error> {
+        let slot = check(table, id)?;
+        let v = self
+            .maps
+            .es_masks
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("reading flow table {table} mask {id}")))?;
+        let k: types::wl_es_key = v.and_then(|b| from_bytes(&b)).unwrap_or_default();
+        Ok(Match {
+            dmac: k.dmac,
+            smac: k.smac,
+            saddr: k.saddr.to_ne_bytes(),
+            daddr: k.daddr.to_ne_bytes(),
+            sport: u16::from_be(k.sport),
+            dport: u16::from_be(k.dport),
+            proto: k.proto,
+            in_port: k.in_port,
+            vlan: k.vlan,
+            vni: k.vni,
+        })
+    }
+
+    /// An entry of mask `id`: packets whose fields, under the mask, equal
+    /// `fields` under it.
+    pub fn add_es_entry(
+        &self,
+        table: u32,
+        id: u32,
+        fields: &Match,
+        action: Action,
+    ) -> Result<(), Error> {
+        let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
+        let (kind, ifindex, port, goto_table) = match action {
+            Action::Count => (types::wl_es_kind::WL_ES_COUNT, 0, 0, 0),
+            Action::Forward { ifindex, port } => {
+                (types::wl_es_kind::WL_ES_FORWARD, ifindex, port, 0)
+            }
+            Action::Drop => (types::wl_es_kind::WL_ES_DROP, 0, 0, 0),
+            Action::Goto(t) => {
+                check(t, 0)?;
+                (types::wl_es_kind::WL_ES_GOTO, 0, 0, t)
+            }
+        };
+        let v = types::wl_es_action {
+            kind: kind.0 as u32,
+            ifindex,
+            port,
+            goto_table,
+            ..Default::default()
+        };
+        self.maps
+            .es_entries
+            .update(bytes_of(&key), bytes_of(&v), MapFlags::ANY)
+            .map_err(map_err(format!(
+                "adding an entry to flow table {table} mask {id}"
+            )))
+    }
+
+    /// Removes an entry (as an idle-flow reaper or the control plane does).
+    pub fn remove_es_entry(&self, table: u32, id: u32, fields: &Match) -> Result<(), Error> {
+        let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
+        self.maps
+            .es_entries
+            .delete(bytes_of(&key))
+            .map_err(map_err(format!(
+                "removing an entry of flow table {table} mask {id}"
+            )))
+    }
+
+    /// An entry's hits: (packets, bytes); None if there is no such entry.
+    pub fn es_entry_hits(
+        &self,
+        table: u32,
+        id: u32,
+        fields: &Match,
+    ) -> Result<Option<(u64, u64)>, Error> {
+        let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
+        let v = self
+            .maps
+            .es_entries
+            .lookup(bytes_of(&key), MapFlags::ANY)
+            .map_err(map_err("reading a flow-table entry"))?;
+        Ok(v.and_then(|b| from_bytes::<types::wl_es_action>(&b))
+            .map(|a| (a.pkts, a.bytes)))
+    }
+
+    /// Sets the search order of `table` (mask ids, searched first to last),
+    /// also while traffic runs: the other copy of every table's order is
+    /// written, then made live with one store (stage_eswitch.h), so no
+    /// packet sees half an order.
+    pub fn set_es_order(&self, table: u32, order: &[u16]) -> Result<(), Error> {
+        check(table, 0)?;
+        if order.len() > MAX_MASKS as usize || order.iter().any(|&m| u32::from(m) >= MAX_MASKS) {
+            return Err(Error::Config(format!(
+                "flow table {table}: at most {MAX_MASKS} masks, ids below {MAX_MASKS}"
+            )));
+        }
+        let _one_writer = self.es_order_lock.lock().expect("not poisoned");
+        // SAFETY (the closures): field addresses inside the section.
+        let live = self
+            .bss
+            .read(|b| unsafe { std::ptr::addr_of!((*b).es_live) })
+            & 1;
+        let other = 1 - live;
+        for t in 0..MAX_TABLES {
+            let v = if t == table {
+                let mut o = types::wl_es_order {
+                    n: order.len() as u32,
+                    ..Default::default()
+                };
+                o.order[..order.len()].copy_from_slice(order);
+                o
+            } else {
+                self.es_order_of(live, t)?
+            };
+            let slot = other * MAX_TABLES + t;
+            self.maps
+                .es_order
+                .update(&slot.to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
+                .map_err(map_err(format!("setting flow table {t}'s order")))?;
+        }
+        self.bss
+            .write(|b| unsafe { std::ptr::addr_of_mut!((*b).es_live) }, other);
+        Ok(())
+    }
+
+    fn es_order_of(&self, copy: u32, table: u32) -> Result<types::wl_es_order, Error> {
+        let slot = copy * MAX_TABLES + table;
+        let v = self
+            .maps
+            .es_order
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("reading flow table {table}'s order")))?;
+        Ok(v.and_then(|b| from_bytes(&b)).unwrap_or_default())
+    }
+
+    /// The live search order of `table`.
+    pub fn es_order(&self, table: u32) -> Result<Vec<u16>, Error> {
+        check(table, 0)?;
+        // SAFETY (the closure): a field address inside the section.
+        let live = self
+            .bss
+            .read(|b| unsafe { std::ptr::addr_of!((*b).es_live) })
+            & 1;
+        let o = self.es_order_of(live, table)?;
+        Ok(o.order[..(o.n as usize).min(MAX_MASKS as usize)].to_vec())
+    }
+
+    /// (lookups, hits) of mask `id` of `table`, over every CPU: "subtable
+    /// lookups" as OVS's pmd-stats-show counts them.
+    pub fn es_mask_stats(&self, table: u32, id: u32) -> Result<(u64, u64), Error> {
+        let slot = check(table, id)?;
+        let per_cpu = self
+            .maps
+            .es_mask_stats
+            .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading flow-table mask counters"))?
+            .unwrap_or_default();
+        Ok(per_cpu
+            .iter()
+            .filter_map(|b| from_bytes::<types::wl_es_mask_stats>(b))
+            .fold((0, 0), |(l, h), s| (l + s.lookups, h + s.hits)))
+    }
+
+    pub fn es_stats(&self) -> Result<Stats, Error> {
+        let per_cpu = self
+            .maps
+            .es_stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading the eSwitch counters"))?
+            .unwrap_or_default();
+        Ok(per_cpu
+            .iter()
+            .filter_map(|b| from_bytes::<types::wl_es_stats>(b))
+            .fold(Stats::default(), |a, s| Stats {
+                pkts: a.pkts + s.pkts,
+                visited: a.visited + s.visited,
+                misses: a.misses + s.misses,
+                drops: a.drops + s.drops,
+                loops: a.loops + s.loops,
+            }))
+    }
+}

@@ -1,0 +1,326 @@
+//! The eSwitch stage (ScalaCN's flow tables, seed 001 Fig. 8) under
+//! `BPF_PROG_TEST_RUN`: masks searched in their order until one holds the
+//! packet's masked key, the masks visited per packet and per mask, each
+//! action, chained tables, and the order changed while packets flow.
+//! Needs root.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+mod common;
+use common::{check_table, have_bpf, run_frame, Change, Fixture, Out, Rec};
+use etherparse::IpEcn;
+use wirelab_dataplane::eswitch::{Action, Match, MAX_CHAIN, MAX_MASKS};
+use wirelab_dataplane::{verdict, Config, Switch};
+
+const LO_IFINDEX: u32 = 1;
+/// Where the MAC table sends 02:..:02 (the frames' destination).
+const MAC_OUT: u32 = 4242;
+/// Where flow-table entries send packets.
+const ES_OUT: u32 = 5151;
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+fn frame(dst: Ipv4Addr, dport: u16) -> Vec<u8> {
+    common::udp_frame(dst, dport, 200, IpEcn::NotEct)
+}
+
+fn switch(eswitch: bool) -> Switch {
+    let sw = Switch::load(Config {
+        eswitch,
+        ..Config::default()
+    })
+    .expect("switch loads");
+    sw.add_port(LO_IFINDEX, 1).unwrap();
+    sw.add_fwd(MAC_B, MAC_OUT, 2).unwrap();
+    sw
+}
+
+/// Mask i of a table: the destination's first 24 + i bits and the
+/// destination port. Entry i: 10.0.i.0/(24+i) port 9000 + i.
+fn mask(i: u32) -> Match {
+    Match {
+        daddr: Match::prefix(24 + i as u8),
+        dport: 0xffff,
+        ..Match::default()
+    }
+}
+
+fn entry(i: u32) -> Match {
+    Match {
+        daddr: [10, 0, i as u8, 0],
+        dport: 9000 + i as u16,
+        ..Match::default()
+    }
+}
+
+/// Table 0 with eight masks, one entry each, searched 0..8.
+fn eight_masks(sw: &Switch, action: impl Fn(u32) -> Action) {
+    for i in 0..8 {
+        sw.set_es_mask(0, i, &mask(i)).unwrap();
+        sw.add_es_entry(0, i, &entry(i), action(i)).unwrap();
+    }
+    sw.set_es_order(0, &(0..8).collect::<Vec<u16>>()).unwrap();
+}
+
+fn visited(sw: &Switch) -> u64 {
+    sw.es_stats().unwrap().visited
+}
+fn misses(sw: &Switch) -> u64 {
+    sw.es_stats().unwrap().misses
+}
+fn lookups_of_mask_5(sw: &Switch) -> u64 {
+    sw.es_mask_stats(0, 5).unwrap().0
+}
+fn hits_of_mask_5(sw: &Switch) -> u64 {
+    sw.es_mask_stats(0, 5).unwrap().1
+}
+fn lookups_of_mask_7(sw: &Switch) -> u64 {
+    sw.es_mask_stats(0, 7).unwrap().0
+}
+fn drops(sw: &Switch) -> u64 {
+    sw.es_stats().unwrap().drops
+}
+fn port_es_drops(sw: &Switch) -> u64 {
+    sw.counters(1).unwrap().es_drops
+}
+
+fn row(what: &str, input: Vec<u8>, verdict: u32, maps: Vec<Change>) -> Fixture {
+    Fixture {
+        what: what.into(),
+        at: None,
+        input,
+        verdict,
+        output: Out::Same,
+        // Captured before the verdict, as every packet is.
+        record: Some(Rec::NONE),
+        maps,
+    }
+}
+
+#[test]
+fn masks_are_searched_in_order_and_each_action_applies() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    // Entries 0..5 forward, 6 drops, 7 counts.
+    eight_masks(&sw, |i| match i {
+        6 => Action::Drop,
+        7 => Action::Count,
+        _ => Action::Forward {
+            ifindex: ES_OUT,
+            port: 3,
+        },
+    });
+    let ch = |what, read, by| Change { what, read, by };
+    let table = [
+        row(
+            "a packet of mask 5's entry: six masks searched, the sixth hits",
+            frame(Ipv4Addr::new(10, 0, 5, 0), 9005),
+            verdict::REDIRECT,
+            vec![
+                ch("masks visited", visited, 6),
+                ch("mask 5 lookups", lookups_of_mask_5, 1),
+                ch("mask 5 hits", hits_of_mask_5, 1),
+                ch("mask 7 lookups", lookups_of_mask_7, 0),
+                ch("misses", misses, 0),
+            ],
+        ),
+        row(
+            "the same prefix, another port: no entry holds it, every mask searched",
+            frame(Ipv4Addr::new(10, 0, 5, 0), 9006),
+            verdict::REDIRECT, // by the MAC table
+            vec![
+                ch("masks visited", visited, 8),
+                ch("mask 5 hits", hits_of_mask_5, 0),
+                ch("mask 7 lookups", lookups_of_mask_7, 1),
+                ch("misses", misses, 1),
+            ],
+        ),
+        row(
+            "mask 6's entry drops, after the capture",
+            frame(Ipv4Addr::new(10, 0, 6, 0), 9006),
+            verdict::SHOT,
+            vec![
+                ch("masks visited", visited, 7),
+                ch("stage drops", drops, 1),
+                ch("the port's flow-table drops", port_es_drops, 1),
+            ],
+        ),
+        row(
+            "mask 7's entry counts; the MAC table forwards",
+            frame(Ipv4Addr::new(10, 0, 7, 0), 9007),
+            verdict::REDIRECT,
+            vec![ch("masks visited", visited, 8), ch("misses", misses, 0)],
+        ),
+    ];
+    check_table(&sw, &table);
+    // Where each forwarded: the entry's port, or the MAC table's.
+    let (v, out, _) = run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 5, 0), 9005));
+    assert_eq!(v, verdict::REDIRECT);
+    assert_eq!(out.len(), 200);
+    assert_eq!(
+        sw.es_entry_hits(0, 5, &entry(5)).unwrap(),
+        Some((2, 400)),
+        "entry 5: two packets of 200 bytes"
+    );
+    assert_eq!(sw.es_entry_hits(0, 7, &entry(7)).unwrap(), Some((1, 200)));
+    assert_eq!(sw.es_entry_hits(0, 4, &entry(4)).unwrap(), Some((0, 0)));
+    // An entry's key is masked: 10.0.5.0/29 holds 10.0.5.7 too.
+    let before = sw.es_entry_hits(0, 5, &entry(5)).unwrap().unwrap().0;
+    run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 5, 7), 9005));
+    assert_eq!(
+        sw.es_entry_hits(0, 5, &entry(5)).unwrap().unwrap().0,
+        before + 1
+    );
+    // Removed, the entry no longer matches.
+    sw.remove_es_entry(0, 5, &entry(5)).unwrap();
+    let m = misses(&sw);
+    run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 5, 0), 9005));
+    assert_eq!(misses(&sw), m + 1);
+}
+
+#[test]
+fn moving_a_mask_forward_shortens_the_search() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    eight_masks(&sw, |_| Action::Count);
+    let p = frame(Ipv4Addr::new(10, 0, 7, 0), 9007);
+    let v0 = visited(&sw);
+    run_frame(&sw, &p);
+    assert_eq!(visited(&sw) - v0, 8, "the last mask: all eight searched");
+    sw.set_es_order(0, &[7, 0, 1, 2, 3, 4, 5, 6]).unwrap();
+    assert_eq!(sw.es_order(0).unwrap(), vec![7, 0, 1, 2, 3, 4, 5, 6]);
+    let v1 = visited(&sw);
+    run_frame(&sw, &p);
+    assert_eq!(visited(&sw) - v1, 1, "moved to the head: one mask searched");
+    // A mask left out of the order is never searched.
+    sw.set_es_order(0, &[0, 1, 2]).unwrap();
+    let (v2, m2) = (visited(&sw), misses(&sw));
+    run_frame(&sw, &p);
+    assert_eq!((visited(&sw) - v2, misses(&sw) - m2), (3, 1));
+}
+
+#[test]
+fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    // Table 0: any UDP packet to 10.0.0.0/8 goes to table 1. Table 1:
+    // three masks; the packet's entry is in the third, which forwards.
+    let by_net = Match {
+        daddr: Match::prefix(8),
+        ..Match::default()
+    };
+    sw.set_es_mask(0, 0, &by_net).unwrap();
+    let ten = Match {
+        daddr: [10, 0, 0, 0],
+        ..Match::default()
+    };
+    sw.add_es_entry(0, 0, &ten, Action::Goto(1)).unwrap();
+    sw.set_es_order(0, &[0]).unwrap();
+    for i in 0..3 {
+        sw.set_es_mask(1, i, &mask(i)).unwrap();
+    }
+    let fwd = Action::Forward {
+        ifindex: ES_OUT,
+        port: 3,
+    };
+    sw.add_es_entry(1, 2, &entry(2), fwd).unwrap();
+    sw.set_es_order(1, &[0, 1, 2]).unwrap();
+    assert_eq!(sw.es_order(0).unwrap(), vec![0], "table 0 kept its order");
+    let v = visited(&sw);
+    let (verdict_, _, _) = run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 2, 0), 9002));
+    assert_eq!(verdict_, verdict::REDIRECT);
+    assert_eq!(
+        visited(&sw) - v,
+        1 + 3,
+        "one mask in table 0, three in table 1"
+    );
+    assert_eq!(sw.es_entry_hits(1, 2, &entry(2)).unwrap(), Some((1, 200)));
+
+    // Table 2 goes to itself: the packet passes MAX_CHAIN tables, is
+    // counted as a loop and left to the MAC table.
+    sw.set_es_mask(2, 0, &by_net).unwrap();
+    sw.add_es_entry(2, 0, &ten, Action::Goto(2)).unwrap();
+    sw.set_es_order(2, &[0]).unwrap();
+    sw.add_es_entry(0, 0, &ten, Action::Goto(2)).unwrap();
+    let (v, l) = (visited(&sw), sw.es_stats().unwrap().loops);
+    let (verdict_, _, _) = run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 2, 0), 9002));
+    assert_eq!(verdict_, verdict::REDIRECT);
+    assert_eq!(sw.es_stats().unwrap().loops - l, 1);
+    assert_eq!(visited(&sw) - v, u64::from(MAX_CHAIN));
+}
+
+#[test]
+fn the_order_changes_while_packets_flow_and_none_misses() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    eight_masks(&sw, |_| Action::Count);
+    let stop = AtomicBool::new(false);
+    let flips = std::thread::scope(|s| {
+        let flipper = s.spawn(|| {
+            let mut n = 0u32;
+            let fwd: Vec<u16> = (0..8).collect();
+            let rev: Vec<u16> = (0..8).rev().collect();
+            while !stop.load(Ordering::Relaxed) {
+                sw.set_es_order(0, if n % 2 == 0 { &rev } else { &fwd })
+                    .unwrap();
+                n += 1;
+            }
+            n
+        });
+        let m = misses(&sw);
+        for i in 0..4000u32 {
+            let k = i % 8;
+            run_frame(
+                &sw,
+                &frame(Ipv4Addr::new(10, 0, k as u8, 0), 9000 + k as u16),
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(misses(&sw), m, "every packet found its entry mid-reorder");
+        flipper.join().unwrap()
+    });
+    assert!(
+        flips > 10,
+        "the order changed {flips} times while packets ran"
+    );
+}
+
+#[test]
+fn without_flow_tables_the_stage_is_not_in_the_pipeline() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(false);
+    eight_masks(&sw, |_| Action::Drop);
+    let (v, _, _) = run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 3, 0), 9003));
+    assert_eq!(
+        v,
+        verdict::REDIRECT,
+        "the MAC table forwards; no entry drops"
+    );
+    assert_eq!(sw.es_stats().unwrap().pkts, 0);
+}
+
+#[test]
+fn limits_are_refused_with_what_the_switch_has() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    let e = sw.set_es_mask(0, MAX_MASKS, &Match::all()).unwrap_err();
+    assert!(e.to_string().contains("masks 0..256"), "{e}");
+    let e = sw.set_es_order(0, &[MAX_MASKS as u16]).unwrap_err();
+    assert!(e.to_string().contains("ids below 256"), "{e}");
+    let e = sw
+        .add_es_entry(0, 0, &Match::default(), Action::Goto(9))
+        .unwrap_err();
+    assert!(e.to_string().contains("tables 0..4"), "{e}");
+}
