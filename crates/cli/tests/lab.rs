@@ -741,6 +741,71 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() 
     assert_nothing_left("roce corrupt and edit runs");
 }
 
+/// ScalaCN's eSwitch as a switch stage: with 200 generated masks before a
+/// QP's own, every packet of the write searches 201 masks and is forwarded
+/// by its rule; with the generated masks alone, every packet searches 200,
+/// misses, and the MAC table forwards it. Drop entries drop, after the
+/// capture.
+#[test]
+fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/scalacn/write-searches-200-masks-before-its-own.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let ft = &r.summary["flowtables"];
+    let packets = ft["packets"].as_u64().unwrap();
+    assert!(packets > 64, "the write's packets and its ACKs: {ft}");
+    assert_eq!(ft["masks_per_packet"], 201.0, "{ft}");
+    assert_eq!(
+        (ft["misses"].as_u64(), ft["drops"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let masks = ft["masks"].as_array().unwrap();
+    assert_eq!(masks.len(), 201);
+    let own = &masks[200];
+    assert_eq!(
+        (own["generated"].as_bool(), own["hits"].as_u64()),
+        (Some(false), Some(packets))
+    );
+    assert!(masks[..200]
+        .iter()
+        .all(|m| m["lookups"].as_u64() == Some(packets) && m["hits"] == 0));
+
+    // The generated masks alone: all searched, no hit, forwarded anyway.
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let cut = text.find("  tables:").unwrap();
+    let end = text.find("expect:").unwrap();
+    let alone = out.path().join("generated-only.yaml");
+    std::fs::write(&alone, format!("{}{}", &text[..cut], &text[end..])).unwrap();
+    let r = run_spec(&alone, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let ft = &r.summary["flowtables"];
+    assert_eq!(ft["masks_per_packet"], 200.0, "{ft}");
+    assert_eq!(ft["misses"], ft["packets"], "{ft}");
+
+    // A rule that drops the responder's ACKs: the write cannot complete.
+    let dropping = out.path().join("drop-acks.yaml");
+    std::fs::write(
+        &dropping,
+        text.replace(
+            "{dst: requester, proto: udp, action: forward, to: requester}",
+            "{dst: requester, proto: udp, action: drop}",
+        )
+        .replace(
+            "messages: 4, message_size: 64KiB",
+            "messages: 1, message_size: 4KiB",
+        ),
+    )
+    .unwrap();
+    let r = run_spec(&dropping, out.path());
+    assert_eq!(r.code, 1, "the write never completes: {}", r.why());
+    let ft = &r.summary["flowtables"];
+    assert!(ft["drops"].as_u64().unwrap() > 0, "{}", r.why());
+    assert_nothing_left("flow tables");
+}
+
 /// Every spec under specs/roce/ (Lumina's experiments) passes its own
 /// expectations with a valid trace, and leaves nothing behind.
 #[test]

@@ -21,7 +21,7 @@ use wirelab_netns::Lab;
 use wirelab_plan::{Plan, Target};
 use wirelab_workload::{ConnMeta, Stop};
 
-use crate::summary::{EventSummary, Summary, VqSummary};
+use crate::summary::{EsMaskSummary, EsSummary, EventSummary, Summary, VqSummary};
 use crate::{During, Error};
 
 /// What a capability sees of the run.
@@ -78,7 +78,123 @@ pub fn for_plan(plan: &Plan, extension: bool) -> Vec<Box<dyn Capability>> {
     if !plan.reaction_points.is_empty() {
         caps.push(Box::new(ReactionPoints::default()));
     }
+    if plan.flowtables.is_some() {
+        caps.push(Box::new(FlowTables));
+    }
     caps
+}
+
+/// ScalaCN's eSwitch (seed 001 Fig. 8): the plan's tables in the switch's
+/// eSwitch stage, masks in search order; the masks searched in the summary.
+pub struct FlowTables;
+
+fn es_match(e: &wirelab_plan::EsEntryPlan) -> wirelab_dataplane::eswitch::Match {
+    wirelab_dataplane::eswitch::Match {
+        saddr: e.src.map_or([0; 4], |a| a.octets()),
+        daddr: e.dst.map_or([0; 4], |a| a.octets()),
+        sport: e.sport.unwrap_or(0),
+        dport: e.dport.unwrap_or(0),
+        proto: e.proto.unwrap_or(0),
+        ..Default::default()
+    }
+}
+
+fn es_bits(f: &wirelab_spec::flowtables::MaskFields) -> wirelab_dataplane::eswitch::Match {
+    use wirelab_dataplane::eswitch::Match;
+    let ports = |on: bool| if on { 0xffff } else { 0 };
+    Match {
+        saddr: Match::prefix(f.src),
+        daddr: Match::prefix(f.dst),
+        sport: ports(f.sport),
+        dport: ports(f.dport),
+        proto: if f.proto { 0xff } else { 0 },
+        ..Default::default()
+    }
+}
+
+impl Capability for FlowTables {
+    fn name(&self) -> &'static str {
+        "flowtables"
+    }
+    fn configure(&self, config: &mut Config) {
+        config.eswitch = true;
+    }
+    fn arm(&mut self, cx: &Cx) -> Result<(), Error> {
+        use wirelab_dataplane::eswitch::Action as Es;
+        let Some(ft) = &cx.plan.flowtables else {
+            return Ok(());
+        };
+        for (t, masks) in ft.tables.iter().enumerate() {
+            let t = t as u32;
+            for (id, m) in masks.iter().enumerate() {
+                let id = id as u32;
+                cx.switch
+                    .set_es_mask(t, id, &es_bits(&m.fields))
+                    .during(format!("setting flow table {t} mask {id}"))?;
+                for e in &m.entries {
+                    let action = match e.action {
+                        wirelab_plan::EsActionPlan::Count => Es::Count,
+                        wirelab_plan::EsActionPlan::Drop => Es::Drop,
+                        wirelab_plan::EsActionPlan::Goto(n) => Es::Goto(n),
+                        wirelab_plan::EsActionPlan::Forward { host } => Es::Forward {
+                            ifindex: cx.lab.switch_ifindex[host],
+                            port: cx.plan.hosts[host].port,
+                        },
+                    };
+                    cx.switch
+                        .add_es_entry(t, id, &es_match(e), action)
+                        .during(format!("adding an entry to flow table {t} mask {id}"))?;
+                }
+            }
+            let order: Vec<u16> = (0..masks.len() as u16).collect();
+            cx.switch
+                .set_es_order(t, &order)
+                .during(format!("ordering flow table {t}"))?;
+        }
+        Ok(())
+    }
+    fn summarize(
+        &mut self,
+        cx: &Cx,
+        _meta: &[ConnMeta],
+        _analysis: &Report,
+        summary: &mut Summary,
+    ) -> Result<(), Error> {
+        let Some(ft) = &cx.plan.flowtables else {
+            return Ok(());
+        };
+        let st = cx
+            .switch
+            .es_stats()
+            .during("reading the eSwitch counters")?;
+        let mut masks = Vec::new();
+        for (t, ms) in ft.tables.iter().enumerate() {
+            for (id, m) in ms.iter().enumerate() {
+                let (lookups, hits) = cx
+                    .switch
+                    .es_mask_stats(t as u32, id as u32)
+                    .during("reading the eSwitch's mask counters")?;
+                masks.push(EsMaskSummary {
+                    table: t as u32,
+                    mask: id as u32,
+                    generated: m.generated,
+                    entries: m.entries.len(),
+                    lookups,
+                    hits,
+                });
+            }
+        }
+        summary.flowtables = Some(EsSummary {
+            packets: st.pkts,
+            masks_searched: st.visited,
+            masks_per_packet: st.visited as f64 / st.pkts.max(1) as f64,
+            misses: st.misses,
+            drops: st.drops,
+            loops: st.loops,
+            masks,
+        });
+        Ok(())
+    }
 }
 
 /// Lumina's event injector (§3.3): each event armed at the data packet

@@ -245,6 +245,7 @@ impl Run<'_> {
             device_counters: finished.device_counters,
             vaqm: Vec::new(),
             reaction_points: Vec::new(),
+            flowtables: None,
             error: None,
         })
     }

@@ -85,7 +85,39 @@ pub struct Summary {
     /// QCN: what each reaction point received and did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reaction_points: Vec<wirelab_workload::qcn::RpReport>,
+    /// eSwitch (ScalaCN): how many masks packets searched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flowtables: Option<EsSummary>,
     pub error: Option<String>,
+}
+
+/// The eSwitch stage's counters as the run left them.
+#[derive(Debug, Serialize)]
+pub struct EsSummary {
+    /// Packets that entered the first table.
+    pub packets: u64,
+    /// Masks searched, over all packets and tables.
+    pub masks_searched: u64,
+    /// Per packet, on average: ScalaCN's cost driver, OVS's "subtable
+    /// lookups/hit".
+    pub masks_per_packet: f64,
+    /// Packets no table matched (left to the MAC table).
+    pub misses: u64,
+    pub drops: u64,
+    /// Packets cut after the longest chain of tables.
+    pub loops: u64,
+    /// Every mask, in search order.
+    pub masks: Vec<EsMaskSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EsMaskSummary {
+    pub table: u32,
+    pub mask: u32,
+    pub generated: bool,
+    pub entries: usize,
+    pub lookups: u64,
+    pub hits: u64,
 }
 
 #[derive(Debug, Serialize)]

@@ -66,6 +66,44 @@ pub struct Plan {
     /// CNMs they receive (`vaqm.reaction_point`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reaction_points: Vec<RpPlan>,
+    /// The eSwitch's flow tables (ScalaCN), when the spec has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flowtables: Option<EsPlan>,
+}
+
+/// The eSwitch's tables: table -> masks in search order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EsPlan {
+    pub tables: Vec<Vec<EsMaskPlan>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EsMaskPlan {
+    pub fields: wirelab_spec::flowtables::MaskFields,
+    pub entries: Vec<EsEntryPlan>,
+    /// From `generate:` (never matched by the lab's traffic).
+    pub generated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EsEntryPlan {
+    pub src: Option<Ipv4Addr>,
+    pub dst: Option<Ipv4Addr>,
+    pub sport: Option<u16>,
+    pub dport: Option<u16>,
+    pub proto: Option<u8>,
+    pub action: EsActionPlan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EsActionPlan {
+    Count,
+    /// Out of the port of `Plan::hosts[host]`.
+    Forward {
+        host: usize,
+    },
+    Drop,
+    Goto(u32),
 }
 
 /// A QCN reaction point on a host's link into the switch.
@@ -490,7 +528,6 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
         seed,
         switch_ns: format!("{NS_PREFIX}{run_id}-switch"),
         mtu: spec.topology.mtu,
-        hosts,
         conns,
         events,
         barrier: spec.traffic.barrier,
@@ -501,5 +538,79 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
         vaqm,
         vaqm_extension: spec.vaqm.as_ref().and_then(|v| v.extension.clone()),
         reaction_points,
+        flowtables: spec.flowtables.as_ref().map(|f| flowtables(f, &hosts)),
+        hosts,
     })
+}
+
+/// The eSwitch's tables with host names resolved; generated masks first in
+/// table 0.
+fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> EsPlan {
+    use wirelab_spec::flowtables::{proto_number, EntryAction, MaskFields};
+    let host = |n: &str| hosts.iter().position(|h| h.name == n);
+    let addr = |v: &Option<String>| {
+        v.as_deref()
+            .map(|v| host(v).map_or_else(|| v.parse().expect("validated"), |i| hosts[i].ip))
+    };
+    let mut tables: Vec<Vec<EsMaskPlan>> = vec![Vec::new(); ft.tables.len().max(1)];
+    if let Some(g) = &ft.generate {
+        // Distinct shapes: destination prefixes 8..=32, source prefixes
+        // 0/8/16/24/32, with and without the destination port. Entries in
+        // 203.0.113.0/24 (TEST-NET-3, RFC 5737): no lab address (198.18/15)
+        // shares their first five bits, so no prefix of 8 or more matches
+        // the lab's traffic.
+        for i in 0..g.masks {
+            let fields = MaskFields {
+                dst: 8 + (i % 25) as u8,
+                src: [0, 8, 16, 24, 32][((i / 25) % 5) as usize],
+                dport: (i / 125) % 2 == 1,
+                proto: true,
+                sport: false,
+            };
+            let entries = (0..g.entries)
+                .map(|j| EsEntryPlan {
+                    src: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
+                    dst: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
+                    sport: None,
+                    dport: Some(10_000 + j as u16),
+                    proto: Some(17),
+                    action: EsActionPlan::Drop,
+                })
+                .collect();
+            tables[0].push(EsMaskPlan {
+                fields,
+                entries,
+                generated: true,
+            });
+        }
+    }
+    for (t, table) in ft.tables.iter().enumerate() {
+        for m in &table.masks {
+            let entries = m
+                .entries
+                .iter()
+                .map(|e| EsEntryPlan {
+                    src: addr(&e.src),
+                    dst: addr(&e.dst),
+                    sport: e.sport,
+                    dport: e.dport,
+                    proto: e.proto.as_deref().and_then(proto_number),
+                    action: match e.action {
+                        EntryAction::Count => EsActionPlan::Count,
+                        EntryAction::Drop => EsActionPlan::Drop,
+                        EntryAction::Forward => EsActionPlan::Forward {
+                            host: host(e.to.as_deref().expect("validated")).expect("validated"),
+                        },
+                        EntryAction::Goto => EsActionPlan::Goto(e.table.expect("validated")),
+                    },
+                })
+                .collect();
+            tables[t].push(EsMaskPlan {
+                fields: m.fields,
+                entries,
+                generated: false,
+            });
+        }
+    }
+    EsPlan { tables }
 }

@@ -8,6 +8,7 @@ mod capture;
 mod events;
 mod expect;
 pub mod findings;
+pub mod flowtables;
 mod lines;
 pub mod roce;
 mod topology;
@@ -152,6 +153,10 @@ pub struct Spec {
     /// if the port towards a host ran a discipline it does not have.
     #[serde(default)]
     pub vaqm: Option<vaqm::Vaqm>,
+    /// An eSwitch's flow tables in the switch (ScalaCN): masks searched
+    /// one after another.
+    #[serde(default)]
+    pub flowtables: Option<flowtables::FlowTables>,
     #[serde(default)]
     pub capture: Capture,
     /// The analyzers to run after the run (all of them when absent).
@@ -437,6 +442,7 @@ fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
     validate_analyzers(&s.analyzers, catalog)?;
     let hosts = topology::validate(s)?;
     vaqm::validate(s)?;
+    flowtables::validate(s, &hosts)?;
     let groups = traffic::validate(s, &hosts)?;
     events::validate(s, &groups)?;
     capture::validate(s)?;

@@ -75,6 +75,36 @@ fn a_verb_or_a_combination_of_verbs() {
 fn each_rejection_names_path_and_line() {
     let cases: &[(&str, String, &str)] = &[
         (
+            "flow tables: an entry on a field its mask does not compare",
+            with("flowtables:\n  tables:\n    - masks:\n        - match: {dst: 32}\n          entries:\n            - {dst: responder, dport: 80, action: count}\n"),
+            "flowtables.tables[0].masks[0].entries[0].dport: the mask does not compare `dport`: add it to the mask's match (line 15)",
+        ),
+        (
+            "flow tables: forward to a host that is not there",
+            with("flowtables:\n  tables:\n    - masks:\n        - match: {dst: 32}\n          entries:\n            - {dst: responder, action: forward, to: nobody}\n"),
+            "flowtables.tables[0].masks[0].entries[0].to: no host `nobody` (line 15)",
+        ),
+        (
+            "flow tables: an address that is neither",
+            with("flowtables:\n  tables:\n    - masks:\n        - match: {dst: 32}\n          entries:\n            - {dst: 10.0.0.300, action: drop}\n"),
+            "flowtables.tables[0].masks[0].entries[0].dst: `10.0.0.300` is neither a host nor an IPv4 address (line 15)",
+        ),
+        (
+            "flow tables: a loop of gotos",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: goto, table: 1}]\n    - masks:\n        - entries: [{action: goto, table: 0}]\n"),
+            "flowtables.tables: tables 0 -> 1 -> 0 form a loop (line 11)",
+        ),
+        (
+            "flow tables: more masks than a table holds",
+            with("flowtables:\n  generate: {masks: 256}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.tables[0].masks: 257 masks (generated ones included): a table holds 256 (line 13)",
+        ),
+        (
+            "flow tables: a prefix longer than an address",
+            with("flowtables:\n  tables:\n    - masks:\n        - match: {src: 33}\n"),
+            "flowtables.tables[0].masks[0].match: a prefix is 0..=32 bits (line 13)",
+        ),
+        (
             "packet index 0",
             with("events:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
             "events[0].packet: must be >= 1, got 0 (line 12)",

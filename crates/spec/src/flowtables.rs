@@ -1,0 +1,272 @@
+//! The `flowtables:` section: an RNIC eSwitch's flow tables as ScalaCN
+//! (seed 001, Fig. 8) abstracts them, a stage of the switch pipeline.
+//! Each table is an ordered list of masks (flow groups); a packet searches
+//! them in order until one holds an entry for its masked fields, so every
+//! mask before the matching one costs a lookup. `generate:` puts N masks
+//! of M entries that the lab's traffic never matches at the head of table
+//! 0: ScalaCN's masks "in front of" a flow's own (§3, S1-S2).
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{err, Invalid, Spec};
+
+/// The switch's limits (stage_eswitch.h, `wl_limits`).
+pub const MAX_TABLES: usize = 4;
+pub const MAX_MASKS: usize = 256;
+pub const MAX_ENTRIES: usize = 65536;
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FlowTables {
+    /// Masks searched first in table 0, whose entries the lab's traffic
+    /// never matches (their destinations are in 203.0.113.0/24).
+    #[serde(default)]
+    pub generate: Option<Generate>,
+    /// Tables 0, 1, ...; each a list of masks in search order.
+    #[serde(default)]
+    pub tables: Vec<Table>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Generate {
+    /// How many masks.
+    pub masks: u32,
+    /// Entries in each.
+    #[serde(default = "one")]
+    pub entries: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Table {
+    pub masks: Vec<Mask>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Mask {
+    /// The fields this mask compares; none: every packet.
+    #[serde(default, rename = "match")]
+    pub fields: MaskFields,
+    #[serde(default)]
+    pub entries: Vec<Entry>,
+}
+
+/// Which bits a mask compares: address prefixes and whole fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MaskFields {
+    /// The source address's first N bits (0..=32).
+    #[serde(default)]
+    pub src: u8,
+    /// The destination address's first N bits (0..=32).
+    #[serde(default)]
+    pub dst: u8,
+    #[serde(default)]
+    pub sport: bool,
+    #[serde(default)]
+    pub dport: bool,
+    #[serde(default)]
+    pub proto: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// A host's name (its address) or an IPv4 address.
+    #[serde(default)]
+    pub src: Option<String>,
+    #[serde(default)]
+    pub dst: Option<String>,
+    #[serde(default)]
+    pub sport: Option<u16>,
+    #[serde(default)]
+    pub dport: Option<u16>,
+    /// `tcp`, `udp` or an IP protocol number.
+    #[serde(default)]
+    pub proto: Option<String>,
+    pub action: EntryAction,
+    /// `forward`: the host whose port the packet leaves by.
+    #[serde(default)]
+    pub to: Option<String>,
+    /// `goto`: the table searched next.
+    #[serde(default)]
+    pub table: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryAction {
+    /// Count it; the switch's MAC table forwards it.
+    Count,
+    Forward,
+    Drop,
+    Goto,
+}
+
+/// An entry's protocol: `tcp`, `udp` or a number.
+pub fn proto_number(p: &str) -> Option<u8> {
+    match p {
+        "tcp" => Some(6),
+        "udp" => Some(17),
+        n => n.parse().ok(),
+    }
+}
+
+pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> {
+    let Some(ft) = &s.flowtables else {
+        return Ok(());
+    };
+    if ft.tables.is_empty() && ft.generate.is_none() {
+        return err("flowtables", "no tables and nothing to generate");
+    }
+    if ft.tables.len() > MAX_TABLES {
+        return err(
+            "flowtables.tables",
+            format!("{} tables: the switch has {MAX_TABLES}", ft.tables.len()),
+        );
+    }
+    let generated = ft.generate.as_ref().map_or(0, |g| g.masks as usize);
+    let mut entries = 0usize;
+    if let Some(g) = &ft.generate {
+        if g.masks == 0 || g.entries == 0 {
+            return err("flowtables.generate", "masks and entries: at least 1");
+        }
+        // Each generated entry is a distinct address in 203.0.113.0/24.
+        if g.entries > 256 {
+            return err("flowtables.generate.entries", "at most 256 per mask");
+        }
+        entries += (g.masks * g.entries) as usize;
+    }
+    let is_addr = |v: &str| hosts.contains(v) || v.parse::<std::net::Ipv4Addr>().is_ok();
+    for (t, table) in ft.tables.iter().enumerate() {
+        let masks = table.masks.len() + if t == 0 { generated } else { 0 };
+        if masks > MAX_MASKS {
+            return err(
+                format!("flowtables.tables[{t}].masks"),
+                format!("{masks} masks (generated ones included): a table holds {MAX_MASKS}"),
+            );
+        }
+        for (m, mask) in table.masks.iter().enumerate() {
+            let at = format!("flowtables.tables[{t}].masks[{m}]");
+            let f = &mask.fields;
+            if f.src > 32 || f.dst > 32 {
+                return err(format!("{at}.match"), "a prefix is 0..=32 bits");
+            }
+            for (e, entry) in mask.entries.iter().enumerate() {
+                let at = format!("{at}.entries[{e}]");
+                // An entry that sets a field its mask does not compare would
+                // silently match more than it says.
+                let unused = [
+                    ("src", entry.src.is_some() && f.src == 0),
+                    ("dst", entry.dst.is_some() && f.dst == 0),
+                    ("sport", entry.sport.is_some() && !f.sport),
+                    ("dport", entry.dport.is_some() && !f.dport),
+                    ("proto", entry.proto.is_some() && !f.proto),
+                ];
+                if let Some((name, _)) = unused.iter().find(|u| u.1) {
+                    return err(
+                        format!("{at}.{name}"),
+                        format!("the mask does not compare `{name}`: add it to the mask's match"),
+                    );
+                }
+                for (name, v) in [("src", &entry.src), ("dst", &entry.dst)] {
+                    if let Some(v) = v {
+                        if !is_addr(v) {
+                            return err(
+                                format!("{at}.{name}"),
+                                format!("`{v}` is neither a host nor an IPv4 address"),
+                            );
+                        }
+                    }
+                }
+                if let Some(p) = &entry.proto {
+                    if proto_number(p).is_none() {
+                        return err(format!("{at}.proto"), format!("`{p}`: tcp, udp or 0..=255"));
+                    }
+                }
+                match entry.action {
+                    EntryAction::Forward => match &entry.to {
+                        Some(h) if hosts.contains(h.as_str()) => {}
+                        Some(h) => return err(format!("{at}.to"), format!("no host `{h}`")),
+                        None => return err(format!("{at}.to"), "forward: name the host (`to:`)"),
+                    },
+                    EntryAction::Goto => match entry.table {
+                        Some(n) if (n as usize) < ft.tables.len() => {}
+                        Some(n) => {
+                            return err(
+                                format!("{at}.table"),
+                                format!("no table {n} (tables 0..{})", ft.tables.len()),
+                            )
+                        }
+                        None => return err(format!("{at}.table"), "goto: name the table"),
+                    },
+                    _ => {}
+                }
+                if entry.to.is_some() && entry.action != EntryAction::Forward {
+                    return err(format!("{at}.to"), "only `forward` goes to a host");
+                }
+                if entry.table.is_some() && entry.action != EntryAction::Goto {
+                    return err(format!("{at}.table"), "only `goto` names a table");
+                }
+            }
+            entries += mask.entries.len();
+        }
+    }
+    if entries > MAX_ENTRIES {
+        return err(
+            "flowtables",
+            format!("{entries} entries: the switch holds {MAX_ENTRIES}"),
+        );
+    }
+    // ScalaCN §4.1(a): a chain of gotos that comes back is a loop the
+    // switch would cut after WL_ES_MAX_CHAIN tables; refuse it here.
+    let next = |t: usize| -> Vec<usize> {
+        let mut v: Vec<usize> = ft.tables[t]
+            .masks
+            .iter()
+            .flat_map(|m| &m.entries)
+            .filter_map(|e| e.table.filter(|_| e.action == EntryAction::Goto))
+            .map(|n| n as usize)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    fn visit(
+        t: usize,
+        next: &dyn Fn(usize) -> Vec<usize>,
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        if path.contains(&t) {
+            path.push(t);
+            return Some(path.clone());
+        }
+        path.push(t);
+        for n in next(t) {
+            if let Some(l) = visit(n, next, path) {
+                return Some(l);
+            }
+        }
+        path.pop();
+        None
+    }
+    for t in 0..ft.tables.len() {
+        if let Some(l) = visit(t, &next, &mut Vec::new()) {
+            let l: Vec<String> = l.iter().map(|t| t.to_string()).collect();
+            return err(
+                "flowtables.tables",
+                format!("tables {} form a loop", l.join(" -> ")),
+            );
+        }
+    }
+    Ok(())
+}
