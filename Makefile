@@ -30,6 +30,7 @@ test: build
 bench: build
 	$(WIRELAB) bench switch-overhead --breakdown
 	$(WIRELAB) bench stages
+	$(WIRELAB) bench eswitch
 	$(WIRELAB) bench capture
 	$(WIRELAB) bench analyze
 	$(WIRELAB) bench roce

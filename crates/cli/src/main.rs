@@ -6,6 +6,7 @@
 mod analyze;
 mod bench;
 mod bench_analyze;
+mod bench_eswitch;
 mod bench_fuzz;
 mod bench_roce;
 mod bench_runs;
@@ -139,6 +140,12 @@ enum BenchCmd {
         /// stage, 10 KB messages (9 more labs per round).
         #[arg(long)]
         breakdown: bool,
+    },
+    /// The eSwitch stage (ScalaCN's flow tables): ns per packet against
+    /// the masks searched before a hit, 1 to 256, and the cost per mask.
+    Eswitch {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Each stage's cost in the kernel alone (BPF_PROG_TEST_RUN): precise,
     /// for comparing the pipeline's levers.
@@ -372,6 +379,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             breakdown,
         } => bench::switch_overhead(abort, messages, rounds, breakdown)?,
         BenchCmd::Stages { rounds, chunks } => bench_stages::run(rounds, chunks)?,
+        BenchCmd::Eswitch { rounds } => bench_eswitch::run(rounds)?,
         BenchCmd::Capture => bench::capture(abort)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,

@@ -3,14 +3,14 @@
 //! engine knows none of them by name; `for_plan` picks the ones a plan
 //! uses.
 //!
-//! | hook | when | events | vAQM | QCN reaction points |
-//! |---|---|---|---|---|
-//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — |
-//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — |
-//! | `start` | just before the workload | — | the truth ring's drain | the limiters |
-//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — |
-//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts |
-//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did |
+//! | hook | when | events | vAQM | QCN reaction points | flow tables |
+//! |---|---|---|---|---|---|
+//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — | the stage |
+//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders |
+//! | `start` | just before the workload | — | the truth ring's drain | the limiters | — |
+//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — |
+//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — |
+//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask |
 
 use wirelab_analyze::report::Report;
 use wirelab_analyze::truth::{TruthEvent, TruthPoint, VqFacts};

@@ -1,0 +1,123 @@
+//! `wirelab bench eswitch`: the eSwitch stage's cost against the number of
+//! masks a packet searches before its own (ScalaCN's "scalability wall",
+//! seed 001 §3 S1-S2), measured in the kernel alone through
+//! `BPF_PROG_TEST_RUN`'s repeat loop, against the same pipeline without
+//! the stage in the same run. Prints ns per packet, the ratio to the
+//! pipeline without flow tables, and the cost per mask (the slope).
+
+use anyhow::{Context, Result};
+use etherparse::PacketBuilder;
+use wirelab_dataplane::eswitch::{Action, Match};
+use wirelab_dataplane::{Config, Switch};
+
+use crate::bench::median;
+
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+const CHUNK: u32 = 20_000;
+
+/// A switch whose table 0 holds `masks` masks; the packet's entry is in
+/// the last (None: no eSwitch stage at all).
+fn load(masks: Option<u32>) -> Result<Switch> {
+    let sw = Switch::load(Config {
+        eswitch: masks.is_some(),
+        ..Config::default()
+    })
+    .context("loading the switch")?;
+    sw.add_port(1, 1)?;
+    sw.add_fwd(MAC_B, 4242, 2)?;
+    let Some(n) = masks else {
+        return Ok(sw);
+    };
+    for i in 0..n {
+        // Distinct prefixes; entries nobody sends to (203.0.113.0/24),
+        // except the last mask's, which holds the packet's destination.
+        let bits = Match {
+            daddr: Match::prefix(8 + (i % 25) as u8),
+            dport: if (i / 25) % 2 == 1 { 0xffff } else { 0 },
+            proto: 0xff,
+            ..Match::default()
+        };
+        sw.set_es_mask(0, i, &bits)?;
+        let last = i == n - 1;
+        let e = Match {
+            daddr: if last {
+                [198, 18, 0, 2]
+            } else {
+                [203, 0, 113, 1]
+            },
+            dport: 5201,
+            proto: 6,
+            ..Match::default()
+        };
+        let action = if last {
+            Action::Forward {
+                ifindex: 4242,
+                port: 2,
+            }
+        } else {
+            Action::Drop
+        };
+        sw.add_es_entry(0, i, &e, action)?;
+    }
+    sw.set_es_order(0, &(0..n as u16).collect::<Vec<_>>())?;
+    Ok(sw)
+}
+
+fn ns_per_packet(sw: &Switch, frame: &[u8]) -> Result<f64> {
+    let ns = sw.time_per_run(frame, CHUNK, false)?;
+    sw.discard_ring()?;
+    Ok(ns as f64)
+}
+
+pub fn run(rounds: usize) -> Result<()> {
+    let mut frame = Vec::new();
+    PacketBuilder::ethernet2(MAC_A, MAC_B)
+        .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
+        .tcp(40001, 5201, 1, 65535)
+        .ack(1)
+        .write(&mut frame, &[0x5a; 1448])?;
+    let counts = [1u32, 2, 4, 8, 16, 32, 64, 128, 256];
+    let mut switches = vec![load(None)?];
+    for &n in &counts {
+        switches.push(load(Some(n))?);
+    }
+    // Rounds interleave the cases, so drift hits them all alike.
+    let mut t: Vec<Vec<f64>> = vec![Vec::new(); switches.len()];
+    for _ in 0..rounds.max(1) {
+        for (i, sw) in switches.iter().enumerate() {
+            t[i].push(ns_per_packet(sw, &frame)?);
+        }
+    }
+    let med: Vec<f64> = t.into_iter().map(median).collect();
+    let base = med[0];
+    println!(
+        "wirelab bench eswitch: one 1514-byte TCP frame, BPF_PROG_TEST_RUN x {CHUNK}, median of {rounds} rounds"
+    );
+    println!("  no flow tables             {base:>8.1} ns/packet");
+    for (i, n) in counts.iter().enumerate() {
+        let ns = med[i + 1];
+        println!(
+            "  {n:>3} mask(s), hit in last  {ns:>8.1} ns/packet  ({:.2}x, +{:.1} ns)",
+            ns / base,
+            ns - base
+        );
+    }
+    // Least squares over the mask counts: the cost of one more mask.
+    let xs: Vec<f64> = counts.iter().map(|&n| f64::from(n)).collect();
+    let ys = &med[1..];
+    let (mx, my) = (
+        xs.iter().sum::<f64>() / xs.len() as f64,
+        ys.iter().sum::<f64>() / ys.len() as f64,
+    );
+    let slope = xs
+        .iter()
+        .zip(ys)
+        .map(|(x, y)| (x - mx) * (y - my))
+        .sum::<f64>()
+        / xs.iter().map(|x| (x - mx).powi(2)).sum::<f64>();
+    println!(
+        "  per mask searched: {slope:.1} ns (ScalaCN measured 62-88 ns per flow group on a CX-7)"
+    );
+    Ok(())
+}
