@@ -51,6 +51,21 @@ enum wl_es_kind {
 	WL_ES_FORWARD = 1, /* to port/ifindex */
 	WL_ES_DROP = 2,
 	WL_ES_GOTO = 3,    /* search table goto_table next */
+	/* VXLAN (RFC 7348), then out of port/ifindex. */
+	WL_ES_ENCAP = 4,   /* add the outer headers below */
+	WL_ES_DECAP = 5,   /* strip a VXLAN packet's outer headers */
+};
+
+/* An encapsulation's outer headers: Ethernet, IPv4, UDP to 4789, VXLAN. */
+struct wl_es_tunnel {
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 saddr;       /* network byte order */
+	__u32 daddr;
+	__u32 vni;         /* 24 bits */
+	__u16 sport;       /* network byte order; 0: from the flow's hash */
+	__u8 ttl;
+	__u8 pad;
 };
 
 struct wl_es_action {
@@ -60,7 +75,13 @@ struct wl_es_action {
 	__u32 goto_table;
 	__u64 pkts;        /* hits, updated atomically */
 	__u64 bytes;
+	struct wl_es_tunnel tun;
 };
+
+#define WL_VXLAN_PORT 4789
+/* Outer IPv4 (20) + UDP (8) + VXLAN (8) + the inner Ethernet header (14):
+ * what encapsulation inserts after the outer Ethernet header. */
+#define WL_VXLAN_ROOM 50
 
 /* A table's search order: mask ids, searched from order[0]. */
 struct wl_es_order {
@@ -79,6 +100,11 @@ struct wl_es_stats {
 	__u64 misses;      /* packets no table matched */
 	__u64 drops;
 	__u64 loops;       /* packets that went past WL_ES_MAX_CHAIN tables */
+	__u64 encaps;
+	__u64 decaps;
+	/* Encapsulations or decapsulations that failed (not VXLAN, no room):
+	 * the packet is dropped. */
+	__u64 tunnel_errors;
 };
 
 /* Mask bits, by (table * WL_ES_MAX_MASKS + id). */
@@ -181,6 +207,92 @@ static long es_search_one(__u64 i, void *data)
 
 _Static_assert(sizeof(struct wl_es_key) == 40, "five words: es_apply_mask");
 
+/* RFC 1071: the one's complement sum of the header's 16-bit words. */
+static __always_inline __u16 ipv4_csum(const __u16 *h)
+{
+	__u32 sum = 0;
+	int i;
+
+	for (i = 0; i < 10; i++)
+		sum += h[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+/* VXLAN encapsulation (RFC 7348 §5): [outer eth][outer IPv4][UDP 4789]
+ * [VXLAN, I flag, VNI][the original frame]. The room goes in after the MAC
+ * header, so the original Ethernet header is written back after the new
+ * ones. UDP checksum 0 (allowed over IPv4, RFC 7348 §5); DF set, as VTEPs
+ * do; the source port from the flow's hash unless the entry fixes it. */
+static __noinline int es_encap(struct __sk_buff *skb, const struct wl_es_tunnel *t)
+{
+	__u8 inner[ETH_HLEN];
+	struct {
+		__u8 eth[ETH_HLEN];
+		__u16 ip[10];
+		__u16 udp[4];
+		__u8 vx[8];
+	} __attribute__((packed)) h = {};
+	__u32 len = skb->len, sport = t->sport;
+
+	if (bpf_skb_load_bytes(skb, 0, inner, ETH_HLEN))
+		return -1;
+	if (!sport)
+		sport = bpf_htons(49152 | (bpf_get_hash_recalc(skb) & 0x3fff));
+	if (bpf_skb_adjust_room(skb, WL_VXLAN_ROOM, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
+					BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+					BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN)))
+		return -1;
+	__builtin_memcpy(h.eth, t->dmac, 6);
+	__builtin_memcpy(h.eth + 6, t->smac, 6);
+	h.eth[12] = 0x08; /* IPv4 */
+	/* IPv4: version 4, IHL 5; total length; DF; TTL; UDP. */
+	h.ip[0] = bpf_htons(0x4500);
+	h.ip[1] = bpf_htons(len - ETH_HLEN + WL_VXLAN_ROOM);
+	h.ip[3] = bpf_htons(0x4000);
+	h.ip[4] = bpf_htons(((__u16)(t->ttl ? t->ttl : 64) << 8) | IPPROTO_UDP);
+	__builtin_memcpy(&h.ip[6], &t->saddr, 4);
+	__builtin_memcpy(&h.ip[8], &t->daddr, 4);
+	h.ip[5] = ipv4_csum(h.ip);
+	h.udp[0] = sport;
+	h.udp[1] = bpf_htons(WL_VXLAN_PORT);
+	h.udp[2] = bpf_htons(len - ETH_HLEN + WL_VXLAN_ROOM - 20);
+	h.vx[0] = 0x08; /* I: the VNI is valid */
+	h.vx[4] = t->vni >> 16;
+	h.vx[5] = t->vni >> 8;
+	h.vx[6] = t->vni;
+	if (bpf_skb_store_bytes(skb, 0, &h, sizeof(h), 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(h), inner, ETH_HLEN, 0))
+		return -1;
+	return 0;
+}
+
+/* Strips a VXLAN packet's outer Ethernet/IPv4/UDP/VXLAN headers, leaving
+ * the inner frame: the room after the outer MAC header goes, and the inner
+ * Ethernet header is written where the outer one was. Only a plain IPv4
+ * outer header (IHL 5) to UDP 4789 is decapsulated. */
+static __noinline int es_decap(struct __sk_buff *skb)
+{
+	__u8 outer[ETH_HLEN + 20 + 8], inner[ETH_HLEN];
+
+	if (bpf_skb_load_bytes(skb, 0, outer, sizeof(outer)))
+		return -1;
+	if (outer[12] != 0x08 || outer[13] != 0 || outer[14] != 0x45 ||
+	    outer[ETH_HLEN + 9] != IPPROTO_UDP ||
+	    outer[ETH_HLEN + 20 + 2] != (WL_VXLAN_PORT >> 8) ||
+	    outer[ETH_HLEN + 20 + 3] != (WL_VXLAN_PORT & 0xff))
+		return -1;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + 36, inner, ETH_HLEN))
+		return -1;
+	if (bpf_skb_adjust_room(skb, -WL_VXLAN_ROOM, BPF_ADJ_ROOM_MAC, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, 0, inner, ETH_HLEN, 0))
+		return -1;
+	return 0;
+}
+
 WL_STAGE(wl_stage_eswitch)
 {
 	void *data = (void *)(long)skb->data;
@@ -204,6 +316,16 @@ WL_STAGE(wl_stage_eswitch)
 		s.key.proto = ctx->pkt.ip_proto;
 		s.key.sport = ctx->pkt.sport;
 		s.key.dport = ctx->pkt.dport;
+		/* A VXLAN packet's VNI (a remote decap rule matches on it). */
+		if (ctx->pkt.ip_proto == IPPROTO_UDP &&
+		    ctx->pkt.dport == bpf_htons(WL_VXLAN_PORT)) {
+			__u8 ihl, vni[3];
+
+			if (!bpf_skb_load_bytes(skb, ctx->pkt.l3_off, &ihl, 1) &&
+			    !bpf_skb_load_bytes(skb, ctx->pkt.l3_off + (ihl & 0xf) * 4 + 8 + 4,
+						vni, 3))
+				s.key.vni = ((__u32)vni[0] << 16) | ((__u32)vni[1] << 8) | vni[2];
+		}
 	}
 	for (t = 0; t < WL_ES_MAX_CHAIN; t++) {
 		slot = (es_live & 1) * WL_ES_MAX_TABLES + (s.table & (WL_ES_MAX_TABLES - 1));
@@ -227,6 +349,24 @@ WL_STAGE(wl_stage_eswitch)
 		return WL_CONTINUE;
 	}
 	switch (s.hit->kind) {
+	case WL_ES_ENCAP:
+		if (es_encap(skb, &s.hit->tun)) {
+			st->tunnel_errors++;
+			ctx->es_drop = 1;
+			break;
+		}
+		st->encaps++;
+		ctx->out_ifindex = s.hit->ifindex;
+		ctx->out_port = s.hit->port;
+		break;
+	case WL_ES_DECAP:
+		if (es_decap(skb)) {
+			st->tunnel_errors++;
+			ctx->es_drop = 1;
+			break;
+		}
+		st->decaps++;
+		/* fall through: out of the entry's port */
 	case WL_ES_FORWARD:
 		ctx->out_ifindex = s.hit->ifindex;
 		ctx->out_port = s.hit->port;

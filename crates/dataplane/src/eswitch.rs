@@ -103,6 +103,32 @@ pub enum Action {
     Drop,
     /// Search this table next.
     Goto(u32),
+    /// VXLAN-encapsulate (RFC 7348), then out of this port.
+    Encap {
+        ifindex: u32,
+        port: u32,
+        tunnel: Tunnel,
+    },
+    /// Strip a VXLAN packet's outer headers, then out of this port.
+    Decap {
+        ifindex: u32,
+        port: u32,
+    },
+}
+
+/// An encapsulation's outer headers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tunnel {
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub saddr: [u8; 4],
+    pub daddr: [u8; 4],
+    /// 24 bits.
+    pub vni: u32,
+    /// The outer UDP source port; 0: from the flow's hash (RFC 7348 §5).
+    pub sport: u16,
+    /// 0: 64.
+    pub ttl: u8,
 }
 
 /// The stage's totals over every CPU.
@@ -117,6 +143,10 @@ pub struct Stats {
     pub drops: u64,
     /// Packets still going to another table after `MAX_CHAIN`.
     pub loops: u64,
+    pub encaps: u64,
+    pub decaps: u64,
+    /// Encapsulations or decapsulations that failed (dropped).
+    pub tunnel_errors: u64,
 }
 
 fn check(table: u32, mask: u32) -> Result<u32, Error> {
@@ -175,22 +205,44 @@ impl Switch {
         action: Action,
     ) -> Result<(), Error> {
         let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
+        use types::wl_es_kind as K;
+        let mut tun = types::wl_es_tunnel::default();
         let (kind, ifindex, port, goto_table) = match action {
-            Action::Count => (types::wl_es_kind::WL_ES_COUNT, 0, 0, 0),
-            Action::Forward { ifindex, port } => {
-                (types::wl_es_kind::WL_ES_FORWARD, ifindex, port, 0)
-            }
-            Action::Drop => (types::wl_es_kind::WL_ES_DROP, 0, 0, 0),
+            Action::Count => (K::WL_ES_COUNT, 0, 0, 0),
+            Action::Forward { ifindex, port } => (K::WL_ES_FORWARD, ifindex, port, 0),
+            Action::Drop => (K::WL_ES_DROP, 0, 0, 0),
             Action::Goto(t) => {
                 check(t, 0)?;
-                (types::wl_es_kind::WL_ES_GOTO, 0, 0, t)
+                (K::WL_ES_GOTO, 0, 0, t)
             }
+            Action::Encap {
+                ifindex,
+                port,
+                tunnel: t,
+            } => {
+                if t.vni >= 1 << 24 {
+                    return Err(Error::Config(format!("VNI {}: 24 bits", t.vni)));
+                }
+                tun = types::wl_es_tunnel {
+                    dmac: t.dmac,
+                    smac: t.smac,
+                    saddr: u32::from_ne_bytes(t.saddr),
+                    daddr: u32::from_ne_bytes(t.daddr),
+                    vni: t.vni,
+                    sport: t.sport.to_be(),
+                    ttl: t.ttl,
+                    ..Default::default()
+                };
+                (K::WL_ES_ENCAP, ifindex, port, 0)
+            }
+            Action::Decap { ifindex, port } => (K::WL_ES_DECAP, ifindex, port, 0),
         };
         let v = types::wl_es_action {
             kind: kind.0 as u32,
             ifindex,
             port,
             goto_table,
+            tun,
             ..Default::default()
         };
         self.maps
@@ -323,6 +375,9 @@ impl Switch {
                 misses: a.misses + s.misses,
                 drops: a.drops + s.drops,
                 loops: a.loops + s.loops,
+                encaps: a.encaps + s.encaps,
+                decaps: a.decaps + s.decaps,
+                tunnel_errors: a.tunnel_errors + s.tunnel_errors,
             }))
     }
 }
