@@ -49,6 +49,23 @@ enum Cmd {
     /// stdin, its observation (JSON) on stdout.
     #[command(hide = true)]
     FuzzEval(fuzz::EvalArgs),
+    /// ScalaCN's performance model (seed 001 §4.2) fitted to a measured
+    /// grid: Eq. 1's RBF for bandwidth and Eq. 2's plane for latency
+    /// against Q_l and Q_r, with goodness of fit and the accuracy on
+    /// held-out configurations. GRID: a CSV `ql,qr,bandwidth,latency`, or
+    /// a folder with grid.csv.
+    Model {
+        grid: PathBuf,
+        /// Fit the model; without it, the grid's extent is shown.
+        #[arg(long)]
+        fit: bool,
+        /// Hold every Nth configuration out of the fit and score the
+        /// prediction on them (0: none; scored on the fitted points).
+        #[arg(long, default_value_t = 5)]
+        hold_out_every: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check specs (and fuzz targets) without touching the host.
     Check {
         #[arg(required = true)]
@@ -260,6 +277,15 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Run(args) => run::run(args, abort),
         Cmd::Fuzz(args) => fuzz::run(args, abort),
         Cmd::FuzzEval(args) => fuzz::eval(args, abort),
+        Cmd::Model {
+            grid,
+            fit,
+            hold_out_every,
+            json,
+        } => {
+            NOTHING_TO_CLEAN.store(true, Ordering::SeqCst);
+            model(&grid, fit, hold_out_every, json)
+        }
         Cmd::Check { specs } => {
             let mut bad = false;
             for p in &specs {
@@ -344,6 +370,84 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Bench { which } => bench(which, abort),
         Cmd::Schema { analysis } => schema(analysis),
     }
+}
+
+/// `wirelab model GRID --fit`.
+fn model(
+    grid: &std::path::Path,
+    fit: bool,
+    hold_out_every: usize,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let file = if grid.is_dir() {
+        grid.join("grid.csv")
+    } else {
+        grid.to_path_buf()
+    };
+    if !fit {
+        let p = match wirelab_model::read_csv(&file) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("wirelab: {e}");
+                return Ok(code::ERROR);
+            }
+        };
+        let range = |f: fn(&wirelab_model::Point) -> f64| {
+            p.iter()
+                .map(f)
+                .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)))
+        };
+        let ((a, b), (c, d)) = (range(|x| x.ql), range(|x| x.qr));
+        let ((e, f), (g, h)) = (range(|x| x.bw), range(|x| x.lat));
+        println!(
+            "{}: {} configurations, Ql {a}..{b}, Qr {c}..{d}, bandwidth {e}..{f}, latency {g}..{h} (--fit fits the model)",
+            file.display(),
+            p.len()
+        );
+        return Ok(code::OK);
+    }
+    let fitted = wirelab_model::read_csv(&file)
+        .and_then(|p| wirelab_model::evaluate(&p, hold_out_every).map(|r| (p.len(), r)));
+    let (n, r) = match fitted {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(code::OK);
+    }
+    let (b, l) = (r.bandwidth, r.latency);
+    println!(
+        "ScalaCN's model (seed 001 §4.2) over {n} configurations of {}",
+        file.display()
+    );
+    println!(
+        "  bandwidth  BW = u·exp(-((Ql-m)² + (Qr-n)²)/(2v²)) + w: u {:.2}, v {:.2}, m {:.2}, n {:.2}, w {:.2}",
+        b.u, b.v, b.m, b.n, b.w
+    );
+    println!(
+        "  latency    LAT = a·Ql + b·Qr + c: a {:.4}, b {:.4}, c {:.3}",
+        l.a, l.b, l.c
+    );
+    println!(
+        "  goodness   bandwidth R² {:.3}, latency R² {:.3} ({} configurations fitted)",
+        r.bandwidth_goodness, r.latency_goodness, r.fitted
+    );
+    println!(
+        "  accuracy   bandwidth {:.1}%, latency {:.1}% on {} {} (ScalaCN: 98.9% and 98.5%)",
+        100.0 * r.bandwidth_accuracy,
+        100.0 * r.latency_accuracy,
+        if r.held_out > 0 { r.held_out } else { r.fitted },
+        if r.held_out > 0 {
+            "held-out configurations"
+        } else {
+            "fitted configurations"
+        },
+    );
+    Ok(code::OK)
 }
 
 /// `wirelab clean`: namespaces and registry entries of killed runs.

@@ -145,3 +145,48 @@ fn the_findings_list_needs_no_trace() {
     );
     assert!(out.contains("flow.mct"), "{out}");
 }
+
+/// `wirelab model GRID --fit`: a grid made from a known Eq. 1 and Eq. 2
+/// (ScalaCN Table 3, CX-7) gives them back, as JSON other tools read;
+/// a grid with a bad value exits 2 naming its line.
+#[test]
+fn the_model_is_fitted_from_a_grid_folder_and_a_bad_grid_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("ql,qr,bandwidth,latency\n");
+    for i in 0..21 {
+        for j in 0..21 {
+            let (ql, qr) = (5.0 * f64::from(i), 5.0 * f64::from(j));
+            let d = (ql + 33.53f64).powi(2) + (qr + 52.88f64).powi(2);
+            let bw = 739.52 * (-d / (2.0 * 48.66f64 * 48.66)).exp() + 29.32;
+            let lat = 0.036 * ql + 0.045 * qr + 2.57;
+            csv += &format!("{ql},{qr},{bw},{lat}\n");
+        }
+    }
+    std::fs::write(dir.path().join("grid.csv"), csv).unwrap();
+    let o = wirelab(&["model", dir.path().to_str().unwrap(), "--fit", "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let near =
+        |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-2 * want.abs();
+    assert!(
+        near(&r["bandwidth"]["u"], 739.52) && near(&r["bandwidth"]["m"], -33.53),
+        "{r}"
+    );
+    assert!(near(&r["latency"]["b"], 0.045), "{r}");
+    assert!(r["bandwidth_accuracy"].as_f64().unwrap() > 0.999, "{r}");
+
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "ql,qr,bandwidth,latency\n0,0,-1,2\n").unwrap();
+    let o = wirelab(&["model", bad.to_str().unwrap(), "--fit"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.csv, line 2: bandwidth and latency must be positive"),
+        "{err}"
+    );
+}
