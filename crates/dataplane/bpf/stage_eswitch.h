@@ -105,6 +105,10 @@ struct wl_es_stats {
 	/* Encapsulations or decapsulations that failed (not VXLAN, no room):
 	 * the packet is dropped. */
 	__u64 tunnel_errors;
+	/* Per table: packets that searched it and the masks they searched
+	 * there (ScalaCN's Q_l and Q_r: local egress and remote ingress). */
+	__u64 table_pkts[WL_ES_MAX_TABLES];
+	__u64 table_visited[WL_ES_MAX_TABLES];
 };
 
 /* Mask bits, by (table * WL_ES_MAX_MASKS + id). */
@@ -157,6 +161,7 @@ struct es_search {
 	__u32 table;
 	__u32 visited;
 	struct wl_es_action *hit;
+	struct wl_es_stats *st;
 };
 
 static __always_inline void es_apply_mask(struct wl_es_key *out, const struct wl_es_key *k,
@@ -190,6 +195,7 @@ static long es_search_one(__u64 i, void *data)
 	if (!m)
 		return 1;
 	s->visited++;
+	s->st->table_visited[s->table & (WL_ES_MAX_TABLES - 1)]++;
 	es_apply_mask(&masked, &s->key, m);
 	masked.table = s->table;
 	masked.mask = id;
@@ -305,6 +311,7 @@ WL_STAGE(wl_stage_eswitch)
 	if (!st)
 		return WL_CONTINUE;
 	st->pkts++;
+	s.st = st;
 	if (data + 2 * ETH_ALEN > end)
 		return WL_CONTINUE;
 	__builtin_memcpy(s.key.dmac, data, ETH_ALEN);
@@ -333,6 +340,7 @@ WL_STAGE(wl_stage_eswitch)
 		if (!s.order)
 			break;
 		s.hit = 0;
+		st->table_pkts[s.table & (WL_ES_MAX_TABLES - 1)]++;
 		bpf_loop(WL_ES_MAX_MASKS, es_search_one, &s, 0);
 		if (!s.hit)
 			break;

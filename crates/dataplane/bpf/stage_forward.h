@@ -33,7 +33,10 @@
  */
 #define CNM_NOT_CLONED -2
 #define CNM_LOST -3
-static __always_inline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
+/* Out of line: its two frame buffers (102 bytes) would otherwise sit in the
+ * main program's frame on every packet, and the eSwitch stage's encapsulation
+ * needs that stack (the verifier allows 512 bytes over the whole call chain). */
+static __noinline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
 {
 	__u8 h[WL_CNM_HDR] = {}, msdu[WL_CNM_MSDU];
 	__u32 len = skb->len, carried;

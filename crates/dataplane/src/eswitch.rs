@@ -147,6 +147,8 @@ pub struct Stats {
     pub decaps: u64,
     /// Encapsulations or decapsulations that failed (dropped).
     pub tunnel_errors: u64,
+    /// Per table: (packets that searched it, masks they searched there).
+    pub tables: [(u64, u64); MAX_TABLES as usize],
 }
 
 fn check(table: u32, mask: u32) -> Result<u32, Error> {
@@ -378,6 +380,12 @@ impl Switch {
                 encaps: a.encaps + s.encaps,
                 decaps: a.decaps + s.decaps,
                 tunnel_errors: a.tunnel_errors + s.tunnel_errors,
+                tables: std::array::from_fn(|t| {
+                    (
+                        a.tables[t].0 + s.table_pkts[t],
+                        a.tables[t].1 + s.table_visited[t],
+                    )
+                }),
             }))
     }
 }

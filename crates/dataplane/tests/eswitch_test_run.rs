@@ -240,6 +240,8 @@ fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
         1 + 3,
         "one mask in table 0, three in table 1"
     );
+    let t = sw.es_stats().unwrap().tables;
+    assert_eq!((t[0], t[1], t[2]), ((1, 1), (1, 3), (0, 0)), "per table");
     assert_eq!(sw.es_entry_hits(1, 2, &entry(2)).unwrap(), Some((1, 200)));
 
     // Table 2 goes to itself: the packet passes MAX_CHAIN tables, is

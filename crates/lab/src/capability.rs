@@ -21,7 +21,7 @@ use wirelab_netns::Lab;
 use wirelab_plan::{Plan, Target};
 use wirelab_workload::{ConnMeta, Stop};
 
-use crate::summary::{EsMaskSummary, EsSummary, EventSummary, Summary, VqSummary};
+use crate::summary::{EsMaskSummary, EsSummary, EsTableSummary, EventSummary, Summary, VqSummary};
 use crate::{During, Error};
 
 /// What a capability sees of the run.
@@ -191,6 +191,16 @@ impl Capability for FlowTables {
             misses: st.misses,
             drops: st.drops,
             loops: st.loops,
+            tables: (0..ft.tables.len())
+                .map(|t| {
+                    let (pkts, visited) = st.tables[t];
+                    EsTableSummary {
+                        table: t as u32,
+                        packets: pkts,
+                        masks_per_packet: visited as f64 / pkts.max(1) as f64,
+                    }
+                })
+                .collect(),
             masks,
         });
         Ok(())

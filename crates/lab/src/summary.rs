@@ -106,8 +106,18 @@ pub struct EsSummary {
     pub drops: u64,
     /// Packets cut after the longest chain of tables.
     pub loops: u64,
+    /// Per table: packets that searched it, and masks per packet there
+    /// (ScalaCN's Q_l for a local egress table, Q_r for a remote ingress one).
+    pub tables: Vec<EsTableSummary>,
     /// Every mask, in search order.
     pub masks: Vec<EsMaskSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EsTableSummary {
+    pub table: u32,
+    pub packets: u64,
+    pub masks_per_packet: f64,
 }
 
 #[derive(Debug, Serialize)]

@@ -544,7 +544,7 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
 }
 
 /// The eSwitch's tables with host names resolved; generated masks first in
-/// table 0.
+/// their table.
 fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> EsPlan {
     use wirelab_spec::flowtables::{proto_number, EntryAction, MaskFields};
     let host = |n: &str| hosts.iter().position(|h| h.name == n);
@@ -553,7 +553,7 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
             .map(|v| host(v).map_or_else(|| v.parse().expect("validated"), |i| hosts[i].ip))
     };
     let mut tables: Vec<Vec<EsMaskPlan>> = vec![Vec::new(); ft.tables.len().max(1)];
-    if let Some(g) = &ft.generate {
+    for g in &ft.generate {
         // Distinct shapes: destination prefixes 8..=32, source prefixes
         // 0/8/16/24/32, with and without the destination port. Entries in
         // 203.0.113.0/24 (TEST-NET-3, RFC 5737): no lab address (198.18/15)
@@ -577,7 +577,7 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
                     action: EsActionPlan::Drop,
                 })
                 .collect();
-            tables[0].push(EsMaskPlan {
+            tables[g.table as usize].push(EsMaskPlan {
                 fields,
                 entries,
                 generated: true,

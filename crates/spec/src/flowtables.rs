@@ -21,19 +21,44 @@ pub const MAX_ENTRIES: usize = 65536;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlowTables {
-    /// Masks searched first in table 0, whose entries the lab's traffic
-    /// never matches (their destinations are in 203.0.113.0/24).
-    #[serde(default)]
-    pub generate: Option<Generate>,
+    /// Masks searched first in a table (table 0 unless named), whose
+    /// entries the lab's traffic never matches (their destinations are in
+    /// 203.0.113.0/24). One, or a list (one per table).
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "OneOrMany")]
+    pub generate: Vec<Generate>,
     /// Tables 0, 1, ...; each a list of masks in search order.
     #[serde(default)]
     pub tables: Vec<Table>,
 }
 
+/// `generate:` as written: one generator, or a list.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // the schema's shape; `one_or_many` reads it
+enum OneOrMany {
+    One(Generate),
+    Many(Vec<Generate>),
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Generate>, D::Error> {
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(g) => vec![g],
+        OneOrMany::Many(v) => v,
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Generate {
-    /// How many masks.
+    /// The table whose search they head.
+    #[serde(default)]
+    pub table: u32,
+    /// How many masks (0: none, as a sweep's first point).
     pub masks: u32,
     /// Entries in each.
     #[serde(default = "one")]
@@ -125,7 +150,7 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
     let Some(ft) = &s.flowtables else {
         return Ok(());
     };
-    if ft.tables.is_empty() && ft.generate.is_none() {
+    if ft.tables.is_empty() && ft.generate.is_empty() {
         return err("flowtables", "no tables and nothing to generate");
     }
     if ft.tables.len() > MAX_TABLES {
@@ -134,27 +159,45 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
             format!("{} tables: the switch has {MAX_TABLES}", ft.tables.len()),
         );
     }
-    let generated = ft.generate.as_ref().map_or(0, |g| g.masks as usize);
+    let tables = ft.tables.len().max(1);
+    let mut generated = vec![0usize; tables];
     let mut entries = 0usize;
-    if let Some(g) = &ft.generate {
-        if g.masks == 0 || g.entries == 0 {
-            return err("flowtables.generate", "masks and entries: at least 1");
+    for (i, g) in ft.generate.iter().enumerate() {
+        let at = format!("flowtables.generate[{i}]");
+        if g.table as usize >= tables {
+            return err(
+                format!("{at}.table"),
+                format!("no table {} (tables 0..{tables})", g.table),
+            );
+        }
+        if g.entries == 0 {
+            return err(format!("{at}.entries"), "at least 1");
         }
         // Each generated entry is a distinct address in 203.0.113.0/24.
         if g.entries > 256 {
-            return err("flowtables.generate.entries", "at most 256 per mask");
+            return err(format!("{at}.entries"), "at most 256 per mask");
         }
+        generated[g.table as usize] += g.masks as usize;
         entries += (g.masks * g.entries) as usize;
+    }
+    for (t, &n) in generated.iter().enumerate() {
+        let own = ft.tables.get(t).map_or(0, |x| x.masks.len());
+        if n + own > MAX_MASKS {
+            return err(
+                if ft.tables.is_empty() {
+                    "flowtables.generate".to_string()
+                } else {
+                    format!("flowtables.tables[{t}].masks")
+                },
+                format!(
+                    "{} masks (generated ones included): a table holds {MAX_MASKS}",
+                    n + own
+                ),
+            );
+        }
     }
     let is_addr = |v: &str| hosts.contains(v) || v.parse::<std::net::Ipv4Addr>().is_ok();
     for (t, table) in ft.tables.iter().enumerate() {
-        let masks = table.masks.len() + if t == 0 { generated } else { 0 };
-        if masks > MAX_MASKS {
-            return err(
-                format!("flowtables.tables[{t}].masks"),
-                format!("{masks} masks (generated ones included): a table holds {MAX_MASKS}"),
-            );
-        }
         for (m, mask) in table.masks.iter().enumerate() {
             let at = format!("flowtables.tables[{t}].masks[{m}]");
             let f = &mask.fields;
