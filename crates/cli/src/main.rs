@@ -16,6 +16,7 @@ mod bump;
 mod fuzz;
 mod run;
 mod summary;
+mod sweep;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +50,10 @@ enum Cmd {
     /// stdin, its observation (JSON) on stdout.
     #[command(hide = true)]
     FuzzEval(fuzz::EvalArgs),
+    /// Run a spec once per point of a grid (`--vary PATH=VALUES`, repeated):
+    /// sweep.jsonl, and with two flow tables ScalaCN's grid.csv for
+    /// `wirelab model`.
+    Sweep(sweep::Args),
     /// ScalaCN's performance model (seed 001 §4.2) fitted to a measured
     /// grid: Eq. 1's RBF for bandwidth and Eq. 2's plane for latency
     /// against Q_l and Q_r, with goodness of fit and the accuracy on
@@ -277,6 +282,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Run(args) => run::run(args, abort),
         Cmd::Fuzz(args) => fuzz::run(args, abort),
         Cmd::FuzzEval(args) => fuzz::eval(args, abort),
+        Cmd::Sweep(args) => sweep::run(args, abort),
         Cmd::Model {
             grid,
             fit,

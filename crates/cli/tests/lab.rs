@@ -806,6 +806,94 @@ fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
     assert_nothing_left("flow tables");
 }
 
+/// `wirelab sweep`: the spec once per point of the grid, each run's masks
+/// per table measured; with two tables, ScalaCN's grid.csv that
+/// `wirelab model` fits. A bad --vary exits 2 before any lab starts.
+#[test]
+fn a_sweep_runs_every_point_and_writes_the_grid() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = "specs/scalacn/write-bandwidth-against-local-and-remote-masks.yaml";
+    let o = out.path().to_str().unwrap();
+    let r = wirelab(&[
+        "sweep",
+        spec,
+        "--vary",
+        "flowtables.generate[9].masks=1",
+        "--out",
+        o,
+    ]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("no item [9] there"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "nothing made"
+    );
+
+    let r = wirelab(&[
+        "sweep",
+        spec,
+        "--vary",
+        "flowtables.generate[0].masks=0,20",
+        "--vary",
+        "flowtables.generate[1].masks=5",
+        "--out",
+        o,
+        "--jobs",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(0), "{err}");
+    let dir = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let rows: Vec<Value> = std::fs::read_to_string(dir.join("sweep.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    // Every packet searches the generated masks and its own one per table.
+    assert_eq!(
+        rows[0]["masks_per_packet"],
+        serde_json::json!([1.0, 6.0]),
+        "{}",
+        rows[0]
+    );
+    assert_eq!(
+        rows[1]["masks_per_packet"],
+        serde_json::json!([21.0, 6.0]),
+        "{}",
+        rows[1]
+    );
+    for r in &rows {
+        assert_eq!(r["verdict"], "PASS", "{r}");
+        assert!(r["bandwidth_bps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["latency_ns"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(Path::new(r["results"].as_str().unwrap())
+            .join("summary.json")
+            .exists());
+    }
+    let grid = std::fs::read_to_string(dir.join("grid.csv")).unwrap();
+    let lines: Vec<&str> = grid.lines().collect();
+    assert_eq!(lines[0], "ql,qr,bandwidth,latency");
+    assert!(
+        lines[1].starts_with("1,6,") && lines[2].starts_with("21,6,"),
+        "{grid}"
+    );
+    // What `wirelab model` reads (two points cannot fit five parameters).
+    let m = wirelab(&["model", dir.to_str().unwrap()]);
+    assert_eq!(m.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&m.stdout).contains("2 configurations"));
+    assert_nothing_left("sweep");
+}
+
 /// Every spec under specs/roce/ (Lumina's experiments) passes its own
 /// expectations with a valid trace, and leaves nothing behind.
 #[test]

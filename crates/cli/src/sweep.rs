@@ -1,0 +1,457 @@
+//! `wirelab sweep SPEC --vary PATH=VALUES ...`: the spec run once per point
+//! of a grid (the product of every `--vary`), through the run library,
+//! several labs at once. Each point's results folder is kept; `sweep.jsonl`
+//! has one line per point (its values, verdict, goodput, RTT, MCT and the
+//! masks searched per flow table); with flow tables in two tables,
+//! `grid.csv` is ScalaCN's measured grid (§4.2: Q_l, Q_r, bandwidth,
+//! latency), ready for `wirelab model DIR --fit`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_yaml::Value;
+
+use crate::code;
+
+#[derive(clap::Args)]
+pub struct Args {
+    pub spec: PathBuf,
+    /// A field of the spec and its values: `PATH=a..b:step` (inclusive),
+    /// or `PATH=v1,v2,...`. PATH is dotted, with [i] for list items, e.g.
+    /// `flowtables.generate[0].masks=0..100:10`. Repeat for a grid.
+    #[arg(long, required = true)]
+    pub vary: Vec<String>,
+    /// Where the sweep's folder goes.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Labs at once (default: one per core).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Stop a run whose workload has not finished after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// One `--vary`: where, and the values it takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vary {
+    pub path: Vec<Seg>,
+    pub text: String,
+    pub values: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// `a.b[0].c=0..100:10` or `a=1,2,3`.
+pub fn parse_vary(s: &str) -> Result<Vary> {
+    let Some((path, values)) = s.split_once('=') else {
+        bail!("--vary {s}: PATH=VALUES (for example flowtables.generate[0].masks=0..100:10)");
+    };
+    let mut segs = Vec::new();
+    for part in path.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if key.is_empty() {
+            bail!("--vary {s}: an empty name in `{path}`");
+        }
+        segs.push(Seg::Key(key.to_string()));
+        while !rest.is_empty() {
+            let Some(end) = rest.find(']').filter(|_| rest.starts_with('[')) else {
+                bail!("--vary {s}: `{part}` is not name[index]");
+            };
+            let i = rest[1..end]
+                .parse()
+                .with_context(|| format!("--vary {s}: `{}` is not an index", &rest[1..end]))?;
+            segs.push(Seg::Index(i));
+            rest = &rest[end + 1..];
+        }
+    }
+    let values = match values.split_once("..") {
+        Some((a, b)) => {
+            let (b, step) = b.split_once(':').unwrap_or((b, "1"));
+            let num = |t: &str| -> Result<i64> {
+                t.trim()
+                    .parse()
+                    .with_context(|| format!("--vary {s}: `{t}` is not a whole number"))
+            };
+            let (a, b, step) = (num(a)?, num(b)?, num(step)?);
+            if step <= 0 || b < a {
+                bail!("--vary {s}: a range is low..high:step with step > 0");
+            }
+            (0..)
+                .map(|k| a + k * step)
+                .take_while(|&v| v <= b)
+                .map(|v| Value::Number(v.into()))
+                .collect()
+        }
+        None => values
+            .split(',')
+            .map(|v| serde_yaml::from_str::<Value>(v.trim()).unwrap_or(Value::String(v.into())))
+            .collect(),
+    };
+    Ok(Vary {
+        path: segs,
+        text: path.to_string(),
+        values,
+    })
+}
+
+/// Sets `path` in `doc` to `v`; the path must exist in the spec as written.
+pub fn set(doc: &mut Value, path: &[Seg], text: &str, v: Value) -> Result<()> {
+    let mut cur = doc;
+    for seg in path {
+        cur = match seg {
+            Seg::Key(k) => {
+                // `generate: {...}` is one generator: [0] names it too.
+                cur.as_mapping_mut()
+                    .and_then(|m| m.get_mut(k.as_str()))
+                    .with_context(|| format!("--vary {text}: the spec has no `{k}` there"))?
+            }
+            Seg::Index(i) => {
+                if cur.is_mapping() && *i == 0 {
+                    cur
+                } else {
+                    cur.as_sequence_mut()
+                        .and_then(|s| s.get_mut(*i))
+                        .with_context(|| format!("--vary {text}: no item [{i}] there"))?
+                }
+            }
+        };
+    }
+    *cur = v;
+    Ok(())
+}
+
+/// Every point of the grid: one value per `--vary`.
+fn points(varies: &[Vary]) -> Vec<Vec<Value>> {
+    let mut out: Vec<Vec<Value>> = vec![Vec::new()];
+    for v in varies {
+        out = out
+            .into_iter()
+            .flat_map(|p| {
+                v.values.iter().map(move |x| {
+                    let mut q = p.clone();
+                    q.push(x.clone());
+                    q
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// A finding's values in a run, by `analyzer.name`; of one connection, or
+/// of all.
+fn values(s: &wirelab_lab::Summary, path: &str, conn: Option<u32>) -> Vec<f64> {
+    s.analysis
+        .analyzers
+        .iter()
+        .flat_map(|a| &a.findings)
+        .filter(|f| f.path() == path && (conn.is_none() || f.connection == conn))
+        .flat_map(|f| f.values())
+        .filter(|v| v.is_finite())
+        .collect()
+}
+
+/// (connection, message bytes) of the first connection with the largest
+/// and with the smallest messages.
+fn size_extremes(spec: &wirelab_spec::Spec) -> (Option<(u32, u64)>, Option<(u32, u64)>) {
+    let mut id = 0;
+    let mut conns = Vec::new();
+    for g in &spec.traffic.connections {
+        for _ in 0..g.count.0 {
+            id += 1;
+            conns.push((id, g.message_size.0));
+        }
+    }
+    let big = conns
+        .iter()
+        .copied()
+        .max_by_key(|c| (c.1, std::cmp::Reverse(c.0)));
+    let small = conns.iter().copied().min_by_key(|c| (c.1, c.0));
+    (big, small)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
+    let varies = match args
+        .vary
+        .iter()
+        .map(|v| parse_vary(v))
+        .collect::<Result<Vec<_>>>()
+    {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("wirelab: {e:#}");
+            return Ok(code::ERROR);
+        }
+    };
+    let text = match std::fs::read_to_string(&args.spec) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("wirelab: reading {}: {e}", args.spec.display());
+            return Ok(code::ERROR);
+        }
+    };
+    let doc: Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is not YAML", args.spec.display()))?;
+    let catalog = wirelab_lab::catalog();
+    // Every point is made and checked before any lab starts.
+    let mut specs = Vec::new();
+    for p in points(&varies) {
+        let mut d = doc.clone();
+        for (v, x) in varies.iter().zip(&p) {
+            if let Err(e) = set(&mut d, &v.path, &v.text, x.clone()) {
+                eprintln!("wirelab: {e:#}");
+                return Ok(code::ERROR);
+            }
+        }
+        let yaml = serde_yaml::to_string(&d)?;
+        let label: Vec<String> = varies
+            .iter()
+            .zip(&p)
+            .map(|(v, x)| {
+                format!(
+                    "{}={}",
+                    v.text,
+                    serde_yaml::to_string(x).unwrap_or_default().trim()
+                )
+            })
+            .collect();
+        match wirelab_spec::parse(&yaml, catalog) {
+            Ok(mut s) => {
+                // Each point's results folder says which point it is.
+                s.name = Some(format!("point-{}", specs.len() + 1));
+                specs.push((label, p, s))
+            }
+            Err(e) => {
+                eprintln!(
+                    "wirelab: {} with {}: {e}",
+                    args.spec.display(),
+                    label.join(" ")
+                );
+                return Ok(code::ERROR);
+            }
+        }
+    }
+    crate::run::require_root()?;
+    let stem = args
+        .spec
+        .file_stem()
+        .map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
+    let dir = args
+        .out
+        .join(format!("sweep-{stem}-{}", wirelab_lab::new_run_id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    eprintln!(
+        "wirelab sweep {}: {} points, {jobs} lab{} at once, into {}",
+        args.spec.display(),
+        specs.len(),
+        if jobs == 1 { "" } else { "s" },
+        dir.display()
+    );
+    let pb = indicatif::ProgressBar::new(specs.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template(
+            "  {elapsed:>4} [{bar:25}] {pos}/{len} points {msg}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    let next = Mutex::new(0usize);
+    let rows: Mutex<Vec<(usize, serde_json::Value)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(specs.len()) {
+            scope.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().expect("not poisoned");
+                    let i = *n;
+                    *n += 1;
+                    i
+                };
+                if i >= specs.len() || abort.load(Ordering::SeqCst) {
+                    return;
+                }
+                let (label, p, spec) = &specs[i];
+                let opts = wirelab_lab::RunOptions {
+                    timeout: Duration::from_secs(args.timeout),
+                    abort: abort.clone(),
+                    ..wirelab_lab::RunOptions::new(dir.join("runs"))
+                };
+                let row = match wirelab_lab::build_extension(spec)
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|ext| {
+                        wirelab_lab::run(spec, ext.as_ref(), &opts, &wirelab_lab::Quiet)
+                            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+                    }) {
+                    Ok(out) => {
+                        let s = &out.summary;
+                        // perftest's two measures: bandwidth from the
+                        // connection with the largest messages (bytes over
+                        // its median MCT), latency from the one with the
+                        // smallest (its median MCT, as ib_write_lat times a
+                        // small write).
+                        let (big, small) = size_extremes(spec);
+                        let bw = big.and_then(|(c, bytes)| {
+                            median(values(s, "flow.mct", Some(c)))
+                                .map(|ns| bytes as f64 * 8.0 / (ns / 1e9))
+                        });
+                        let lat = small.and_then(|(c, _)| median(values(s, "flow.mct", Some(c))));
+                        let tables: Vec<f64> = s
+                            .flowtables
+                            .as_ref()
+                            .map(|f| f.tables.iter().map(|t| t.masks_per_packet).collect())
+                            .unwrap_or_default();
+                        serde_json::json!({
+                            "point": label, "values": p, "verdict": out.verdict.name(),
+                            "results": out.dir,
+                            "bandwidth_bps": bw,
+                            "latency_ns": lat,
+                            "goodput_bps": median(values(s, "flow.goodput", None)),
+                            "rtt_ns": median(values(s, "flow.rtt", None)),
+                            "mct_ns": median(values(s, "flow.mct", None)),
+                            "masks_per_packet": tables,
+                        })
+                    }
+                    Err(e) => serde_json::json!({"point": label, "values": p, "verdict": "ERROR", "error": e}),
+                };
+                pb.set_message(format!("(last: {})", label.join(" ")));
+                pb.inc(1);
+                rows.lock().expect("not poisoned").push((i, row));
+            });
+        }
+    });
+    pb.finish_and_clear();
+    let mut rows = rows.into_inner().expect("not poisoned");
+    rows.sort_by_key(|r| r.0);
+    let mut jl = std::fs::File::create(dir.join("sweep.jsonl"))?;
+    for (_, r) in &rows {
+        writeln!(jl, "{r}")?;
+    }
+    let grid = write_grid(&dir, &rows)?;
+    let failed = rows.iter().filter(|r| r.1["verdict"] != "PASS").count();
+    println!(
+        "  points     {} run, {} not PASS{}",
+        rows.len(),
+        failed,
+        if rows.len() < specs.len() {
+            format!(", {} not run (interrupted)", specs.len() - rows.len())
+        } else {
+            String::new()
+        }
+    );
+    println!("  sweep      {}", dir.join("sweep.jsonl").display());
+    if let Some(g) = grid {
+        println!(
+            "  grid       {} (wirelab model {} --fit)",
+            g.display(),
+            dir.display()
+        );
+    }
+    Ok(if abort.load(Ordering::SeqCst) {
+        code::INTERRUPTED
+    } else if failed > 0 {
+        code::EXPECT_FAILED
+    } else {
+        code::OK
+    })
+}
+
+/// ScalaCN's grid (§4.2), when the runs searched two flow tables: Q_l and
+/// Q_r are the masks per packet measured in tables 0 and 1, bandwidth in
+/// Gbit/s and latency in µs as measured above.
+fn write_grid(dir: &Path, rows: &[(usize, serde_json::Value)]) -> Result<Option<PathBuf>> {
+    let mut lines = vec!["ql,qr,bandwidth,latency".to_string()];
+    for (_, r) in rows {
+        let q = r["masks_per_packet"].as_array();
+        let (Some(q), Some(bw), Some(rtt)) =
+            (q, r["bandwidth_bps"].as_f64(), r["latency_ns"].as_f64())
+        else {
+            continue;
+        };
+        if q.len() < 2 || r["verdict"] != "PASS" {
+            continue;
+        }
+        lines.push(format!(
+            "{},{},{},{}",
+            q[0].as_f64().unwrap_or(0.0),
+            q[1].as_f64().unwrap_or(0.0),
+            bw / 1e9,
+            rtt / 1e3
+        ));
+    }
+    if lines.len() == 1 {
+        return Ok(None);
+    }
+    let p = dir.join("grid.csv");
+    std::fs::write(&p, lines.join("\n") + "\n")?;
+    Ok(Some(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vary_names_a_path_and_its_values() {
+        let v = parse_vary("flowtables.generate[1].masks=0..20:10").unwrap();
+        assert_eq!(
+            v.path,
+            vec![
+                Seg::Key("flowtables".into()),
+                Seg::Key("generate".into()),
+                Seg::Index(1),
+                Seg::Key("masks".into())
+            ]
+        );
+        assert_eq!(
+            v.values,
+            vec![Value::from(0), Value::from(10), Value::from(20)]
+        );
+        let v = parse_vary("traffic.connections[0].message_size=4KiB,64KiB").unwrap();
+        assert_eq!(v.values, vec![Value::from("4KiB"), Value::from("64KiB")]);
+        for bad in ["nopath", "a..b=1", "a[x]=1", "a=5..1", "a=0..10:0"] {
+            assert!(parse_vary(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn set_changes_the_field_and_refuses_one_the_spec_lacks() {
+        let mut d: Value =
+            serde_yaml::from_str("flowtables:\n  generate: [{masks: 1}, {table: 1, masks: 2}]\n")
+                .unwrap();
+        let v = parse_vary("flowtables.generate[1].masks=7").unwrap();
+        set(&mut d, &v.path, &v.text, Value::from(7)).unwrap();
+        assert_eq!(d["flowtables"]["generate"][1]["masks"], Value::from(7));
+        let v = parse_vary("flowtables.nothing=1").unwrap();
+        let e = set(&mut d, &v.path, &v.text, Value::from(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("the spec has no `nothing` there"),
+            "{e}"
+        );
+        // Two varies make a grid: every pair.
+        let a = parse_vary("a=1,2").unwrap();
+        let b = parse_vary("b=0..20:10").unwrap();
+        assert_eq!(points(&[a, b]).len(), 6);
+    }
+}
