@@ -31,6 +31,12 @@ pub struct Args {
     /// Labs at once (default: one per core).
     #[arg(long)]
     pub jobs: Option<usize>,
+    /// Runs per point; a point's bandwidth and latency are the medians
+    /// over them. The repeats go round the grid (every point once, then
+    /// again), so a slow spell of the machine spreads over the points
+    /// instead of bending one corner of the grid.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Stop a run whose workload has not finished after this many seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -187,7 +193,12 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
         return None;
     }
     v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+    let h = v.len() / 2;
+    Some(if v.len() % 2 == 0 {
+        (v[h - 1] + v[h]) / 2.0
+    } else {
+        v[h]
+    })
 }
 
 pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
@@ -265,15 +276,22 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     eprintln!(
-        "wirelab sweep {}: {} points, {jobs} lab{} at once, into {}",
+        "wirelab sweep {}: {} points{}, {jobs} lab{} at once, into {}",
         args.spec.display(),
         specs.len(),
+        if args.repeat > 1 {
+            format!(" × {} runs", args.repeat)
+        } else {
+            String::new()
+        },
         if jobs == 1 { "" } else { "s" },
         dir.display()
     );
-    let pb = indicatif::ProgressBar::new(specs.len() as u64).with_style(
+    // Run k is point k % points, repeat k / points.
+    let total = specs.len() * args.repeat as usize;
+    let pb = indicatif::ProgressBar::new(total as u64).with_style(
         indicatif::ProgressStyle::with_template(
-            "  {elapsed:>4} [{bar:25}] {pos}/{len} points {msg}",
+            "  {elapsed:>4} [{bar:25}] {pos}/{len} runs {msg}",
         )
         .expect("a valid template")
         .progress_chars("=> "),
@@ -281,17 +299,18 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     let next = Mutex::new(0usize);
     let rows: Mutex<Vec<(usize, serde_json::Value)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(specs.len()) {
+        for _ in 0..jobs.min(total) {
             scope.spawn(|| loop {
-                let i = {
+                let k = {
                     let mut n = next.lock().expect("not poisoned");
-                    let i = *n;
+                    let k = *n;
                     *n += 1;
-                    i
+                    k
                 };
-                if i >= specs.len() || abort.load(Ordering::SeqCst) {
+                if k >= total || abort.load(Ordering::SeqCst) {
                     return;
                 }
+                let i = k % specs.len();
                 let (label, p, spec) = &specs[i];
                 let opts = wirelab_lab::RunOptions {
                     timeout: Duration::from_secs(args.timeout),
@@ -337,13 +356,21 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
                 };
                 pb.set_message(format!("(last: {})", label.join(" ")));
                 pb.inc(1);
-                rows.lock().expect("not poisoned").push((i, row));
+                rows.lock().expect("not poisoned").push((k, row));
             });
         }
     });
     pb.finish_and_clear();
-    let mut rows = rows.into_inner().expect("not poisoned");
-    rows.sort_by_key(|r| r.0);
+    let mut runs = rows.into_inner().expect("not poisoned");
+    runs.sort_by_key(|r| r.0);
+    let n = specs.len();
+    let rows: Vec<(usize, serde_json::Value)> = (0..n)
+        .filter_map(|i| {
+            let reps: Vec<&serde_json::Value> =
+                runs.iter().filter(|r| r.0 % n == i).map(|r| &r.1).collect();
+            combine(&reps).map(|r| (i, r))
+        })
+        .collect();
     let mut jl = std::fs::File::create(dir.join("sweep.jsonl"))?;
     for (_, r) in &rows {
         writeln!(jl, "{r}")?;
@@ -375,6 +402,35 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     } else {
         code::OK
     })
+}
+
+/// One point's row from its runs: medians of the measures, the masks
+/// searched from the first run, every run's folder, and PASS only if every
+/// run passed. None for a point that did not run (interrupted).
+fn combine(reps: &[&serde_json::Value]) -> Option<serde_json::Value> {
+    let first = *reps.first()?;
+    let med = |key: &str| median(reps.iter().filter_map(|r| r[key].as_f64()).collect());
+    let verdict = reps
+        .iter()
+        .map(|r| r["verdict"].as_str().unwrap_or("ERROR"))
+        .find(|v| *v != "PASS")
+        .unwrap_or("PASS");
+    let mut row = serde_json::json!({
+        "point": first["point"], "values": first["values"], "verdict": verdict,
+        "runs": reps.len(),
+        "results": reps.iter().filter_map(|r| r.get("results")).collect::<Vec<_>>(),
+        "bandwidth_bps": med("bandwidth_bps"),
+        "latency_ns": med("latency_ns"),
+        "goodput_bps": med("goodput_bps"),
+        "rtt_ns": med("rtt_ns"),
+        "mct_ns": med("mct_ns"),
+        "masks_per_packet": first.get("masks_per_packet").cloned().unwrap_or_default(),
+    });
+    let errors: Vec<&serde_json::Value> = reps.iter().filter_map(|r| r.get("error")).collect();
+    if !errors.is_empty() {
+        row["errors"] = serde_json::json!(errors);
+    }
+    Some(row)
 }
 
 /// ScalaCN's grid (§4.2), when the runs searched two flow tables: Q_l and
@@ -411,6 +467,32 @@ fn write_grid(dir: &Path, rows: &[(usize, serde_json::Value)]) -> Result<Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_point_is_the_median_of_its_runs_and_fails_if_one_did() {
+        let run = |bw: f64, lat: f64, verdict: &str| {
+            serde_json::json!({"point": ["a=1"], "values": [1], "verdict": verdict,
+                "results": format!("r{bw}"), "bandwidth_bps": bw, "latency_ns": lat,
+                "masks_per_packet": [3.0, 4.0]})
+        };
+        let (a, b, c) = (
+            run(1.0, 30.0, "PASS"),
+            run(5.0, 10.0, "PASS"),
+            run(2.0, 20.0, "PASS"),
+        );
+        let row = combine(&[&a, &b, &c]).unwrap();
+        assert_eq!(row["bandwidth_bps"], 2.0);
+        assert_eq!(row["latency_ns"], 20.0);
+        assert_eq!(row["runs"], 3);
+        assert_eq!(row["verdict"], "PASS");
+        assert_eq!(row["results"], serde_json::json!(["r1", "r5", "r2"]));
+        assert_eq!(row["masks_per_packet"], serde_json::json!([3.0, 4.0]));
+        let bad = run(4.0, 40.0, "FAIL");
+        let row = combine(&[&a, &bad]).unwrap();
+        assert_eq!(row["verdict"], "FAIL");
+        assert_eq!(row["bandwidth_bps"], 2.5, "the mean of the middle two");
+        assert!(combine(&[]).is_none());
+    }
 
     #[test]
     fn a_vary_names_a_path_and_its_values() {

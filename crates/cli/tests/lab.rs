@@ -876,7 +876,8 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
         assert_eq!(r["verdict"], "PASS", "{r}");
         assert!(r["bandwidth_bps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["latency_ns"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(Path::new(r["results"].as_str().unwrap())
+        assert_eq!(r["runs"], 1, "{r}");
+        assert!(Path::new(r["results"][0].as_str().unwrap())
             .join("summary.json")
             .exists());
     }

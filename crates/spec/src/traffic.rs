@@ -84,11 +84,11 @@ pub struct ConnGroup {
     /// paced, never reacting to loss or marks.
     #[serde(default)]
     pub rate: Option<BitsPerSec>,
-    /// TCP and UDP: the group's first connection posts its first message
-    /// this long after the workload starts (default: at once).
+    /// The group's first connection posts its first message this long
+    /// after the workload starts (default: at once).
     #[serde(default)]
     pub start: Option<Nanos>,
-    /// TCP and UDP: each further connection of the group starts this much after
+    /// Each further connection of the group starts this much after
     /// the one before (DCTCP's convergence test: flows joining one by one).
     #[serde(default)]
     pub stagger: Option<Nanos>,
@@ -265,12 +265,6 @@ fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> 
         ("start", g.start.is_some()),
         ("stagger", g.stagger.is_some()),
     ] {
-        if set && roce {
-            return err(
-                format!("{at}.{field}"),
-                "is a TCP setting; RoCE QPs start together",
-            );
-        }
         if set && s.traffic.barrier {
             return err(
                 format!("{at}.{field}"),

@@ -409,6 +409,8 @@ struct ConnRun {
     size: u32,
     messages: u32,
     depth: u32,
+    /// Monotonic ns before which the QP posts nothing (`start`, `stagger`).
+    start_at: u64,
     posted: Vec<u64>,
     done: Vec<MessageReport>,
     error: Option<String>,
@@ -422,6 +424,7 @@ fn drive(
 ) -> (Vec<ConnRun>, DeviceCounters) {
     let host = &plan.hosts[h.host];
     let before = h.dev.counters().clone();
+    let started = now_ns();
     let mut conns: Vec<ConnRun> = h
         .requests
         .iter()
@@ -434,6 +437,7 @@ fn drive(
                 size: c.message_size.0 as u32,
                 messages: c.messages,
                 depth: c.tx_depth,
+                start_at: started + c.start.0,
                 posted: Vec::new(),
                 done: Vec::new(),
                 error: None,
@@ -461,7 +465,10 @@ fn drive(
         } else {
             u32::MAX
         };
-        for c in conns.iter_mut().filter(|c| c.error.is_none()) {
+        for c in conns
+            .iter_mut()
+            .filter(|c| c.error.is_none() && now >= c.start_at)
+        {
             while (c.posted.len() as u32) < c.messages
                 && c.posted.len() - c.done.len() < c.depth as usize
                 && (c.posted.len() as u32 / c.depth) <= floor_round
@@ -511,7 +518,16 @@ fn drive(
             .dev
             .poll_timeout()
             .map_or(1_000_000, |t| t.saturating_sub(now_ns()))
-            .min(1_000_000);
+            .min(1_000_000)
+            .min(
+                // A QP still waiting for its start wakes the loop then.
+                conns
+                    .iter()
+                    .filter(|c| c.posted.is_empty() && c.start_at > now)
+                    .map(|c| c.start_at - now)
+                    .min()
+                    .unwrap_or(u64::MAX),
+            );
         if wait > 50_000 {
             let mut pfd = libc::pollfd {
                 fd,
