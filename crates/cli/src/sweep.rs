@@ -290,11 +290,9 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     // Run k is point k % points, repeat k / points.
     let total = specs.len() * args.repeat as usize;
     let pb = indicatif::ProgressBar::new(total as u64).with_style(
-        indicatif::ProgressStyle::with_template(
-            "  {elapsed:>4} [{bar:25}] {pos}/{len} runs {msg}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("  {elapsed:>4} [{bar:25}] {pos}/{len} runs {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
     );
     let next = Mutex::new(0usize);
     let rows: Mutex<Vec<(usize, serde_json::Value)>> = Mutex::new(Vec::new());

@@ -877,9 +877,27 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
         assert!(r["bandwidth_bps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["latency_ns"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["runs"], 1, "{r}");
-        assert!(Path::new(r["results"][0].as_str().unwrap())
-            .join("summary.json")
-            .exists());
+        let summary: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                Path::new(r["results"][0].as_str().unwrap()).join("summary.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        // The bandwidth QP's `start: 20ms` holds its first write back, so
+        // the latency QP (all 128 writes done by then) ran alone.
+        let w = summary["workload"].as_array().unwrap();
+        let posted = |c: usize, m: usize| w[c]["messages"][m]["posted_ns"].as_u64().unwrap();
+        let lat_last_done = w[0]["messages"][127]["completed_ns"].as_u64().unwrap();
+        // (The 20 ms count from the workload's start, a little before the
+        // latency QP's first post.)
+        assert!(
+            posted(1, 0) >= posted(0, 0) + 19_000_000,
+            "{} {}",
+            w[0]["messages"][0],
+            w[1]["messages"][0]
+        );
+        assert!(lat_last_done < posted(1, 0));
     }
     let grid = std::fs::read_to_string(dir.join("grid.csv")).unwrap();
     let lines: Vec<&str> = grid.lines().collect();
