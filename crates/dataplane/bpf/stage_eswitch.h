@@ -149,6 +149,50 @@ struct {
 	__type(value, struct wl_es_stats);
 } es_stats SEC(".maps");
 
+/* ScalaCN's hyper mask (§4.3): per table, the id + 1 of its exact-match
+ * mask (0: none). A packet of a table with one that hits another mask is
+ * a flow the control plane may "activate" into the hyper mask: it is
+ * reported in es_learned with the action it hit, and the control plane
+ * decides (capacity, LRU). The data plane only reports, as the RNIC only
+ * tells OVS: the first packets of a flow search the cascading masks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_ES_MAX_TABLES);
+	__type(key, __u32);
+	__type(value, __u32);
+} es_hyper SEC(".maps");
+
+struct wl_es_learned {
+	__u64 first_ns;
+	__u64 last_ns;
+	__u64 pkts;
+	__u32 mask;        /* the mask it hit */
+	__u32 pad;
+	struct wl_es_action action; /* as the entry was; its counters unused */
+};
+
+/* The packet's full key (table set, mask 0) -> what it hit. An LRU hash:
+ * when the control plane falls behind, the oldest reports go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WL_ES_MAX_LEARNED);
+	__type(key, struct wl_es_key);
+	__type(value, struct wl_es_learned);
+} es_learned SEC(".maps");
+
+/* es_learn's key and value, off the stack (the call chain's 512 bytes). */
+struct es_learn_scratch {
+	struct wl_es_key key;
+	struct wl_es_learned v;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct es_learn_scratch);
+} es_scratch SEC(".maps");
+
 /* Which copy of es_order is live; user space writes the other copy, then
  * flips this word (one aligned store: a packet sees one order or the
  * other). */
@@ -161,6 +205,7 @@ struct es_search {
 	__u32 table;
 	__u32 visited;
 	struct wl_es_action *hit;
+	__u32 hit_mask;            /* the id of the mask that hit */
 	struct wl_es_stats *st;
 };
 
@@ -206,12 +251,47 @@ static long es_search_one(__u64 i, void *data)
 	if (s->hit) {
 		if (ms)
 			ms->hits++;
+		s->hit_mask = id;
 		return 1;
 	}
 	return 0;
 }
 
 _Static_assert(sizeof(struct wl_es_key) == 40, "five words: es_apply_mask");
+
+/* Reports a flow that hit a cascading mask of a table with a hyper mask
+ * (see es_hyper). Out of line, its key and value in a per-CPU scratch:
+ * nothing of it on the stage's frame. */
+static __noinline void es_learn(const struct wl_es_key *k, __u32 table, __u32 mask,
+				const struct wl_es_action *a)
+{
+	struct es_learn_scratch *sc;
+	struct wl_es_learned *l;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0;
+
+	sc = bpf_map_lookup_elem(&es_scratch, &zero);
+	if (!sc)
+		return;
+	sc->key = *k;
+	sc->key.table = table;
+	sc->key.mask = 0;
+	l = bpf_map_lookup_elem(&es_learned, &sc->key);
+	if (l) {
+		l->last_ns = now;
+		__sync_fetch_and_add(&l->pkts, 1);
+		return;
+	}
+	sc->v.first_ns = now;
+	sc->v.last_ns = now;
+	sc->v.pkts = 1;
+	sc->v.mask = mask;
+	sc->v.pad = 0;
+	sc->v.action = *a;
+	sc->v.action.pkts = 0;
+	sc->v.action.bytes = 0;
+	bpf_map_update_elem(&es_learned, &sc->key, &sc->v, BPF_ANY);
+}
 
 /* RFC 1071: the one's complement sum of the header's 16-bit words. */
 static __always_inline __u16 ipv4_csum(const __u16 *h)
@@ -346,6 +426,12 @@ WL_STAGE(wl_stage_eswitch)
 			break;
 		__sync_fetch_and_add(&s.hit->pkts, 1);
 		__sync_fetch_and_add(&s.hit->bytes, ctx->len);
+		{
+			__u32 *hyper = bpf_map_lookup_elem(&es_hyper, &s.table);
+
+			if (hyper && *hyper && *hyper != s.hit_mask + 1)
+				es_learn(&s.key, s.table, s.hit_mask, s.hit);
+		}
 		if (s.hit->kind != WL_ES_GOTO)
 			break;
 		s.table = s.hit->goto_table & (WL_ES_MAX_TABLES - 1);

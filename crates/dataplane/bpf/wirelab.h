@@ -41,6 +41,9 @@ enum wl_limits {
 	WL_ES_MAX_MASKS = 256,
 	WL_ES_MAX_ENTRIES = 65536,
 	WL_ES_MAX_CHAIN = 4,
+	/* Flows a table with a hyper mask has seen hit its other masks, not
+	 * yet activated (ScalaCN §4.3); least recently updated go first. */
+	WL_ES_MAX_LEARNED = 4096,
 };
 
 /* Wildcards in event keys: index 0 = `packet: all`, iter 0 = any iteration. */

@@ -73,6 +73,36 @@ impl Match {
         }
     }
 
+    fn of_key(k: &types::wl_es_key) -> Match {
+        Match {
+            dmac: k.dmac,
+            smac: k.smac,
+            saddr: k.saddr.to_ne_bytes(),
+            daddr: k.daddr.to_ne_bytes(),
+            sport: u16::from_be(k.sport),
+            dport: u16::from_be(k.dport),
+            proto: k.proto,
+            in_port: k.in_port,
+            vlan: k.vlan,
+            vni: k.vni,
+        }
+    }
+
+    /// How many bits the mask compares: ScalaCN's mask length LM (§4.3).
+    pub fn bits(&self) -> u32 {
+        let ones = |b: &[u8]| b.iter().map(|x| x.count_ones()).sum::<u32>();
+        ones(&self.dmac)
+            + ones(&self.smac)
+            + ones(&self.saddr)
+            + ones(&self.daddr)
+            + self.sport.count_ones()
+            + self.dport.count_ones()
+            + self.proto.count_ones()
+            + self.in_port.count_ones()
+            + self.vlan.count_ones()
+            + self.vni.count_ones()
+    }
+
     fn key(&self, table: u32, mask: u32) -> types::wl_es_key {
         types::wl_es_key {
             table,
@@ -131,6 +161,56 @@ pub struct Tunnel {
     pub ttl: u8,
 }
 
+impl Action {
+    fn of(a: &types::wl_es_action) -> Option<Action> {
+        use types::wl_es_kind as K;
+        let t = &a.tun;
+        Some(match K(a.kind as _) {
+            K::WL_ES_COUNT => Action::Count,
+            K::WL_ES_FORWARD => Action::Forward {
+                ifindex: a.ifindex,
+                port: a.port,
+            },
+            K::WL_ES_DROP => Action::Drop,
+            K::WL_ES_GOTO => Action::Goto(a.goto_table),
+            K::WL_ES_ENCAP => Action::Encap {
+                ifindex: a.ifindex,
+                port: a.port,
+                tunnel: Tunnel {
+                    dmac: t.dmac,
+                    smac: t.smac,
+                    saddr: t.saddr.to_ne_bytes(),
+                    daddr: t.daddr.to_ne_bytes(),
+                    vni: t.vni,
+                    sport: u16::from_be(t.sport),
+                    ttl: t.ttl,
+                },
+            },
+            K::WL_ES_DECAP => Action::Decap {
+                ifindex: a.ifindex,
+                port: a.port,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// A flow that hit a cascading mask of a table with a hyper mask, as the
+/// stage reported it (ScalaCN §4.3: a candidate for activation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Learned {
+    pub table: u32,
+    /// The packet's whole key.
+    pub fields: Match,
+    /// The mask it hit, and that entry's action.
+    pub mask: u32,
+    pub action: Action,
+    /// CLOCK_MONOTONIC ns of its first and latest report, and packets.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub pkts: u64,
+}
+
 /// The stage's totals over every CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -183,18 +263,7 @@ impl Switch {
             .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err(format!("reading flow table {table} mask {id}")))?;
         let k: types::wl_es_key = v.and_then(|b| from_bytes(&b)).unwrap_or_default();
-        Ok(Match {
-            dmac: k.dmac,
-            smac: k.smac,
-            saddr: k.saddr.to_ne_bytes(),
-            daddr: k.daddr.to_ne_bytes(),
-            sport: u16::from_be(k.sport),
-            dport: u16::from_be(k.dport),
-            proto: k.proto,
-            in_port: k.in_port,
-            vlan: k.vlan,
-            vni: k.vni,
-        })
+        Ok(Match::of_key(&k))
     }
 
     /// An entry of mask `id`: packets whose fields, under the mask, equal
@@ -359,6 +428,65 @@ impl Switch {
             .iter()
             .filter_map(|b| from_bytes::<types::wl_es_mask_stats>(b))
             .fold((0, 0), |(l, h), s| (l + s.lookups, h + s.hits)))
+    }
+
+    /// Makes mask `id` of `table` its hyper mask (ScalaCN §4.3), or none:
+    /// with one, the stage reports every flow that hits another mask of
+    /// the table (`es_learned`). The mask should compare every bit
+    /// (`Match::all()`) and lead the order; that is the caller's choice.
+    pub fn set_es_hyper(&self, table: u32, id: Option<u32>) -> Result<(), Error> {
+        let v = match id {
+            Some(id) => check(table, id).map(|_| id + 1)?,
+            None => check(table, 0).map(|_| 0)?,
+        };
+        self.maps
+            .es_hyper
+            .update(&table.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err(format!("setting flow table {table}'s hyper mask")))
+    }
+
+    /// The flows reported since they were last forgotten (`forget_es_learned`).
+    pub fn es_learned(&self) -> Result<Vec<Learned>, Error> {
+        let mut out = Vec::new();
+        for k in self.maps.es_learned.keys() {
+            // Gone between the walk and the lookup (LRU eviction): skipped.
+            let Some(v) = self
+                .maps
+                .es_learned
+                .lookup(&k, MapFlags::ANY)
+                .map_err(map_err("reading the learned flows"))?
+            else {
+                continue;
+            };
+            let (Some(key), Some(l)) = (
+                from_bytes::<types::wl_es_key>(&k),
+                from_bytes::<types::wl_es_learned>(&v),
+            ) else {
+                continue;
+            };
+            let Some(action) = Action::of(&l.action) else {
+                continue;
+            };
+            out.push(Learned {
+                table: key.table,
+                fields: Match::of_key(&key),
+                mask: l.mask,
+                action,
+                first_ns: l.first_ns,
+                last_ns: l.last_ns,
+                pkts: l.pkts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Forgets a reported flow (activated, or not worth it).
+    pub fn forget_es_learned(&self, table: u32, fields: &Match) -> Result<(), Error> {
+        let key = fields.key(table, 0);
+        match self.maps.es_learned.delete(bytes_of(&key)) {
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            r => r.map_err(map_err("forgetting a learned flow")),
+        }
     }
 
     pub fn es_stats(&self) -> Result<Stats, Error> {

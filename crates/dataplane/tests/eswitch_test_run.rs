@@ -204,6 +204,63 @@ fn moving_a_mask_forward_shortens_the_search() {
 }
 
 #[test]
+fn a_flow_hitting_a_cascading_mask_is_reported_once_and_activated_into_the_hyper_mask() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    let fwd = Action::Forward {
+        ifindex: ES_OUT,
+        port: 3,
+    };
+    eight_masks(&sw, |_| fwd);
+    let p = frame(Ipv4Addr::new(10, 0, 6, 0), 9006);
+    // Without a hyper mask nothing is reported.
+    run_frame(&sw, &p);
+    assert!(sw.es_learned().unwrap().is_empty());
+    // Mask 8 compares every bit and leads the search (ScalaCN §4.3).
+    sw.set_es_mask(0, 8, &Match::all()).unwrap();
+    sw.set_es_hyper(0, Some(8)).unwrap();
+    sw.set_es_order(0, &[8, 0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+    for _ in 0..3 {
+        run_frame(&sw, &p);
+    }
+    let l = sw.es_learned().unwrap();
+    assert_eq!(l.len(), 1, "one flow, one report: {l:?}");
+    let f = l[0];
+    assert_eq!((f.table, f.mask, f.action, f.pkts), (0, 6, fwd, 3));
+    assert_eq!(f.fields.daddr, [10, 0, 6, 0]);
+    assert_eq!(f.fields.dport, 9006);
+    assert_eq!(f.fields.in_port, 1, "the whole key, ingress port too");
+    assert!(f.first_ns <= f.last_ns && f.first_ns > 0);
+    // Activated: its exact entry in the hyper mask; one mask searched now,
+    // and it is no longer reported.
+    sw.add_es_entry(0, 8, &f.fields, f.action).unwrap();
+    sw.forget_es_learned(0, &f.fields).unwrap();
+    let v = visited(&sw);
+    let (verdict, _, _) = run_frame(&sw, &p);
+    assert_eq!(verdict, verdict::REDIRECT);
+    assert_eq!(visited(&sw) - v, 1, "the hyper mask hits first");
+    assert_eq!(
+        sw.es_entry_hits(0, 8, &f.fields).unwrap(),
+        Some((1, p.len() as u64))
+    );
+    assert!(sw.es_learned().unwrap().is_empty());
+    sw.forget_es_learned(0, &f.fields).unwrap(); // not there: no error
+                                                 // Another flow (mask 2) is reported; with the hyper mask off, not.
+    run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 2, 0), 9002));
+    assert_eq!(sw.es_learned().unwrap()[0].mask, 2);
+    sw.set_es_hyper(0, None).unwrap();
+    run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 3, 0), 9003));
+    assert_eq!(sw.es_learned().unwrap().len(), 1);
+    assert_eq!(
+        Match::all().bits(),
+        6 * 8 * 2 + 32 * 2 + 16 * 2 + 8 + 8 + 16 + 32
+    );
+    assert_eq!(mask(3).bits(), 27 + 16);
+}
+
+#[test]
 fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
     if !have_bpf() {
         return;
