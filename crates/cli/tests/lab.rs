@@ -747,6 +747,67 @@ fn roce_icrcs_verify_with_scapy_except_the_corrupted_packet_and_after_an_edit() 
 /// misses, and the MAC table forwards it. Drop entries drop, after the
 /// capture.
 #[test]
+fn scalacns_optimiser_beats_hit_count_ranking_on_a_tse_mix_and_insertion_order_beats_neither() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/scalacn/tse-mix-equal-flows-one-mask-each.yaml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let mut per = std::collections::BTreeMap::new();
+    for policy in ["insertion", "hit-count", "scalacn"] {
+        let p = out.path().join(format!("{policy}.yaml"));
+        std::fs::write(
+            &p,
+            text.replace("policy: scalacn", &format!("policy: {policy}")),
+        )
+        .unwrap();
+        let r = run_spec(&p, out.path());
+        assert_eq!(r.code, 0, "{policy}: {}", r.why());
+        per.insert(policy, r.summary["flowtables"].clone());
+    }
+    let mpp = |p: &str| per[p]["masks_per_packet"].as_f64().unwrap();
+    // 24 flows of equal packets, flow k's mask at place 100 + k: every
+    // packet searches 100 + 12.5 masks on average, and the order never moves.
+    assert_eq!(mpp("insertion"), 112.5, "{}", per["insertion"]);
+    assert_eq!(per["insertion"]["optimiser"]["reorders"], 0);
+    // OVS's ranking puts the generated masks (no hits) last, but cannot
+    // rank 24 masks hit equally: about half of them are still searched.
+    let hc = mpp("hit-count");
+    assert!(hc < 30.0 && hc > 8.0, "{}", per["hit-count"]);
+    // ScalaCN: every flow activated into the hyper mask (no evictions at
+    // 1024 entries); from then on, one search.
+    let sc = &per["scalacn"];
+    assert!(mpp("scalacn") < hc, "{sc}");
+    assert_eq!(sc["optimiser"]["activations"], 24, "{sc}");
+    assert_eq!(sc["optimiser"]["evictions"], 0, "{sc}");
+    let hyper = sc["masks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["hyper"] == true)
+        .unwrap_or_else(|| panic!("a hyper mask: {sc}"));
+    assert_eq!(
+        (hyper["mask"].as_u64(), hyper["entries"].as_u64()),
+        (Some(124), Some(24))
+    );
+    let packets = sc["packets"].as_u64().unwrap();
+    assert!(
+        hyper["hits"].as_u64().unwrap() * 10 > packets * 8,
+        "most packets hit the hyper mask: {hyper} of {packets}"
+    );
+    assert_eq!(
+        sc["tables"][0]["order"][0], 124,
+        "the hyper mask leads: {sc}"
+    );
+    // Idle masks (the 100 generated ones at least) left the search.
+    assert!(
+        sc["optimiser"]["masks_removed"].as_u64().unwrap() >= 100,
+        "{sc}"
+    );
+    assert_nothing_left("flowtables-optimise");
+}
+
+#[test]
 fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
     let Some((_g, out)) = lab_test() else {
         return;

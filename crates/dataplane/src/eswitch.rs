@@ -15,7 +15,7 @@ pub const MAX_CHAIN: u32 = types::wl_limits::WL_ES_MAX_CHAIN.0 as u32;
 
 /// The wide match: a mask's bits, or an entry's key (before masking).
 /// Addresses and ports as on the wire.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Match {
     pub dmac: [u8; 6],
     pub smac: [u8; 6],

@@ -59,6 +59,10 @@ impl Policy {
     pub fn hyper(&self) -> bool {
         matches!(self, Policy::Scalacn { .. })
     }
+    /// How often the policy looks at the table; None: it never does.
+    pub fn interval_ns(&self) -> Option<u64> {
+        self.interval()
+    }
     fn interval(&self) -> Option<u64> {
         match *self {
             Policy::Insertion => None,
@@ -127,6 +131,20 @@ pub struct Tally {
     pub masks_restored: u64,
 }
 
+impl Tally {
+    /// Two tables' tallies as one.
+    pub fn add(self, o: Tally) -> Tally {
+        Tally {
+            ticks: self.ticks + o.ticks,
+            reorders: self.reorders + o.reorders,
+            activations: self.activations + o.activations,
+            evictions: self.evictions + o.evictions,
+            masks_removed: self.masks_removed + o.masks_removed,
+            masks_restored: self.masks_restored + o.masks_restored,
+        }
+    }
+}
+
 pub struct Optimiser<K> {
     policy: Policy,
     hyper: Option<u16>,
@@ -175,6 +193,17 @@ impl<K: Clone + Eq + Hash + Ord> Optimiser<K> {
 
     pub fn tally(&self) -> Tally {
         self.tally
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The flows in the hyper mask now, in key order.
+    pub fn active(&self) -> Vec<K> {
+        let mut v: Vec<K> = self.active.keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// Looks at the table at `now`; what to change, if anything.

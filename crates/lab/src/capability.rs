@@ -9,8 +9,11 @@
 //! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders |
 //! | `start` | just before the workload | — | the truth ring's drain | the limiters | — |
 //! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — |
+//! | `during` | while the workload runs, a thread each | — | — | — | the optimiser's control loop |
 //! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — |
 //! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask |
+
+use std::sync::atomic::AtomicBool;
 
 use wirelab_analyze::report::Report;
 use wirelab_analyze::truth::{TruthEvent, TruthPoint, VqFacts};
@@ -21,7 +24,9 @@ use wirelab_netns::Lab;
 use wirelab_plan::{Plan, Target};
 use wirelab_workload::{ConnMeta, Stop};
 
-use crate::summary::{EsMaskSummary, EsSummary, EsTableSummary, EventSummary, Summary, VqSummary};
+use crate::summary::{
+    EsMaskSummary, EsOptimiserSummary, EsSummary, EsTableSummary, EventSummary, Summary, VqSummary,
+};
 use crate::{During, Error};
 
 /// What a capability sees of the run.
@@ -52,6 +57,16 @@ pub trait Capability: Send {
     fn connected(&mut self, _cx: &Cx, _meta: &[ConnMeta], _log: &mut String) -> Result<(), Error> {
         Ok(())
     }
+    /// Whether `during` has work: the engine gives it a thread only then.
+    fn acts_during(&self) -> bool {
+        false
+    }
+    /// While the workload runs, on a thread of its own: act on the switch
+    /// as traffic flows (a control loop) until `done` is set, soon after
+    /// the workload's last packet. An error ends the run.
+    fn during(&mut self, _cx: &Cx, _done: &AtomicBool) -> Result<(), Error> {
+        Ok(())
+    }
     /// The workload is over and the capture drained: add what this
     /// capability observed to the facts the analysis reads.
     fn collect(&mut self, _cx: &Cx, _facts: &mut RunFacts, _log: &mut String) -> Result<(), Error> {
@@ -79,14 +94,98 @@ pub fn for_plan(plan: &Plan, extension: bool) -> Vec<Box<dyn Capability>> {
         caps.push(Box::new(ReactionPoints::default()));
     }
     if plan.flowtables.is_some() {
-        caps.push(Box::new(FlowTables));
+        caps.push(Box::new(FlowTables::default()));
     }
     caps
 }
 
 /// ScalaCN's eSwitch (seed 001 Fig. 8): the plan's tables in the switch's
-/// eSwitch stage, masks in search order; the masks searched in the summary.
-pub struct FlowTables;
+/// eSwitch stage, masks in search order; while traffic runs, the search
+/// order kept by the plan's policy (ScalaCN §4.3, or a baseline); the
+/// masks searched in the summary.
+#[derive(Default)]
+pub struct FlowTables {
+    /// One per table, made when the tables are armed.
+    optimisers: Vec<wirelab_flowopt::Optimiser<wirelab_dataplane::eswitch::Match>>,
+    /// The optimisers' clock starts with them.
+    started: Option<std::time::Instant>,
+}
+
+/// The hyper mask's id in a table of `masks` masks: the next one.
+fn hyper_id(masks: usize) -> u16 {
+    masks as u16
+}
+
+impl FlowTables {
+    /// One look at every table: the policy's changes, applied.
+    fn tick(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan) -> Result<(), Error> {
+        use wirelab_flowopt::{MaskView, TableView};
+        let now = self.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let sw = cx.switch;
+        let learned = if ft.optimise.hyper() {
+            sw.es_learned().during("reading the learned flows")?
+        } else {
+            Vec::new()
+        };
+        let misses = sw.es_stats().during("reading the eSwitch counters")?.misses;
+        for (t, masks) in ft.tables.iter().enumerate() {
+            let table = t as u32;
+            let hyper = hyper_id(masks.len());
+            let mut view = TableView {
+                masks: Vec::with_capacity(masks.len()),
+                learned: learned
+                    .iter()
+                    .filter(|l| l.table == table)
+                    .map(|l| l.fields)
+                    .collect(),
+                hyper_hits: Vec::new(),
+                // The stage counts misses over all tables: a miss anywhere
+                // counts for each (what restores removed masks).
+                misses,
+            };
+            for (id, m) in masks.iter().enumerate() {
+                let (_, hits) = sw
+                    .es_mask_stats(table, id as u32)
+                    .during("reading the eSwitch's mask counters")?;
+                view.masks.push(MaskView {
+                    id: id as u16,
+                    len: es_bits(&m.fields).bits(),
+                    hits,
+                });
+            }
+            if ft.optimise.hyper() {
+                for k in self.optimisers[t].active() {
+                    let h = sw
+                        .es_entry_hits(table, hyper.into(), &k)
+                        .during("reading the hyper mask's entries")?;
+                    view.hyper_hits.push((k, h.map_or(0, |h| h.0)));
+                }
+            }
+            let ch = self.optimisers[t].tick(now, &view);
+            for k in &ch.evict {
+                sw.remove_es_entry(table, hyper.into(), k)
+                    .during("evicting a flow from the hyper mask")?;
+            }
+            for k in &ch.activate {
+                let l = learned
+                    .iter()
+                    .find(|l| l.table == table && l.fields == *k)
+                    .expect("activations come from the learned flows");
+                sw.add_es_entry(table, hyper.into(), k, l.action)
+                    .during("activating a flow into the hyper mask")?;
+            }
+            for k in &ch.forget {
+                sw.forget_es_learned(table, k)
+                    .during("forgetting a learned flow")?;
+            }
+            if let Some(order) = &ch.order {
+                sw.set_es_order(table, order)
+                    .during(format!("ordering flow table {t}"))?;
+            }
+        }
+        Ok(())
+    }
+}
 
 fn es_match(e: &wirelab_plan::EsEntryPlan) -> wirelab_dataplane::eswitch::Match {
     wirelab_dataplane::eswitch::Match {
@@ -146,10 +245,53 @@ impl Capability for FlowTables {
                         .during(format!("adding an entry to flow table {t} mask {id}"))?;
                 }
             }
-            let order: Vec<u16> = (0..masks.len() as u16).collect();
+            let hyper = ft.optimise.hyper().then(|| hyper_id(masks.len()));
+            if let Some(h) = hyper {
+                // ScalaCN §4.3: an exact-match mask ahead of every other.
+                cx.switch
+                    .set_es_mask(t, h.into(), &wirelab_dataplane::eswitch::Match::all())
+                    .during(format!("setting flow table {t}'s hyper mask"))?;
+                cx.switch
+                    .set_es_hyper(t, Some(h.into()))
+                    .during(format!("setting flow table {t}'s hyper mask"))?;
+            }
+            let opt = wirelab_flowopt::Optimiser::new(
+                ft.optimise,
+                (0..masks.len() as u16).collect(),
+                hyper,
+                0,
+            );
             cx.switch
-                .set_es_order(t, &order)
+                .set_es_order(t, &opt.order())
                 .during(format!("ordering flow table {t}"))?;
+            self.optimisers.push(opt);
+        }
+        self.started = Some(std::time::Instant::now());
+        Ok(())
+    }
+    fn acts_during(&self) -> bool {
+        !matches!(
+            self.optimisers.first().map(|o| o.policy()),
+            None | Some(wirelab_flowopt::Policy::Insertion)
+        )
+    }
+    fn during(&mut self, cx: &Cx, done: &AtomicBool) -> Result<(), Error> {
+        let Some(ft) = &cx.plan.flowtables else {
+            return Ok(());
+        };
+        let interval = ft.optimise.interval_ns().unwrap_or(1_000_000_000);
+        let mut next = std::time::Instant::now();
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let now = std::time::Instant::now();
+            if now >= next {
+                self.tick(cx, ft)?;
+                next = now + std::time::Duration::from_nanos(interval);
+            }
+            // Wake at the next look, or within 5 ms to see `done`.
+            std::thread::sleep(
+                next.saturating_duration_since(std::time::Instant::now())
+                    .min(std::time::Duration::from_millis(5)),
+            );
         }
         Ok(())
     }
@@ -168,6 +310,8 @@ impl Capability for FlowTables {
             .es_stats()
             .during("reading the eSwitch counters")?;
         let mut masks = Vec::new();
+        let mut orders = Vec::new();
+        let mut tally = wirelab_flowopt::Tally::default();
         for (t, ms) in ft.tables.iter().enumerate() {
             for (id, m) in ms.iter().enumerate() {
                 let (lookups, hits) = cx
@@ -178,11 +322,36 @@ impl Capability for FlowTables {
                     table: t as u32,
                     mask: id as u32,
                     generated: m.generated,
+                    hyper: false,
                     entries: m.entries.len(),
                     lookups,
                     hits,
                 });
             }
+            if let Some(o) = self.optimisers.get(t) {
+                if ft.optimise.hyper() {
+                    let id = hyper_id(ms.len()).into();
+                    let (lookups, hits) = cx
+                        .switch
+                        .es_mask_stats(t as u32, id)
+                        .during("reading the eSwitch's mask counters")?;
+                    masks.push(EsMaskSummary {
+                        table: t as u32,
+                        mask: id,
+                        generated: false,
+                        hyper: true,
+                        entries: o.active().len(),
+                        lookups,
+                        hits,
+                    });
+                }
+                tally = tally.add(o.tally());
+            }
+            orders.push(
+                cx.switch
+                    .es_order(t as u32)
+                    .during("reading the search order")?,
+            );
         }
         summary.flowtables = Some(EsSummary {
             packets: st.pkts,
@@ -198,10 +367,15 @@ impl Capability for FlowTables {
                         table: t as u32,
                         packets: pkts,
                         masks_per_packet: visited as f64 / pkts.max(1) as f64,
+                        order: std::mem::take(&mut orders[t]),
                     }
                 })
                 .collect(),
             masks,
+            optimiser: EsOptimiserSummary {
+                policy: ft.optimise,
+                tally,
+            },
         });
         Ok(())
     }

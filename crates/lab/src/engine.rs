@@ -283,7 +283,28 @@ pub fn handoff(
     }
     check()?;
     progress.stage(&plan.run_id, Stage::Connected);
-    let finished = wl.run(plan, stop).during("running the workload")?;
+    // Capabilities that act while traffic runs get a thread each; the
+    // workload runs here, and they stop when it is over.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (finished, during) = std::thread::scope(|s| {
+        let handles: Vec<_> = caps
+            .iter_mut()
+            .filter(|c| c.acts_during())
+            .map(|c| {
+                let done = &done;
+                s.spawn(move || c.during(cx, done))
+            })
+            .collect();
+        let finished = wl.run(plan, stop);
+        done.store(true, Ordering::SeqCst);
+        let during: Result<(), Error> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (finished, during)
+    });
+    let finished = finished.during("running the workload")?;
+    during?;
     progress.stage(&plan.run_id, Stage::WorkloadDone);
     Ok((meta, finished))
 }

@@ -109,8 +109,19 @@ pub struct EsSummary {
     /// Per table: packets that searched it, and masks per packet there
     /// (ScalaCN's Q_l for a local egress table, Q_r for a remote ingress one).
     pub tables: Vec<EsTableSummary>,
-    /// Every mask, in search order.
+    /// Every mask, by table and id.
     pub masks: Vec<EsMaskSummary>,
+    /// What the search-order policy did (`flowtables.optimise`), over
+    /// every table.
+    pub optimiser: EsOptimiserSummary,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EsOptimiserSummary {
+    #[serde(flatten)]
+    pub policy: wirelab_flowopt::Policy,
+    #[serde(flatten)]
+    pub tally: wirelab_flowopt::Tally,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,6 +129,8 @@ pub struct EsTableSummary {
     pub table: u32,
     pub packets: u64,
     pub masks_per_packet: f64,
+    /// The search order the run ended with (mask ids).
+    pub order: Vec<u16>,
 }
 
 #[derive(Debug, Serialize)]
@@ -125,6 +138,9 @@ pub struct EsMaskSummary {
     pub table: u32,
     pub mask: u32,
     pub generated: bool,
+    /// ScalaCN's hyper mask: its entries are the activated flows.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hyper: bool,
     pub entries: usize,
     pub lookups: u64,
     pub hits: u64,

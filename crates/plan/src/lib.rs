@@ -75,6 +75,9 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EsPlan {
     pub tables: Vec<Vec<EsMaskPlan>>,
+    /// How every table's masks are ordered while traffic runs; with
+    /// ScalaCN's, each table's hyper mask takes the id after its masks.
+    pub optimise: wirelab_flowopt::Policy,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -612,5 +615,22 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
             });
         }
     }
-    EsPlan { tables }
+    use wirelab_spec::flowtables::{OptPolicy, Optimise};
+    let optimise = match &ft.optimise {
+        None => wirelab_flowopt::Policy::Insertion,
+        Some(o) => {
+            let interval_ns = o.interval.unwrap_or(Optimise::INTERVAL).0;
+            match o.policy {
+                OptPolicy::Insertion => wirelab_flowopt::Policy::Insertion,
+                OptPolicy::HitCount => wirelab_flowopt::Policy::HitCount { interval_ns },
+                OptPolicy::Scalacn => wirelab_flowopt::Policy::Scalacn {
+                    interval_ns,
+                    window_ns: o.window.unwrap_or(Optimise::WINDOW).0,
+                    idle_ns: o.idle.unwrap_or(Optimise::IDLE).0,
+                    hyper_entries: o.hyper_entries.unwrap_or(Optimise::HYPER_ENTRIES) as usize,
+                },
+            }
+        }
+    };
+    EsPlan { tables, optimise }
 }

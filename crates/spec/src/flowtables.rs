@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{err, Invalid, Spec};
+use crate::{err, Invalid, Nanos, Spec};
 
 /// The switch's limits (stage_eswitch.h, `wl_limits`).
 pub const MAX_TABLES: usize = 4;
@@ -34,6 +34,52 @@ pub struct FlowTables {
     /// Tables 0, 1, ...; each a list of masks in search order.
     #[serde(default)]
     pub tables: Vec<Table>,
+    /// How every table's masks are ordered while traffic runs (default:
+    /// as written, an RNIC's insertion order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimise: Option<Optimise>,
+}
+
+/// A search-order policy and its settings (ScalaCN §4.3). A setting the
+/// policy does not use is ignored, so one spec compares the policies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Optimise {
+    pub policy: OptPolicy,
+    /// How often the control loop looks at the tables (default 1s: OVS
+    /// re-sorts its subtables every second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Nanos>,
+    /// `scalacn`: packets per mask (PM) are counted over this window
+    /// (default 60s, as the paper).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Nanos>,
+    /// `scalacn`: a mask without a packet this long leaves the search
+    /// (default 10min, as the paper).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Nanos>,
+    /// `scalacn`: flows the hyper mask holds before the least recently
+    /// used is evicted (default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hyper_entries: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptPolicy {
+    /// Masks stay in the order they were added (an RNIC's default).
+    Insertion,
+    /// Open vSwitch dpcls: sorted by hits since the last sort, every interval.
+    HitCount,
+    /// ScalaCN: a hyper mask of activated flows, then masks by PM × LM.
+    Scalacn,
+}
+
+impl Optimise {
+    pub const INTERVAL: Nanos = Nanos(1_000_000_000);
+    pub const WINDOW: Nanos = Nanos(60_000_000_000);
+    pub const IDLE: Nanos = Nanos(600_000_000_000);
+    pub const HYPER_ENTRIES: u32 = 1024;
 }
 
 /// `generate:` as written: one generator, or a list.
@@ -146,6 +192,28 @@ pub fn proto_number(p: &str) -> Option<u8> {
     }
 }
 
+fn validate_optimise(o: &Optimise) -> Result<(), Invalid> {
+    let at = "flowtables.optimise";
+    // Settings another policy does not use are kept, not refused: one spec
+    // is swept across the policies (`--vary flowtables.optimise.policy=...`).
+    let interval = o.interval.unwrap_or(Optimise::INTERVAL);
+    // The control loop reads every mask's counters each time: below a
+    // millisecond it would compete with the traffic it measures.
+    if interval.0 < 1_000_000 {
+        return err(format!("{at}.interval"), "at least 1ms");
+    }
+    if o.window.is_some_and(|w| w < interval) {
+        return err(format!("{at}.window"), "at least one interval");
+    }
+    if o.idle.is_some_and(|w| w < interval) {
+        return err(format!("{at}.idle"), "at least one interval");
+    }
+    if o.hyper_entries == Some(0) {
+        return err(format!("{at}.hyper_entries"), "at least 1");
+    }
+    Ok(())
+}
+
 pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> {
     let Some(ft) = &s.flowtables else {
         return Ok(());
@@ -180,8 +248,14 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
         generated[g.table as usize] += g.masks as usize;
         entries += (g.masks * g.entries) as usize;
     }
+    // ScalaCN's hyper mask takes one more id in every table.
+    let hyper = usize::from(
+        ft.optimise
+            .as_ref()
+            .is_some_and(|o| o.policy == OptPolicy::Scalacn),
+    );
     for (t, &n) in generated.iter().enumerate() {
-        let own = ft.tables.get(t).map_or(0, |x| x.masks.len());
+        let own = ft.tables.get(t).map_or(0, |x| x.masks.len()) + hyper;
         if n + own > MAX_MASKS {
             return err(
                 if ft.tables.is_empty() {
@@ -190,8 +264,13 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                     format!("flowtables.tables[{t}].masks")
                 },
                 format!(
-                    "{} masks (generated ones included): a table holds {MAX_MASKS}",
-                    n + own
+                    "{} masks (generated ones{} included): a table holds {MAX_MASKS}",
+                    n + own,
+                    if hyper == 1 {
+                        " and the hyper mask"
+                    } else {
+                        ""
+                    }
                 ),
             );
         }
@@ -262,6 +341,12 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                 }
             }
             entries += mask.entries.len();
+        }
+    }
+    if let Some(o) = &ft.optimise {
+        validate_optimise(o)?;
+        if o.policy == OptPolicy::Scalacn {
+            entries += o.hyper_entries.unwrap_or(Optimise::HYPER_ENTRIES) as usize;
         }
     }
     if entries > MAX_ENTRIES {

@@ -100,6 +100,31 @@ fn each_rejection_names_path_and_line() {
             "flowtables.tables[0].masks: 257 masks (generated ones included): a table holds 256 (line 13)",
         ),
         (
+            "flow tables: the hyper mask needs an id of its own",
+            with("flowtables:\n  generate: {masks: 255}\n  optimise: {policy: scalacn}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.tables[0].masks: 257 masks (generated ones and the hyper mask included): a table holds 256 (line 14)",
+        ),
+        (
+            "flow tables: an optimiser looking too often",
+            with("flowtables:\n  optimise: {policy: hit-count, interval: 100us}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.optimise.interval: at least 1ms (line 11)",
+        ),
+        (
+            "flow tables: a window shorter than the interval",
+            with("flowtables:\n  optimise: {policy: scalacn, interval: 10ms, window: 5ms}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.optimise.window: at least one interval (line 11)",
+        ),
+        (
+            "flow tables: a hyper mask with no room",
+            with("flowtables:\n  optimise: {policy: scalacn, hyper_entries: 0}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.optimise.hyper_entries: at least 1 (line 11)",
+        ),
+        (
+            "flow tables: an unknown policy",
+            with("flowtables:\n  optimise: {policy: lru}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.optimise.policy: unknown variant `lru`, expected one of `insertion`, `hit-count`, `scalacn` (line 11)",
+        ),
+        (
             "flow tables: a prefix longer than an address",
             with("flowtables:\n  tables:\n    - masks:\n        - match: {src: 33}\n"),
             "flowtables.tables[0].masks[0].match: a prefix is 0..=32 bits (line 13)",
