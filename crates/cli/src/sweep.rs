@@ -201,40 +201,37 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
-    let varies = match args
-        .vary
-        .iter()
-        .map(|v| parse_vary(v))
-        .collect::<Result<Vec<_>>>()
-    {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("wirelab: {e:#}");
-            return Ok(code::ERROR);
-        }
-    };
-    let text = match std::fs::read_to_string(&args.spec) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("wirelab: reading {}: {e}", args.spec.display());
-            return Ok(code::ERROR);
-        }
-    };
-    let doc: Value = serde_yaml::from_str(&text)
-        .with_context(|| format!("{} is not YAML", args.spec.display()))?;
+/// One point of a sweep: the values set, and the spec they make.
+pub struct Point {
+    /// `path=value` for each value set.
+    pub label: Vec<String>,
+    pub values: Vec<Value>,
+    pub spec: wirelab_spec::Spec,
+}
+
+/// Reads a spec as YAML, to be changed by `set` before it is parsed.
+pub fn read_doc(path: &Path) -> Result<Value, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    serde_yaml::from_str(&text).map_err(|e| format!("{} is not YAML: {e}", path.display()))
+}
+
+/// Each point (one value per vary) made into a spec and checked, before
+/// any lab starts; the first that is not a valid spec is the error.
+pub fn make_points(
+    spec_path: &Path,
+    doc: &Value,
+    varies: &[Vary],
+    points: Vec<Vec<Value>>,
+) -> Result<Vec<Point>, String> {
     let catalog = wirelab_lab::catalog();
-    // Every point is made and checked before any lab starts.
-    let mut specs = Vec::new();
-    for p in points(&varies) {
+    let mut out = Vec::new();
+    for p in points {
         let mut d = doc.clone();
         for (v, x) in varies.iter().zip(&p) {
-            if let Err(e) = set(&mut d, &v.path, &v.text, x.clone()) {
-                eprintln!("wirelab: {e:#}");
-                return Ok(code::ERROR);
-            }
+            set(&mut d, &v.path, &v.text, x.clone()).map_err(|e| format!("{e:#}"))?;
         }
-        let yaml = serde_yaml::to_string(&d)?;
+        let yaml = serde_yaml::to_string(&d).map_err(|e| e.to_string())?;
         let label: Vec<String> = varies
             .iter()
             .zip(&p)
@@ -249,19 +246,153 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         match wirelab_spec::parse(&yaml, catalog) {
             Ok(mut s) => {
                 // Each point's results folder says which point it is.
-                s.name = Some(format!("point-{}", specs.len() + 1));
-                specs.push((label, p, s))
+                s.name = Some(format!("point-{}", out.len() + 1));
+                out.push(Point {
+                    label,
+                    values: p,
+                    spec: s,
+                })
             }
             Err(e) => {
-                eprintln!(
-                    "wirelab: {} with {}: {e}",
-                    args.spec.display(),
+                return Err(format!(
+                    "{} with {}: {e}",
+                    spec_path.display(),
                     label.join(" ")
-                );
-                return Ok(code::ERROR);
+                ))
             }
         }
     }
+    Ok(out)
+}
+
+/// How a set of points runs.
+pub struct Runs<'a> {
+    pub dir: &'a Path,
+    pub jobs: usize,
+    pub repeat: u32,
+    pub timeout: Duration,
+    pub abort: &'a Arc<AtomicBool>,
+}
+
+/// Runs every point `repeat` times, `jobs` labs at once, with a progress
+/// bar; one row per point that ran (see `combine`), in point order.
+pub fn run_points(points: &[Point], r: &Runs) -> Vec<(usize, serde_json::Value)> {
+    // Run k is point k % points, repeat k / points.
+    let total = points.len() * r.repeat as usize;
+    let pb = indicatif::ProgressBar::new(total as u64).with_style(
+        indicatif::ProgressStyle::with_template("  {elapsed:>4} [{bar:25}] {pos}/{len} runs {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let next = Mutex::new(0usize);
+    let rows: Mutex<Vec<(usize, serde_json::Value)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..r.jobs.min(total) {
+            scope.spawn(|| loop {
+                let k = {
+                    let mut n = next.lock().expect("not poisoned");
+                    let k = *n;
+                    *n += 1;
+                    k
+                };
+                if k >= total || r.abort.load(Ordering::SeqCst) {
+                    return;
+                }
+                let pt = &points[k % points.len()];
+                let row = run_one(pt, r);
+                pb.set_message(format!("(last: {})", pt.label.join(" ")));
+                pb.inc(1);
+                rows.lock().expect("not poisoned").push((k, row));
+            });
+        }
+    });
+    pb.finish_and_clear();
+    let mut runs = rows.into_inner().expect("not poisoned");
+    runs.sort_by_key(|r| r.0);
+    let n = points.len();
+    (0..n)
+        .filter_map(|i| {
+            let reps: Vec<&serde_json::Value> =
+                runs.iter().filter(|r| r.0 % n == i).map(|r| &r.1).collect();
+            combine(&reps).map(|r| (i, r))
+        })
+        .collect()
+}
+
+/// One run of a point through the run library, and what it measured.
+fn run_one(pt: &Point, r: &Runs) -> serde_json::Value {
+    let spec = &pt.spec;
+    let opts = wirelab_lab::RunOptions {
+        timeout: r.timeout,
+        abort: r.abort.clone(),
+        ..wirelab_lab::RunOptions::new(r.dir.join("runs"))
+    };
+    match wirelab_lab::build_extension(spec)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|ext| {
+            wirelab_lab::run(spec, ext.as_ref(), &opts, &wirelab_lab::Quiet)
+                .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+        }) {
+        Ok(out) => {
+            let s = &out.summary;
+            // perftest's two measures: bandwidth from the connection with
+            // the largest messages (bytes over its median MCT), latency
+            // from the one with the smallest (its median MCT, as
+            // ib_write_lat times a small write).
+            let (big, small) = size_extremes(spec);
+            let bw = big.and_then(|(c, bytes)| {
+                median(values(s, "flow.mct", Some(c))).map(|ns| bytes as f64 * 8.0 / (ns / 1e9))
+            });
+            let lat = small.and_then(|(c, _)| median(values(s, "flow.mct", Some(c))));
+            let tables: Vec<f64> = s
+                .flowtables
+                .as_ref()
+                .map(|f| f.tables.iter().map(|t| t.masks_per_packet).collect())
+                .unwrap_or_default();
+            serde_json::json!({
+                "point": pt.label, "values": pt.values, "verdict": out.verdict.name(),
+                "results": out.dir,
+                "bandwidth_bps": bw,
+                "latency_ns": lat,
+                "goodput_bps": median(values(s, "flow.goodput", None)),
+                "rtt_ns": median(values(s, "flow.rtt", None)),
+                "mct_ns": median(values(s, "flow.mct", None)),
+                "masks_per_packet": tables,
+            })
+        }
+        Err(e) => {
+            serde_json::json!({"point": pt.label, "values": pt.values, "verdict": "ERROR", "error": e})
+        }
+    }
+}
+
+pub fn default_jobs(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
+    let varies = match args
+        .vary
+        .iter()
+        .map(|v| parse_vary(v))
+        .collect::<Result<Vec<_>>>()
+    {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("wirelab: {e:#}");
+            return Ok(code::ERROR);
+        }
+    };
+    let specs = match read_doc(&args.spec)
+        .and_then(|doc| make_points(&args.spec, &doc, &varies, points(&varies)))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
     crate::run::require_root()?;
     let stem = args
         .spec
@@ -271,10 +402,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         .out
         .join(format!("sweep-{stem}-{}", wirelab_lab::new_run_id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let jobs = default_jobs(args.jobs);
     eprintln!(
         "wirelab sweep {}: {} points{}, {jobs} lab{} at once, into {}",
         args.spec.display(),
@@ -287,88 +415,16 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         if jobs == 1 { "" } else { "s" },
         dir.display()
     );
-    // Run k is point k % points, repeat k / points.
-    let total = specs.len() * args.repeat as usize;
-    let pb = indicatif::ProgressBar::new(total as u64).with_style(
-        indicatif::ProgressStyle::with_template("  {elapsed:>4} [{bar:25}] {pos}/{len} runs {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
+    let rows = run_points(
+        &specs,
+        &Runs {
+            dir: &dir,
+            jobs,
+            repeat: args.repeat,
+            timeout: Duration::from_secs(args.timeout),
+            abort,
+        },
     );
-    let next = Mutex::new(0usize);
-    let rows: Mutex<Vec<(usize, serde_json::Value)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(total) {
-            scope.spawn(|| loop {
-                let k = {
-                    let mut n = next.lock().expect("not poisoned");
-                    let k = *n;
-                    *n += 1;
-                    k
-                };
-                if k >= total || abort.load(Ordering::SeqCst) {
-                    return;
-                }
-                let i = k % specs.len();
-                let (label, p, spec) = &specs[i];
-                let opts = wirelab_lab::RunOptions {
-                    timeout: Duration::from_secs(args.timeout),
-                    abort: abort.clone(),
-                    ..wirelab_lab::RunOptions::new(dir.join("runs"))
-                };
-                let row = match wirelab_lab::build_extension(spec)
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|ext| {
-                        wirelab_lab::run(spec, ext.as_ref(), &opts, &wirelab_lab::Quiet)
-                            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
-                    }) {
-                    Ok(out) => {
-                        let s = &out.summary;
-                        // perftest's two measures: bandwidth from the
-                        // connection with the largest messages (bytes over
-                        // its median MCT), latency from the one with the
-                        // smallest (its median MCT, as ib_write_lat times a
-                        // small write).
-                        let (big, small) = size_extremes(spec);
-                        let bw = big.and_then(|(c, bytes)| {
-                            median(values(s, "flow.mct", Some(c)))
-                                .map(|ns| bytes as f64 * 8.0 / (ns / 1e9))
-                        });
-                        let lat = small.and_then(|(c, _)| median(values(s, "flow.mct", Some(c))));
-                        let tables: Vec<f64> = s
-                            .flowtables
-                            .as_ref()
-                            .map(|f| f.tables.iter().map(|t| t.masks_per_packet).collect())
-                            .unwrap_or_default();
-                        serde_json::json!({
-                            "point": label, "values": p, "verdict": out.verdict.name(),
-                            "results": out.dir,
-                            "bandwidth_bps": bw,
-                            "latency_ns": lat,
-                            "goodput_bps": median(values(s, "flow.goodput", None)),
-                            "rtt_ns": median(values(s, "flow.rtt", None)),
-                            "mct_ns": median(values(s, "flow.mct", None)),
-                            "masks_per_packet": tables,
-                        })
-                    }
-                    Err(e) => serde_json::json!({"point": label, "values": p, "verdict": "ERROR", "error": e}),
-                };
-                pb.set_message(format!("(last: {})", label.join(" ")));
-                pb.inc(1);
-                rows.lock().expect("not poisoned").push((k, row));
-            });
-        }
-    });
-    pb.finish_and_clear();
-    let mut runs = rows.into_inner().expect("not poisoned");
-    runs.sort_by_key(|r| r.0);
-    let n = specs.len();
-    let rows: Vec<(usize, serde_json::Value)> = (0..n)
-        .filter_map(|i| {
-            let reps: Vec<&serde_json::Value> =
-                runs.iter().filter(|r| r.0 % n == i).map(|r| &r.1).collect();
-            combine(&reps).map(|r| (i, r))
-        })
-        .collect();
     let mut jl = std::fs::File::create(dir.join("sweep.jsonl"))?;
     for (_, r) in &rows {
         writeln!(jl, "{r}")?;

@@ -15,6 +15,10 @@
 //! (ScalaCN reports 98.9% for bandwidth and 98.5% for latency). No I/O
 //! beyond reading a grid from CSV (`read_csv`).
 
+//! `causal`: the combinatorial causal testing (§4.1) the model rests on.
+
+pub mod causal;
+
 use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
 use nalgebra::{DMatrix, DVector, Dyn, Matrix3, Owned, Vector3};
 use serde::Serialize;

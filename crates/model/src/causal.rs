@@ -1,0 +1,327 @@
+//! ScalaCN's combinatorial causal testing (seed 001 §4.1), without I/O:
+//! which runs to make, and what their results say.
+//!
+//! A test has dimensions (masks in a table, entries per mask, message
+//! size, ...), each with values from the lightest to the heaviest. Points
+//! are one value index per dimension; the base is every dimension at its
+//! lightest.
+//!
+//! - **Symptom search**: the base against every dimension at its
+//!   heaviest. No degradation of 5% or more (ScalaCN's empirical
+//!   threshold, §2): no symptom, and nothing further says anything.
+//! - **Local sensitivity analysis**: from the base, one dimension at a
+//!   time through its values; its effect is the degradation at its
+//!   heaviest value.
+//! - **Permutation removal**: for each dimension d, the other dimensions
+//!   take random values (seeded), and d at its lightest is run against d
+//!   at its heaviest. d is kept when the heavy run degrades by 5% or more
+//!   in more than 95% of the permutations (the paper's hypothesis H0),
+//!   and removed otherwise. With fewer than 20 permutations, "more than
+//!   95%" means every one.
+//! - **Critical path**: the kept dimensions, largest effect first, each
+//!   with the points that prove it.
+
+use std::collections::BTreeSet;
+
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+/// ScalaCN's threshold: a change of 5% is a degradation (§2, §4.3).
+pub const THRESHOLD: f64 = 0.05;
+/// ScalaCN's permutation removal keeps a dimension past this probability.
+pub const KEEP: f64 = 0.95;
+
+/// What is measured, and which way is worse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Measure {
+    /// Higher is better.
+    Bandwidth,
+    /// Lower is better.
+    Latency,
+}
+
+impl Measure {
+    /// How much worse `other` is than `base`, as a fraction of `base`
+    /// (negative: better).
+    pub fn degradation(self, base: f64, other: f64) -> f64 {
+        if base <= 0.0 {
+            return 0.0;
+        }
+        match self {
+            Measure::Bandwidth => (base - other) / base,
+            Measure::Latency => (other - base) / base,
+        }
+    }
+}
+
+/// A point: one value index per dimension.
+pub type Point = Vec<usize>;
+
+/// The runs a test needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Design {
+    /// Values per dimension (each at least 2).
+    pub values: Vec<usize>,
+    pub base: Point,
+    pub heaviest: Point,
+    /// Per dimension, its values from the base (the others at the base).
+    pub sensitivity: Vec<Vec<Point>>,
+    /// Per dimension, (light, heavy) pairs with the others permuted.
+    pub permutations: Vec<Vec<(Point, Point)>>,
+}
+
+impl Design {
+    /// `values[d]`: how many values dimension d has; `permutations`: pairs
+    /// per dimension; `seed`: the same seed, the same design.
+    pub fn new(values: &[usize], permutations: usize, seed: u64) -> Design {
+        let n = values.len();
+        let base = vec![0; n];
+        let heaviest: Point = values.iter().map(|v| v - 1).collect();
+        let sensitivity = (0..n)
+            .map(|d| {
+                (0..values[d])
+                    .map(|i| {
+                        let mut p = base.clone();
+                        p[d] = i;
+                        p
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let permutations = (0..n)
+            .map(|d| {
+                (0..permutations)
+                    .map(|_| {
+                        let mut light: Point =
+                            values.iter().map(|&v| rng.gen_range(0..v)).collect();
+                        light[d] = 0;
+                        let mut heavy = light.clone();
+                        heavy[d] = values[d] - 1;
+                        (light, heavy)
+                    })
+                    .collect()
+            })
+            .collect();
+        Design {
+            values: values.to_vec(),
+            base,
+            heaviest,
+            sensitivity,
+            permutations,
+        }
+    }
+
+    /// Every distinct point the design runs, in a fixed order.
+    pub fn points(&self) -> Vec<Point> {
+        let mut set = BTreeSet::new();
+        set.insert(self.base.clone());
+        set.insert(self.heaviest.clone());
+        for s in &self.sensitivity {
+            set.extend(s.iter().cloned());
+        }
+        for p in &self.permutations {
+            for (a, b) in p {
+                set.insert(a.clone());
+                set.insert(b.clone());
+            }
+        }
+        set.into_iter().collect()
+    }
+}
+
+/// One dimension's evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DimensionResult {
+    pub dimension: usize,
+    /// The measure at each of its values, the others at the base.
+    pub sensitivity: Vec<Option<f64>>,
+    /// Degradation at its heaviest value against the base.
+    pub effect: Option<f64>,
+    /// Permutations measured, and those where heavy was worse by 5% or more.
+    pub pairs: usize,
+    pub degraded: usize,
+    pub probability: f64,
+    pub kept: bool,
+    /// Each pair: (light point, its measure, heavy point, its measure).
+    pub evidence: Vec<(Point, f64, Point, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub measure: Measure,
+    pub base: Option<f64>,
+    pub heaviest: Option<f64>,
+    /// Degradation of the heaviest point against the base.
+    pub symptom: Option<f64>,
+    pub dimensions: Vec<DimensionResult>,
+    /// Kept dimensions, largest effect first.
+    pub critical_path: Vec<usize>,
+}
+
+impl Analysis {
+    pub fn has_symptom(&self) -> bool {
+        self.symptom.is_some_and(|s| s >= THRESHOLD)
+    }
+}
+
+/// What the runs say; `result(point)` is the measure there (None: the
+/// run failed or measured nothing; its pairs are left out).
+pub fn analyse(
+    design: &Design,
+    measure: Measure,
+    result: &dyn Fn(&Point) -> Option<f64>,
+) -> Analysis {
+    let base = result(&design.base);
+    let heaviest = result(&design.heaviest);
+    let symptom = base.zip(heaviest).map(|(b, h)| measure.degradation(b, h));
+    let dimensions: Vec<DimensionResult> = (0..design.values.len())
+        .map(|d| {
+            let sensitivity: Vec<Option<f64>> =
+                design.sensitivity[d].iter().map(|p| result(p)).collect();
+            let effect = base
+                .zip(*sensitivity.last().expect("two values at least"))
+                .map(|(b, h)| measure.degradation(b, h));
+            let evidence: Vec<(Point, f64, Point, f64)> = design.permutations[d]
+                .iter()
+                .filter_map(|(l, h)| Some((l.clone(), result(l)?, h.clone(), result(h)?)))
+                .collect();
+            let degraded = evidence
+                .iter()
+                .filter(|e| measure.degradation(e.1, e.3) >= THRESHOLD)
+                .count();
+            let pairs = evidence.len();
+            let probability = if pairs == 0 {
+                0.0
+            } else {
+                degraded as f64 / pairs as f64
+            };
+            DimensionResult {
+                dimension: d,
+                sensitivity,
+                effect,
+                pairs,
+                degraded,
+                probability,
+                kept: pairs > 0 && probability > KEEP,
+                evidence,
+            }
+        })
+        .collect();
+    let mut critical_path: Vec<usize> = dimensions
+        .iter()
+        .filter(|d| d.kept)
+        .map(|d| d.dimension)
+        .collect();
+    critical_path.sort_by(|a, b| {
+        let e = |d: &usize| dimensions[*d].effect.unwrap_or(0.0);
+        e(b).total_cmp(&e(a)).then(a.cmp(b))
+    });
+    Analysis {
+        measure,
+        base,
+        heaviest,
+        symptom,
+        dimensions,
+        critical_path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn the_design_is_seeded_and_each_pair_differs_only_in_its_dimension() {
+        let a = Design::new(&[3, 2, 4], 5, 7);
+        assert_eq!(a, Design::new(&[3, 2, 4], 5, 7));
+        assert_ne!(a.permutations, Design::new(&[3, 2, 4], 5, 8).permutations);
+        assert_eq!(a.base, vec![0, 0, 0]);
+        assert_eq!(a.heaviest, vec![2, 1, 3]);
+        assert_eq!(
+            a.sensitivity[2],
+            vec![vec![0, 0, 0], vec![0, 0, 1], vec![0, 0, 2], vec![0, 0, 3]]
+        );
+        for (d, pairs) in a.permutations.iter().enumerate() {
+            assert_eq!(pairs.len(), 5);
+            for (l, h) in pairs {
+                assert_eq!((l[d], h[d]), (0, a.values[d] - 1));
+                for o in (0..3).filter(|&o| o != d) {
+                    assert_eq!(l[o], h[o]);
+                    assert!(l[o] < a.values[o]);
+                }
+            }
+        }
+        let pts = a.points();
+        assert!(pts.contains(&a.base) && pts.contains(&a.heaviest));
+        assert!(pts.len() <= 2 + 9 + 30);
+    }
+
+    /// Bandwidth = 100 / (1 + masks), where only dimension 0 (masks) and 2
+    /// (a second table's masks) cost; dimension 1 (entries) costs nothing.
+    fn bandwidth(p: &Point) -> Option<f64> {
+        let masks = [0.0, 50.0, 200.0];
+        let remote = [0.0, 100.0];
+        Some(100.0 / (1.0 + 0.01 * (masks[p[0]] + remote[p[2]])))
+    }
+
+    #[test]
+    fn the_dimensions_that_cost_are_kept_and_the_one_that_does_not_is_removed() {
+        let d = Design::new(&[3, 3, 2], 8, 1);
+        let a = analyse(&d, Measure::Bandwidth, &bandwidth);
+        assert!(a.has_symptom());
+        assert!((a.symptom.unwrap() - (1.0 - 1.0 / 4.0)).abs() < 1e-9);
+        assert_eq!(
+            a.critical_path,
+            vec![0, 2],
+            "masks first: the larger effect"
+        );
+        let entries = &a.dimensions[1];
+        assert!(!entries.kept);
+        assert_eq!(entries.degraded, 0);
+        assert_eq!(entries.effect, Some(0.0));
+        assert_eq!(a.dimensions[0].degraded, 8);
+        assert_eq!(a.dimensions[0].evidence.len(), 8);
+    }
+
+    #[test]
+    fn a_dimension_that_degrades_only_sometimes_is_removed() {
+        // Dimension 0 hurts only when dimension 1 is at its heaviest: not
+        // more likely than 95% over the permutations.
+        let d = Design::new(&[2, 4], 12, 3);
+        let f = |p: &Point| Some(if p[0] == 1 && p[1] == 3 { 50.0 } else { 100.0 });
+        let a = analyse(&d, Measure::Bandwidth, &f);
+        let d0 = &a.dimensions[0];
+        assert!(d0.degraded > 0 && d0.degraded < d0.pairs, "{d0:?}");
+        assert!(!d0.kept);
+    }
+
+    #[test]
+    fn latency_is_worse_upward_and_failed_runs_are_left_out() {
+        assert!((Measure::Latency.degradation(10.0, 12.0) - 0.2).abs() < 1e-12);
+        assert!((Measure::Bandwidth.degradation(10.0, 12.0) + 0.2).abs() < 1e-12);
+        let d = Design::new(&[2, 4], 6, 5);
+        let mut r: HashMap<Point, f64> = HashMap::new();
+        for p in d.points() {
+            r.insert(p.clone(), 10.0 + 10.0 * p[0] as f64);
+        }
+        // One heavy run of dimension 0 failed.
+        let failed = d.permutations[0][0].1.clone();
+        let a = analyse(&d, Measure::Latency, &|p| (p != &failed).then(|| r[p]));
+        let left = 6 - d.permutations[0].iter().filter(|x| x.1 == failed).count();
+        assert!(left > 0 && left < 6, "the seed leaves some pairs: {left}");
+        assert_eq!(a.dimensions[0].pairs, left);
+        assert!(a.dimensions[0].kept);
+        assert_eq!(a.critical_path, vec![0]);
+    }
+
+    #[test]
+    fn without_a_symptom_there_is_nothing_to_explain() {
+        let d = Design::new(&[2, 2], 4, 5);
+        let a = analyse(&d, Measure::Bandwidth, &|_| Some(100.0));
+        assert!(!a.has_symptom());
+        assert!(a.critical_path.is_empty());
+    }
+}
