@@ -13,6 +13,7 @@ mod bench_runs;
 mod bench_stages;
 mod bench_vaqm;
 mod bump;
+mod causal;
 mod fuzz;
 mod run;
 mod summary;
@@ -54,6 +55,10 @@ enum Cmd {
     /// sweep.jsonl, and with two flow tables ScalaCN's grid.csv for
     /// `wirelab model`.
     Sweep(sweep::Args),
+    /// ScalaCN's combinatorial causal testing (seed 001 §4.1) over a spec:
+    /// the symptom, each dimension's sensitivity, permutation removal
+    /// (95%), and the critical path, with the runs behind each.
+    Causal(causal::Args),
     /// ScalaCN's performance model (seed 001 §4.2) fitted to a measured
     /// grid: Eq. 1's RBF for bandwidth and Eq. 2's plane for latency
     /// against Q_l and Q_r, with goodness of fit and the accuracy on
@@ -283,6 +288,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         Cmd::Fuzz(args) => fuzz::run(args, abort),
         Cmd::FuzzEval(args) => fuzz::eval(args, abort),
         Cmd::Sweep(args) => sweep::run(args, abort),
+        Cmd::Causal(args) => causal::run(args, abort),
         Cmd::Model {
             grid,
             fit,

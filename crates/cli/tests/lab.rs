@@ -808,6 +808,71 @@ fn scalacns_optimiser_beats_hit_count_ranking_on_a_tse_mix_and_insertion_order_b
 }
 
 #[test]
+fn causal_testing_keeps_the_masks_and_removes_what_does_not_slow_a_write() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/scalacn/write-bandwidth-against-local-and-remote-masks.yaml");
+    let target = out.path().join("target.yaml");
+    std::fs::write(
+        &target,
+        format!(
+            "spec: {}\nmeasure: latency\ndimensions:\n\
+             - {{name: local egress masks, path: 'flowtables.generate[0].masks', values: [0, 200]}}\n\
+             - {{name: entries per mask, path: 'flowtables.generate[0].entries', values: [1, 64]}}\n\
+             - {{name: written size, path: 'traffic.connections[0].message_size', values: [64, 512]}}\n\
+             permutations: 4\nrepeat: 3\n",
+            spec.display()
+        ),
+    )
+    .unwrap();
+    let o = out.path().join("results");
+    let r = wirelab(&[
+        "causal",
+        target.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--jobs",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let dir = std::fs::read_dir(&o)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap()).unwrap();
+    let a = &report["analysis"];
+    let dims = a["dimensions"].as_array().unwrap();
+    // 200 masks searched by every packet both ways: slower in every
+    // permutation of the others (4 of 4), kept; the rest removed.
+    assert!(a["symptom"].as_f64().unwrap() >= 0.05, "{stdout}");
+    assert_eq!(
+        (dims[0]["pairs"].as_u64(), dims[0]["kept"].as_bool()),
+        (Some(4), Some(true)),
+        "{stdout}"
+    );
+    assert_eq!(dims[1]["kept"], false, "{stdout}");
+    assert_eq!(dims[2]["kept"], false, "{stdout}");
+    assert_eq!(a["critical_path"], serde_json::json!([0]), "{stdout}");
+    assert!(
+        stdout.contains("critical path: local egress masks"),
+        "{stdout}"
+    );
+    // Every run is kept, the warm-up's is not: 2 × 2 × 2 points × 3.
+    assert_eq!(std::fs::read_dir(dir.join("runs")).unwrap().count(), 24);
+    assert_nothing_left("causal");
+}
+
+#[test]
 fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
     let Some((_g, out)) = lab_test() else {
         return;

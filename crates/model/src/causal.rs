@@ -32,7 +32,7 @@ pub const THRESHOLD: f64 = 0.05;
 pub const KEEP: f64 = 0.95;
 
 /// What is measured, and which way is worse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Measure {
     /// Higher is better.
@@ -92,16 +92,41 @@ impl Design {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let permutations = (0..n)
             .map(|d| {
-                (0..permutations)
-                    .map(|_| {
-                        let mut light: Point =
-                            values.iter().map(|&v| rng.gen_range(0..v)).collect();
-                        light[d] = 0;
-                        let mut heavy = light.clone();
-                        heavy[d] = values[d] - 1;
-                        (light, heavy)
-                    })
-                    .collect()
+                // Distinct values of the other dimensions: all of them when
+                // there are no more than asked for, else a sample without
+                // repeats.
+                let others: usize = (0..n).filter(|&o| o != d).map(|o| values[o]).product();
+                let mut seen = BTreeSet::new();
+                let mut pairs = Vec::new();
+                while pairs.len() < permutations.min(others) {
+                    let mut light: Point = if others <= permutations {
+                        // The k-th combination, as an odometer.
+                        let mut k = pairs.len();
+                        values
+                            .iter()
+                            .enumerate()
+                            .map(|(o, &v)| {
+                                if o == d {
+                                    0
+                                } else {
+                                    let i = k % v;
+                                    k /= v;
+                                    i
+                                }
+                            })
+                            .collect()
+                    } else {
+                        values.iter().map(|&v| rng.gen_range(0..v)).collect()
+                    };
+                    light[d] = 0;
+                    if !seen.insert(light.clone()) {
+                        continue;
+                    }
+                    let mut heavy = light.clone();
+                    heavy[d] = values[d] - 1;
+                    pairs.push((light, heavy));
+                }
+                pairs
             })
             .collect();
         Design {
@@ -245,7 +270,10 @@ mod tests {
             vec![vec![0, 0, 0], vec![0, 0, 1], vec![0, 0, 2], vec![0, 0, 3]]
         );
         for (d, pairs) in a.permutations.iter().enumerate() {
+            // 8, 12 and 6 combinations of the others: 5 of each, distinct.
             assert_eq!(pairs.len(), 5);
+            let distinct: BTreeSet<&Point> = pairs.iter().map(|p| &p.0).collect();
+            assert_eq!(distinct.len(), 5);
             for (l, h) in pairs {
                 assert_eq!((l[d], h[d]), (0, a.values[d] - 1));
                 for o in (0..3).filter(|&o| o != d) {
@@ -254,6 +282,10 @@ mod tests {
                 }
             }
         }
+        // Fewer combinations than asked: each once.
+        let small = Design::new(&[2, 3], 10, 7);
+        assert_eq!(small.permutations[0].len(), 3);
+        assert_eq!(small.permutations[1].len(), 2);
         let pts = a.points();
         assert!(pts.contains(&a.base) && pts.contains(&a.heaviest));
         assert!(pts.len() <= 2 + 9 + 30);
@@ -282,8 +314,9 @@ mod tests {
         assert!(!entries.kept);
         assert_eq!(entries.degraded, 0);
         assert_eq!(entries.effect, Some(0.0));
-        assert_eq!(a.dimensions[0].degraded, 8);
-        assert_eq!(a.dimensions[0].evidence.len(), 8);
+        // The others have 3 × 2 combinations: each once.
+        assert_eq!(a.dimensions[0].degraded, 6);
+        assert_eq!(a.dimensions[0].evidence.len(), 6);
     }
 
     #[test]
@@ -310,8 +343,9 @@ mod tests {
         // One heavy run of dimension 0 failed.
         let failed = d.permutations[0][0].1.clone();
         let a = analyse(&d, Measure::Latency, &|p| (p != &failed).then(|| r[p]));
-        let left = 6 - d.permutations[0].iter().filter(|x| x.1 == failed).count();
-        assert!(left > 0 && left < 6, "the seed leaves some pairs: {left}");
+        let all = d.permutations[0].len();
+        let left = all - d.permutations[0].iter().filter(|x| x.1 == failed).count();
+        assert_eq!((all, left), (4, 3));
         assert_eq!(a.dimensions[0].pairs, left);
         assert!(a.dimensions[0].kept);
         assert_eq!(a.critical_path, vec![0]);

@@ -1,0 +1,433 @@
+//! `wirelab causal TARGET`: ScalaCN's combinatorial causal testing (seed
+//! 001 §4.1) over a spec. The target names the spec, the measure
+//! (bandwidth or latency, as `wirelab sweep` measures them) and the
+//! dimensions, each a field of the spec with its values from the lightest
+//! to the heaviest. The design and the analysis are `wirelab_model::causal`
+//! (no I/O); the runs go through the run library, as a sweep's do.
+//!
+//! Output: what degrades (the symptom), each dimension's sensitivity, what
+//! permutation removal kept, and the critical path, with the runs behind
+//! each step; `causal.json` and `causal.jsonl` (every point) in the
+//! results folder.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_yaml::Value;
+use wirelab_model::causal::{analyse, Analysis, Design, Measure, Point};
+
+use crate::code;
+use crate::sweep::{self, Vary};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The causal target (YAML): spec, measure, dimensions.
+    pub target: PathBuf,
+    /// Where the results folder goes.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Labs at once (default: one per core).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Stop a run whose workload has not finished after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// A causal target as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The spec to test, relative to the target.
+    pub spec: String,
+    /// `bandwidth` (lower is worse) or `latency` (higher is worse).
+    pub measure: Measure,
+    /// What may cause the symptom: fields of the spec and their values,
+    /// lightest first.
+    pub dimensions: Vec<Dimension>,
+    /// Pairs per dimension in permutation removal (default 8).
+    #[serde(default = "eight")]
+    pub permutations: usize,
+    /// Runs per point; the measure is their median (default 1).
+    #[serde(default = "one")]
+    pub repeat: u32,
+    /// The permutations' seed (default 1).
+    #[serde(default = "one_u64")]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dimension {
+    pub name: String,
+    /// The spec's field, dotted with [i] for list items:
+    /// `flowtables.generate[0].masks`.
+    pub path: String,
+    /// Its values, lightest first (at least two).
+    pub values: Vec<serde_json::Value>,
+}
+
+fn eight() -> usize {
+    8
+}
+fn one() -> u32 {
+    1
+}
+fn one_u64() -> u64 {
+    1
+}
+
+fn validate(t: &Target) -> Result<(), (String, String)> {
+    let bad = |p: String, m: &str| Err((p, m.to_string()));
+    if t.dimensions.is_empty() {
+        return bad("dimensions".into(), "at least one");
+    }
+    if t.dimensions.len() > 16 {
+        return bad("dimensions".into(), "at most 16");
+    }
+    for (i, d) in t.dimensions.iter().enumerate() {
+        if d.values.len() < 2 {
+            return bad(
+                format!("dimensions[{i}].values"),
+                "at least two: the lightest and the heaviest",
+            );
+        }
+        if let Err(e) = sweep::parse_path(&d.path) {
+            return Err((format!("dimensions[{i}].path"), format!("{e:#}")));
+        }
+        if t.dimensions[..i].iter().any(|o| o.path == d.path) {
+            return bad(format!("dimensions[{i}].path"), "a field named twice");
+        }
+    }
+    if !(1..=200).contains(&t.permutations) {
+        return bad("permutations".into(), "1..=200");
+    }
+    if !(1..=20).contains(&t.repeat) {
+        return bad("repeat".into(), "1..=20");
+    }
+    Ok(())
+}
+
+/// The target read and checked, the spec's YAML, and every point made
+/// into a spec; any error is the user's (exit 2).
+struct Loaded {
+    target: Target,
+    spec_path: PathBuf,
+    design: Design,
+    points: Vec<Point>,
+    specs: Vec<sweep::Point>,
+}
+
+fn load(path: &Path) -> Result<Loaded, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let target: Target = wirelab_spec::parse_yaml(&text, validate)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let spec_path = path.parent().unwrap_or(Path::new("")).join(&target.spec);
+    let doc = sweep::read_doc(&spec_path)?;
+    let varies: Vec<Vary> = target
+        .dimensions
+        .iter()
+        .map(|d| Vary {
+            path: sweep::parse_path(&d.path).expect("validated"),
+            text: d.path.clone(),
+            values: d.values.iter().map(json_to_yaml).collect(),
+        })
+        .collect();
+    let design = Design::new(
+        &target
+            .dimensions
+            .iter()
+            .map(|d| d.values.len())
+            .collect::<Vec<_>>(),
+        target.permutations,
+        target.seed,
+    );
+    let points = design.points();
+    let values: Vec<Vec<Value>> = points
+        .iter()
+        .map(|p| {
+            p.iter()
+                .zip(&varies)
+                .map(|(&i, v)| v.values[i].clone())
+                .collect()
+        })
+        .collect();
+    let specs = sweep::make_points(&spec_path, &doc, &varies, values)?;
+    Ok(Loaded {
+        target,
+        spec_path,
+        design,
+        points,
+        specs,
+    })
+}
+
+fn json_to_yaml(v: &serde_json::Value) -> Value {
+    serde_yaml::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The measure of a run's row, in the unit printed.
+fn value_of(m: Measure, row: &serde_json::Value) -> Option<f64> {
+    if row["verdict"] != "PASS" {
+        return None;
+    }
+    match m {
+        Measure::Bandwidth => row["bandwidth_bps"].as_f64().map(|b| b / 1e9),
+        Measure::Latency => row["latency_ns"].as_f64().map(|l| l / 1e3),
+    }
+}
+
+fn unit(m: Measure) -> &'static str {
+    match m {
+        Measure::Bandwidth => "Gbit/s",
+        Measure::Latency => "µs",
+    }
+}
+
+pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
+    let l = match load(&args.target) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
+    crate::run::require_root()?;
+    let stem = args
+        .target
+        .file_stem()
+        .map_or("causal".into(), |s| s.to_string_lossy().into_owned());
+    let dir = args
+        .out
+        .join(format!("causal-{stem}-{}", wirelab_lab::new_run_id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let jobs = sweep::default_jobs(args.jobs);
+    let t = &l.target;
+    eprintln!(
+        "wirelab causal {}: {} dimensions of {}, {} points × {} run{}, {jobs} lab{} at once, into {}",
+        args.target.display(),
+        t.dimensions.len(),
+        l.spec_path.display(),
+        l.points.len(),
+        t.repeat,
+        if t.repeat == 1 { "" } else { "s" },
+        if jobs == 1 { "" } else { "s" },
+        dir.display()
+    );
+    let rows = sweep::run_points(
+        &l.specs,
+        &sweep::Runs {
+            dir: &dir,
+            jobs,
+            repeat: t.repeat,
+            timeout: Duration::from_secs(args.timeout),
+            abort,
+        },
+    );
+    let mut jl = std::fs::File::create(dir.join("causal.jsonl"))?;
+    for (_, r) in &rows {
+        writeln!(jl, "{r}")?;
+    }
+    if abort.load(Ordering::SeqCst) {
+        eprintln!(
+            "wirelab causal: interrupted; the runs so far are in {}",
+            dir.display()
+        );
+        return Ok(code::INTERRUPTED);
+    }
+    let by_point: HashMap<&Point, &serde_json::Value> =
+        rows.iter().map(|(i, r)| (&l.points[*i], r)).collect();
+    let result = |p: &Point| by_point.get(p).and_then(|r| value_of(t.measure, r));
+    let a = analyse(&l.design, t.measure, &result);
+    let folder = |p: &Point| -> serde_json::Value {
+        by_point
+            .get(p)
+            .map_or(serde_json::Value::Null, |r| r["results"].clone())
+    };
+    print_report(t, &l.design, &a, &rows);
+    let report = serde_json::json!({
+        "target": t,
+        "spec": l.spec_path,
+        "unit": unit(t.measure),
+        "analysis": a,
+        "names": t.dimensions.iter().map(|d| &d.name).collect::<Vec<_>>(),
+        "base_runs": folder(&l.design.base),
+        "heaviest_runs": folder(&l.design.heaviest),
+        "failed_points": rows.iter().filter(|r| r.1["verdict"] != "PASS").count(),
+    });
+    let path = dir.join("causal.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    println!("  report     {}", path.display());
+    Ok(code::OK)
+}
+
+fn print_report(t: &Target, d: &Design, a: &Analysis, rows: &[(usize, serde_json::Value)]) {
+    let u = unit(t.measure);
+    let name = |i: usize| t.dimensions[i].name.as_str();
+    let w = t.dimensions.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    let f = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.3}"));
+    // A degradation shown as the measure's change: bandwidth down, latency up.
+    let sign = match t.measure {
+        Measure::Bandwidth => -100.0,
+        Measure::Latency => 100.0,
+    };
+    let pct = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{:+.0}%", sign * v));
+    let failed = rows.iter().filter(|r| r.1["verdict"] != "PASS").count();
+    if failed > 0 {
+        println!("  {failed} point(s) did not PASS and are left out (causal.jsonl says why)");
+    }
+    println!(
+        "  symptom    {} {} {u} with every dimension at its lightest, {} at its heaviest: {}{}",
+        match t.measure {
+            Measure::Bandwidth => "bandwidth",
+            Measure::Latency => "latency",
+        },
+        f(a.base),
+        f(a.heaviest),
+        pct(a.symptom),
+        if a.has_symptom() {
+            ""
+        } else {
+            " (under 5%: no symptom to explain)"
+        }
+    );
+    println!("  sensitivity, one dimension at a time from the lightest ({u}):");
+    for r in &a.dimensions {
+        let dim = &t.dimensions[r.dimension];
+        let curve: Vec<String> = dim
+            .values
+            .iter()
+            .zip(&r.sensitivity)
+            .map(|(v, m)| format!("{}: {}", show(v), f(*m)))
+            .collect();
+        println!(
+            "    {:w$}  {}   effect {}",
+            dim.name,
+            curve.join("  "),
+            pct(r.effect)
+        );
+    }
+    println!(
+        "  permutation removal ({} pairs a dimension, the others permuted; kept above 95%):",
+        d.permutations.first().map_or(0, Vec::len)
+    );
+    for r in &a.dimensions {
+        println!(
+            "    {:w$}  {} of {} degraded by 5% or more   {}",
+            name(r.dimension),
+            r.degraded,
+            r.pairs,
+            if r.kept { "kept" } else { "removed" }
+        );
+    }
+    if a.has_symptom() {
+        let path: Vec<String> = a
+            .critical_path
+            .iter()
+            .map(|&i| format!("{} ({})", name(i), pct(a.dimensions[i].effect)))
+            .collect();
+        println!(
+            "  critical path: {}",
+            if path.is_empty() {
+                "no dimension degrades on its own in more than 95% of the permutations".into()
+            } else {
+                path.join(" → ")
+            }
+        );
+    }
+}
+
+fn show(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Target, String> {
+        wirelab_spec::parse_yaml(text, validate).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_target_names_its_dimensions_and_bad_ones_are_refused_with_path_and_line() {
+        let ok = "spec: s.yaml\nmeasure: bandwidth\ndimensions:\n  - {name: masks, path: 'flowtables.generate[0].masks', values: [0, 100]}\n";
+        let t = parse(ok).unwrap();
+        assert_eq!((t.permutations, t.repeat, t.seed), (8, 1, 1));
+        for (text, want) in [
+            (
+                ok.replace("[0, 100]", "[0]"),
+                "dimensions[0].values: at least two: the lightest and the heaviest (line 4)",
+            ),
+            (
+                ok.replace("bandwidth", "goodput"),
+                "measure: unknown variant `goodput`, expected `bandwidth` or `latency` (line 2)",
+            ),
+            (
+                ok.replace("generate[0]", "generate[x]"),
+                "dimensions[0].path: `x` is not an index: invalid digit found in string (line 4)",
+            ),
+            (
+                ok.to_string() + "permutations: 0\n",
+                "permutations: 1..=200 (line 5)",
+            ),
+            (
+                ok.to_string()
+                    + "  - {name: again, path: 'flowtables.generate[0].masks', values: [1, 2]}\n",
+                "dimensions[1].path: a field named twice (line 5)",
+            ),
+        ] {
+            assert_eq!(parse(&text).unwrap_err(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_target_whose_point_is_not_a_valid_spec_is_refused_before_any_lab() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../specs/scalacn/write-searches-200-masks-before-its-own.yaml"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("s.yaml"), spec).unwrap();
+        let t = dir.path().join("t.yaml");
+        std::fs::write(
+            &t,
+            "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 300]}\n",
+        )
+        .unwrap();
+        let e = load(&t).err().expect("300 masks do not fit");
+        assert!(
+            e.contains("flowtables.generate.masks=300") && e.contains("a table holds 256"),
+            "{e}"
+        );
+        std::fs::write(
+            &t,
+            "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 100]}\n  - {name: entries, path: 'flowtables.generate.entries', values: [1, 8]}\npermutations: 3\n",
+        )
+        .unwrap();
+        let l = load(&t).unwrap();
+        // Base, heaviest, the sensitivity points and the permuted pairs,
+        // each once.
+        assert!(l.points.len() <= 4 && l.points.len() == l.specs.len());
+        assert_eq!(
+            l.specs[0].label,
+            vec![
+                "flowtables.generate.masks=0",
+                "flowtables.generate.entries=1"
+            ]
+        );
+    }
+}
