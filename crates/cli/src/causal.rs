@@ -132,7 +132,7 @@ fn load(path: &Path) -> Result<Loaded, String> {
     let target: Target = wirelab_spec::parse_yaml(&text, validate)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let spec_path = path.parent().unwrap_or(Path::new("")).join(&target.spec);
-    let doc = sweep::read_doc(&spec_path)?;
+    let doc = sweep::read_doc(&spec_path).map_err(|e| format!("{}: spec: {e}", path.display()))?;
     let varies: Vec<Vary> = target
         .dimensions
         .iter()
@@ -161,7 +161,8 @@ fn load(path: &Path) -> Result<Loaded, String> {
                 .collect()
         })
         .collect();
-    let specs = sweep::make_points(&spec_path, &doc, &varies, values)?;
+    let specs = sweep::make_points(&spec_path, &doc, &varies, values)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Loaded {
         target,
         spec_path,
@@ -169,6 +170,22 @@ fn load(path: &Path) -> Result<Loaded, String> {
         points,
         specs,
     })
+}
+
+/// Whether a file is a causal target rather than a spec: a YAML mapping
+/// with `measure` and `dimensions` (a spec has neither).
+pub fn is_target_file(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let v: Value = serde_yaml::from_str(&text).unwrap_or_default();
+    v.get("measure").is_some() && v.get("dimensions").is_some()
+}
+
+/// `wirelab check` on a target: it and every point it makes are valid;
+/// how many points.
+pub fn check(path: &Path) -> Result<usize, String> {
+    load(path).map(|l| l.points.len())
 }
 
 fn json_to_yaml(v: &serde_json::Value) -> Value {

@@ -312,6 +312,17 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     }
                     continue;
                 }
+                // A causal target (`wirelab causal`), with every point it makes.
+                if causal::is_target_file(p) {
+                    match causal::check(p) {
+                        Ok(n) => println!("{}: ok (causal target, {n} points)", p.display()),
+                        Err(e) => {
+                            eprintln!("wirelab: {e}");
+                            bad = true;
+                        }
+                    }
+                    continue;
+                }
                 match wirelab_spec::load(p, wirelab_lab::catalog()) {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).
