@@ -354,12 +354,17 @@ fn run_one(pt: &Point, r: &Runs) -> serde_json::Value {
         Ok(out) => {
             let s = &out.summary;
             // perftest's two measures: bandwidth from the connection with
-            // the largest messages (bytes over its median MCT), latency
-            // from the one with the smallest (its median MCT, as
-            // ib_write_lat times a small write).
+            // the largest messages (its bytes over the time from its first
+            // post to its last completion, ib_*_bw's "BW average", right
+            // at any tx depth), latency from the one with the smallest
+            // (its median MCT, ib_*_lat's "t_typical").
             let (big, small) = size_extremes(spec);
-            let bw = big.and_then(|(c, bytes)| {
-                median(values(s, "flow.mct", Some(c))).map(|ns| bytes as f64 * 8.0 / (ns / 1e9))
+            let bw = big.and_then(|(c, _)| {
+                s.workload
+                    .iter()
+                    .find(|w| w.id == c && w.error.is_none())
+                    .map(|w| w.goodput_bps as f64)
+                    .filter(|&b| b > 0.0)
             });
             let lat = small.and_then(|(c, _)| median(values(s, "flow.mct", Some(c))));
             let tables: Vec<f64> = s
@@ -476,8 +481,8 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     })
 }
 
-/// One point's row from its runs: medians of the measures, the masks
-/// searched from the first run, every run's folder, and PASS only if every
+/// One point's row from its runs: medians of the measures and of the
+/// masks searched per table, every run's folder, and PASS only if every
 /// run passed. None for a point that did not run (interrupted).
 fn combine(reps: &[&serde_json::Value]) -> Option<serde_json::Value> {
     let first = *reps.first()?;
@@ -496,7 +501,9 @@ fn combine(reps: &[&serde_json::Value]) -> Option<serde_json::Value> {
         "goodput_bps": med("goodput_bps"),
         "rtt_ns": med("rtt_ns"),
         "mct_ns": med("mct_ns"),
-        "masks_per_packet": first.get("masks_per_packet").cloned().unwrap_or_default(),
+        "masks_per_packet": (0..first["masks_per_packet"].as_array().map_or(0, Vec::len))
+            .map(|t| median(reps.iter().filter_map(|r| r["masks_per_packet"][t].as_f64()).collect()))
+            .collect::<Vec<_>>(),
     });
     let errors: Vec<&serde_json::Value> = reps.iter().filter_map(|r| r.get("error")).collect();
     if !errors.is_empty() {
@@ -552,6 +559,9 @@ mod tests {
             run(5.0, 10.0, "PASS"),
             run(2.0, 20.0, "PASS"),
         );
+        // The first run searched more (a late control loop): the median counts.
+        let mut a = a;
+        a["masks_per_packet"] = serde_json::json!([9.0, 4.0]);
         let row = combine(&[&a, &b, &c]).unwrap();
         assert_eq!(row["bandwidth_bps"], 2.0);
         assert_eq!(row["latency_ns"], 20.0);
