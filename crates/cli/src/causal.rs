@@ -123,7 +123,13 @@ struct Loaded {
     spec_path: PathBuf,
     design: Design,
     points: Vec<Point>,
+    /// The points that deliver every packet, made into specs, and their
+    /// indices into `points`.
     specs: Vec<sweep::Point>,
+    kept: Vec<usize>,
+    /// Points whose flow tables would not deliver a connection's packets
+    /// (ScalaCN §4.1 (a)): their label and why; never run.
+    discarded: Vec<(Vec<String>, Vec<String>)>,
 }
 
 fn load(path: &Path) -> Result<Loaded, String> {
@@ -161,14 +167,37 @@ fn load(path: &Path) -> Result<Loaded, String> {
                 .collect()
         })
         .collect();
-    let specs = sweep::make_points(&spec_path, &doc, &varies, values)
+    let all = sweep::make_points(&spec_path, &doc, &varies, values)
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // Topological restrictions (§4.1 (a)): a combination whose tables drop
+    // a connection's packets, send them elsewhere or loop is not run.
+    let (mut specs, mut kept, mut discarded) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in all.into_iter().enumerate() {
+        let why = wirelab_plan::plan(&p.spec, "causal", 0)
+            .map(|plan| wirelab_plan::reach::undelivered(&plan))
+            .map_err(|e| {
+                format!(
+                    "{}: {} with {}: {e}",
+                    path.display(),
+                    spec_path.display(),
+                    p.label.join(" ")
+                )
+            })?;
+        if why.is_empty() {
+            specs.push(p);
+            kept.push(i);
+        } else {
+            discarded.push((p.label, why));
+        }
+    }
     Ok(Loaded {
         target,
         spec_path,
         design,
         points,
         specs,
+        kept,
+        discarded,
     })
 }
 
@@ -185,7 +214,7 @@ pub fn is_target_file(path: &Path) -> bool {
 /// `wirelab check` on a target: it and every point it makes are valid;
 /// how many points.
 pub fn check(path: &Path) -> Result<usize, String> {
-    load(path).map(|l| l.points.len())
+    load(path).map(|l| l.specs.len())
 }
 
 fn json_to_yaml(v: &serde_json::Value) -> Value {
@@ -234,7 +263,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         args.target.display(),
         t.dimensions.len(),
         l.spec_path.display(),
-        l.points.len(),
+        l.specs.len(),
         t.repeat,
         if t.repeat == 1 { "" } else { "s" },
         if jobs == 1 { "" } else { "s" },
@@ -261,8 +290,10 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         );
         return Ok(code::INTERRUPTED);
     }
-    let by_point: HashMap<&Point, &serde_json::Value> =
-        rows.iter().map(|(i, r)| (&l.points[*i], r)).collect();
+    let by_point: HashMap<&Point, &serde_json::Value> = rows
+        .iter()
+        .map(|(i, r)| (&l.points[l.kept[*i]], r))
+        .collect();
     let result = |p: &Point| by_point.get(p).and_then(|r| value_of(t.measure, r));
     let a = analyse(&l.design, t.measure, &result);
     let folder = |p: &Point| -> serde_json::Value {
@@ -270,6 +301,15 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             .get(p)
             .map_or(serde_json::Value::Null, |r| r["results"].clone())
     };
+    if !l.discarded.is_empty() {
+        println!(
+            "  topology   {} of {} combinations discarded: their flow tables do not deliver (§4.1 (a)); first: {}: {}",
+            l.discarded.len(),
+            l.points.len(),
+            l.discarded[0].0.join(" "),
+            l.discarded[0].1.join("; ")
+        );
+    }
     print_report(t, &l.design, &a, &rows);
     let report = serde_json::json!({
         "target": t,
@@ -280,6 +320,10 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         "base_runs": folder(&l.design.base),
         "heaviest_runs": folder(&l.design.heaviest),
         "failed_points": rows.iter().filter(|r| r.1["verdict"] != "PASS").count(),
+        "topology": {
+            "combinations": l.points.len(),
+            "discarded": l.discarded.iter().map(|(p, why)| serde_json::json!({"point": p, "why": why})).collect::<Vec<_>>(),
+        },
     });
     let path = dir.join("causal.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
@@ -430,12 +474,32 @@ mod tests {
             e.contains("flowtables.generate.masks=300") && e.contains("a table holds 256"),
             "{e}"
         );
+        // A dimension that sends the write to the wrong host: those
+        // combinations are discarded before any lab (§4.1 (a)).
+        std::fs::write(
+            &t,
+            "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 100]}\n  - {name: to, path: 'flowtables.tables[0].masks[0].entries[0].to', values: [responder, requester]}\n",
+        )
+        .unwrap();
+        let bad = load(&t).unwrap();
+        assert_eq!((bad.points.len(), bad.specs.len()), (4, 2));
+        assert_eq!(
+            bad.discarded[0].1,
+            vec!["connection 1 requester to responder: sent to requester by table 0 mask 0"]
+        );
+        assert!(
+            bad.discarded[1].1[0].ends_with("by table 0 mask 100"),
+            "{:?}",
+            bad.discarded
+        );
+        assert!(bad.specs.iter().all(|p| p.label[1].ends_with("=responder")));
         std::fs::write(
             &t,
             "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 100]}\n  - {name: entries, path: 'flowtables.generate.entries', values: [1, 8]}\npermutations: 3\n",
         )
         .unwrap();
         let l = load(&t).unwrap();
+        assert!(l.discarded.is_empty());
         // Base, heaviest, the sensitivity points and the permuted pairs,
         // each once.
         assert!(l.points.len() <= 4 && l.points.len() == l.specs.len());

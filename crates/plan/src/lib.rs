@@ -2,6 +2,8 @@
 //! names, addresses, MACs, ports, connections with their 5-tuples, events in
 //! the switch's terms. Pure: the same spec and run id give the same plan.
 
+pub mod reach;
+
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
