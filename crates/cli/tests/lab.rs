@@ -1022,11 +1022,11 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
             .unwrap(),
         )
         .unwrap();
-        // The bandwidth QP's `start: 20ms` holds its first write back, so
-        // the latency QP (all 128 writes done by then) ran alone.
+        // The bandwidth QP's `start: 20ms` holds its first write back (so
+        // that the latency QP, 6-13 ms of writes here, runs alone; how
+        // long it takes depends on the machine, so that is not asserted).
         let w = summary["workload"].as_array().unwrap();
         let posted = |c: usize, m: usize| w[c]["messages"][m]["posted_ns"].as_u64().unwrap();
-        let lat_last_done = w[0]["messages"][127]["completed_ns"].as_u64().unwrap();
         // (The 20 ms count from the workload's start, a little before the
         // latency QP's first post.)
         assert!(
@@ -1035,7 +1035,6 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
             w[0]["messages"][0],
             w[1]["messages"][0]
         );
-        assert!(lat_last_done < posted(1, 0));
     }
     let grid = std::fs::read_to_string(dir.join("grid.csv")).unwrap();
     let lines: Vec<&str> = grid.lines().collect();
