@@ -14,6 +14,8 @@ use wirelab_fuzz::lab::LabRunner;
 use wirelab_fuzz::ray::RayRunner;
 use wirelab_fuzz::{Mode, Runner};
 
+use crate::bench::median;
+
 /// The shipped RoCE targets and the quirks each is meant to find.
 const ANOMALIES: &str = "specs/fuzz/roce-find-counter-or-latency-anomalies.yaml";
 const NEIGHBOUR: &str = "specs/fuzz/roce-find-a-noisy-neighbour.yaml";
@@ -88,16 +90,6 @@ fn campaign(c: &Case, out: &Path, abort: &Arc<AtomicBool>) -> Result<(Option<u64
     }
     let found = o.anomalies.iter().map(|a| a.run + 1).min();
     Ok((found, o.runs, o.elapsed_ms as f64 / 60_000.0))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let h = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[h]
-    } else {
-        (v[h - 1] + v[h]) / 2.0
-    }
 }
 
 pub fn run(

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 use wirelab_model::causal::{analyse, Analysis, Design, Measure, Point};
@@ -248,14 +248,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         }
     };
     crate::run::require_root()?;
-    let stem = args
-        .target
-        .file_stem()
-        .map_or("causal".into(), |s| s.to_string_lossy().into_owned());
-    let dir = args
-        .out
-        .join(format!("causal-{stem}-{}", wirelab_lab::new_run_id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = sweep::results_dir(&args.out, "causal", &args.target)?;
     let jobs = sweep::default_jobs(args.jobs);
     let t = &l.target;
     eprintln!(

@@ -1,8 +1,9 @@
 //! `wirelab sweep SPEC --vary PATH=VALUES ...`: the spec run once per point
 //! of a grid (the product of every `--vary`), through the run library,
 //! several labs at once. Each point's results folder is kept; `sweep.jsonl`
-//! has one line per point (its values, verdict, goodput, RTT, MCT and the
-//! masks searched per flow table); with flow tables in two tables,
+//! has one line per point (its values, verdict, perftest's bandwidth and
+//! latency, goodput, RTT, MCT and the masks searched per flow table); with
+//! flow tables in two tables,
 //! `grid.csv` is ScalaCN's measured grid (§4.2: Q_l, Q_r, bandwidth,
 //! latency), ready for `wirelab model DIR --fit`.
 
@@ -194,17 +195,8 @@ fn size_extremes(spec: &wirelab_spec::Spec) -> (Option<(u32, u64)>, Option<(u32,
     (big, small)
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let h = v.len() / 2;
-    Some(if v.len() % 2 == 0 {
-        (v[h - 1] + v[h]) / 2.0
-    } else {
-        v[h]
-    })
+fn median(v: Vec<f64>) -> Option<f64> {
+    (!v.is_empty()).then(|| crate::bench::median(v))
 }
 
 /// One point of a sweep: the values set, and the spec they make.
@@ -389,6 +381,16 @@ fn run_one(pt: &Point, r: &Runs) -> serde_json::Value {
     }
 }
 
+/// A new results folder `OUT/KIND-STEM-ID` for the file `from`.
+pub fn results_dir(out: &Path, kind: &str, from: &Path) -> Result<PathBuf> {
+    let stem = from
+        .file_stem()
+        .map_or(kind.into(), |s| s.to_string_lossy().into_owned());
+    let dir = out.join(format!("{kind}-{stem}-{}", wirelab_lab::new_run_id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
 pub fn default_jobs(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1)
@@ -417,14 +419,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         }
     };
     crate::run::require_root()?;
-    let stem = args
-        .spec
-        .file_stem()
-        .map_or("sweep".into(), |s| s.to_string_lossy().into_owned());
-    let dir = args
-        .out
-        .join(format!("sweep-{stem}-{}", wirelab_lab::new_run_id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = results_dir(&args.out, "sweep", &args.spec)?;
     let jobs = default_jobs(args.jobs);
     eprintln!(
         "wirelab sweep {}: {} points{}, {jobs} lab{} at once, into {}",

@@ -61,9 +61,6 @@ impl Policy {
     }
     /// How often the policy looks at the table; None: it never does.
     pub fn interval_ns(&self) -> Option<u64> {
-        self.interval()
-    }
-    fn interval(&self) -> Option<u64> {
         match *self {
             Policy::Insertion => None,
             Policy::HitCount { interval_ns } | Policy::Scalacn { interval_ns, .. } => {
@@ -177,7 +174,7 @@ impl<K: Clone + Eq + Hash + Ord> Optimiser<K> {
             history: VecDeque::from([(now, HashMap::new())]),
             order,
             removed: Vec::new(),
-            next_tick: now + policy.interval().unwrap_or(0),
+            next_tick: now + policy.interval_ns().unwrap_or(0),
             at_last_sort: HashMap::new(),
             last_hits: HashMap::new(),
             last_misses: 0,
@@ -209,7 +206,7 @@ impl<K: Clone + Eq + Hash + Ord> Optimiser<K> {
     /// Looks at the table at `now`; what to change, if anything.
     pub fn tick(&mut self, now: u64, view: &TableView<K>) -> Changes<K> {
         let mut ch = Changes::default();
-        let Some(interval) = self.policy.interval() else {
+        let Some(interval) = self.policy.interval_ns() else {
             return ch;
         };
         if now < self.next_tick {

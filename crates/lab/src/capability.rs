@@ -166,13 +166,17 @@ impl FlowTables {
                 sw.remove_es_entry(table, hyper.into(), k)
                     .during("evicting a flow from the hyper mask")?;
             }
-            for k in &ch.activate {
-                let l = learned
+            if !ch.activate.is_empty() {
+                let action: std::collections::HashMap<_, _> = learned
                     .iter()
-                    .find(|l| l.table == table && l.fields == *k)
-                    .expect("activations come from the learned flows");
-                sw.add_es_entry(table, hyper.into(), k, l.action)
-                    .during("activating a flow into the hyper mask")?;
+                    .filter(|l| l.table == table)
+                    .map(|l| (l.fields, l.action))
+                    .collect();
+                for k in &ch.activate {
+                    let a = action[k]; // activations come from the learned flows
+                    sw.add_es_entry(table, hyper.into(), k, a)
+                        .during("activating a flow into the hyper mask")?;
+                }
             }
             for k in &ch.forget {
                 sw.forget_es_learned(table, k)
