@@ -38,6 +38,11 @@ pub struct Args {
     /// Stop a run whose workload has not finished after this many seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Test on this eSwitch profile (`flowtables.device`), whatever the
+    /// spec says: the same target against each device, the target not
+    /// knowing which quirk a device has.
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 /// A causal target as written.
@@ -50,6 +55,10 @@ pub struct Target {
     pub spec: String,
     /// `bandwidth` (lower is worse) or `latency` (higher is worse).
     pub measure: Measure,
+    /// Fields of the spec set for every point (the path must be in the
+    /// spec): `{"flowtables.optimise.policy": hit-count}`.
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, serde_json::Value>,
     /// What may cause the symptom: fields of the spec and their values,
     /// lightest first.
     pub dimensions: Vec<Dimension>,
@@ -107,6 +116,11 @@ fn validate(t: &Target) -> Result<(), (String, String)> {
             return bad(format!("dimensions[{i}].path"), "a field named twice");
         }
     }
+    for p in t.set.keys() {
+        if let Err(e) = sweep::parse_path(p) {
+            return Err((format!("set.{p}"), format!("{e:#}")));
+        }
+    }
     if !(1..=200).contains(&t.permutations) {
         return bad("permutations".into(), "1..=200");
     }
@@ -122,7 +136,12 @@ struct Loaded {
     target: Target,
     spec_path: PathBuf,
     design: Design,
+    /// What is run, in order: `singles` distinct points, then each pair's
+    /// light and heavy point.
     points: Vec<Point>,
+    singles: usize,
+    /// Distinct points among them.
+    combinations: usize,
     /// The points that deliver every packet, made into specs, and their
     /// indices into `points`.
     specs: Vec<sweep::Point>,
@@ -132,13 +151,26 @@ struct Loaded {
     discarded: Vec<(Vec<String>, Vec<String>)>,
 }
 
-fn load(path: &Path) -> Result<Loaded, String> {
+fn load(path: &Path, device: Option<&str>) -> Result<Loaded, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let target: Target = wirelab_spec::parse_yaml(&text, validate)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let spec_path = path.parent().unwrap_or(Path::new("")).join(&target.spec);
-    let doc = sweep::read_doc(&spec_path).map_err(|e| format!("{}: spec: {e}", path.display()))?;
+    let mut doc =
+        sweep::read_doc(&spec_path).map_err(|e| format!("{}: spec: {e}", path.display()))?;
+    for (p, v) in &target.set {
+        let segs = sweep::parse_path(p).expect("validated");
+        sweep::set(&mut doc, &segs, p, json_to_yaml(v))
+            .map_err(|e| format!("{}: set: {e:#}", path.display()))?;
+    }
+    if let Some(d) = device {
+        let ft = doc
+            .get_mut("flowtables")
+            .and_then(Value::as_mapping_mut)
+            .ok_or_else(|| format!("--device {d}: {} has no flow tables", spec_path.display()))?;
+        ft.insert("device".into(), Value::String(d.into()));
+    }
     let varies: Vec<Vary> = target
         .dimensions
         .iter()
@@ -157,7 +189,19 @@ fn load(path: &Path) -> Result<Loaded, String> {
         target.permutations,
         target.seed,
     );
-    let points = design.points();
+    // The runs: the symptom's and sensitivity's points, then each
+    // permutation pair's two points back to back (`Design::pairs`).
+    let singles = design.points().len();
+    let points: Vec<Point> = design
+        .points()
+        .into_iter()
+        .chain(
+            design
+                .pairs()
+                .into_iter()
+                .flat_map(|(_, _, l, h)| [l.clone(), h.clone()]),
+        )
+        .collect();
     let values: Vec<Vec<Value>> = points
         .iter()
         .map(|p| {
@@ -172,6 +216,7 @@ fn load(path: &Path) -> Result<Loaded, String> {
     // Topological restrictions (§4.1 (a)): a combination whose tables drop
     // a connection's packets, send them elsewhere or loop is not run.
     let (mut specs, mut kept, mut discarded) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seen = std::collections::BTreeSet::new();
     for (i, p) in all.into_iter().enumerate() {
         let why = wirelab_plan::plan(&p.spec, "causal", 0)
             .map(|plan| wirelab_plan::reach::undelivered(&plan))
@@ -186,15 +231,21 @@ fn load(path: &Path) -> Result<Loaded, String> {
         if why.is_empty() {
             specs.push(p);
             kept.push(i);
-        } else {
+        } else if seen.insert(points[i].clone()) {
             discarded.push((p.label, why));
         }
     }
+    let combinations = points
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     Ok(Loaded {
         target,
         spec_path,
         design,
         points,
+        singles,
+        combinations,
         specs,
         kept,
         discarded,
@@ -212,9 +263,9 @@ pub fn is_target_file(path: &Path) -> bool {
 }
 
 /// `wirelab check` on a target: it and every point it makes are valid;
-/// how many points.
+/// how many runs a round.
 pub fn check(path: &Path) -> Result<usize, String> {
-    load(path).map(|l| l.specs.len())
+    load(path, None).map(|l| l.specs.len())
 }
 
 fn json_to_yaml(v: &serde_json::Value) -> Value {
@@ -240,7 +291,7 @@ fn unit(m: Measure) -> &'static str {
 }
 
 pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
-    let l = match load(&args.target) {
+    let l = match load(&args.target, args.device.as_deref()) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("wirelab: {e}");
@@ -252,10 +303,12 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     let jobs = sweep::default_jobs(args.jobs);
     let t = &l.target;
     eprintln!(
-        "wirelab causal {}: {} dimensions of {}, {} points × {} run{}, {jobs} lab{} at once, into {}",
+        "wirelab causal {}: {} dimensions of {}{}, {} combinations in {} runs a round × {} round{}, {jobs} lab{} at once, into {}",
         args.target.display(),
         t.dimensions.len(),
         l.spec_path.display(),
+        args.device.as_ref().map_or(String::new(), |d| format!(" on eSwitch profile {d}")),
+        l.combinations - l.discarded.len(),
         l.specs.len(),
         t.repeat,
         if t.repeat == 1 { "" } else { "s" },
@@ -283,22 +336,37 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         );
         return Ok(code::INTERRUPTED);
     }
-    let by_point: HashMap<&Point, &serde_json::Value> = rows
+    // Rows by the index of what was run.
+    let by_run: HashMap<usize, &serde_json::Value> =
+        rows.iter().map(|(i, r)| (l.kept[*i], r)).collect();
+    let single = |p: &Point| {
+        l.points[..l.singles]
+            .iter()
+            .position(|q| q == p)
+            .and_then(|i| by_run.get(&i).copied())
+    };
+    let result = |p: &Point| single(p).and_then(|r| value_of(t.measure, r));
+    let pair_at: HashMap<(usize, usize), usize> = l
+        .design
+        .pairs()
         .iter()
-        .map(|(i, r)| (&l.points[l.kept[*i]], r))
+        .enumerate()
+        .map(|(n, &(d, k, _, _))| ((d, k), l.singles + 2 * n))
         .collect();
-    let result = |p: &Point| by_point.get(p).and_then(|r| value_of(t.measure, r));
-    let a = analyse(&l.design, t.measure, &result);
+    let pair = |d: usize, k: usize| {
+        let i = pair_at[&(d, k)];
+        let m = |i: usize| by_run.get(&i).and_then(|r| value_of(t.measure, r));
+        Some((m(i)?, m(i + 1)?))
+    };
+    let a = analyse(&l.design, t.measure, &result, &pair);
     let folder = |p: &Point| -> serde_json::Value {
-        by_point
-            .get(p)
-            .map_or(serde_json::Value::Null, |r| r["results"].clone())
+        single(p).map_or(serde_json::Value::Null, |r| r["results"].clone())
     };
     if !l.discarded.is_empty() {
         println!(
             "  topology   {} of {} combinations discarded: their flow tables do not deliver (§4.1 (a)); first: {}: {}",
             l.discarded.len(),
-            l.points.len(),
+            l.combinations,
             l.discarded[0].0.join(" "),
             l.discarded[0].1.join("; ")
         );
@@ -306,6 +374,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     print_report(t, &l.design, &a, &rows);
     let report = serde_json::json!({
         "target": t,
+        "device": args.device,
         "spec": l.spec_path,
         "unit": unit(t.measure),
         "analysis": a,
@@ -314,7 +383,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         "heaviest_runs": folder(&l.design.heaviest),
         "failed_points": rows.iter().filter(|r| r.1["verdict"] != "PASS").count(),
         "topology": {
-            "combinations": l.points.len(),
+            "combinations": l.combinations,
             "discarded": l.discarded.iter().map(|(p, why)| serde_json::json!({"point": p, "why": why})).collect::<Vec<_>>(),
         },
     });
@@ -462,7 +531,7 @@ mod tests {
             "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 300]}\n",
         )
         .unwrap();
-        let e = load(&t).err().expect("300 masks do not fit");
+        let e = load(&t, None).err().expect("300 masks do not fit");
         assert!(
             e.contains("flowtables.generate.masks=300") && e.contains("a table holds 256"),
             "{e}"
@@ -474,8 +543,9 @@ mod tests {
             "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 100]}\n  - {name: to, path: 'flowtables.tables[0].masks[0].entries[0].to', values: [responder, requester]}\n",
         )
         .unwrap();
-        let bad = load(&t).unwrap();
-        assert_eq!((bad.points.len(), bad.specs.len()), (4, 2));
+        let bad = load(&t, None).unwrap();
+        assert_eq!((bad.combinations, bad.discarded.len()), (4, 2));
+        assert_eq!(bad.specs.len(), bad.points.len() / 2);
         assert_eq!(
             bad.discarded[0].1,
             vec!["connection 1 requester to responder: sent to requester by table 0 mask 0"]
@@ -491,11 +561,16 @@ mod tests {
             "spec: s.yaml\nmeasure: latency\ndimensions:\n  - {name: masks, path: 'flowtables.generate.masks', values: [0, 100]}\n  - {name: entries, path: 'flowtables.generate.entries', values: [1, 8]}\npermutations: 3\n",
         )
         .unwrap();
-        let l = load(&t).unwrap();
+        let l = load(&t, None).unwrap();
         assert!(l.discarded.is_empty());
         // Base, heaviest, the sensitivity points and the permuted pairs,
         // each once.
-        assert!(l.points.len() <= 4 && l.points.len() == l.specs.len());
+        // The 4 combinations once each for the symptom and sensitivity
+        // (4 of them: the base, one step each, the heaviest), then 3 pairs
+        // a dimension (2 combinations of the other: 2 pairs), 2 runs each.
+        assert_eq!((l.singles, l.combinations), (4, 4));
+        assert_eq!(l.points.len(), 4 + 2 * (2 + 2));
+        assert_eq!(l.specs.len(), l.points.len());
         assert_eq!(
             l.specs[0].label,
             vec![

@@ -315,7 +315,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 // A causal target (`wirelab causal`), with every point it makes.
                 if causal::is_target_file(p) {
                     match causal::check(p) {
-                        Ok(n) => println!("{}: ok (causal target, {n} points)", p.display()),
+                        Ok(n) => println!("{}: ok (causal target, {n} runs a round)", p.display()),
                         Err(e) => {
                             eprintln!("wirelab: {e}");
                             bad = true;

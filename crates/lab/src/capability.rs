@@ -116,6 +116,19 @@ fn hyper_id(masks: usize) -> u16 {
     masks as u16
 }
 
+/// The order the device searches when `order` is set: the device's
+/// profile may not follow its control plane. Mask ids are given in the
+/// order the masks were added (the hyper mask last).
+fn device_order(d: &wirelab_spec::flowtables::EsDevice, order: &[u16]) -> Vec<u16> {
+    use wirelab_spec::flowtables::SearchOrder;
+    let mut o = order.to_vec();
+    if d.search_order == SearchOrder::Insertion {
+        // ScalaCN S6: a new mask after every older one, never moved forward.
+        o.sort_unstable();
+    }
+    o
+}
+
 impl FlowTables {
     /// One look at every table: the policy's changes, applied.
     fn tick(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan) -> Result<(), Error> {
@@ -183,7 +196,7 @@ impl FlowTables {
                     .during("forgetting a learned flow")?;
             }
             if let Some(order) = &ch.order {
-                sw.set_es_order(table, order)
+                sw.set_es_order(table, &device_order(&ft.device, order))
                     .during(format!("ordering flow table {t}"))?;
             }
         }
@@ -266,7 +279,7 @@ impl Capability for FlowTables {
                 0,
             );
             cx.switch
-                .set_es_order(t, &opt.order())
+                .set_es_order(t, &device_order(&ft.device, &opt.order()))
                 .during(format!("ordering flow table {t}"))?;
             self.optimisers.push(opt);
         }
@@ -376,6 +389,7 @@ impl Capability for FlowTables {
                 })
                 .collect(),
             masks,
+            device: ft.device.name.clone(),
             optimiser: EsOptimiserSummary {
                 policy: ft.optimise,
                 tally,

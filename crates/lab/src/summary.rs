@@ -111,6 +111,8 @@ pub struct EsSummary {
     pub tables: Vec<EsTableSummary>,
     /// Every mask, by table and id.
     pub masks: Vec<EsMaskSummary>,
+    /// The eSwitch's device profile (`flowtables.device`).
+    pub device: String,
     /// What the search-order policy did (`flowtables.optimise`), over
     /// every table.
     pub optimiser: EsOptimiserSummary,

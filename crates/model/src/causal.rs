@@ -14,7 +14,7 @@
 //!   heaviest value.
 //! - **Permutation removal**: for each dimension d, the other dimensions
 //!   take random values (seeded), and d at its lightest is run against d
-//!   at its heaviest. d is kept when the heavy run degrades by 5% or more
+//!   at its heaviest, the two runs of a pair one after the other. d is kept when the heavy run degrades by 5% or more
 //!   in more than 95% of the permutations (the paper's hypothesis H0),
 //!   and removed otherwise. With fewer than 20 permutations, "more than
 //!   95%" means every one.
@@ -138,7 +138,8 @@ impl Design {
         }
     }
 
-    /// Every distinct point the design runs, in a fixed order.
+    /// The distinct points of the symptom and the sensitivity steps, in a
+    /// fixed order.
     pub fn points(&self) -> Vec<Point> {
         let mut set = BTreeSet::new();
         set.insert(self.base.clone());
@@ -146,13 +147,19 @@ impl Design {
         for s in &self.sensitivity {
             set.extend(s.iter().cloned());
         }
-        for p in &self.permutations {
-            for (a, b) in p {
-                set.insert(a.clone());
-                set.insert(b.clone());
-            }
-        }
         set.into_iter().collect()
+    }
+
+    /// Every permutation pair, as (dimension, k, light, heavy). A pair is
+    /// measured on its own, its two runs one after the other: on a shared
+    /// machine whose speed drifts, two runs close in time differ by the
+    /// dimension more than by the drift.
+    pub fn pairs(&self) -> Vec<(usize, usize, &Point, &Point)> {
+        self.permutations
+            .iter()
+            .enumerate()
+            .flat_map(|(d, ps)| ps.iter().enumerate().map(move |(k, (l, h))| (d, k, l, h)))
+            .collect()
     }
 }
 
@@ -193,10 +200,15 @@ impl Analysis {
 
 /// What the runs say; `result(point)` is the measure there (None: the
 /// run failed or measured nothing; its pairs are left out).
+/// `result(point)`: the measure at a point of the symptom and sensitivity
+/// steps; `pair(d, k)`: the measures of dimension d's k-th permutation
+/// pair, (light, heavy). None: the run failed or measured nothing, and is
+/// left out.
 pub fn analyse(
     design: &Design,
     measure: Measure,
     result: &dyn Fn(&Point) -> Option<f64>,
+    pair: &dyn Fn(usize, usize) -> Option<(f64, f64)>,
 ) -> Analysis {
     let base = result(&design.base);
     let heaviest = result(&design.heaviest);
@@ -210,7 +222,11 @@ pub fn analyse(
                 .map(|(b, h)| measure.degradation(b, h));
             let evidence: Vec<(Point, f64, Point, f64)> = design.permutations[d]
                 .iter()
-                .filter_map(|(l, h)| Some((l.clone(), result(l)?, h.clone(), result(h)?)))
+                .enumerate()
+                .filter_map(|(k, (l, h))| {
+                    let (a, b) = pair(d, k)?;
+                    Some((l.clone(), a, h.clone(), b))
+                })
                 .collect();
             let degraded = evidence
                 .iter()
@@ -256,7 +272,17 @@ pub fn analyse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+
+    /// Pairs measured as their points are.
+    fn paired<'a>(
+        d: &'a Design,
+        f: &'a dyn Fn(&Point) -> Option<f64>,
+    ) -> impl Fn(usize, usize) -> Option<(f64, f64)> + 'a {
+        move |dim, k| {
+            let (l, h) = &d.permutations[dim][k];
+            Some((f(l)?, f(h)?))
+        }
+    }
 
     #[test]
     fn the_design_is_seeded_and_each_pair_differs_only_in_its_dimension() {
@@ -288,7 +314,13 @@ mod tests {
         assert_eq!(small.permutations[1].len(), 2);
         let pts = a.points();
         assert!(pts.contains(&a.base) && pts.contains(&a.heaviest));
-        assert!(pts.len() <= 2 + 9 + 30);
+        assert_eq!(
+            pts.len(),
+            1 + 2 + 1 + 3 + 1,
+            "base, each dimension's other values, heaviest"
+        );
+        assert_eq!(a.pairs().len(), 15);
+        assert_eq!(a.pairs()[5].0, 1, "dimension 0's five pairs first");
     }
 
     /// Bandwidth = 100 / (1 + masks), where only dimension 0 (masks) and 2
@@ -302,7 +334,7 @@ mod tests {
     #[test]
     fn the_dimensions_that_cost_are_kept_and_the_one_that_does_not_is_removed() {
         let d = Design::new(&[3, 3, 2], 8, 1);
-        let a = analyse(&d, Measure::Bandwidth, &bandwidth);
+        let a = analyse(&d, Measure::Bandwidth, &bandwidth, &paired(&d, &bandwidth));
         assert!(a.has_symptom());
         assert!((a.symptom.unwrap() - (1.0 - 1.0 / 4.0)).abs() < 1e-9);
         assert_eq!(
@@ -325,7 +357,7 @@ mod tests {
         // more likely than 95% over the permutations.
         let d = Design::new(&[2, 4], 12, 3);
         let f = |p: &Point| Some(if p[0] == 1 && p[1] == 3 { 50.0 } else { 100.0 });
-        let a = analyse(&d, Measure::Bandwidth, &f);
+        let a = analyse(&d, Measure::Bandwidth, &f, &paired(&d, &f));
         let d0 = &a.dimensions[0];
         assert!(d0.degraded > 0 && d0.degraded < d0.pairs, "{d0:?}");
         assert!(!d0.kept);
@@ -336,13 +368,10 @@ mod tests {
         assert!((Measure::Latency.degradation(10.0, 12.0) - 0.2).abs() < 1e-12);
         assert!((Measure::Bandwidth.degradation(10.0, 12.0) + 0.2).abs() < 1e-12);
         let d = Design::new(&[2, 4], 6, 5);
-        let mut r: HashMap<Point, f64> = HashMap::new();
-        for p in d.points() {
-            r.insert(p.clone(), 10.0 + 10.0 * p[0] as f64);
-        }
         // One heavy run of dimension 0 failed.
         let failed = d.permutations[0][0].1.clone();
-        let a = analyse(&d, Measure::Latency, &|p| (p != &failed).then(|| r[p]));
+        let f = |p: &Point| (p != &failed).then(|| 10.0 + 10.0 * p[0] as f64);
+        let a = analyse(&d, Measure::Latency, &f, &paired(&d, &f));
         let all = d.permutations[0].len();
         let left = all - d.permutations[0].iter().filter(|x| x.1 == failed).count();
         assert_eq!((all, left), (4, 3));
@@ -354,7 +383,8 @@ mod tests {
     #[test]
     fn without_a_symptom_there_is_nothing_to_explain() {
         let d = Design::new(&[2, 2], 4, 5);
-        let a = analyse(&d, Measure::Bandwidth, &|_| Some(100.0));
+        let f = |_: &Point| Some(100.0);
+        let a = analyse(&d, Measure::Bandwidth, &f, &paired(&d, &f));
         assert!(!a.has_symptom());
         assert!(a.critical_path.is_empty());
     }

@@ -80,6 +80,8 @@ pub struct EsPlan {
     /// How every table's masks are ordered while traffic runs; with
     /// ScalaCN's, each table's hyper mask takes the id after its masks.
     pub optimise: wirelab_flowopt::Policy,
+    /// The device's profile (`flowtables.device`).
+    pub device: wirelab_spec::flowtables::EsDevice,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -634,5 +636,11 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
             }
         }
     };
-    EsPlan { tables, optimise }
+    let device = wirelab_spec::flowtables::device(ft.device.as_deref().unwrap_or("default"))
+        .expect("validated");
+    EsPlan {
+        tables,
+        optimise,
+        device,
+    }
 }

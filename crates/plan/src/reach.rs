@@ -207,6 +207,7 @@ mod tests {
         EsPlan {
             tables: t,
             optimise: wirelab_flowopt::Policy::Insertion,
+            device: wirelab_spec::flowtables::device("default").unwrap(),
         }
     }
 

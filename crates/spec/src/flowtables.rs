@@ -38,6 +38,61 @@ pub struct FlowTables {
     /// as written, an RNIC's insertion order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimise: Option<Optimise>,
+    /// The eSwitch's device profile, by name (`profiles/eswitch/`):
+    /// `default`, or one with a quirk ScalaCN found (default: `default`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+}
+
+/// An eSwitch device profile: how the device departs from what its
+/// control plane asks (ScalaCN §3-4). Profiles are data; the ones wirelab
+/// ships live in `profiles/eswitch/*.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EsDevice {
+    pub name: String,
+    pub description: String,
+    /// Where the behaviour was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_on: Option<String>,
+    #[serde(default)]
+    pub search_order: SearchOrder,
+}
+
+/// In which order the device searches a table's masks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchOrder {
+    /// The order the control plane sets.
+    #[default]
+    AsSet,
+    /// The order the masks were added, whatever is set (ScalaCN S6).
+    Insertion,
+}
+
+/// The eSwitch profiles wirelab ships, by name.
+pub const DEVICES: &[(&str, &str)] = &[
+    (
+        "default",
+        include_str!("../../../profiles/eswitch/default.yaml"),
+    ),
+    (
+        "new-masks-last",
+        include_str!("../../../profiles/eswitch/new-masks-last.yaml"),
+    ),
+];
+
+/// A shipped eSwitch profile by name.
+pub fn device(name: &str) -> Result<EsDevice, String> {
+    let Some((_, text)) = DEVICES.iter().find(|d| d.0 == name) else {
+        let names: Vec<&str> = DEVICES.iter().map(|d| d.0).collect();
+        return Err(format!(
+            "no eSwitch profile `{name}` (there are: {})",
+            names.join(", ")
+        ));
+    };
+    let d: EsDevice = serde_yaml::from_str(text).map_err(|e| format!("profile {name}: {e}"))?;
+    Ok(d)
 }
 
 /// A search-order policy and its settings (ScalaCN §4.3). A setting the
@@ -342,6 +397,9 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
             }
             entries += mask.entries.len();
         }
+    }
+    if let Some(d) = &ft.device {
+        device(d).map_err(|m| ("flowtables.device".to_string(), m))?;
     }
     if let Some(o) = &ft.optimise {
         validate_optimise(o)?;

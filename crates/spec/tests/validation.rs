@@ -120,6 +120,11 @@ fn each_rejection_names_path_and_line() {
             "flowtables.optimise.hyper_entries: at least 1 (line 11)",
         ),
         (
+            "flow tables: an unknown device",
+            with("flowtables:\n  device: cx9\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.device: no eSwitch profile `cx9` (there are: default, new-masks-last) (line 11)",
+        ),
+        (
             "flow tables: an unknown policy",
             with("flowtables:\n  optimise: {policy: lru}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
             "flowtables.optimise.policy: unknown variant `lru`, expected one of `insertion`, `hit-count`, `scalacn` (line 11)",
