@@ -342,14 +342,31 @@ impl Switch {
         id: u32,
         fields: &Match,
     ) -> Result<Option<(u64, u64)>, Error> {
-        let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
-        let v = self
-            .maps
-            .es_entries
-            .lookup(bytes_of(&key), MapFlags::ANY)
-            .map_err(map_err("reading a flow-table entry"))?;
-        Ok(v.and_then(|b| from_bytes::<types::wl_es_action>(&b))
-            .map(|a| (a.pkts, a.bytes)))
+        Ok(self.es_entries_hits(table, id, std::slice::from_ref(fields))?[0])
+    }
+
+    /// Several entries' hits of one mask, its bits read once (a control
+    /// loop reads every flow of a hyper mask at each look).
+    pub fn es_entries_hits(
+        &self,
+        table: u32,
+        id: u32,
+        fields: &[Match],
+    ) -> Result<Vec<Option<(u64, u64)>>, Error> {
+        let bits = self.mask_bits(table, id)?;
+        fields
+            .iter()
+            .map(|f| {
+                let key = f.and(&bits).key(table, id);
+                let v = self
+                    .maps
+                    .es_entries
+                    .lookup(bytes_of(&key), MapFlags::ANY)
+                    .map_err(map_err("reading a flow-table entry"))?;
+                Ok(v.and_then(|b| from_bytes::<types::wl_es_action>(&b))
+                    .map(|a| (a.pkts, a.bytes)))
+            })
+            .collect()
     }
 
     /// Sets the search order of `table` (mask ids, searched first to last),

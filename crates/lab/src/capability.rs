@@ -167,12 +167,15 @@ impl FlowTables {
                 });
             }
             if ft.optimise.hyper() {
-                for k in self.optimisers[t].active() {
-                    let h = sw
-                        .es_entry_hits(table, hyper.into(), &k)
-                        .during("reading the hyper mask's entries")?;
-                    view.hyper_hits.push((k, h.map_or(0, |h| h.0)));
-                }
+                let active = self.optimisers[t].active();
+                let hits = sw
+                    .es_entries_hits(table, hyper.into(), &active)
+                    .during("reading the hyper mask's entries")?;
+                view.hyper_hits = active
+                    .into_iter()
+                    .zip(hits)
+                    .map(|(k, h)| (k, h.map_or(0, |h| h.0)))
+                    .collect();
             }
             let ch = self.optimisers[t].tick(now, &view);
             for k in &ch.evict {
