@@ -110,6 +110,35 @@ fn print_switch(s: &Summary) {
             );
         }
     }
+    if let Some(f) = &s.flowtables {
+        let tables: Vec<String> = f
+            .tables
+            .iter()
+            .map(|t| format!("table {} {:.1}", t.table, t.masks_per_packet))
+            .collect();
+        let o = &f.optimiser;
+        println!(
+            "  flowtables {:.1} masks searched per packet ({}), {} packets, {} missed, {} dropped; device {}, order {}{}",
+            f.masks_per_packet,
+            tables.join(", "),
+            f.packets,
+            f.misses,
+            f.drops,
+            f.device,
+            o.policy.name(),
+            if o.tally.ticks > 0 {
+                format!(
+                    " ({} reorders, {} flows activated, {} evicted, {} masks removed)",
+                    o.tally.reorders,
+                    o.tally.activations,
+                    o.tally.evictions,
+                    o.tally.masks_removed
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     for e in &s.events {
         let hit: Vec<String> = e.hit.iter().map(|h| h.to_string()).collect();
         println!(

@@ -978,6 +978,20 @@ fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
         .iter()
         .all(|m| m["lookups"].as_u64() == Some(packets) && m["hits"] == 0));
 
+    // The terminal says it too.
+    let t = wirelab(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&t.stdout);
+    assert!(
+        stdout.contains("flowtables 201.0 masks searched per packet (table 0 201.0)")
+            && stdout.contains("device default, order insertion"),
+        "{stdout}"
+    );
+
     // The generated masks alone: all searched, no hit, forwarded anyway.
     let text = std::fs::read_to_string(&spec).unwrap();
     let cut = text.find("  tables:").unwrap();
