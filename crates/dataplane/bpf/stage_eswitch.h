@@ -54,6 +54,10 @@ enum wl_es_kind {
 	/* VXLAN (RFC 7348), then out of port/ifindex. */
 	WL_ES_ENCAP = 4,   /* add the outer headers below */
 	WL_ES_DECAP = 5,   /* strip a VXLAN packet's outer headers */
+	/* Encapsulate, then search goto_table with the outer headers as the
+	 * key: one switch plays the sender's eSwitch (local encap) and the
+	 * receiver's (remote decap), ScalaCN's overlay (§2, Fig. 1). */
+	WL_ES_ENCAP_GOTO = 6,
 };
 
 /* An encapsulation's outer headers: Ethernet, IPv4, UDP to 4789, VXLAN. */
@@ -355,6 +359,22 @@ static __noinline int es_encap(struct __sk_buff *skb, const struct wl_es_tunnel 
 	return 0;
 }
 
+/* The key of a packet just encapsulated: its outer headers, which the
+ * tunnel gave (the outer source port, from the flow's hash, is left 0: a
+ * remote decap rule does not match on it). The ingress port stays. */
+static __always_inline void es_outer_key(struct wl_es_key *k, const struct wl_es_tunnel *t)
+{
+	__builtin_memcpy(k->dmac, t->dmac, 6);
+	__builtin_memcpy(k->smac, t->smac, 6);
+	k->saddr = t->saddr;
+	k->daddr = t->daddr;
+	k->sport = 0;
+	k->dport = bpf_htons(WL_VXLAN_PORT);
+	k->proto = IPPROTO_UDP;
+	k->vlan = 0;
+	k->vni = t->vni;
+}
+
 /* Strips a VXLAN packet's outer Ethernet/IPv4/UDP/VXLAN headers, leaving
  * the inner frame: the room after the outer MAC header goes, and the inner
  * Ethernet header is written where the outer one was. Only a plain IPv4
@@ -432,8 +452,19 @@ WL_STAGE(wl_stage_eswitch)
 			if (hyper && *hyper && *hyper != s.hit_mask + 1)
 				es_learn(&s.key, s.table, s.hit_mask, s.hit);
 		}
-		if (s.hit->kind != WL_ES_GOTO)
+		if (s.hit->kind == WL_ES_ENCAP_GOTO) {
+			if (es_encap(skb, &s.hit->tun)) {
+				st->tunnel_errors++;
+				ctx->es_drop = 1;
+				ctx->es_visited = s.visited > 0xffff ? 0xffff : s.visited;
+				st->visited += s.visited;
+				return WL_CONTINUE;
+			}
+			st->encaps++;
+			es_outer_key(&s.key, &s.hit->tun);
+		} else if (s.hit->kind != WL_ES_GOTO) {
 			break;
+		}
 		s.table = s.hit->goto_table & (WL_ES_MAX_TABLES - 1);
 	}
 	ctx->es_visited = s.visited > 0xffff ? 0xffff : s.visited;
@@ -470,6 +501,7 @@ WL_STAGE(wl_stage_eswitch)
 		ctx->es_drop = 1;
 		break;
 	case WL_ES_GOTO:
+	case WL_ES_ENCAP_GOTO:
 		/* Still going to a table after WL_ES_MAX_CHAIN: a loop the
 		 * compiler let through. Left to the MAC table, counted. */
 		st->loops++;

@@ -144,6 +144,12 @@ pub enum Action {
         ifindex: u32,
         port: u32,
     },
+    /// VXLAN-encapsulate, then search this table with the outer headers
+    /// (local encap and remote decap in one switch).
+    EncapGoto {
+        tunnel: Tunnel,
+        table: u32,
+    },
 }
 
 /// An encapsulation's outer headers.
@@ -190,6 +196,18 @@ impl Action {
                 ifindex: a.ifindex,
                 port: a.port,
             },
+            K::WL_ES_ENCAP_GOTO => Action::EncapGoto {
+                tunnel: Tunnel {
+                    dmac: t.dmac,
+                    smac: t.smac,
+                    saddr: t.saddr.to_ne_bytes(),
+                    daddr: t.daddr.to_ne_bytes(),
+                    vni: t.vni,
+                    sport: u16::from_be(t.sport),
+                    ttl: t.ttl,
+                },
+                table: a.goto_table,
+            },
             _ => return None,
         })
     }
@@ -209,6 +227,24 @@ pub struct Learned {
     pub first_ns: u64,
     pub last_ns: u64,
     pub pkts: u64,
+}
+
+impl Tunnel {
+    fn raw(&self) -> Result<types::wl_es_tunnel, Error> {
+        if self.vni >= 1 << 24 {
+            return Err(Error::Config(format!("VNI {}: 24 bits", self.vni)));
+        }
+        Ok(types::wl_es_tunnel {
+            dmac: self.dmac,
+            smac: self.smac,
+            saddr: u32::from_ne_bytes(self.saddr),
+            daddr: u32::from_ne_bytes(self.daddr),
+            vni: self.vni,
+            sport: self.sport.to_be(),
+            ttl: self.ttl,
+            ..Default::default()
+        })
+    }
 }
 
 /// The stage's totals over every CPU.
@@ -291,20 +327,13 @@ impl Switch {
                 port,
                 tunnel: t,
             } => {
-                if t.vni >= 1 << 24 {
-                    return Err(Error::Config(format!("VNI {}: 24 bits", t.vni)));
-                }
-                tun = types::wl_es_tunnel {
-                    dmac: t.dmac,
-                    smac: t.smac,
-                    saddr: u32::from_ne_bytes(t.saddr),
-                    daddr: u32::from_ne_bytes(t.daddr),
-                    vni: t.vni,
-                    sport: t.sport.to_be(),
-                    ttl: t.ttl,
-                    ..Default::default()
-                };
+                tun = t.raw()?;
                 (K::WL_ES_ENCAP, ifindex, port, 0)
+            }
+            Action::EncapGoto { tunnel: t, table } => {
+                check(table, 0)?;
+                tun = t.raw()?;
+                (K::WL_ES_ENCAP_GOTO, 0, 0, table)
             }
             Action::Decap { ifindex, port } => (K::WL_ES_DECAP, ifindex, port, 0),
         };

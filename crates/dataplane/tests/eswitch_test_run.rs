@@ -261,6 +261,93 @@ fn a_flow_hitting_a_cascading_mask_is_reported_once_and_activated_into_the_hyper
 }
 
 #[test]
+fn local_encap_then_remote_decap_in_two_tables_gives_the_frame_back() {
+    use wirelab_dataplane::eswitch::Tunnel;
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    // Table 0, the sender's eSwitch: encapsulate by destination, then
+    // table 1, the receiver's: decapsulate by VNI and outer destination.
+    sw.set_es_mask(
+        0,
+        0,
+        &Match {
+            daddr: Match::prefix(32),
+            ..Match::default()
+        },
+    )
+    .unwrap();
+    sw.set_es_order(0, &[0]).unwrap();
+    let by_vtep = Match {
+        daddr: Match::prefix(32),
+        dport: 0xffff,
+        proto: 0xff,
+        vni: 0x00ff_ffff,
+        ..Match::default()
+    };
+    sw.set_es_mask(1, 0, &by_vtep).unwrap();
+    sw.set_es_order(1, &[0]).unwrap();
+    let tunnel = Tunnel {
+        dmac: [0x02, 0, 0, 0, 0, 9],
+        smac: [0x02, 0, 0, 0, 0, 8],
+        saddr: [192, 0, 2, 1],
+        daddr: [192, 0, 2, 9],
+        vni: 77,
+        sport: 0,
+        ttl: 0,
+    };
+    let to = Match {
+        daddr: [10, 0, 0, 7],
+        ..Match::default()
+    };
+    let encap = Action::EncapGoto { tunnel, table: 1 };
+    sw.add_es_entry(0, 0, &to, encap).unwrap();
+    let vtep = Match {
+        daddr: [192, 0, 2, 9],
+        dport: 4789,
+        proto: 17,
+        vni: 77,
+        ..Match::default()
+    };
+    let decap = Action::Decap {
+        ifindex: ES_OUT,
+        port: 3,
+    };
+    sw.add_es_entry(1, 0, &vtep, decap).unwrap();
+    let inner = frame(Ipv4Addr::new(10, 0, 0, 7), 9000);
+    let v0 = visited(&sw);
+    let (v, got, _) = run_frame(&sw, &inner);
+    assert_eq!(v, verdict::REDIRECT);
+    assert_eq!(
+        got, inner,
+        "encapsulated and decapsulated: the frame itself"
+    );
+    let st = sw.es_stats().unwrap();
+    assert_eq!((st.encaps, st.decaps, st.tunnel_errors), (1, 1, 0));
+    assert_eq!(visited(&sw) - v0, 2, "one mask in each table");
+    assert_eq!(sw.es_entry_hits(1, 0, &vtep).unwrap().map(|h| h.0), Some(1));
+    // Another VNI: table 1 misses, the packet stays encapsulated (left to
+    // the MAC table, counted as a miss).
+    sw.add_es_entry(
+        0,
+        0,
+        &to,
+        Action::EncapGoto {
+            tunnel: Tunnel { vni: 78, ..tunnel },
+            table: 1,
+        },
+    )
+    .unwrap();
+    let m = misses(&sw);
+    let (_, got, _) = run_frame(&sw, &inner);
+    assert_eq!(got.len(), inner.len() + 50);
+    assert_eq!(&got[46..49], &[0, 0, 78], "the VXLAN header's VNI");
+    assert_eq!(&got[50..], &inner[..]);
+    assert_eq!(misses(&sw) - m, 1);
+}
+
+#[test]
 fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
     if !have_bpf() {
         return;
