@@ -327,7 +327,16 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                     // A discipline is compiled and linked too (not loaded:
                     // that needs root and the verifier).
                     Ok(s) => match wirelab_lab::build_extension(&s) {
-                        Ok(_) => println!("{}: ok", p.display()),
+                        Ok(_) => {
+                            println!("{}: ok", p.display());
+                            // ScalaCN §4.1 (a): where the flow tables send
+                            // each connection's packets, found statically.
+                            // Legitimate in a negative test, so a warning.
+                            let plan = wirelab_plan::plan(&s, "check", 0);
+                            for why in plan.iter().flat_map(wirelab_plan::reach::undelivered) {
+                                println!("  warning: {why}");
+                            }
+                        }
                         Err(e) => {
                             eprintln!("wirelab: {}: {:#}", p.display(), anyhow::Error::from(e));
                             bad = true;

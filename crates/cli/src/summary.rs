@@ -118,12 +118,20 @@ fn print_switch(s: &Summary) {
             .collect();
         let o = &f.optimiser;
         println!(
-            "  flowtables {:.1} masks searched per packet ({}), {} packets, {} missed, {} dropped; device {}, order {}{}",
+            "  flowtables {:.1} masks searched per packet ({}), {} packets, {} missed, {} dropped{}; device {}, order {}{}",
             f.masks_per_packet,
             tables.join(", "),
             f.packets,
             f.misses,
             f.drops,
+            if f.encaps + f.decaps + f.tunnel_errors > 0 {
+                format!(
+                    ", {} encapsulated, {} decapsulated, {} tunnel errors",
+                    f.encaps, f.decaps, f.tunnel_errors
+                )
+            } else {
+                String::new()
+            },
             f.device,
             o.policy.name(),
             if o.tally.ticks > 0 {

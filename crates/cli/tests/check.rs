@@ -39,6 +39,36 @@ fn every_shipped_spec_checks() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // Every shipped spec's flow tables deliver its connections' packets.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("warning"), "{out}");
+}
+
+/// ScalaCN §4.1 (a) before a run: an overlay whose remote decap rule has
+/// another VNI leaves the packets encapsulated, and check says where.
+#[test]
+fn flow_tables_that_do_not_deliver_are_named_by_check() {
+    let spec = repo().join("specs/scalacn/send-bandwidth-falls-with-remote-decap-masks.yaml");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let good = "{dst: 198.19.255.2, vni: 1002, action: decap";
+    assert!(text.contains(good));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("wrong-vni.yaml");
+    std::fs::write(
+        &bad,
+        text.replace(good, "{dst: 198.19.255.2, vni: 1003, action: decap"),
+    )
+    .unwrap();
+    let o = wirelab(&["check", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(
+            "warning: connection 1 requester to responder: left the switch \
+             VXLAN-encapsulated (table 0 mask 0), which no host decapsulates"
+        ) && !out.contains("responder to requester"),
+        "{out}"
+    );
 }
 
 /// A counter the kernel does not have would read as a delta of 0 and pass

@@ -1025,6 +1025,73 @@ fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
     assert_nothing_left("flow tables");
 }
 
+/// ScalaCN's overlay in one switch: table 0 encapsulates (RFC 7348) and
+/// searches table 1 with the outer headers, where 200 other tenants' masks
+/// come before this tunnel's decap rule. Every packet is encapsulated and
+/// decapsulated once, searches 1 + 201 masks, and the sends complete
+/// checked byte for byte by the RoCE analyzers. A decap rule of another
+/// VNI leaves the packets encapsulated: the sends never complete.
+#[test]
+fn an_overlay_encapsulates_and_decapsulates_every_packet_of_a_send() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/scalacn/send-bandwidth-falls-with-remote-decap-masks.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let ft = &r.summary["flowtables"];
+    let packets = ft["packets"].as_u64().unwrap();
+    assert!(packets > 64, "the sends' packets and their ACKs: {ft}");
+    assert_eq!(
+        (
+            ft["encaps"].as_u64(),
+            ft["decaps"].as_u64(),
+            ft["tunnel_errors"].as_u64(),
+            ft["misses"].as_u64()
+        ),
+        (Some(packets), Some(packets), Some(0), Some(0)),
+        "{ft}"
+    );
+    let per_table: Vec<f64> = ft["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["masks_per_packet"].as_f64().unwrap())
+        .collect();
+    assert_eq!(per_table, [1.0, 201.0], "{ft}");
+    assert!(
+        r.summary["analysis"]["analyzers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "roce-go-back-n"
+                && a["checks"].as_u64() > Some(0)
+                && a["violations"] == 0),
+        "{}",
+        r.why()
+    );
+
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let wrong = out.path().join("wrong-vni.yaml");
+    std::fs::write(
+        &wrong,
+        text.replace("vni: 1002, action: decap", "vni: 1003, action: decap")
+            .replace(
+                "messages: 4, message_size: 64KiB",
+                "messages: 1, message_size: 4KiB",
+            ),
+    )
+    .unwrap();
+    let r = run_spec(&wrong, out.path());
+    assert_eq!(r.code, 1, "the send never completes: {}", r.why());
+    let ft = &r.summary["flowtables"];
+    assert!(
+        ft["encaps"].as_u64().unwrap() > ft["decaps"].as_u64().unwrap(),
+        "{ft}"
+    );
+    assert_nothing_left("overlay");
+}
+
 /// `wirelab sweep`: the spec once per point of the grid, each run's masks
 /// per table measured; with two tables, ScalaCN's grid.csv that
 /// `wirelab model` fits. A bad --vary exits 2 before any lab starts.

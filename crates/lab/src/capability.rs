@@ -214,7 +214,23 @@ fn es_match(e: &wirelab_plan::EsEntryPlan) -> wirelab_dataplane::eswitch::Match 
         sport: e.sport.unwrap_or(0),
         dport: e.dport.unwrap_or(0),
         proto: e.proto.unwrap_or(0),
+        vni: e.vni.unwrap_or(0),
         ..Default::default()
+    }
+}
+
+/// The outer headers of the switch's encapsulations: from its own VTEP
+/// (`LOCAL_VTEP`, a fixed locally administered MAC) to the remote's. The
+/// outer UDP source port comes from the flow's hash (RFC 7348 §5).
+fn es_tunnel(vni: u32, remote: std::net::Ipv4Addr) -> wirelab_dataplane::eswitch::Tunnel {
+    wirelab_dataplane::eswitch::Tunnel {
+        smac: [0x02, 0, 0, 0xff, 0xff, 0x01],
+        dmac: [0x02, 0, 0, 0xff, 0xff, 0x02],
+        saddr: wirelab_spec::flowtables::LOCAL_VTEP.octets(),
+        daddr: remote.octets(),
+        vni,
+        sport: 0,
+        ttl: 0,
     }
 }
 
@@ -227,6 +243,7 @@ fn es_bits(f: &wirelab_spec::flowtables::MaskFields) -> wirelab_dataplane::eswit
         sport: ports(f.sport),
         dport: ports(f.dport),
         proto: if f.proto { 0xff } else { 0 },
+        vni: if f.vni { 0x00ff_ffff } else { 0 },
         ..Default::default()
     }
 }
@@ -251,14 +268,35 @@ impl Capability for FlowTables {
                     .set_es_mask(t, id, &es_bits(&m.fields))
                     .during(format!("setting flow table {t} mask {id}"))?;
                 for e in &m.entries {
+                    use wirelab_plan::{EsActionPlan as P, EsNext};
+                    let port =
+                        |host: usize| (cx.lab.switch_ifindex[host], cx.plan.hosts[host].port);
                     let action = match e.action {
-                        wirelab_plan::EsActionPlan::Count => Es::Count,
-                        wirelab_plan::EsActionPlan::Drop => Es::Drop,
-                        wirelab_plan::EsActionPlan::Goto(n) => Es::Goto(n),
-                        wirelab_plan::EsActionPlan::Forward { host } => Es::Forward {
-                            ifindex: cx.lab.switch_ifindex[host],
-                            port: cx.plan.hosts[host].port,
-                        },
+                        P::Count => Es::Count,
+                        P::Drop => Es::Drop,
+                        P::Goto(n) => Es::Goto(n),
+                        P::Forward { host } => {
+                            let (ifindex, port) = port(host);
+                            Es::Forward { ifindex, port }
+                        }
+                        P::Decap { host } => {
+                            let (ifindex, port) = port(host);
+                            Es::Decap { ifindex, port }
+                        }
+                        P::Encap { vni, remote, next } => {
+                            let tunnel = es_tunnel(vni, remote);
+                            match next {
+                                EsNext::Table(table) => Es::EncapGoto { tunnel, table },
+                                EsNext::Host(host) => {
+                                    let (ifindex, port) = port(host);
+                                    Es::Encap {
+                                        ifindex,
+                                        port,
+                                        tunnel,
+                                    }
+                                }
+                            }
+                        }
                     };
                     cx.switch
                         .add_es_entry(t, id, &es_match(e), action)
@@ -380,6 +418,9 @@ impl Capability for FlowTables {
             misses: st.misses,
             drops: st.drops,
             loops: st.loops,
+            encaps: st.encaps,
+            decaps: st.decaps,
+            tunnel_errors: st.tunnel_errors,
             tables: (0..ft.tables.len())
                 .map(|t| {
                     let (pkts, visited) = st.tables[t];

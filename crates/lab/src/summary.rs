@@ -106,6 +106,12 @@ pub struct EsSummary {
     pub drops: u64,
     /// Packets cut after the longest chain of tables.
     pub loops: u64,
+    /// VXLAN encapsulations and decapsulations (RFC 7348).
+    pub encaps: u64,
+    pub decaps: u64,
+    /// Encapsulations or decapsulations that failed: the packet was
+    /// dropped (a decap of a packet that is not VXLAN, say).
+    pub tunnel_errors: u64,
     /// Per table: packets that searched it, and masks per packet there
     /// (ScalaCN's Q_l for a local egress table, Q_r for a remote ingress one).
     pub tables: Vec<EsTableSummary>,

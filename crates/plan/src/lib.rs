@@ -99,6 +99,7 @@ pub struct EsEntryPlan {
     pub sport: Option<u16>,
     pub dport: Option<u16>,
     pub proto: Option<u8>,
+    pub vni: Option<u32>,
     pub action: EsActionPlan,
 }
 
@@ -111,6 +112,26 @@ pub enum EsActionPlan {
     },
     Drop,
     Goto(u32),
+    /// VXLAN-encapsulate from the switch's VTEP
+    /// (`wirelab_spec::flowtables::LOCAL_VTEP`) to `remote`, then go on.
+    Encap {
+        vni: u32,
+        remote: Ipv4Addr,
+        next: EsNext,
+    },
+    /// Strip the outer headers; out of the port of `Plan::hosts[host]`.
+    Decap {
+        host: usize,
+    },
+}
+
+/// Where an encapsulated packet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EsNext {
+    /// Searched in this table with the outer headers as its key.
+    Table(u32),
+    /// Out of the port of `Plan::hosts[host]`, encapsulated.
+    Host(usize),
 }
 
 /// A QCN reaction point on a host's link into the switch.
@@ -559,6 +580,9 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
         v.as_deref()
             .map(|v| host(v).map_or_else(|| v.parse().expect("validated"), |i| hosts[i].ip))
     };
+    let to = |e: &wirelab_spec::flowtables::Entry| {
+        host(e.to.as_deref().expect("validated")).expect("validated")
+    };
     let mut tables: Vec<Vec<EsMaskPlan>> = vec![Vec::new(); ft.tables.len().max(1)];
     for g in &ft.generate {
         // Distinct shapes: destination prefixes 8..=32, source prefixes
@@ -573,6 +597,7 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
                 dport: (i / 125) % 2 == 1,
                 proto: true,
                 sport: false,
+                vni: false,
             };
             let entries = (0..g.entries)
                 .map(|j| EsEntryPlan {
@@ -581,6 +606,7 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
                     sport: None,
                     dport: Some(10_000 + j as u16),
                     proto: Some(17),
+                    vni: None,
                     action: EsActionPlan::Drop,
                 })
                 .collect();
@@ -602,13 +628,24 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
                     sport: e.sport,
                     dport: e.dport,
                     proto: e.proto.as_deref().and_then(proto_number),
+                    vni: e.vni,
                     action: match e.action {
                         EntryAction::Count => EsActionPlan::Count,
                         EntryAction::Drop => EsActionPlan::Drop,
-                        EntryAction::Forward => EsActionPlan::Forward {
-                            host: host(e.to.as_deref().expect("validated")).expect("validated"),
-                        },
+                        EntryAction::Forward => EsActionPlan::Forward { host: to(e) },
                         EntryAction::Goto => EsActionPlan::Goto(e.table.expect("validated")),
+                        EntryAction::Decap => EsActionPlan::Decap { host: to(e) },
+                        EntryAction::Encap => {
+                            let tunnel = e.encap.as_ref().expect("validated");
+                            EsActionPlan::Encap {
+                                vni: tunnel.vni,
+                                remote: tunnel.remote,
+                                next: match e.table {
+                                    Some(t) => EsNext::Table(t),
+                                    None => EsNext::Host(to(e)),
+                                },
+                            }
+                        }
                     },
                 })
                 .collect();

@@ -8,12 +8,14 @@
 
 use std::net::Ipv4Addr;
 
-use crate::{ConnPlan, EsActionPlan, EsEntryPlan, EsPlan, Plan, Transport};
+use crate::{ConnPlan, EsActionPlan, EsEntryPlan, EsNext, EsPlan, Plan, Transport};
 
 /// The most tables a packet passes (the switch's `WL_ES_MAX_CHAIN`).
 const MAX_CHAIN: usize = 4;
 /// RoCEv2's UDP destination port (IBTA Annex A17).
 const ROCE_PORT: u16 = 4791;
+/// VXLAN's UDP destination port (RFC 7348 §5).
+const VXLAN_PORT: u16 = 4789;
 
 /// Where a packet ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +35,19 @@ pub enum Fate {
     },
     /// Still going to another table after the longest chain.
     Loop,
+    /// Left the switch still VXLAN-encapsulated (no host here
+    /// decapsulates): by an entry that sends it on encapsulated, or by the
+    /// MAC table after the outer headers missed.
+    Encapsulated {
+        table: usize,
+        mask: usize,
+    },
+    /// A decap entry hit a packet that is not VXLAN: the switch drops it
+    /// (a tunnel error).
+    NotVxlan {
+        table: usize,
+        mask: usize,
+    },
 }
 
 /// A packet's fields as the stage keys them.
@@ -43,6 +58,9 @@ struct Pkt {
     sport: u16,
     dport: u16,
     proto: u8,
+    /// The VNI of a packet the tables encapsulated; its other fields are
+    /// then the outer headers' (`None`: the packet as its host sent it).
+    vni: Option<u32>,
 }
 
 fn prefix(a: Ipv4Addr, len: u8) -> u32 {
@@ -61,35 +79,81 @@ fn matches(p: &Pkt, f: &wirelab_spec::flowtables::MaskFields, e: &EsEntryPlan) -
         && (!f.sport || p.sport == e.sport.unwrap_or(0))
         && (!f.dport || p.dport == e.dport.unwrap_or(0))
         && (!f.proto || p.proto == e.proto.unwrap_or(0))
+        && (!f.vni || p.vni.unwrap_or(0) == e.vni.unwrap_or(0))
 }
 
 fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
+    let mut p = *p;
+    // The entry that last encapsulated the packet (for a miss's fate).
+    let mut encapsulated = None;
     let mut table = 0usize;
     for _ in 0..MAX_CHAIN {
-        let Some(masks) = es.tables.get(table) else {
-            return Fate::Delivered;
-        };
-        let hit = masks.iter().enumerate().find_map(|(m, mask)| {
-            mask.entries
-                .iter()
-                .find(|e| matches(p, &mask.fields, e))
-                .map(|e| (m, e.action))
+        let hit = es.tables.get(table).and_then(|masks| {
+            masks.iter().enumerate().find_map(|(m, mask)| {
+                mask.entries
+                    .iter()
+                    .find(|e| matches(&p, &mask.fields, e))
+                    .map(|e| (m, e.action))
+            })
         });
-        match hit {
-            None | Some((_, EsActionPlan::Count)) => return Fate::Delivered,
-            Some((mask, EsActionPlan::Drop)) => return Fate::Dropped { table, mask },
-            Some((mask, EsActionPlan::Forward { host })) => {
-                return if host == dest {
-                    Fate::Delivered
-                } else {
-                    Fate::Misrouted {
-                        table,
-                        mask,
-                        to: host,
-                    }
+        // Out of `host`'s port, encapsulated or not.
+        let out = |host: usize, mask: usize, vxlan: bool| {
+            if host != dest {
+                Fate::Misrouted {
+                    table,
+                    mask,
+                    to: host,
+                }
+            } else if vxlan {
+                Fate::Encapsulated { table, mask }
+            } else {
+                Fate::Delivered
+            }
+        };
+        let (mask, action) = match hit {
+            // The MAC table forwards it, as it is.
+            None | Some((_, EsActionPlan::Count)) => {
+                return match encapsulated {
+                    Some((table, mask)) => Fate::Encapsulated { table, mask },
+                    None => Fate::Delivered,
                 }
             }
-            Some((_, EsActionPlan::Goto(t))) => table = t as usize,
+            Some(h) => h,
+        };
+        match action {
+            EsActionPlan::Count => unreachable!("handled above"),
+            EsActionPlan::Drop => return Fate::Dropped { table, mask },
+            EsActionPlan::Forward { host } => return out(host, mask, p.vni.is_some()),
+            EsActionPlan::Decap { host } => {
+                return match p.vni {
+                    None => Fate::NotVxlan { table, mask },
+                    Some(_) => out(host, mask, false),
+                }
+            }
+            EsActionPlan::Encap {
+                next: EsNext::Host(host),
+                ..
+            } => return out(host, mask, true),
+            EsActionPlan::Encap {
+                next: EsNext::Table(t),
+                vni,
+                remote,
+            } => {
+                // The search goes on with the outer headers as its key, as
+                // the switch stage's `es_outer_key` builds it (the outer
+                // source port keyed as 0).
+                p = Pkt {
+                    src: wirelab_spec::flowtables::LOCAL_VTEP,
+                    dst: remote,
+                    sport: 0,
+                    dport: VXLAN_PORT,
+                    proto: 17,
+                    vni: Some(vni),
+                };
+                encapsulated = Some((table, mask));
+                table = t as usize;
+            }
+            EsActionPlan::Goto(t) => table = t as usize,
         }
     }
     Fate::Loop
@@ -116,6 +180,7 @@ fn packets(c: &ConnPlan) -> [(&'static str, Pkt, usize); 2] {
                 sport: rs,
                 dport: rd,
                 proto,
+                vni: None,
             },
             c.responder,
         ),
@@ -127,6 +192,7 @@ fn packets(c: &ConnPlan) -> [(&'static str, Pkt, usize); 2] {
                 sport: ps,
                 dport: pd,
                 proto,
+                vni: None,
             },
             c.requester,
         ),
@@ -157,6 +223,12 @@ pub fn undelivered(plan: &Plan) -> Vec<String> {
                     plan.hosts[to].name
                 ),
                 Fate::Loop => format!("still going after {MAX_CHAIN} tables (a loop)"),
+                Fate::Encapsulated { table, mask } => format!(
+                    "left the switch VXLAN-encapsulated (table {table} mask {mask}), which no host decapsulates"
+                ),
+                Fate::NotVxlan { table, mask } => format!(
+                    "dropped: table {table} mask {mask} decapsulates, but the packet is not VXLAN"
+                ),
             };
             out.push(format!("connection {} {way}: {why}", c.id));
         }
@@ -177,6 +249,7 @@ mod tests {
             sport: 40001,
             dport: 4791,
             proto: 17,
+            vni: None,
         }
     }
 
@@ -187,6 +260,7 @@ mod tests {
             sport: None,
             dport: None,
             proto: Some(17),
+            vni: None,
             action,
         }
     }
@@ -270,5 +344,86 @@ mod tests {
             vec![mask(0, vec![entry(None, EsActionPlan::Goto(0))])],
         ]);
         assert_eq!(fate(&es, &pkt(), 1), Fate::Loop);
+    }
+
+    /// Table 0 encapsulates (VNI 77 to `remote`) and searches table 1;
+    /// table 1 decapsulates by VNI and remote VTEP, with `decap_vni`.
+    fn overlay(remote: Ipv4Addr, decap_vni: u32, decap_to: usize) -> EsPlan {
+        let decap = EsMaskPlan {
+            fields: MaskFields {
+                dst: 32,
+                vni: true,
+                ..Default::default()
+            },
+            entries: vec![EsEntryPlan {
+                dst: Some(Ipv4Addr::new(198, 19, 0, 2)),
+                vni: Some(decap_vni),
+                proto: None,
+                ..entry(None, EsActionPlan::Decap { host: decap_to })
+            }],
+            generated: false,
+        };
+        tables(vec![
+            vec![mask(
+                0,
+                vec![entry(
+                    None,
+                    EsActionPlan::Encap {
+                        vni: 77,
+                        remote,
+                        next: EsNext::Table(1),
+                    },
+                )],
+            )],
+            vec![decap],
+        ])
+    }
+
+    #[test]
+    fn an_overlay_is_followed_through_encap_and_the_remote_decap() {
+        let vtep = Ipv4Addr::new(198, 19, 0, 2);
+        assert_eq!(fate(&overlay(vtep, 77, 1), &pkt(), 1), Fate::Delivered);
+        // The decap entry keys the outer headers: another VNI or another
+        // VTEP misses, and the packet leaves encapsulated.
+        assert_eq!(
+            fate(&overlay(vtep, 78, 1), &pkt(), 1),
+            Fate::Encapsulated { table: 0, mask: 0 }
+        );
+        assert_eq!(
+            fate(&overlay(Ipv4Addr::new(198, 19, 0, 3), 77, 1), &pkt(), 1),
+            Fate::Encapsulated { table: 0, mask: 0 }
+        );
+        assert_eq!(
+            fate(&overlay(vtep, 77, 0), &pkt(), 1),
+            Fate::Misrouted {
+                table: 1,
+                mask: 0,
+                to: 0
+            }
+        );
+    }
+
+    #[test]
+    fn decap_of_a_plain_packet_and_encap_out_of_a_port_are_not_delivered() {
+        let es = tables(vec![vec![mask(
+            0,
+            vec![entry(None, EsActionPlan::Decap { host: 1 })],
+        )]]);
+        assert_eq!(fate(&es, &pkt(), 1), Fate::NotVxlan { table: 0, mask: 0 });
+        let es = tables(vec![vec![mask(
+            0,
+            vec![entry(
+                None,
+                EsActionPlan::Encap {
+                    vni: 5,
+                    remote: Ipv4Addr::new(198, 19, 0, 2),
+                    next: EsNext::Host(1),
+                },
+            )],
+        )]]);
+        assert_eq!(
+            fate(&es, &pkt(), 1),
+            Fate::Encapsulated { table: 0, mask: 0 }
+        );
     }
 }

@@ -202,6 +202,9 @@ pub struct MaskFields {
     pub dport: bool,
     #[serde(default)]
     pub proto: bool,
+    /// A VXLAN packet's VNI (a remote decap rule's match).
+    #[serde(default)]
+    pub vni: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -219,14 +222,37 @@ pub struct Entry {
     /// `tcp`, `udp` or an IP protocol number.
     #[serde(default)]
     pub proto: Option<String>,
+    /// A VXLAN packet's VNI.
+    #[serde(default)]
+    pub vni: Option<u32>,
     pub action: EntryAction,
-    /// `forward`: the host whose port the packet leaves by.
+    /// `forward`, `decap` (and `encap` sent on encapsulated): the host
+    /// whose port the packet leaves by.
     #[serde(default)]
     pub to: Option<String>,
-    /// `goto`: the table searched next.
+    /// `goto` (and `encap` searched on): the table searched next.
     #[serde(default)]
     pub table: Option<u32>,
+    /// `encap`: the VXLAN tunnel (RFC 7348).
+    #[serde(default)]
+    pub encap: Option<Encap>,
 }
+
+/// A VXLAN encapsulation: the VNI and the remote VTEP's address. The
+/// local VTEP is the switch's own (`LOCAL_VTEP`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Encap {
+    /// 24 bits.
+    pub vni: u32,
+    /// The remote VTEP's IPv4 address (it stays inside the lab: a remote
+    /// decap rule in another table takes the packet back out).
+    pub remote: std::net::Ipv4Addr,
+}
+
+/// The local VTEP's address in encapsulations: inside the lab's
+/// benchmarking range (RFC 2544), outside any host's or GID's address.
+pub const LOCAL_VTEP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 19, 255, 254);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -236,6 +262,11 @@ pub enum EntryAction {
     Forward,
     Drop,
     Goto,
+    /// VXLAN-encapsulate (`encap:`), then search `table:` with the outer
+    /// headers, or leave by `to:`'s port encapsulated.
+    Encap,
+    /// Strip a VXLAN packet's outer headers, then leave by `to:`'s port.
+    Decap,
 }
 
 /// An entry's protocol: `tcp`, `udp` or a number.
@@ -348,6 +379,7 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                     ("sport", entry.sport.is_some() && !f.sport),
                     ("dport", entry.dport.is_some() && !f.dport),
                     ("proto", entry.proto.is_some() && !f.proto),
+                    ("vni", entry.vni.is_some() && !f.vni),
                 ];
                 if let Some((name, _)) = unused.iter().find(|u| u.1) {
                     return err(
@@ -370,29 +402,73 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                         return err(format!("{at}.proto"), format!("`{p}`: tcp, udp or 0..=255"));
                     }
                 }
+                if entry.vni.is_some_and(|v| v >= 1 << 24) {
+                    return err(format!("{at}.vni"), "a VNI is 24 bits");
+                }
+                if let Some(h) = &entry.to {
+                    if !hosts.contains(h.as_str()) {
+                        return err(format!("{at}.to"), format!("no host `{h}`"));
+                    }
+                }
+                if let Some(n) = entry.table {
+                    if n as usize >= ft.tables.len() {
+                        return err(
+                            format!("{at}.table"),
+                            format!("no table {n} (tables 0..{})", ft.tables.len()),
+                        );
+                    }
+                }
+                use EntryAction as A;
+                let (to, table) = (entry.to.is_some(), entry.table.is_some());
                 match entry.action {
-                    EntryAction::Forward => match &entry.to {
-                        Some(h) if hosts.contains(h.as_str()) => {}
-                        Some(h) => return err(format!("{at}.to"), format!("no host `{h}`")),
-                        None => return err(format!("{at}.to"), "forward: name the host (`to:`)"),
-                    },
-                    EntryAction::Goto => match entry.table {
-                        Some(n) if (n as usize) < ft.tables.len() => {}
-                        Some(n) => {
-                            return err(
-                                format!("{at}.table"),
-                                format!("no table {n} (tables 0..{})", ft.tables.len()),
-                            )
-                        }
-                        None => return err(format!("{at}.table"), "goto: name the table"),
-                    },
+                    A::Forward | A::Decap if !to => {
+                        return err(format!("{at}.to"), "name the host it leaves by (`to:`)")
+                    }
+                    A::Goto if !table => {
+                        return err(format!("{at}.table"), "goto: name the table")
+                    }
+                    A::Encap if to == table => {
+                        return err(
+                            format!("{at}"),
+                            "encap: either `table:` (searched with the outer headers) or `to:` (sent encapsulated)",
+                        )
+                    }
+                    A::Encap if entry.encap.is_none() => {
+                        return err(format!("{at}.encap"), "encap: the tunnel (`encap: {vni, remote}`)")
+                    }
                     _ => {}
                 }
-                if entry.to.is_some() && entry.action != EntryAction::Forward {
-                    return err(format!("{at}.to"), "only `forward` goes to a host");
+                if to && !matches!(entry.action, A::Forward | A::Decap | A::Encap) {
+                    return err(
+                        format!("{at}.to"),
+                        "only `forward`, `decap` and `encap` go to a host",
+                    );
                 }
-                if entry.table.is_some() && entry.action != EntryAction::Goto {
-                    return err(format!("{at}.table"), "only `goto` names a table");
+                if table && !matches!(entry.action, A::Goto | A::Encap) {
+                    return err(
+                        format!("{at}.table"),
+                        "only `goto` and `encap` name a table",
+                    );
+                }
+                if let Some(e) = &entry.encap {
+                    if entry.action != A::Encap {
+                        return err(format!("{at}.encap"), "only `encap` has a tunnel");
+                    }
+                    if e.vni >= 1 << 24 {
+                        return err(format!("{at}.encap.vni"), "a VNI is 24 bits");
+                    }
+                    // Lab addresses only: an encapsulated packet that no
+                    // decap rule takes still never leaves the lab, but its
+                    // outer address stays one of the lab's own.
+                    if e.remote.octets()[..2] != [198, 18] && e.remote.octets()[..2] != [198, 19] {
+                        return err(
+                            format!("{at}.encap.remote"),
+                            format!(
+                                "{}: a remote VTEP is a lab address, in 198.18.0.0/15",
+                                e.remote
+                            ),
+                        );
+                    }
                 }
             }
             entries += mask.entries.len();
@@ -420,7 +496,7 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
             .masks
             .iter()
             .flat_map(|m| &m.entries)
-            .filter_map(|e| e.table.filter(|_| e.action == EntryAction::Goto))
+            .filter_map(|e| e.table)
             .map(|n| n as usize)
             .collect();
         v.sort_unstable();

@@ -135,6 +135,46 @@ fn each_rejection_names_path_and_line() {
             "flowtables.tables[0].masks[0].match: a prefix is 0..=32 bits (line 13)",
         ),
         (
+            "flow tables: encap with neither a table nor a host",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0]: encap: either `table:` (searched with the outer headers) or `to:` (sent encapsulated) (line 13)",
+        ),
+        (
+            "flow tables: encap without a tunnel",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, to: responder}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].encap: encap: the tunnel (`encap: {vni, remote}`) (line 13)",
+        ),
+        (
+            "flow tables: a VNI wider than 24 bits",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, to: responder, encap: {vni: 16777216, remote: 198.19.0.2}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].encap.vni: a VNI is 24 bits (line 13)",
+        ),
+        (
+            "flow tables: a remote VTEP outside the lab",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, to: responder, encap: {vni: 5, remote: 10.0.0.1}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].encap.remote: 10.0.0.1: a remote VTEP is a lab address, in 198.18.0.0/15 (line 13)",
+        ),
+        (
+            "flow tables: decap without a host",
+            with("flowtables:\n  tables:\n    - masks:\n        - match: {vni: true}\n          entries: [{vni: 5, action: decap}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].to: name the host it leaves by (`to:`) (line 14)",
+        ),
+        (
+            "flow tables: a VNI the mask does not compare",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{vni: 5, action: decap, to: responder}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].vni: the mask does not compare `vni`: add it to the mask's match (line 13)",
+        ),
+        (
+            "flow tables: a tunnel on a forward",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: forward, to: responder, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].encap: only `encap` has a tunnel (line 13)",
+        ),
+        (
+            "flow tables: an encap loop",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, table: 0, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
+            "flowtables.tables: tables 0 -> 0 form a loop (line 11)",
+        ),
+        (
             "packet index 0",
             with("events:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
             "events[0].packet: must be >= 1, got 0 (line 12)",
