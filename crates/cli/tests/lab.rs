@@ -1089,6 +1089,34 @@ fn an_overlay_encapsulates_and_decapsulates_every_packet_of_a_send() {
         ft["encaps"].as_u64().unwrap() > ft["decaps"].as_u64().unwrap(),
         "{ft}"
     );
+
+    // The overlay generator: 100 subnets' masks ahead of this tunnel's in
+    // both tables, and the terminal line says what the tunnels did.
+    let spec = repo().join("specs/scalacn/write-across-an-overlay-of-100-subnets.yaml");
+    let t = wirelab(&[
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&t.stdout);
+    assert_eq!(t.status.code(), Some(0), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("flowtables "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let packets: u64 = line
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" packets")?.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        packets > 64
+            && line.contains("(table 0 101.0, table 1 101.0)")
+            && line.contains(&format!(
+                "{packets} encapsulated, {packets} decapsulated, 0 tunnel errors"
+            )),
+        "{line}"
+    );
     assert_nothing_left("overlay");
 }
 

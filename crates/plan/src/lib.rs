@@ -571,8 +571,37 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
     })
 }
 
-/// The eSwitch's tables with host names resolved; generated masks first in
-/// their table.
+/// Generated mask i's shape: destination prefixes 8..=32, source prefixes
+/// 0/8/16/24/32, with and without the destination port, then the source
+/// port; 500 distinct (a table holds 256).
+fn shape(i: u32) -> wirelab_spec::flowtables::MaskFields {
+    wirelab_spec::flowtables::MaskFields {
+        dst: 8 + (i % 25) as u8,
+        src: [0, 8, 16, 24, 32][((i / 25) % 5) as usize],
+        dport: (i / 125) % 2 == 1,
+        proto: true,
+        sport: (i / 250) % 2 == 1,
+        vni: false,
+    }
+}
+
+/// Generated entry j: addresses in 203.0.113.0/24 (TEST-NET-3, RFC 5737).
+/// No lab address (198.18/15) shares their first five bits, so under any
+/// prefix of 8 or more no lab packet, plain or encapsulated, matches them.
+fn elsewhere(j: u32) -> EsEntryPlan {
+    EsEntryPlan {
+        src: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
+        dst: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
+        sport: Some(20_000 + j as u16),
+        dport: Some(10_000 + j as u16),
+        proto: Some(17),
+        vni: None,
+        action: EsActionPlan::Count,
+    }
+}
+
+/// The eSwitch's tables with host names resolved; generated masks (and the
+/// overlay's) first in their table.
 fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> EsPlan {
     use wirelab_spec::flowtables::{proto_number, EntryAction, MaskFields};
     let host = |n: &str| hosts.iter().position(|h| h.name == n);
@@ -585,34 +614,63 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
     };
     let mut tables: Vec<Vec<EsMaskPlan>> = vec![Vec::new(); ft.tables.len().max(1)];
     for g in &ft.generate {
-        // Distinct shapes: destination prefixes 8..=32, source prefixes
-        // 0/8/16/24/32, with and without the destination port. Entries in
-        // 203.0.113.0/24 (TEST-NET-3, RFC 5737): no lab address (198.18/15)
-        // shares their first five bits, so no prefix of 8 or more matches
-        // the lab's traffic.
         for i in 0..g.masks {
-            let fields = MaskFields {
-                dst: 8 + (i % 25) as u8,
-                src: [0, 8, 16, 24, 32][((i / 25) % 5) as usize],
-                dport: (i / 125) % 2 == 1,
-                proto: true,
-                sport: false,
-                vni: false,
-            };
             let entries = (0..g.entries)
                 .map(|j| EsEntryPlan {
-                    src: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
-                    dst: Some(Ipv4Addr::new(203, 0, 113, j as u8)),
-                    sport: None,
-                    dport: Some(10_000 + j as u16),
-                    proto: Some(17),
-                    vni: None,
                     action: EsActionPlan::Drop,
+                    ..elsewhere(j)
                 })
                 .collect();
             tables[g.table as usize].push(EsMaskPlan {
-                fields,
+                fields: shape(i),
                 entries,
+                generated: true,
+            });
+        }
+    }
+    if let Some(o) = &ft.overlay {
+        use wirelab_spec::flowtables::Overlay;
+        // Subnet k's remote (decap) rules: outer source prefixes 0..=32
+        // and outer destination prefixes of 32, 24, ... bits, so each
+        // subnet's shape is its own; UDP 4789 and the VNI always compared.
+        const OUTER_DST: [u8; 8] = [32, 24, 16, 28, 20, 12, 30, 26];
+        for k in 0..o.subnets {
+            let vni = Overlay::vni(k);
+            let local = (0..o.containers)
+                .map(|j| EsEntryPlan {
+                    action: EsActionPlan::Encap {
+                        vni,
+                        // The container's host's VTEP: a lab address
+                        // (198.19.254.0/24), never a host's.
+                        remote: Ipv4Addr::new(198, 19, 254, 1 + (j % 250) as u8),
+                        next: EsNext::Table(o.remote),
+                    },
+                    ..elsewhere(j)
+                })
+                .collect();
+            tables[o.local as usize].push(EsMaskPlan {
+                fields: shape(k),
+                entries: local,
+                generated: true,
+            });
+            let remote = (0..o.containers)
+                .map(|j| EsEntryPlan {
+                    dport: Some(4789),
+                    vni: Some(vni),
+                    action: EsActionPlan::Decap { host: 0 },
+                    ..elsewhere(j)
+                })
+                .collect();
+            tables[o.remote as usize].push(EsMaskPlan {
+                fields: MaskFields {
+                    src: (k % 33) as u8,
+                    dst: OUTER_DST[((k / 33) % 8) as usize],
+                    dport: true,
+                    proto: true,
+                    vni: true,
+                    sport: false,
+                },
+                entries: remote,
                 generated: true,
             });
         }

@@ -31,6 +31,11 @@ pub struct FlowTables {
     )]
     #[schemars(with = "OneOrMany")]
     pub generate: Vec<Generate>,
+    /// Other tenants' overlay (ScalaCN Fig. 1, §4.1): K VXLAN subnets of
+    /// C containers, each subnet a local encap mask and a remote decap
+    /// mask of its own shape, searched before the spec's own masks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<Overlay>,
     /// Tables 0, 1, ...; each a list of masks in search order.
     #[serde(default)]
     pub tables: Vec<Table>,
@@ -170,6 +175,39 @@ fn one() -> u32 {
     1
 }
 
+/// ScalaCN's overlay container network (seed 001 Fig. 1 and §4.1: "k is
+/// the number of subnets and n is the average number of containers in
+/// each subnet"), as other tenants' rules in the eSwitch. Subnet k has its
+/// own VNI and its own prefix lengths, so its rules take a mask of their
+/// own in each table (§4.3: "a host could have different lengths of IPv4
+/// subnet masks"): in `local`, one entry per container that
+/// VXLAN-encapsulates towards the container's host and searches `remote`;
+/// in `remote`, one entry per container that decapsulates by outer
+/// addresses, UDP port 4789 and VNI. None of them matches the lab's
+/// traffic (their addresses are in 203.0.113.0/24).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Overlay {
+    /// K: subnets (0: none, as a sweep's first point).
+    pub subnets: u32,
+    /// C: containers per subnet (entries per mask).
+    #[serde(default = "one")]
+    pub containers: u32,
+    /// The local (egress, encap) table (default 0).
+    #[serde(default)]
+    pub local: u32,
+    /// The remote (ingress, decap) table (default 1).
+    #[serde(default = "one")]
+    pub remote: u32,
+}
+
+impl Overlay {
+    /// Subnet k's VNI.
+    pub fn vni(k: u32) -> u32 {
+        0x01_0000 + k
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Table {
@@ -304,7 +342,7 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
     let Some(ft) = &s.flowtables else {
         return Ok(());
     };
-    if ft.tables.is_empty() && ft.generate.is_empty() {
+    if ft.tables.is_empty() && ft.generate.is_empty() && ft.overlay.is_none() {
         return err("flowtables", "no tables and nothing to generate");
     }
     if ft.tables.len() > MAX_TABLES {
@@ -333,6 +371,29 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
         }
         generated[g.table as usize] += g.masks as usize;
         entries += (g.masks * g.entries) as usize;
+    }
+    if let Some(o) = &ft.overlay {
+        let at = "flowtables.overlay";
+        for (name, t) in [("local", o.local), ("remote", o.remote)] {
+            if t as usize >= tables {
+                return err(
+                    format!("{at}.{name}"),
+                    format!("no table {t} (tables 0..{tables}): list it under `tables:`"),
+                );
+            }
+        }
+        if o.local == o.remote {
+            return err(
+                format!("{at}.remote"),
+                "the remote table is another than the local one",
+            );
+        }
+        if o.containers == 0 || o.containers > 256 {
+            return err(format!("{at}.containers"), "1..=256 (entries per mask)");
+        }
+        generated[o.local as usize] += o.subnets as usize;
+        generated[o.remote as usize] += o.subnets as usize;
+        entries += 2 * (o.subnets * o.containers) as usize;
     }
     // ScalaCN's hyper mask takes one more id in every table.
     let hyper = usize::from(
@@ -499,6 +560,13 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
             .filter_map(|e| e.table)
             .map(|n| n as usize)
             .collect();
+        // The overlay's encap entries search its remote table.
+        v.extend(
+            ft.overlay
+                .as_ref()
+                .filter(|o| o.subnets > 0 && o.local as usize == t)
+                .map(|o| o.remote as usize),
+        );
         v.sort_unstable();
         v.dedup();
         v

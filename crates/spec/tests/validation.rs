@@ -175,6 +175,26 @@ fn each_rejection_names_path_and_line() {
             "flowtables.tables: tables 0 -> 0 form a loop (line 11)",
         ),
         (
+            "flow tables: an overlay's remote table not listed",
+            with("flowtables:\n  overlay: {subnets: 4}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.overlay.remote: no table 1 (tables 0..1): list it under `tables:` (line 11)",
+        ),
+        (
+            "flow tables: an overlay in one table",
+            with("flowtables:\n  overlay: {subnets: 4, remote: 0}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.overlay.remote: the remote table is another than the local one (line 11)",
+        ),
+        (
+            "flow tables: an overlay with no containers",
+            with("flowtables:\n  overlay: {subnets: 4, containers: 0}\n  tables:\n    - masks: []\n    - masks: []\n"),
+            "flowtables.overlay.containers: 1..=256 (entries per mask) (line 11)",
+        ),
+        (
+            "flow tables: an overlay too big for a table",
+            with("flowtables:\n  overlay: {subnets: 200}\n  generate: {masks: 100, table: 1}\n  tables:\n    - masks: []\n    - masks: []\n"),
+            "flowtables.tables[1].masks: 300 masks (generated ones included): a table holds 256 (line 15)",
+        ),
+        (
             "packet index 0",
             with("events:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
             "events[0].packet: must be >= 1, got 0 (line 12)",
