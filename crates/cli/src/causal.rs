@@ -273,13 +273,17 @@ fn json_to_yaml(v: &serde_json::Value) -> Value {
 }
 
 /// The measure of a run's row, in the unit printed.
+/// A run that FAILed its expectations still measured bandwidth (0 when
+/// the bandwidth QP delivered short: the symptom of a device that drops,
+/// ScalaCN S8); a latency from it, or anything from an INVALID or ERROR
+/// run, is left out.
 fn value_of(m: Measure, row: &serde_json::Value) -> Option<f64> {
-    if row["verdict"] != "PASS" {
-        return None;
-    }
-    match m {
-        Measure::Bandwidth => row["bandwidth_bps"].as_f64().map(|b| b / 1e9),
-        Measure::Latency => row["latency_ns"].as_f64().map(|l| l / 1e3),
+    match (m, row["verdict"].as_str()) {
+        (Measure::Bandwidth, Some("PASS" | "FAIL")) => {
+            row["bandwidth_bps"].as_f64().map(|b| b / 1e9)
+        }
+        (Measure::Latency, Some("PASS")) => row["latency_ns"].as_f64().map(|l| l / 1e3),
+        _ => None,
     }
 }
 
@@ -405,8 +409,18 @@ fn print_report(t: &Target, d: &Design, a: &Analysis, rows: &[(usize, serde_json
     };
     let pct = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{:+.0}%", sign * v));
     let failed = rows.iter().filter(|r| r.1["verdict"] != "PASS").count();
-    if failed > 0 {
-        println!("  {failed} point(s) did not PASS and are left out (causal.jsonl says why)");
+    let left_out = rows
+        .iter()
+        .filter(|r| value_of(t.measure, &r.1).is_none())
+        .count();
+    if failed > left_out {
+        println!(
+            "  {} point(s) FAILed and count with the bandwidth they delivered (0 when short)",
+            failed - left_out
+        );
+    }
+    if left_out > 0 {
+        println!("  {left_out} point(s) measured nothing and are left out (causal.jsonl says why)");
     }
     println!(
         "  symptom    {} {} {u} with every dimension at its lightest, {} at its heaviest: {}{}",

@@ -351,12 +351,19 @@ fn run_one(pt: &Point, r: &Runs) -> serde_json::Value {
             // at any tx depth), latency from the one with the smallest
             // (its median MCT, ib_*_lat's "t_typical").
             let (big, small) = size_extremes(spec);
+            // A connection that did not complete its messages in a run
+            // that ran (the network dropped them: ScalaCN S8) delivered
+            // short; perftest would report no bandwidth, causal testing
+            // counts it as none (0).
             let bw = big.and_then(|(c, _)| {
-                s.workload
-                    .iter()
-                    .find(|w| w.id == c && w.error.is_none())
-                    .map(|w| w.goodput_bps as f64)
-                    .filter(|&b| b > 0.0)
+                let w = s.workload.iter().find(|w| w.id == c)?;
+                if out.verdict == wirelab_lab::Verdict::Fail
+                    && (w.messages.len() as u32) < w.expected_messages
+                {
+                    Some(0.0)
+                } else {
+                    Some(w.goodput_bps as f64).filter(|&b| b > 0.0 && w.error.is_none())
+                }
             });
             let lat = small.and_then(|(c, _)| median(values(s, "flow.mct", Some(c))));
             let tables: Vec<f64> = s

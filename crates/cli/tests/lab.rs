@@ -951,6 +951,69 @@ fn causal_testing_names_the_planted_cause_of_a_device_without_being_told() {
     assert_nothing_left("causal-device");
 }
 
+/// ScalaCN S8 planted: a device with 1,024 encapsulation contexts under a
+/// 100-subnet overlay. At 16 containers a subnet the overlay uses them up
+/// before the write's own tunnel is installed, so its packets are dropped
+/// and it delivers nothing; the causal tester, not told the profile, names
+/// the containers per subnet and nothing else. On the default device the
+/// same target drops nothing (entries per mask cost no search).
+#[test]
+fn causal_testing_finds_an_encap_context_limit_without_being_told() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let target = repo().join("specs/scalacn/find-what-drops-an-overlay-write.yaml");
+    let causal = |device: &str| -> (Value, String) {
+        let o = out.path().join(device);
+        let r = wirelab(&[
+            "causal",
+            target.to_str().unwrap(),
+            "--device",
+            device,
+            "--out",
+            o.to_str().unwrap(),
+            "--jobs",
+            "1",
+        ]);
+        let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
+        assert_eq!(
+            r.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let dir = std::fs::read_dir(&o)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap())
+                .unwrap();
+        (report, stdout)
+    };
+    let (report, stdout) = causal("default");
+    assert_eq!(report["failed_points"], 0, "{stdout}");
+    let containers = &report["analysis"]["dimensions"][0];
+    assert!(
+        containers["effect"].as_f64().unwrap() < 0.5,
+        "nothing dropped: {stdout}"
+    );
+    let (report, stdout) = causal("encap-context-limit");
+    let a = &report["analysis"];
+    assert!(
+        report["failed_points"].as_u64().unwrap() > 0 && a["symptom"].as_f64().unwrap() >= 0.9,
+        "the heaviest point delivers nothing: {stdout}"
+    );
+    assert_eq!(a["critical_path"], serde_json::json!([0]), "{stdout}");
+    assert!(
+        stdout.contains("critical path: containers per subnet (-100%)"),
+        "{stdout}"
+    );
+    assert_nothing_left("causal-encap");
+}
+
 #[test]
 fn flow_tables_make_every_packet_search_the_masks_before_its_own() {
     let Some((_g, out)) = lab_test() else {

@@ -109,6 +109,9 @@ pub struct FlowTables {
     optimisers: Vec<wirelab_flowopt::Optimiser<wirelab_dataplane::eswitch::Match>>,
     /// The optimisers' clock starts with them.
     started: Option<std::time::Instant>,
+    /// Encap entries the device installed past its encap contexts (its
+    /// profile's `encap_contexts`), which drop what they match.
+    encaps_over_contexts: u64,
 }
 
 /// The hyper mask's id in a table of `masks` masks: the next one.
@@ -260,6 +263,8 @@ impl Capability for FlowTables {
         let Some(ft) = &cx.plan.flowtables else {
             return Ok(());
         };
+        // Encap entries installed so far, in the order they are installed.
+        let mut encaps = 0u32;
         for (t, masks) in ft.tables.iter().enumerate() {
             let t = t as u32;
             for (id, m) in masks.iter().enumerate() {
@@ -271,7 +276,7 @@ impl Capability for FlowTables {
                     use wirelab_plan::{EsActionPlan as P, EsNext};
                     let port =
                         |host: usize| (cx.lab.switch_ifindex[host], cx.plan.hosts[host].port);
-                    let action = match e.action {
+                    let mut action = match e.action {
                         P::Count => Es::Count,
                         P::Drop => Es::Drop,
                         P::Goto(n) => Es::Goto(n),
@@ -298,6 +303,15 @@ impl Capability for FlowTables {
                             }
                         }
                     };
+                    if matches!(action, Es::Encap { .. } | Es::EncapGoto { .. }) {
+                        encaps += 1;
+                        // ScalaCN S8: the device accepts the entry, but
+                        // has no context left to encapsulate with.
+                        if ft.device.encap_contexts.is_some_and(|n| encaps > n) {
+                            action = Es::Drop;
+                            self.encaps_over_contexts += 1;
+                        }
+                    }
                     cx.switch
                         .add_es_entry(t, id, &es_match(e), action)
                         .during(format!("adding an entry to flow table {t} mask {id}"))?;
@@ -420,6 +434,7 @@ impl Capability for FlowTables {
             loops: st.loops,
             encaps: st.encaps,
             decaps: st.decaps,
+            encaps_over_contexts: self.encaps_over_contexts,
             tunnel_errors: st.tunnel_errors,
             tables: (0..ft.tables.len())
                 .map(|t| {

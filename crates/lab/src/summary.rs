@@ -112,6 +112,9 @@ pub struct EsSummary {
     /// Encapsulations or decapsulations that failed: the packet was
     /// dropped (a decap of a packet that is not VXLAN, say).
     pub tunnel_errors: u64,
+    /// Encap entries the device profile installed past its encapsulation
+    /// contexts, as drops (ScalaCN S8; the causal tester is not told).
+    pub encaps_over_contexts: u64,
     /// Per table: packets that searched it, and masks per packet there
     /// (ScalaCN's Q_l for a local egress table, Q_r for a remote ingress one).
     pub tables: Vec<EsTableSummary>,

@@ -62,6 +62,11 @@ pub struct EsDevice {
     pub seen_on: Option<String>,
     #[serde(default)]
     pub search_order: SearchOrder,
+    /// Encapsulation contexts the device holds (ScalaCN S8): entries that
+    /// encapsulate, counted in the order they are installed; past this
+    /// many, the device drops what they match. None: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap_contexts: Option<u32>,
 }
 
 /// In which order the device searches a table's masks.
@@ -84,6 +89,10 @@ pub const DEVICES: &[(&str, &str)] = &[
     (
         "new-masks-last",
         include_str!("../../../profiles/eswitch/new-masks-last.yaml"),
+    ),
+    (
+        "encap-context-limit",
+        include_str!("../../../profiles/eswitch/encap-context-limit.yaml"),
     ),
 ];
 

@@ -122,7 +122,7 @@ fn each_rejection_names_path_and_line() {
         (
             "flow tables: an unknown device",
             with("flowtables:\n  device: cx9\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
-            "flowtables.device: no eSwitch profile `cx9` (there are: default, new-masks-last) (line 11)",
+            "flowtables.device: no eSwitch profile `cx9` (there are: default, new-masks-last, encap-context-limit) (line 11)",
         ),
         (
             "flow tables: an unknown policy",
