@@ -16,8 +16,11 @@ need_root "${MAKECMDGOALS:-}"
 # cross-checks and benchmark baselines; nftables: the loss in the
 # capture tests (and stateful DUTs); procps: sysctl.
 # python3-venv: a virtualenv for the PyPI tools the cross-checks use.
+# openvswitch-switch: ScalaCN's DUT 2 (`flowtables.dut: ovs`), which
+# wirelab starts in a lab namespace of its own and stops.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
-      tshark tcpdump iperf3 nftables procps bpftool linux-libc-dev python3 python3-venv)
+      tshark tcpdump iperf3 nftables procps bpftool linux-libc-dev python3 python3-venv
+      openvswitch-switch)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,7 +44,20 @@ if ((${#missing[@]})); then
   echo "wirelab: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # No service starts on install (a system-wide Open vSwitch would be left
+  # running): a policy-rc.d that refuses, unless the image has its own.
+  policy=/usr/sbin/policy-rc.d
+  ours=
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ -n $ours ]]; then rm -f "$policy"; fi
+fi
+# Installed before this script knew better, or by hand: the system's Open
+# vSwitch is not wirelab's and is not needed running.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active -q openvswitch-switch 2>/dev/null; then
+  echo "wirelab: note: a system Open vSwitch is running; wirelab's runs use their own"
 fi
 rust_ok || { echo "wirelab: no Rust >= 1.85 after installing rustc-web/cargo-web" >&2; exit 2; }
 

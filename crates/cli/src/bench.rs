@@ -83,6 +83,7 @@ pub(crate) fn drive(
                 lab,
                 switch,
                 clock_offset: 0,
+                results: None,
             };
             let mut caps = capability::for_plan(plan, false);
             let (_, f) = wirelab_lab::handoff(

@@ -33,6 +33,31 @@ struct {
 	__type(value, struct wl_fwd);
 } default_out SEC(".maps");
 
+/* A device under test between the switch's ports (Open vSwitch, ScalaCN's
+ * DUT 2): set, every frame leaves towards the DUT by its ingress port's
+ * link, and the DUT decides where it goes; the MAC table still names the
+ * frame's destination port for the stages that classify by it (vAQM). */
+const volatile __u8 dut_on = 0;
+
+/* Host port -> ifindex of its link to the DUT (the DUT's port of the same
+ * number). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_MAX_PORTS + 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} dut_link SEC(".maps");
+
+/* Ifindex of a link from the DUT -> ifindex of the host port it leads to:
+ * what the DUT sends out of its port k goes to host k, whatever the
+ * frame's address (a DUT that misroutes is seen misrouting). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WL_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} dut_back SEC(".maps");
+
 /* The MAC table's entry for this frame, or NULL. */
 static __always_inline struct wl_fwd *mac_lookup(struct __sk_buff *skb)
 {
@@ -64,6 +89,11 @@ WL_CORE_STAGE(wl_stage_route)
 	if (out) {
 		ctx->out_ifindex = out->ifindex;
 		ctx->out_port = out->port;
+	}
+	if (dut_on) {
+		__u32 *link = bpf_map_lookup_elem(&dut_link, &in);
+
+		ctx->out_ifindex = link ? *link : 0;
 	}
 	if (vaqm_ext) {
 		ext_pkt(ctx);

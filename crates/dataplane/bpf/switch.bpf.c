@@ -119,4 +119,18 @@ int wl_forward_only(struct __sk_buff *skb)
 	return forward_only(skb);
 }
 
+/*
+ * On each link back from a device under test (`dut_on`): what the DUT sent
+ * out of its port k goes to host k. Not a switch port, so not traced: the
+ * trace is the switch's ingress, before the DUT.
+ */
+SEC("tc")
+int wl_from_dut(struct __sk_buff *skb)
+{
+	__u32 in = skb->ifindex;
+	__u32 *out = bpf_map_lookup_elem(&dut_back, &in);
+
+	return out ? bpf_redirect(*out, 0) : TC_ACT_SHOT;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -31,6 +31,7 @@ pub(crate) const SWITCH_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), 
 
 /// The pipeline's programs (`bpf/switch.bpf.c`).
 const PROG_FORWARD_ONLY: &str = "wl_forward_only";
+const PROG_FROM_DUT: &str = "wl_from_dut";
 
 pub use wirelab_trace::{Action, Aqm};
 
@@ -257,6 +258,10 @@ pub struct Config {
     /// Put the eSwitch stage (flow tables searched mask by mask, ScalaCN)
     /// in the pipeline; removed by the verifier without it.
     pub eswitch: bool,
+    /// A device under test between the ports (Open vSwitch): every frame
+    /// leaves by its ingress port's link to the DUT (`add_dut_link`), and
+    /// what comes back goes to the host behind the DUT port it left by.
+    pub dut: bool,
     /// Tests: take the pipeline's clock from `set_test_clock`.
     pub test_clock: bool,
     /// Serialize virtual-queue updates with a spin lock, for ports whose
@@ -294,6 +299,7 @@ impl Default for Config {
             max_conn: 16,
             vaqm: false,
             eswitch: false,
+            dut: false,
             test_clock: false,
             vaqm_lock: false,
             track_lock: true,
@@ -418,7 +424,7 @@ object::maps! {
         ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
         events, ev_filter, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
         fake_clock, es_masks, es_entries, es_order, es_mask_stats, es_stats, es_hyper,
-        es_learned,
+        es_learned, dut_link, dut_back,
     }
 }
 
@@ -490,7 +496,7 @@ impl Switch {
             Error::Load { source, .. } => Error::Load { source, log },
             e => e,
         })?;
-        object::check_programs(&obj, &[PROG_NAME, PROG_FORWARD_ONLY])?;
+        object::check_programs(&obj, &[PROG_NAME, PROG_FORWARD_ONLY, PROG_FROM_DUT])?;
         let truth = if config.truth {
             Some(truth::Truth::load(&obj, config.test_clock)?)
         } else {
@@ -532,8 +538,49 @@ impl Switch {
         self.attach(ifindex, true)
     }
 
+    /// Attaches the return path from a device under test at tc ingress of
+    /// `ifindex` (a link `add_dut_link` named). In the switch's namespace.
+    pub fn attach_from_dut(&self, ifindex: i32) -> Result<(), Error> {
+        self.attach_prog(ifindex, object::program(&self.obj, PROG_FROM_DUT))
+    }
+
+    /// Host port `port` reaches the DUT by `dut_ifindex`, and what the DUT
+    /// sends back by that link goes out of `host_ifindex` (the port's own
+    /// device). Needs `Config::dut`.
+    pub fn add_dut_link(
+        &self,
+        port: u32,
+        dut_ifindex: u32,
+        host_ifindex: u32,
+    ) -> Result<(), Error> {
+        if port == 0 || port > MAX_PORTS {
+            return Err(Error::Config(format!(
+                "port {port}: the switch has ports 1..={MAX_PORTS}"
+            )));
+        }
+        self.maps
+            .dut_link
+            .update(
+                &port.to_ne_bytes(),
+                &dut_ifindex.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(map_err(format!("linking port {port} to the DUT")))?;
+        self.maps
+            .dut_back
+            .update(
+                &dut_ifindex.to_ne_bytes(),
+                &host_ifindex.to_ne_bytes(),
+                MapFlags::ANY,
+            )
+            .map_err(map_err(format!("linking the DUT back to port {port}")))
+    }
+
     fn attach(&self, ifindex: i32, forward_only: bool) -> Result<(), Error> {
-        let prog = self.prog(forward_only);
+        self.attach_prog(ifindex, self.prog(forward_only))
+    }
+
+    fn attach_prog(&self, ifindex: i32, prog: libbpf_rs::ProgramMut<'_>) -> Result<(), Error> {
         let mut hook = TcHookBuilder::new(prog.as_fd())
             .ifindex(ifindex)
             .replace(true)
@@ -1093,6 +1140,7 @@ fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Erro
         ro.vaqm_ext = config.extension as u8;
         ro.bench_cut = config.bench_cut;
         ro.eswitch_on = config.eswitch as u8;
+        ro.dut_on = config.dut as u8;
     })?;
     object::open_map(&mut open, "ring")?
         .set_max_entries(config.ring_bytes)

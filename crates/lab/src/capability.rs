@@ -37,6 +37,9 @@ pub struct Cx<'a> {
     /// Add to the pipeline's clock (CLOCK_MONOTONIC) for the trace's
     /// (ns since the epoch).
     pub clock_offset: i128,
+    /// The run's results folder, where a capability may keep files of its
+    /// own (None: a benchmark's run, which keeps none).
+    pub results: Option<&'a std::path::Path>,
 }
 
 /// One capability of a run. Every hook has a default that does nothing.
@@ -93,8 +96,10 @@ pub fn for_plan(plan: &Plan, extension: bool) -> Vec<Box<dyn Capability>> {
     if !plan.reaction_points.is_empty() {
         caps.push(Box::new(ReactionPoints::default()));
     }
-    if plan.flowtables.is_some() {
-        caps.push(Box::new(FlowTables::default()));
+    match plan.flowtables.as_ref().map(|f| f.dut) {
+        Some(wirelab_spec::flowtables::Dut::Eswitch) => caps.push(Box::new(FlowTables::default())),
+        Some(wirelab_spec::flowtables::Dut::Ovs) => caps.push(Box::new(crate::ovs::Ovs::default())),
+        None => {}
     }
     caps
 }

@@ -57,11 +57,13 @@ pub fn run(
         }
     };
     progress.stage(&plan.run_id, Stage::SwitchArmed);
+    let results = dir.clone();
     let cx = Cx {
         plan: &plan,
         lab: &lab,
         switch: &switch,
         clock_offset: wirelab_capture::monotonic_to_realtime_ns(),
+        results: Some(&results),
     };
     let mut run = Run {
         cx,
@@ -246,6 +248,7 @@ impl Run<'_> {
             vaqm: Vec::new(),
             reaction_points: Vec::new(),
             flowtables: None,
+            ovs: None,
             error: None,
         })
     }

@@ -22,6 +22,7 @@
 pub mod bump;
 pub mod capability;
 mod engine;
+pub mod ovs;
 mod results;
 pub mod summary;
 pub mod switch;

@@ -88,6 +88,9 @@ pub struct Summary {
     /// eSwitch (ScalaCN): how many masks packets searched.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flowtables: Option<EsSummary>,
+    /// Open vSwitch as the flow tables' device (`flowtables.dut: ovs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ovs: Option<crate::ovs::OvsSummary>,
     pub error: Option<String>,
 }
 

@@ -87,6 +87,7 @@ pub fn arm(
             lab,
             switch: &switch,
             clock_offset: 0,
+            results: None,
         };
         for c in caps.iter_mut() {
             c.arm(&cx)?;

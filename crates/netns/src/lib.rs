@@ -196,6 +196,9 @@ pub struct Lab {
     namespaces: Namespaces,
     /// Switch-namespace ifindex of each host's port, by host index.
     pub switch_ifindex: Vec<u32>,
+    /// With a device under test (`Plan::dut_ns`): switch-namespace ifindex
+    /// of each host port's link to it, by host index.
+    pub dut_ifindex: Vec<u32>,
 }
 
 impl Lab {
@@ -207,10 +210,12 @@ impl Lab {
     pub fn up(plan: &Plan) -> Result<Lab, Error> {
         let mut namespaces = vec![plan.switch_ns.clone()];
         namespaces.extend(plan.hosts.iter().map(|h| h.ns.clone()));
+        namespaces.extend(plan.dut_ns.clone());
         // From here on, an early return drops `lab`, which removes what exists.
         let mut lab = Lab {
             namespaces: Namespaces::new(&plan.run_id, &namespaces)?,
             switch_ifindex: Vec::new(),
+            dut_ifindex: Vec::new(),
         };
         let sw = plan.switch_ns.as_str();
         let mtu = plan.mtu.to_string();
@@ -358,6 +363,9 @@ impl Lab {
             }
             lab.switch_ifindex.push(ifindex(sw, &h.switch_ifname)?);
         }
+        if let Some(dut) = &plan.dut_ns {
+            lab.dut_ifindex = dut_links(plan, sw, dut, &mtu)?;
+        }
         Ok(lab)
     }
 
@@ -373,6 +381,69 @@ impl Lab {
     pub fn run_id(&self) -> &str {
         &self.namespaces.id
     }
+}
+
+/// A device under test's namespace between the switch's ports: one veth
+/// pair per host port, `d<port>` in the switch namespace and `o<port>` in
+/// the DUT's. Returns the switch ends' ifindexes, by host index.
+fn dut_links(plan: &Plan, sw: &str, dut: &str, mtu: &str) -> Result<Vec<u32>, Error> {
+    in_netns(dut, || -> Result<(), Error> {
+        write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+        write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")
+    })??;
+    run("ip", &["-n", dut, "link", "set", "lo", "up"])?;
+    let mut out = Vec::new();
+    for h in &plan.hosts {
+        let (d, o) = wirelab_plan::dut_ifnames(h.port);
+        run(
+            "ip",
+            &[
+                "link", "add", "name", &d, "netns", sw, "mtu", mtu, "type", "veth", "peer", "name",
+                &o, "netns", dut, "mtu", mtu,
+            ],
+        )?;
+        for (ns, dev) in [(sw, &d), (dut, &o)] {
+            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+            // A userspace DUT reads and writes frames through packet
+            // sockets: a checksum left to an offload would go out unfilled.
+            offloads_off(ns, dev)?;
+        }
+        steer_rx(sw, &d, 0)?;
+        out.push(ifindex(sw, &d)?);
+    }
+    Ok(out)
+}
+
+/// Stops every process still inside namespace `ns` (a DUT's daemons that
+/// were not stopped, after a crash): SIGTERM, then SIGKILL after 1 s.
+fn kill_processes_in(ns: &str) {
+    let pids = |ns: &str| -> Vec<i32> {
+        run("ip", &["netns", "pids", ns])
+            .map(|o| {
+                o.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .filter(|&p| p != std::process::id() as i32)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let send = |pids: &[i32], sig| {
+        for &p in pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), sig);
+        }
+    };
+    let first = pids(ns);
+    if first.is_empty() {
+        return;
+    }
+    send(&first, nix::sys::signal::Signal::SIGTERM);
+    for _ in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if pids(ns).is_empty() {
+            return;
+        }
+    }
+    send(&pids(ns), nix::sys::signal::Signal::SIGKILL);
 }
 
 /// Network namespaces one process owns. They are recorded in the registry
@@ -424,6 +495,7 @@ impl Namespaces {
 impl Drop for Namespaces {
     fn drop(&mut self) {
         for ns in self.names.iter().rev() {
+            kill_processes_in(ns);
             if let Err(e) = run("ip", &["netns", "del", ns]) {
                 eprintln!("wirelab: removing namespace {ns}: {e}");
             }
@@ -604,6 +676,7 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
             out.kept.push(ns);
             continue;
         }
+        kill_processes_in(&ns);
         run("ip", &["netns", "del", &ns])?;
         out.namespaces.push(ns);
     }

@@ -2,6 +2,7 @@
 //! names, addresses, MACs, ports, connections with their 5-tuples, events in
 //! the switch's terms. Pure: the same spec and run id give the same plan.
 
+pub mod openflow;
 pub mod reach;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,10 @@ pub struct Plan {
     /// Every random choice of the run is drawn from this (see `plan`).
     pub seed: u64,
     pub switch_ns: String,
+    /// The namespace of a device under test between the switch's ports
+    /// (`flowtables.dut: ovs`), linked to each host port by `dut_ifnames`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dut_ns: Option<String>,
     pub mtu: u32,
     pub hosts: Vec<HostPlan>,
     pub conns: Vec<ConnPlan>,
@@ -82,6 +87,8 @@ pub struct EsPlan {
     pub optimise: wirelab_flowopt::Policy,
     /// The device's profile (`flowtables.device`).
     pub device: wirelab_spec::flowtables::EsDevice,
+    /// Which device holds the tables.
+    pub dut: wirelab_spec::flowtables::Dut,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -555,6 +562,11 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
         run_id: run_id.to_string(),
         seed,
         switch_ns: format!("{NS_PREFIX}{run_id}-switch"),
+        dut_ns: spec
+            .flowtables
+            .as_ref()
+            .filter(|f| f.dut == wirelab_spec::flowtables::Dut::Ovs)
+            .map(|_| format!("{NS_PREFIX}{run_id}-dut")),
         mtu: spec.topology.mtu,
         conns,
         events,
@@ -737,5 +749,12 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
         tables,
         optimise,
         device,
+        dut: ft.dut,
     }
+}
+
+/// The link between host port `port` and the DUT: its device in the
+/// switch namespace, and in the DUT's (where it is the DUT's port `port`).
+pub fn dut_ifnames(port: u32) -> (String, String) {
+    (format!("d{port}"), format!("o{port}"))
 }

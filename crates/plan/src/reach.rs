@@ -282,6 +282,7 @@ mod tests {
             tables: t,
             optimise: wirelab_flowopt::Policy::Insertion,
             device: wirelab_spec::flowtables::device("default").unwrap(),
+            dut: Default::default(),
         }
     }
 

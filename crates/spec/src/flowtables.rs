@@ -43,6 +43,12 @@ pub struct FlowTables {
     /// as written, an RNIC's insertion order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimise: Option<Optimise>,
+    /// Which device holds the tables (default `eswitch`, the switch's own
+    /// stage); `ovs`: Open vSwitch's userspace datapath in a namespace of
+    /// its own between the switch's ports, the same tables as OpenFlow
+    /// rules (ScalaCN's DUT 2).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub dut: Dut,
     /// The eSwitch's device profile, by name (`profiles/eswitch/`):
     /// `default`, or one with a quirk ScalaCN found (default: `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +73,22 @@ pub struct EsDevice {
     /// many, the device drops what they match. None: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap_contexts: Option<u32>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// The device under test that holds the flow tables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dut {
+    /// The switch's eSwitch stage (masks searched in order).
+    #[default]
+    Eswitch,
+    /// Open vSwitch's userspace datapath (`datapath_type=netdev`), from
+    /// Debian's openvswitch-switch.
+    Ovs,
 }
 
 /// In which order the device searches a table's masks.
@@ -546,6 +568,35 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
     }
     if let Some(d) = &ft.device {
         device(d).map_err(|m| ("flowtables.device".to_string(), m))?;
+    }
+    if ft.dut == Dut::Ovs {
+        // What the eSwitch stage does and OVS's OpenFlow tables would do
+        // otherwise, refused rather than approximated.
+        let why = if ft.device.is_some() {
+            Some(("flowtables.device", "an eSwitch profile; OVS is itself"))
+        } else if ft.optimise.is_some() {
+            Some((
+                "flowtables.optimise",
+                "a search-order policy for the eSwitch; OVS ranks its own subtables",
+            ))
+        } else if ft.overlay.is_some()
+            || ft
+                .tables
+                .iter()
+                .flat_map(|t| &t.masks)
+                .flat_map(|m| &m.entries)
+                .any(|e| matches!(e.action, EntryAction::Encap | EntryAction::Decap))
+        {
+            Some((
+                "flowtables",
+                "VXLAN encap and decap (OVS's userspace tunnels are not wired into the lab yet)",
+            ))
+        } else {
+            None
+        };
+        if let Some((at, what)) = why {
+            return err(at, format!("{what}: not with `dut: ovs`"));
+        }
     }
     if let Some(o) = &ft.optimise {
         validate_optimise(o)?;

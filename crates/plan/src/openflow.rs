@@ -1,0 +1,167 @@
+//! The flow tables as OpenFlow rules for Open vSwitch (ScalaCN's DUT 2),
+//! in `ovs-ofctl add-flows` syntax (ovs-fields(7), ovs-actions(7)), so both
+//! DUTs hold the same logical tables. The eSwitch searches a table's masks
+//! in order and the first that holds the packet's masked key decides;
+//! OpenFlow has no mask order, so each mask's rules get a priority below
+//! the masks searched before it (entries of one mask never overlap: one
+//! key each). A miss, or a `count`, goes to the MAC table, as in the
+//! switch: table 250 forwards each host's MAC out of its port and drops
+//! the rest (the switch's static table; no learning, no flooding).
+//! OVS numbers its ports by `ofport_request`: the DUT's port k is host k's.
+
+use std::fmt::Write;
+
+use crate::{EsActionPlan, EsEntryPlan, EsPlan, HostPlan};
+use wirelab_spec::flowtables::MaskFields;
+
+/// The OpenFlow table that plays the switch's MAC table.
+pub const MAC_TABLE: u32 = 250;
+/// The priority of a table's first mask; each later mask's is one less.
+const TOP: usize = 30_000;
+
+fn prefix(a: Option<std::net::Ipv4Addr>, len: u8) -> String {
+    let a = a.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    let m = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len))
+    };
+    format!("{}/{len}", std::net::Ipv4Addr::from(u32::from(a) & m))
+}
+
+/// One entry's match fields as the mask compares them; more than one when
+/// ports are compared without the protocol (OpenFlow needs TCP or UDP
+/// before a port: the eSwitch keys both the same way).
+fn matches(f: &MaskFields, e: &EsEntryPlan) -> Vec<String> {
+    let ports = f.sport || f.dport;
+    let ip = ports || f.proto || f.src > 0 || f.dst > 0;
+    let protos: Vec<u8> = if f.proto {
+        vec![e.proto.unwrap_or(0)]
+    } else if ports {
+        vec![6, 17]
+    } else {
+        vec![0]
+    };
+    protos
+        .into_iter()
+        .map(|p| {
+            let mut m = Vec::new();
+            if ip {
+                m.push("ip".to_string());
+            }
+            if f.src > 0 {
+                m.push(format!("nw_src={}", prefix(e.src, f.src)));
+            }
+            if f.dst > 0 {
+                m.push(format!("nw_dst={}", prefix(e.dst, f.dst)));
+            }
+            if f.proto || ports {
+                m.push(format!("nw_proto={p}"));
+            }
+            if f.sport {
+                m.push(format!("tp_src={}", e.sport.unwrap_or(0)));
+            }
+            if f.dport {
+                m.push(format!("tp_dst={}", e.dport.unwrap_or(0)));
+            }
+            m.join(",")
+        })
+        .collect()
+}
+
+/// The rules, one per line; `hosts` give the MAC table. Encap and decap
+/// are refused before a plan exists (spec validation, `dut: ovs`).
+pub fn compile(es: &EsPlan, hosts: &[HostPlan]) -> String {
+    let mut out = String::new();
+    for (t, masks) in es.tables.iter().enumerate() {
+        for (m, mask) in masks.iter().enumerate() {
+            let priority = TOP - m;
+            for e in &mask.entries {
+                let action = match e.action {
+                    EsActionPlan::Count => format!("resubmit(,{MAC_TABLE})"),
+                    EsActionPlan::Forward { host } => format!("output:{}", hosts[host].port),
+                    EsActionPlan::Drop => "drop".to_string(),
+                    EsActionPlan::Goto(n) => format!("resubmit(,{n})"),
+                    EsActionPlan::Encap { .. } | EsActionPlan::Decap { .. } => {
+                        unreachable!("refused with dut: ovs")
+                    }
+                };
+                for m in matches(&mask.fields, e) {
+                    let sep = if m.is_empty() { "" } else { "," };
+                    let _ = writeln!(
+                        out,
+                        "table={t},priority={priority}{sep}{m},actions={action}"
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "table={t},priority=0,actions=resubmit(,{MAC_TABLE})");
+    }
+    for h in hosts {
+        let mac: Vec<String> = h.mac.iter().map(|b| format!("{b:02x}")).collect();
+        let _ = writeln!(
+            out,
+            "table={MAC_TABLE},priority=10,dl_dst={},actions=output:{}",
+            mac.join(":"),
+            h.port
+        );
+    }
+    let _ = writeln!(out, "table={MAC_TABLE},priority=0,actions=drop");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = "\
+topology:
+  hosts: [{name: a}, {name: b}]
+traffic:
+  transport: roce
+  connections:
+    - {from: a, to: b, message_size: 4KiB}
+flowtables:
+  dut: ovs
+  generate: {masks: 2, entries: 1}
+  tables:
+    - masks:
+        - match: {dst: 24, dport: true}
+          entries:
+            - {dst: b, dport: 4791, action: goto, table: 1}
+        - entries: [{action: count}]
+    - masks:
+        - match: {src: 32, dst: 32, proto: true}
+          entries:
+            - {src: a, dst: b, proto: udp, action: forward, to: b}
+            - {src: b, dst: a, proto: udp, action: drop}
+";
+
+    #[test]
+    fn each_mask_is_a_priority_below_the_masks_searched_before_it() {
+        let spec = wirelab_spec::parse(SPEC, wirelab_analyze::catalog()).unwrap();
+        let plan = crate::plan(&spec, "0a1b2c", 1).unwrap();
+        let text = compile(plan.flowtables.as_ref().unwrap(), &plan.hosts);
+        let lines: Vec<&str> = text.lines().collect();
+        // Two generated masks (drop rules that the lab never matches),
+        // then the spec's: a port without a protocol is TCP and UDP; an
+        // empty match is every packet.
+        assert_eq!(
+            lines,
+            [
+                "table=0,priority=30000,ip,nw_dst=203.0.0.0/8,nw_proto=17,actions=drop",
+                "table=0,priority=29999,ip,nw_dst=203.0.0.0/9,nw_proto=17,actions=drop",
+                "table=0,priority=29998,ip,nw_dst=198.18.0.0/24,nw_proto=6,tp_dst=4791,actions=resubmit(,1)",
+                "table=0,priority=29998,ip,nw_dst=198.18.0.0/24,nw_proto=17,tp_dst=4791,actions=resubmit(,1)",
+                "table=0,priority=29997,actions=resubmit(,250)",
+                "table=0,priority=0,actions=resubmit(,250)",
+                "table=1,priority=30000,ip,nw_src=198.18.0.1/32,nw_dst=198.18.0.2/32,nw_proto=17,actions=output:2",
+                "table=1,priority=30000,ip,nw_src=198.18.0.2/32,nw_dst=198.18.0.1/32,nw_proto=17,actions=drop",
+                "table=1,priority=0,actions=resubmit(,250)",
+                "table=250,priority=10,dl_dst=02:77:6c:00:00:01,actions=output:1",
+                "table=250,priority=10,dl_dst=02:77:6c:00:00:02,actions=output:2",
+                "table=250,priority=0,actions=drop",
+            ]
+        );
+    }
+}
