@@ -147,6 +147,19 @@ fn print_switch(s: &Summary) {
             }
         );
     }
+    if let Some(o) = &s.ovs {
+        println!(
+            "  ovs        {} packets: {} EMC hits, {} megaflow hits at {:.2} subtable lookups each, {} upcalls; {} megaflows in {} masks, {} OpenFlow rules",
+            o.packets,
+            o.emc_hits,
+            o.megaflow_hits,
+            o.subtable_lookups_per_hit,
+            o.upcalls,
+            o.megaflows,
+            o.megaflow_masks,
+            o.rules
+        );
+    }
     for e in &s.events {
         let hit: Vec<String> = e.hit.iter().map(|h| h.to_string()).collect();
         println!(

@@ -497,6 +497,57 @@ fn clean_removes_what_a_killed_run_left() {
     assert_nothing_left("after wirelab clean");
 }
 
+/// A run killed while Open vSwitch runs in its DUT namespace: `wirelab
+/// clean` stops the daemons with the namespaces and removes their folder.
+#[test]
+fn clean_stops_the_ovs_of_a_killed_run() {
+    let Some((_g, dir)) = lab_test() else {
+        return;
+    };
+    let spec = dir.path().join("long-ovs.yaml");
+    std::fs::write(
+        &spec,
+        std::fs::read_to_string(repo().join("specs/scalacn/write-through-ovs-with-200-masks.yaml"))
+            .unwrap()
+            .replace(
+                "messages: 4, message_size: 64KiB",
+                "messages: 4000, message_size: 64KiB",
+            ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ovs_running = || {
+        Command::new("pgrep")
+            .args(["-f", "ovs-vswitchd unix:/run/wirelab/dut-"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let t0 = Instant::now();
+    while !ovs_running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ovs_running(), "the run started OVS");
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(ovs_running(), "a killed run leaves OVS running");
+    let o = wirelab(&["clean"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    no_ovs_left("after wirelab clean");
+    assert_nothing_left("after wirelab clean of an OVS run");
+}
+
 #[test]
 fn two_runs_go_in_parallel() {
     let Some((_g, out)) = lab_test() else {
@@ -1181,6 +1232,109 @@ fn an_overlay_encapsulates_and_decapsulates_every_packet_of_a_send() {
         "{line}"
     );
     assert_nothing_left("overlay");
+}
+
+/// No Open vSwitch daemon of any lab is left running.
+fn no_ovs_left(what: &str) {
+    let o = Command::new("pgrep")
+        .args([
+            "-a",
+            "-f",
+            "ovs-vswitchd unix:/run/wirelab|ovsdb-server /run/wirelab",
+        ])
+        .output()
+        .unwrap();
+    let left = String::from_utf8_lossy(&o.stdout);
+    assert!(left.trim().is_empty(), "{what}: OVS daemons left: {left}");
+}
+
+/// ScalaCN's two DUTs hold the same logical tables (issue 22: "a test
+/// that both DUTs forward the same packets the same way"): a write through
+/// 200 masks and its own forward rules completes on both; a rule that
+/// drops the ACKs stops it on both, the eSwitch counting drops and OVS's
+/// OpenFlow drop rule counting packets. OVS saw every packet the switch
+/// captured, once; after each run no daemon, folder or namespace is left.
+#[test]
+fn both_duts_forward_the_same_packets_the_same_way() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let ovs_spec = repo().join("specs/scalacn/write-through-ovs-with-200-masks.yaml");
+    let es_spec = repo().join("specs/scalacn/write-searches-200-masks-before-its-own.yaml");
+    let ovs_text = std::fs::read_to_string(&ovs_spec).unwrap();
+    assert_eq!(
+        ovs_text
+            .replace("  dut: ovs\n", "")
+            .split("topology:")
+            .nth(1),
+        std::fs::read_to_string(&es_spec)
+            .unwrap()
+            .split("topology:")
+            .nth(1),
+        "the OVS spec is the eSwitch one with `dut: ovs`"
+    );
+    let es = run_spec(&es_spec, out.path());
+    assert_eq!(es.code, 0, "{}", es.why());
+    let r = run_spec(&ovs_spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let o = &r.summary["ovs"];
+    let captured = r.summary["analysis"]["packets"].as_u64().unwrap();
+    assert!(captured > 64, "{o}");
+    assert_eq!(o["packets"].as_u64(), Some(captured), "{o}");
+    assert_eq!(o["rules"].as_u64(), Some(4 * 200 + 2 + 1 + 2 + 1), "{o}");
+    assert!(
+        o["megaflows"].as_u64().unwrap() >= 2,
+        "one each way at least: {o}"
+    );
+    let hits = o["emc_hits"].as_u64().unwrap()
+        + o["smc_hits"].as_u64().unwrap()
+        + o["megaflow_hits"].as_u64().unwrap()
+        + o["upcalls"].as_u64().unwrap();
+    assert_eq!(hits, captured, "every packet classified once: {o}");
+    let dir = PathBuf::from(r.summary["results"].as_str().unwrap());
+    for f in o["files"].as_array().unwrap() {
+        let f = dir.join(f.as_str().unwrap());
+        assert!(std::fs::metadata(&f).unwrap().len() > 0, "{}", f.display());
+    }
+    assert!(
+        r.summary["flowtables"].is_null(),
+        "no eSwitch stage with OVS"
+    );
+    no_ovs_left("after a run through OVS");
+    assert_nothing_left("after a run through OVS");
+
+    // The ACKs dropped by the same rule on each DUT: no write completes.
+    let drop = |text: &str| {
+        text.replace(
+            "{dst: requester, proto: udp, action: forward, to: requester}",
+            "{dst: requester, proto: udp, action: drop}",
+        )
+        .replace(
+            "messages: 4, message_size: 64KiB",
+            "messages: 1, message_size: 4KiB",
+        )
+    };
+    let es_drop = out.path().join("es-drop.yaml");
+    std::fs::write(&es_drop, drop(&std::fs::read_to_string(&es_spec).unwrap())).unwrap();
+    let ovs_drop = out.path().join("ovs-drop.yaml");
+    std::fs::write(&ovs_drop, drop(&ovs_text)).unwrap();
+    let e = run_spec(&es_drop, out.path());
+    assert_eq!(e.code, 1, "{}", e.why());
+    assert!(e.summary["flowtables"]["drops"].as_u64().unwrap() > 0);
+    let r = run_spec(&ovs_drop, out.path());
+    assert_eq!(r.code, 1, "{}", r.why());
+    let dir = PathBuf::from(r.summary["results"].as_str().unwrap());
+    let openflow = std::fs::read_to_string(dir.join("ovs-openflow.txt")).unwrap();
+    let rule = openflow
+        .lines()
+        .find(|l| l.contains("nw_dst=198.18.0.1") && l.contains("actions=drop"))
+        .unwrap_or_else(|| panic!("{openflow}"));
+    assert!(
+        !rule.contains("n_packets=0,"),
+        "the drop rule dropped: {rule}"
+    );
+    no_ovs_left("after a dropping run through OVS");
+    assert_nothing_left("after a dropping run through OVS");
 }
 
 /// `wirelab sweep`: the spec once per point of the grid, each run's masks

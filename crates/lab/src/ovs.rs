@@ -1,7 +1,7 @@
 //! Open vSwitch's userspace datapath as the device under test (ScalaCN's
 //! DUT 2; `flowtables.dut: ovs`). Debian's ovsdb-server and ovs-vswitchd
 //! run inside the DUT's namespace with a database, sockets and logs of
-//! their own (`/run/wirelab/ovs/<run>`: nothing shared with a system OVS,
+//! their own (`/run/wirelab/dut-<run>`: nothing shared with a system OVS,
 //! several labs at once), `--disable-system` so no kernel datapath is
 //! touched. One bridge, `datapath_type=netdev`, whose port k is the link
 //! to host k; the flow tables are its OpenFlow rules
@@ -26,8 +26,6 @@ use crate::capability::{Capability, Cx};
 use crate::summary::Summary;
 use crate::{During, Error};
 
-/// Where each lab's OVS keeps its database, sockets and logs.
-const RUN_DIR: &str = "/run/wirelab/ovs";
 const BRIDGE: &str = "br0";
 
 /// The daemons of one lab, stopped on drop.
@@ -42,7 +40,7 @@ fn path(p: &Path) -> &str {
 
 impl Daemons {
     fn start(ns: &str, run_id: &str) -> Result<Daemons, Error> {
-        let dir = Path::new(RUN_DIR).join(run_id);
+        let dir = wirelab_netns::dut_dir(run_id);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).during(format!("creating {}", dir.display()))?;
         // From here on, an early return stops what started.
@@ -290,7 +288,8 @@ fn mask_of(field: &str) -> String {
 #[derive(Default)]
 pub struct Ovs {
     daemons: Option<Daemons>,
-    rules: usize,
+    /// The OpenFlow rules installed, as given to ovs-ofctl.
+    rules: String,
     summary: Option<OvsSummary>,
 }
 
@@ -332,13 +331,10 @@ impl Capability for Ovs {
             ])?;
         }
         let rules = wirelab_plan::openflow::compile(ft, &cx.plan.hosts);
-        self.rules = rules.lines().count();
         let file = d.dir.join("rules.txt");
         std::fs::write(&file, &rules).during("writing the OpenFlow rules")?;
         d.ofctl(&["add-flows", path(&file)])?;
-        if let Some(r) = cx.results {
-            let _ = std::fs::write(r.join("ovs-rules.txt"), &rules);
-        }
+        self.rules = rules;
         for (i, h) in cx.plan.hosts.iter().enumerate() {
             cx.switch
                 .add_dut_link(h.port, cx.lab.dut_ifindex[i], cx.lab.switch_ifindex[i])
@@ -372,7 +368,7 @@ impl Capability for Ovs {
             return Ok(());
         };
         let mut s = OvsSummary {
-            rules: self.rules,
+            rules: self.rules.lines().count(),
             ..Default::default()
         };
         s.version = run("ovs-vswitchd", &["--version"])
@@ -394,6 +390,7 @@ impl Capability for Ovs {
             .len();
         let openflow = d.ofctl(&["dump-flows"])?;
         let files = [
+            ("ovs-rules.txt", std::mem::take(&mut self.rules)),
             ("ovs-pmd-stats.txt", pmd),
             ("ovs-megaflows.txt", megaflows),
             ("ovs-openflow.txt", openflow),
@@ -404,7 +401,6 @@ impl Capability for Ovs {
                 std::fs::write(r.join(name), text).during(format!("writing {name}"))?;
                 s.files.push(name.to_string());
             }
-            s.files.push("ovs-rules.txt".to_string());
             s.files.sort();
         }
         log.push_str(&format!(

@@ -161,6 +161,13 @@ fn registry_path(run_id: &str) -> PathBuf {
     Path::new(REGISTRY_DIR).join(format!("{run_id}.json"))
 }
 
+/// A run's folder for a device under test's daemons (their database,
+/// sockets and logs): beside its registry entry, so `clean` removes it
+/// with the run.
+pub fn dut_dir(run_id: &str) -> PathBuf {
+    Path::new(REGISTRY_DIR).join(format!("dut-{run_id}"))
+}
+
 /// Runs `f` on a thread that has entered namespace `ns`. Sockets it creates
 /// stay in that namespace for their whole life, whichever thread uses them
 /// later; child processes it spawns start in it.
@@ -679,6 +686,20 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
         kill_processes_in(&ns);
         run("ip", &["netns", "del", &ns])?;
         out.namespaces.push(ns);
+    }
+    // A DUT's folder whose run has no registry entry left (its daemons
+    // were in the namespaces just removed).
+    if let Ok(dir) = fs::read_dir(REGISTRY_DIR) {
+        for e in dir.filter_map(|e| e.ok()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_prefix("dut-") {
+                if !registry_path(id).exists() {
+                    fs::remove_dir_all(e.path())
+                        .map_err(io(format!("removing {}", e.path().display())))?;
+                    out.registry_entries.push(e.path().display().to_string());
+                }
+            }
+        }
     }
     Ok(out)
 }
