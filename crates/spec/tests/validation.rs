@@ -195,6 +195,21 @@ fn each_rejection_names_path_and_line() {
             "flowtables.tables[1].masks: 300 masks (generated ones included): a table holds 256 (line 15)",
         ),
         (
+            "flow tables: OVS with an eSwitch profile",
+            with("flowtables:\n  dut: ovs\n  device: new-masks-last\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.device: an eSwitch profile; OVS is itself: not with `dut: ovs` (line 12)",
+        ),
+        (
+            "flow tables: OVS with encap",
+            with("flowtables:\n  dut: ovs\n  tables:\n    - masks:\n        - entries: [{action: encap, to: responder, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
+            "flowtables: VXLAN encap and decap (OVS's userspace tunnels are not wired into the lab yet): not with `dut: ovs` (line 10)",
+        ),
+        (
+            "flow tables: an unknown DUT",
+            with("flowtables:\n  dut: p4\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.dut: unknown variant `p4`, expected `eswitch` or `ovs` (line 11)",
+        ),
+        (
             "packet index 0",
             with("events:\n  - connection: 1\n    packet: 0\n    action: drop\n"),
             "events[0].packet: must be >= 1, got 0 (line 12)",
