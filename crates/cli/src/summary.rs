@@ -213,6 +213,26 @@ fn print_workload(s: &Summary, verbose: bool) {
                 .as_ref()
                 .map_or(String::new(), |e| format!(" ERROR {e}"))
         );
+        if let Some(p) = &w.perftest {
+            // As ib_*_bw and ib_*_lat print them (their units).
+            println!(
+                "  perftest   conn {}: {} B × {}: BW peak {:.3} average {:.3} Gb/sec, MsgRate {:.6} Mpps; \
+                 t_min {:.2} t_typical {:.2} t_avg {:.2} t_stdev {:.2} 99% {:.2} 99.9% {:.2} t_max {:.2} usec",
+                w.id,
+                p.bytes,
+                p.iterations,
+                p.bw_peak_gbps,
+                p.bw_average_gbps,
+                p.msg_rate_mpps,
+                p.t_min_us,
+                p.t_typical_us,
+                p.t_avg_us,
+                p.t_stdev_us,
+                p.t_p99_us,
+                p.t_p999_us,
+                p.t_max_us
+            );
+        }
         if verbose {
             for m in &w.messages {
                 println!("             message {} mct {}", m.message, us(m.mct_ns));

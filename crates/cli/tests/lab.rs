@@ -1225,6 +1225,7 @@ fn an_overlay_encapsulates_and_decapsulates_every_packet_of_a_send() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(
         packets > 64
+            && stdout.contains("perftest   conn 1: 65536 B × 8: BW peak ")
             && line.contains("(table 0 101.0, table 1 101.0)")
             && line.contains(&format!(
                 "{packets} encapsulated, {packets} decapsulated, 0 tunnel errors"

@@ -12,6 +12,7 @@
 //! returns runtime metadata (MSS); `run` sends the messages.
 
 mod handoff;
+pub mod perftest;
 pub mod qcn;
 pub mod roce;
 pub mod udp;
@@ -87,6 +88,9 @@ pub struct ConnReport {
     pub bytes: u64,
     /// Message bytes over the time from the first post to the last completion.
     pub goodput_bps: u64,
+    /// The messages as perftest reports them (`ib_*_bw`, `ib_*_lat`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perftest: Option<perftest::Perftest>,
     pub error: Option<String>,
     /// UDP: datagrams sent and received (a UDP message is complete when
     /// sent; what arrived is here).
@@ -122,6 +126,7 @@ impl ConnReport {
             } else {
                 0
             },
+            perftest: perftest::report(message_size, &messages),
             messages,
             error,
             udp: None,
