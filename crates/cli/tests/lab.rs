@@ -926,6 +926,38 @@ fn causal_testing_keeps_the_masks_that_slow_a_write() {
     assert_nothing_left("causal");
 }
 
+/// `wirelab causal TARGET --device DEVICE`, one lab at a time, into a
+/// folder of its own under `out`: the report and what it printed.
+fn causal_on_device(target: &Path, device: &str, out: &Path) -> (Value, String) {
+    let o = out.join(device);
+    let r = wirelab(&[
+        "causal",
+        target.to_str().unwrap(),
+        "--device",
+        device,
+        "--out",
+        o.to_str().unwrap(),
+        "--jobs",
+        "1",
+    ]);
+    let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let dir = std::fs::read_dir(&o)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap()).unwrap();
+    (report, stdout)
+}
+
 #[test]
 fn causal_testing_names_the_planted_cause_of_a_device_without_being_told() {
     let Some((_g, out)) = lab_test() else {
@@ -950,36 +982,7 @@ fn causal_testing_names_the_planted_cause_of_a_device_without_being_told() {
         ),
     )
     .unwrap();
-    let causal = |device: &str| -> (Value, String) {
-        let o = out.path().join(device);
-        let r = wirelab(&[
-            "causal",
-            target.to_str().unwrap(),
-            "--device",
-            device,
-            "--out",
-            o.to_str().unwrap(),
-            "--jobs",
-            "1",
-        ]);
-        let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
-        assert_eq!(
-            r.status.code(),
-            Some(0),
-            "{stdout}{}",
-            String::from_utf8_lossy(&r.stderr)
-        );
-        let dir = std::fs::read_dir(&o)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap())
-                .unwrap();
-        (report, stdout)
-    };
+    let causal = |device: &str| causal_on_device(&target, device, out.path());
     // A device that follows its control plane: the flow's mask is ranked
     // first within a millisecond, so the masks before it cost nothing.
     let (report, stdout) = causal("default");
@@ -1014,36 +1017,7 @@ fn causal_testing_finds_an_encap_context_limit_without_being_told() {
         return;
     };
     let target = repo().join("specs/scalacn/find-what-drops-an-overlay-write.yaml");
-    let causal = |device: &str| -> (Value, String) {
-        let o = out.path().join(device);
-        let r = wirelab(&[
-            "causal",
-            target.to_str().unwrap(),
-            "--device",
-            device,
-            "--out",
-            o.to_str().unwrap(),
-            "--jobs",
-            "1",
-        ]);
-        let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
-        assert_eq!(
-            r.status.code(),
-            Some(0),
-            "{stdout}{}",
-            String::from_utf8_lossy(&r.stderr)
-        );
-        let dir = std::fs::read_dir(&o)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        let report: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap())
-                .unwrap();
-        (report, stdout)
-    };
+    let causal = |device: &str| causal_on_device(&target, device, out.path());
     let (report, stdout) = causal("default");
     assert_eq!(report["failed_points"], 0, "{stdout}");
     let containers = &report["analysis"]["dimensions"][0];
