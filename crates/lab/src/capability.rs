@@ -3,15 +3,15 @@
 //! engine knows none of them by name; `for_plan` picks the ones a plan
 //! uses.
 //!
-//! | hook | when | events | vAQM | QCN reaction points | flow tables |
-//! |---|---|---|---|---|---|
-//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — | the stage |
-//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders |
-//! | `start` | just before the workload | — | the truth ring's drain | the limiters | — |
-//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — |
-//! | `during` | while the workload runs, a thread each | — | — | — | the optimiser's control loop |
-//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — |
-//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask |
+//! | hook | when | events | vAQM | QCN reaction points | flow tables | OVS as the DUT (`ovs.rs`) |
+//! |---|---|---|---|---|---|---|
+//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — | the stage | the DUT links |
+//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders | daemons, bridge, OpenFlow rules |
+//! | `start` | just before the workload | — | the truth ring's drain | the limiters | — | its statistics cleared |
+//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — | — |
+//! | `during` | while the workload runs, a thread each | — | — | — | the optimiser's control loop | — |
+//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — | statistics and dumps, daemons stopped |
+//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask | what OVS reported |
 
 use std::sync::atomic::AtomicBool;
 
