@@ -126,7 +126,8 @@ impl Daemons {
     }
 
     /// Asks both daemons to exit, then makes sure: SIGKILL to a pid file's
-    /// process still alive after 2 s. Removes the folder.
+    /// process still alive after 2 s. Their folder stays until drop (their
+    /// logs are complete only now).
     fn stop(&mut self) {
         if std::mem::replace(&mut self.stopped, true) {
             return;
@@ -159,13 +160,13 @@ impl Daemons {
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Drop for Daemons {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -425,36 +426,16 @@ impl Capability for Ovs {
 impl Daemons {
     /// Stops the daemons, keeping their logs in `results`.
     fn stop_keeping_logs(&mut self, results: Option<&Path>, files: &mut Vec<String>) {
-        // Logs are complete once the daemons have exited; copy them first
-        // to a place `stop` does not remove.
-        let keep: Vec<(PathBuf, &str)> = ["ovs-vswitchd.log", "ovsdb-server.log"]
-            .iter()
-            .map(|n| (self.dir.join(n), *n))
-            .collect();
-        let tmp = tempdir_for_logs();
-        let moved: Vec<(PathBuf, &str)> = keep
-            .into_iter()
-            .filter_map(|(p, n)| {
-                let to = tmp.join(n);
-                std::fs::copy(&p, &to).ok().map(|_| (to, n))
-            })
-            .collect();
         self.stop();
-        if let Some(r) = results {
-            for (p, n) in &moved {
-                if std::fs::copy(p, r.join(n)).is_ok() {
-                    files.push((*n).to_string());
-                }
+        let Some(r) = results else {
+            return;
+        };
+        for name in ["ovs-vswitchd.log", "ovsdb-server.log"] {
+            if std::fs::copy(self.dir.join(name), r.join(name)).is_ok() {
+                files.push(name.to_string());
             }
         }
-        let _ = std::fs::remove_dir_all(&tmp);
     }
-}
-
-fn tempdir_for_logs() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wirelab-ovs-logs-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&d);
-    d
 }
 
 #[cfg(test)]
