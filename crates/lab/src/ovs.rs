@@ -95,10 +95,8 @@ impl Daemons {
             .output()
             .during("starting ovs-vswitchd")?;
         if !vswitchd.status.success() {
-            return Err(Error::BadInput(format!(
-                "ovs-vswitchd did not start: {}",
-                String::from_utf8_lossy(&vswitchd.stderr).trim()
-            )));
+            let why = String::from_utf8_lossy(&vswitchd.stderr).trim().to_string();
+            Err::<(), _>(std::io::Error::other(why)).during("starting ovs-vswitchd")?;
         }
         Ok(d)
     }
