@@ -250,9 +250,14 @@ pub fn analyse(
             }
         })
         .collect();
+    // ScalaCN §4.1 searches from a symptom: without one (the heaviest
+    // point within 5% of the base) there is no path to explain, whatever
+    // a dimension's pairs say on their own (on a noisy machine a null
+    // dimension's pairs can all land on the slow side).
+    let has_symptom = symptom.is_some_and(|s| s >= THRESHOLD);
     let mut critical_path: Vec<usize> = dimensions
         .iter()
-        .filter(|d| d.kept)
+        .filter(|d| d.kept && has_symptom)
         .map(|d| d.dimension)
         .collect();
     critical_path.sort_by(|a, b| {
@@ -378,6 +383,26 @@ mod tests {
         assert_eq!(a.dimensions[0].pairs, left);
         assert!(a.dimensions[0].kept);
         assert_eq!(a.critical_path, vec![0]);
+    }
+
+    #[test]
+    fn pairs_that_all_degrade_make_no_path_without_a_symptom() {
+        // Every pair of every dimension 10% slower on its heavy side (runs
+        // drifting), but the heaviest point no slower than the base.
+        let d = Design::new(&[2, 2], 4, 5);
+        let f = |_: &Point| Some(100.0);
+        let a = analyse(&d, Measure::Latency, &f, &|_, _| Some((100.0, 110.0)));
+        assert!(!a.has_symptom());
+        assert!(
+            a.dimensions.iter().all(|r| r.kept),
+            "the pairs alone keep them"
+        );
+        assert!(a.critical_path.is_empty());
+        // The same pairs with a symptom: both on the path.
+        let g = |p: &Point| Some(if p == &d.heaviest { 120.0 } else { 100.0 });
+        let a = analyse(&d, Measure::Latency, &g, &|_, _| Some((100.0, 110.0)));
+        assert!(a.has_symptom());
+        assert_eq!(a.critical_path.len(), 2);
     }
 
     #[test]
