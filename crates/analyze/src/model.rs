@@ -204,6 +204,13 @@ pub struct EcnMark {
     pub cwr_latency_ns: Option<u64>,
     /// New data was sent after the echo (so a CWR was due, RFC 3168 §6.1.2).
     pub data_after_echo: bool,
+    /// The echo acknowledged no further than the window the sender's last
+    /// CWR reduced: the CWR of that reduction. RFC 3168 §6.1.2 reduces at
+    /// most once a window, and Linux stays in its CWR state (answering no
+    /// further ECE) until data past the reduction's `high_seq` is
+    /// acknowledged; so no CWR of its own is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reduction_of: Option<Evidence>,
     /// The first ACK that covers the marked packet (the one that should
     /// carry ECE, RFC 3168 §6.1.3).
     pub acked_by: Option<Evidence>,
@@ -1154,7 +1161,7 @@ impl Conn {
             at,
             ts,
             index,
-            end,
+            (rel, end),
         );
         // The receiver's side: did this arrival need an immediate ACK?
         if !seg.lost {

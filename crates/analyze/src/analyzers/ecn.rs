@@ -78,6 +78,9 @@ impl Analyzer for Ecn {
                                     .evidence([e, w]),
                                 );
                             }
+                            // Echoed inside a window already reduced: the
+                            // sender answered that window once.
+                            _ if m.in_reduction_of.is_some() => checks += 1,
                             _ if m.data_after_echo => {
                                 checks += 1;
                                 out.push(
