@@ -163,6 +163,10 @@ pub struct RunFacts {
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
     /// Host name -> its address in the lab.
     pub addresses: BTreeMap<String, IpAddr>,
+    /// Host name -> the switch port its link is on. With the switch's
+    /// metadata a packet is its sender's by the port it came in on, also
+    /// when the flow tables rewrote its addresses (a NAT).
+    pub ports: BTreeMap<String, u32>,
     /// Host name -> every address its RoCE device answers on (its GIDs),
     /// when it has more than its lab address.
     pub gids: BTreeMap<String, Vec<IpAddr>>,

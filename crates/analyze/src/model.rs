@@ -290,6 +290,11 @@ pub struct ConnAnalysis {
     pub id: u32,
     pub data_src: (IpAddr, u16),
     pub data_dst: (IpAddr, u16),
+    /// The switch port each end's packets came in on, from wirelab's
+    /// metadata: [data sender, data receiver]. Which host an end is, also
+    /// when the flow tables rewrote its address.
+    #[serde(default, skip_serializing_if = "no_ports")]
+    pub ports: [Option<u32>; 2],
     /// ISN of the data direction (from its SYN or SYN-ACK).
     pub isn: Option<u32>,
     pub packets: u64,
@@ -948,6 +953,7 @@ impl Conn {
                 id,
                 data_src: src,
                 data_dst: dst,
+                ports: [None; 2],
                 isn: None,
                 packets: 0,
                 data_packets: 0,
@@ -1005,6 +1011,9 @@ impl Conn {
             lost: meta.is_some_and(|m| m.dropped() || m.event.loses()),
             dupack: false,
         };
+        if let Some(m) = meta {
+            self.out.ports[usize::from(!seg.data)].get_or_insert(m.port);
+        }
         if !seg.data {
             let base = self.isn.unwrap_or(0);
             seg.rel = t.ack.wrapping_sub(base);
@@ -1408,4 +1417,8 @@ impl Classify<'_> {
         }
         (Reason::Unjustified, None, flags)
     }
+}
+
+fn no_ports(p: &[Option<u32>; 2]) -> bool {
+    p.iter().all(Option::is_none)
 }

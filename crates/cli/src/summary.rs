@@ -131,6 +131,13 @@ fn print_switch(s: &Summary) {
                 )
             } else {
                 String::new()
+            } + &if f.rewrites + f.rewrite_errors > 0 {
+                format!(
+                    ", {} rewritten, {} rewrite errors",
+                    f.rewrites, f.rewrite_errors
+                )
+            } else {
+                String::new()
             },
             f.device,
             o.policy.name(),

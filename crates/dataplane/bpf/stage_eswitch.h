@@ -26,6 +26,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include "wl_ctx.h"
+#include "stage_route.h" /* mac_lookup: a rewritten destination MAC */
 
 /* The stage is in the pipeline only when a spec has flow tables. */
 const volatile __u8 eswitch_on = 0;
@@ -72,6 +73,27 @@ struct wl_es_tunnel {
 	__u8 pad;
 };
 
+/* Header fields an entry rewrites before its action (OpenFlow's
+ * set_field, ovs-actions(7); an RNIC's "modify header" action). */
+enum wl_es_set_field {
+	WL_ES_SET_DMAC = 1,
+	WL_ES_SET_SMAC = 2,
+	WL_ES_SET_SADDR = 4,
+	WL_ES_SET_DADDR = 8,
+	WL_ES_SET_SPORT = 16,
+	WL_ES_SET_DPORT = 32,
+};
+
+struct wl_es_set {
+	__u32 fields;      /* enum wl_es_set_field bits; 0: none */
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 saddr;       /* network byte order */
+	__u32 daddr;
+	__u16 sport;       /* network byte order */
+	__u16 dport;
+};
+
 struct wl_es_action {
 	__u32 kind;        /* enum wl_es_kind */
 	__u32 ifindex;
@@ -80,6 +102,7 @@ struct wl_es_action {
 	__u64 pkts;        /* hits, updated atomically */
 	__u64 bytes;
 	struct wl_es_tunnel tun;
+	struct wl_es_set set;
 };
 
 #define WL_VXLAN_PORT 4789
@@ -109,6 +132,10 @@ struct wl_es_stats {
 	/* Encapsulations or decapsulations that failed (not VXLAN, no room):
 	 * the packet is dropped. */
 	__u64 tunnel_errors;
+	/* Packets an entry rewrote (set), and rewrites that could not be
+	 * made (an address on a packet that is not IPv4): dropped. */
+	__u64 rewrites;
+	__u64 rewrite_errors;
 	/* Per table: packets that searched it and the masks they searched
 	 * there (ScalaCN's Q_l and Q_r: local egress and remote ingress). */
 	__u64 table_pkts[WL_ES_MAX_TABLES];
@@ -399,6 +426,82 @@ static __noinline int es_decap(struct __sk_buff *skb)
 	return 0;
 }
 
+/* Rewrites 4 or 2 bytes at `off`, patching the IPv4 header checksum
+ * (addresses) and the TCP or UDP checksum at `csum` (0: none) by RFC 1624's
+ * incremental update, which the kernel's csum_replace helpers do: an
+ * address is in the L4 pseudo-header (RFC 793 §3.1, RFC 768). A UDP
+ * checksum of 0 (none sent) stays 0. */
+static __always_inline int es_set_bytes(struct __sk_buff *skb, __u32 off, const void *to,
+					__u32 size, __u32 l3, __u32 csum, __u64 udp)
+{
+	__u32 old = 0, new = 0;
+
+	if (bpf_skb_load_bytes(skb, off, &old, size))
+		return -1;
+	__builtin_memcpy(&new, to, size);
+	if (size == 4 && bpf_l3_csum_replace(skb, l3 + 10, old, new, 4))
+		return -1;
+	if (csum && bpf_l4_csum_replace(skb, csum, old, new,
+					(size == 4 ? BPF_F_PSEUDO_HDR : 0) | udp | size))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, to, size, 0);
+}
+
+/* An entry's set_field, applied to the packet as it matched (the inner
+ * frame, or after an encapsulation the outer headers at `l3`/`l4`), and to
+ * the key, so a later table matches the rewritten fields as an OpenFlow
+ * pipeline does. Ports are rewritten on TCP and UDP packets only. */
+static __noinline int es_rewrite(struct __sk_buff *skb, const struct wl_es_set *w,
+				 struct wl_es_key *k, __u32 l3, __u32 l4)
+{
+	__u32 f = w->fields, csum = 0;
+	__u64 udp = 0;
+
+	if ((f & WL_ES_SET_DMAC) && bpf_skb_store_bytes(skb, 0, w->dmac, ETH_ALEN, 0))
+		return -1;
+	if ((f & WL_ES_SET_SMAC) && bpf_skb_store_bytes(skb, ETH_ALEN, w->smac, ETH_ALEN, 0))
+		return -1;
+	if (f & WL_ES_SET_DMAC)
+		__builtin_memcpy(k->dmac, w->dmac, ETH_ALEN);
+	if (f & WL_ES_SET_SMAC)
+		__builtin_memcpy(k->smac, w->smac, ETH_ALEN);
+	if (!(f & (WL_ES_SET_SADDR | WL_ES_SET_DADDR | WL_ES_SET_SPORT | WL_ES_SET_DPORT)))
+		return 0;
+	if (!l3)
+		return -1;
+	/* l4 is 0 for a fragment (the parse stage reads no L4 header there):
+	 * its addresses are rewritten, its ports and L4 checksum left. */
+	if (l4 && k->proto == IPPROTO_TCP) {
+		csum = l4 + 16;
+	} else if (l4 && k->proto == IPPROTO_UDP) {
+		csum = l4 + 6;
+		udp = BPF_F_MARK_MANGLED_0;
+	}
+	if (f & WL_ES_SET_SADDR) {
+		if (es_set_bytes(skb, l3 + 12, &w->saddr, 4, l3, csum, udp))
+			return -1;
+		k->saddr = w->saddr;
+	}
+	if (f & WL_ES_SET_DADDR) {
+		if (es_set_bytes(skb, l3 + 16, &w->daddr, 4, l3, csum, udp))
+			return -1;
+		k->daddr = w->daddr;
+	}
+	if (!csum)
+		return 0;
+	if (f & WL_ES_SET_SPORT) {
+		if (es_set_bytes(skb, l4, &w->sport, 2, l3, csum, udp))
+			return -1;
+		k->sport = w->sport;
+	}
+	if (f & WL_ES_SET_DPORT) {
+		if (es_set_bytes(skb, l4 + 2, &w->dport, 2, l3, csum, udp))
+			return -1;
+		k->dport = w->dport;
+	}
+	return 0;
+}
+
 WL_STAGE(wl_stage_eswitch)
 {
 	void *data = (void *)(long)skb->data;
@@ -406,6 +509,9 @@ WL_STAGE(wl_stage_eswitch)
 	struct es_search s = {};
 	struct wl_es_stats *st;
 	__u32 zero = 0, t, slot;
+	/* Where the packet's IPv4 and L4 headers are: moved by an encap. */
+	__u32 l3 = ctx->pkt.l3_off, l4 = ctx->pkt.l4_off;
+	__u8 new_dmac = 0;
 
 	st = bpf_map_lookup_elem(&es_stats, &zero);
 	if (!st)
@@ -452,6 +558,17 @@ WL_STAGE(wl_stage_eswitch)
 			if (hyper && *hyper && *hyper != s.hit_mask + 1)
 				es_learn(&s.key, s.table, s.hit_mask, s.hit);
 		}
+		if (s.hit->set.fields) {
+			if (es_rewrite(skb, &s.hit->set, &s.key, l3, l4)) {
+				st->rewrite_errors++;
+				ctx->es_drop = 1;
+				ctx->es_visited = s.visited > 0xffff ? 0xffff : s.visited;
+				st->visited += s.visited;
+				return WL_CONTINUE;
+			}
+			st->rewrites++;
+			new_dmac |= s.hit->set.fields & WL_ES_SET_DMAC;
+		}
 		if (s.hit->kind == WL_ES_ENCAP_GOTO) {
 			if (es_encap(skb, &s.hit->tun)) {
 				st->tunnel_errors++;
@@ -462,6 +579,8 @@ WL_STAGE(wl_stage_eswitch)
 			}
 			st->encaps++;
 			es_outer_key(&s.key, &s.hit->tun);
+			l3 = ETH_HLEN;
+			l4 = ETH_HLEN + 20;
 		} else if (s.hit->kind != WL_ES_GOTO) {
 			break;
 		}
@@ -469,6 +588,14 @@ WL_STAGE(wl_stage_eswitch)
 	}
 	ctx->es_visited = s.visited > 0xffff ? 0xffff : s.visited;
 	st->visited += s.visited;
+	/* A destination MAC rewritten and no entry forwarding: the MAC table
+	 * forwards by the new one (OpenFlow: set_field, then the next table). */
+	if (new_dmac && (!s.hit || s.hit->kind == WL_ES_COUNT || s.hit->kind == WL_ES_GOTO)) {
+		struct wl_fwd *out = mac_lookup(skb);
+
+		ctx->out_ifindex = out ? out->ifindex : 0;
+		ctx->out_port = out ? out->port : 0;
+	}
 	if (!s.hit) {
 		st->misses++;
 		return WL_CONTINUE;

@@ -81,6 +81,7 @@ WL_CORE_STAGE(wl_stage_parse)
 		udp = (void *)ip + ihl;
 		if ((void *)(udp + 1) > end)
 			return WL_CONTINUE;
+		p->l4_off = p->l3_off + ihl;
 		p->sport = udp->source;
 		p->dport = udp->dest;
 		if (udp->dest == bpf_htons(WL_ROCE_PORT))

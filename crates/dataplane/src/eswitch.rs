@@ -167,6 +167,69 @@ pub struct Tunnel {
     pub ttl: u8,
 }
 
+/// Header fields an entry rewrites before its action (OpenFlow's
+/// set_field): on the packet as it matched, and on the key a later table
+/// searches with. Addresses and ports as on the wire; checksums are
+/// patched (RFC 1624). Ports are rewritten on TCP and UDP packets only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rewrite {
+    pub dmac: Option<[u8; 6]>,
+    pub smac: Option<[u8; 6]>,
+    pub saddr: Option<[u8; 4]>,
+    pub daddr: Option<[u8; 4]>,
+    pub sport: Option<u16>,
+    pub dport: Option<u16>,
+}
+
+impl Rewrite {
+    pub const NONE: Rewrite = Rewrite {
+        dmac: None,
+        smac: None,
+        saddr: None,
+        daddr: None,
+        sport: None,
+        dport: None,
+    };
+
+    fn raw(&self) -> types::wl_es_set {
+        use types::wl_es_set_field as F;
+        let mut fields = 0u32;
+        let mut bit = |on: bool, f: F| {
+            if on {
+                fields |= f.0;
+            }
+        };
+        bit(self.dmac.is_some(), F::WL_ES_SET_DMAC);
+        bit(self.smac.is_some(), F::WL_ES_SET_SMAC);
+        bit(self.saddr.is_some(), F::WL_ES_SET_SADDR);
+        bit(self.daddr.is_some(), F::WL_ES_SET_DADDR);
+        bit(self.sport.is_some(), F::WL_ES_SET_SPORT);
+        bit(self.dport.is_some(), F::WL_ES_SET_DPORT);
+        types::wl_es_set {
+            fields,
+            dmac: self.dmac.unwrap_or_default(),
+            smac: self.smac.unwrap_or_default(),
+            saddr: u32::from_ne_bytes(self.saddr.unwrap_or_default()),
+            daddr: u32::from_ne_bytes(self.daddr.unwrap_or_default()),
+            sport: self.sport.unwrap_or(0).to_be(),
+            dport: self.dport.unwrap_or(0).to_be(),
+        }
+    }
+
+    fn of(w: &types::wl_es_set) -> Rewrite {
+        use types::wl_es_set_field as F;
+        let on = |f: F| w.fields & f.0 != 0;
+        Rewrite {
+            dmac: on(F::WL_ES_SET_DMAC).then_some(w.dmac),
+            smac: on(F::WL_ES_SET_SMAC).then_some(w.smac),
+            saddr: on(F::WL_ES_SET_SADDR).then_some(w.saddr.to_ne_bytes()),
+            daddr: on(F::WL_ES_SET_DADDR).then_some(w.daddr.to_ne_bytes()),
+            sport: on(F::WL_ES_SET_SPORT).then_some(u16::from_be(w.sport)),
+            dport: on(F::WL_ES_SET_DPORT).then_some(u16::from_be(w.dport)),
+        }
+    }
+}
+
 impl Action {
     fn of(a: &types::wl_es_action) -> Option<Action> {
         use types::wl_es_kind as K;
@@ -223,6 +286,8 @@ pub struct Learned {
     /// The mask it hit, and that entry's action.
     pub mask: u32,
     pub action: Action,
+    /// And the fields it rewrites.
+    pub set: Rewrite,
     /// CLOCK_MONOTONIC ns of its first and latest report, and packets.
     pub first_ns: u64,
     pub last_ns: u64,
@@ -263,6 +328,10 @@ pub struct Stats {
     pub decaps: u64,
     /// Encapsulations or decapsulations that failed (dropped).
     pub tunnel_errors: u64,
+    /// Packets an entry rewrote, and rewrites that could not be made (an
+    /// address on a packet that is not IPv4; dropped).
+    pub rewrites: u64,
+    pub rewrite_errors: u64,
     /// Per table: (packets that searched it, masks they searched there).
     pub tables: [(u64, u64); MAX_TABLES as usize],
 }
@@ -311,6 +380,18 @@ impl Switch {
         fields: &Match,
         action: Action,
     ) -> Result<(), Error> {
+        self.add_es_entry_rewriting(table, id, fields, action, &Rewrite::NONE)
+    }
+
+    /// An entry that rewrites `set` before its action.
+    pub fn add_es_entry_rewriting(
+        &self,
+        table: u32,
+        id: u32,
+        fields: &Match,
+        action: Action,
+        set: &Rewrite,
+    ) -> Result<(), Error> {
         let key = fields.and(&self.mask_bits(table, id)?).key(table, id);
         use types::wl_es_kind as K;
         let mut tun = types::wl_es_tunnel::default();
@@ -343,6 +424,7 @@ impl Switch {
             port,
             goto_table,
             tun,
+            set: set.raw(),
             ..Default::default()
         };
         self.maps
@@ -518,6 +600,7 @@ impl Switch {
                 fields: Match::of_key(&key),
                 mask: l.mask,
                 action,
+                set: Rewrite::of(&l.action.set),
                 first_ns: l.first_ns,
                 last_ns: l.last_ns,
                 pkts: l.pkts,
@@ -554,6 +637,8 @@ impl Switch {
                 encaps: a.encaps + s.encaps,
                 decaps: a.decaps + s.decaps,
                 tunnel_errors: a.tunnel_errors + s.tunnel_errors,
+                rewrites: a.rewrites + s.rewrites,
+                rewrite_errors: a.rewrite_errors + s.rewrite_errors,
                 tables: std::array::from_fn(|t| {
                     (
                         a.tables[t].0 + s.table_pkts[t],

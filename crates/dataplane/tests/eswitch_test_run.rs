@@ -634,3 +634,194 @@ fn vxlan_encap_and_decap_are_byte_exact_and_decap_matches_on_the_vni() {
         .to_string()
         .contains("24 bits"));
 }
+
+/// A TCP or UDP frame as etherparse builds it, its checksums computed
+/// there (not by the arithmetic under test): MACs (destination, source),
+/// from `src` to `dst`.
+fn l4_frame(
+    macs: ([u8; 6], [u8; 6]),
+    src: ([u8; 4], u16),
+    dst: ([u8; 4], u16),
+    tcp: bool,
+) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2(macs.1, macs.0).ipv4(src.0, dst.0, 64);
+    let payload = [0x5au8; 100];
+    let mut out = Vec::new();
+    if tcp {
+        let b = b.tcp(src.1, dst.1, 1000, 65535).ack(1).psh();
+        b.write(&mut out, &payload).unwrap();
+    } else {
+        b.udp(src.1, dst.1).write(&mut out, &payload).unwrap();
+    }
+    out
+}
+
+/// OpenFlow's set_field as an entry's rewrite: the fields change, the
+/// IPv4 and TCP/UDP checksums are patched to what a fresh computation
+/// gives (RFC 1624), a rewritten destination MAC is forwarded by the MAC
+/// table, a later table matches the rewritten fields, and an address
+/// rewrite on a frame that is not IPv4 is dropped and counted.
+#[test]
+fn set_field_rewrites_headers_with_checksums_a_later_table_sees() {
+    use wirelab_dataplane::eswitch::Rewrite;
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(true);
+    const MAC_C: [u8; 6] = [0x02, 0, 0, 0, 0, 3];
+    sw.add_fwd(MAC_C, MAC_OUT + 1, 4).unwrap();
+    let a = [0x02, 0, 0, 0, 0, 1];
+    let by_dst = Match {
+        daddr: Match::prefix(32),
+        ..Match::default()
+    };
+    sw.set_es_mask(0, 0, &by_dst).unwrap();
+    sw.set_es_order(0, &[0]).unwrap();
+    let to = |d: [u8; 4]| Match {
+        daddr: d,
+        ..Match::default()
+    };
+    // 10.0.0.7 -> rewritten to 10.0.0.9:9001 at MAC_C, counted: the MAC
+    // table sends it by MAC_C.
+    let nat = Rewrite {
+        dmac: Some(MAC_C),
+        daddr: Some([10, 0, 0, 9]),
+        dport: Some(9001),
+        ..Rewrite::NONE
+    };
+    sw.add_es_entry_rewriting(0, 0, &to([10, 0, 0, 7]), Action::Count, &nat)
+        .unwrap();
+    for tcp in [true, false] {
+        let input = l4_frame(
+            (MAC_B, a),
+            ([198, 18, 0, 1], 40000),
+            ([10, 0, 0, 7], 9000),
+            tcp,
+        );
+        let want = l4_frame(
+            (MAC_C, a),
+            ([198, 18, 0, 1], 40000),
+            ([10, 0, 0, 9], 9001),
+            tcp,
+        );
+        let tx = sw.counters(4).unwrap().tx_pkts;
+        let (v, got, recs) = run_frame(&sw, &input);
+        assert_eq!(v, verdict::REDIRECT, "tcp {tcp}");
+        assert_eq!(
+            got, want,
+            "tcp {tcp}: rewritten, checksums as computed afresh"
+        );
+        let cap = &recs[0].1;
+        assert!(cap.len() >= 54, "tcp {tcp}: the headers are captured");
+        assert_eq!(
+            cap[..],
+            want[..cap.len()],
+            "tcp {tcp}: captured as it leaves"
+        );
+        assert_eq!(
+            sw.counters(4).unwrap().tx_pkts,
+            tx + 1,
+            "tcp {tcp}: out of MAC_C's port"
+        );
+    }
+    // A UDP packet sent without a checksum (0) keeps none.
+    let bare = frame(Ipv4Addr::new(10, 0, 0, 7), 9000);
+    let (_, got, _) = run_frame(&sw, &bare);
+    assert_eq!(&got[40..42], &[0, 0], "UDP checksum stays 0");
+    assert_eq!(&got[36..38], &9001u16.to_be_bytes());
+    assert_eq!(
+        etherparse::Ipv4HeaderSlice::from_slice(&got[14..])
+            .unwrap()
+            .to_header()
+            .calc_header_checksum(),
+        u16::from_be_bytes([got[24], got[25]]),
+        "IPv4 header checksum patched"
+    );
+
+    // Rewrite, then go to table 1, which matches the rewritten source.
+    sw.add_es_entry_rewriting(
+        0,
+        0,
+        &to([10, 0, 0, 8]),
+        Action::Goto(1),
+        &Rewrite {
+            saddr: Some([198, 18, 0, 99]),
+            sport: Some(7),
+            ..Rewrite::NONE
+        },
+    )
+    .unwrap();
+    let by_src = Match {
+        saddr: Match::prefix(32),
+        sport: 0xffff,
+        ..Match::default()
+    };
+    sw.set_es_mask(1, 0, &by_src).unwrap();
+    sw.set_es_order(1, &[0]).unwrap();
+    let rewritten_src = Match {
+        saddr: [198, 18, 0, 99],
+        sport: 7,
+        ..Match::default()
+    };
+    sw.add_es_entry(
+        1,
+        0,
+        &rewritten_src,
+        Action::Forward {
+            ifindex: ES_OUT,
+            port: 3,
+        },
+    )
+    .unwrap();
+    let input = l4_frame(
+        (MAC_B, a),
+        ([198, 18, 0, 1], 40000),
+        ([10, 0, 0, 8], 9000),
+        true,
+    );
+    let want = l4_frame(
+        (MAC_B, a),
+        ([198, 18, 0, 99], 7),
+        ([10, 0, 0, 8], 9000),
+        true,
+    );
+    let tx = sw.counters(3).unwrap().tx_pkts;
+    let (v, got, _) = run_frame(&sw, &input);
+    assert_eq!((v, got), (verdict::REDIRECT, want));
+    assert_eq!(
+        sw.counters(3).unwrap().tx_pkts,
+        tx + 1,
+        "table 1's entry forwarded it"
+    );
+    assert_eq!(
+        sw.es_entry_hits(1, 0, &rewritten_src).unwrap().map(|h| h.0),
+        Some(1)
+    );
+
+    // An address rewrite on an ARP frame: nothing to rewrite, dropped.
+    let any = Match::default();
+    sw.set_es_mask(0, 1, &any).unwrap();
+    sw.set_es_order(0, &[0, 1]).unwrap();
+    sw.add_es_entry_rewriting(
+        0,
+        1,
+        &any,
+        Action::Count,
+        &Rewrite {
+            daddr: Some([10, 0, 0, 1]),
+            ..Rewrite::NONE
+        },
+    )
+    .unwrap();
+    let mut arp = Vec::from(MAC_B);
+    arp.extend_from_slice(&a);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let before = sw.es_stats().unwrap();
+    let (v, _, _) = run_frame(&sw, &arp);
+    let after = sw.es_stats().unwrap();
+    assert_eq!(v, verdict::SHOT);
+    assert_eq!(after.rewrite_errors, before.rewrite_errors + 1);
+    assert_eq!(before.rewrites, 4, "TCP, UDP, bare UDP, the goto");
+    assert_eq!(after.rewrites, before.rewrites, "counted only once made");
+}

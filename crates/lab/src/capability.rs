@@ -194,11 +194,11 @@ impl FlowTables {
                 let action: std::collections::HashMap<_, _> = learned
                     .iter()
                     .filter(|l| l.table == table)
-                    .map(|l| (l.fields, l.action))
+                    .map(|l| (l.fields, (l.action, l.set)))
                     .collect();
                 for k in &ch.activate {
-                    let a = action[k]; // activations come from the learned flows
-                    sw.add_es_entry(table, hyper.into(), k, a)
+                    let (a, set) = action[k]; // activations come from the learned flows
+                    sw.add_es_entry_rewriting(table, hyper.into(), k, a, &set)
                         .during("activating a flow into the hyper mask")?;
                 }
             }
@@ -224,6 +224,17 @@ fn es_match(e: &wirelab_plan::EsEntryPlan) -> wirelab_dataplane::eswitch::Match 
         proto: e.proto.unwrap_or(0),
         vni: e.vni.unwrap_or(0),
         ..Default::default()
+    }
+}
+
+fn es_rewrite(w: &wirelab_plan::EsSetPlan) -> wirelab_dataplane::eswitch::Rewrite {
+    wirelab_dataplane::eswitch::Rewrite {
+        dmac: w.dmac,
+        smac: w.smac,
+        saddr: w.src.map(|a| a.octets()),
+        daddr: w.dst.map(|a| a.octets()),
+        sport: w.sport,
+        dport: w.dport,
     }
 }
 
@@ -318,7 +329,7 @@ impl Capability for FlowTables {
                         }
                     }
                     cx.switch
-                        .add_es_entry(t, id, &es_match(e), action)
+                        .add_es_entry_rewriting(t, id, &es_match(e), action, &es_rewrite(&e.set))
                         .during(format!("adding an entry to flow table {t} mask {id}"))?;
                 }
             }
@@ -441,6 +452,8 @@ impl Capability for FlowTables {
             decaps: st.decaps,
             encaps_over_contexts: self.encaps_over_contexts,
             tunnel_errors: st.tunnel_errors,
+            rewrites: st.rewrites,
+            rewrite_errors: st.rewrite_errors,
             tables: (0..ft.tables.len())
                 .map(|t| {
                     let (pkts, visited) = st.tables[t];

@@ -391,6 +391,11 @@ fn facts(plan: &Plan, finished: &Finished, before: &Counters) -> Result<RunFacts
             .iter()
             .map(|h| (h.name.clone(), IpAddr::V4(h.ip)))
             .collect(),
+        ports: plan
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.port))
+            .collect(),
         gids: plan
             .hosts
             .iter()

@@ -115,6 +115,10 @@ pub struct EsSummary {
     /// Encapsulations or decapsulations that failed: the packet was
     /// dropped (a decap of a packet that is not VXLAN, say).
     pub tunnel_errors: u64,
+    /// Packets an entry rewrote (set_field), and rewrites that could not
+    /// be made (an address on a packet that is not IPv4): dropped.
+    pub rewrites: u64,
+    pub rewrite_errors: u64,
     /// Encap entries the device profile installed past its encapsulation
     /// contexts, as drops (ScalaCN S8; the causal tester is not told).
     pub encaps_over_contexts: u64,

@@ -108,6 +108,25 @@ pub struct EsEntryPlan {
     pub proto: Option<u8>,
     pub vni: Option<u32>,
     pub action: EsActionPlan,
+    /// Fields rewritten before the action.
+    pub set: EsSetPlan,
+}
+
+/// What an entry rewrites (spec `set:`), host names resolved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct EsSetPlan {
+    pub dmac: Option<[u8; 6]>,
+    pub smac: Option<[u8; 6]>,
+    pub src: Option<Ipv4Addr>,
+    pub dst: Option<Ipv4Addr>,
+    pub sport: Option<u16>,
+    pub dport: Option<u16>,
+}
+
+impl EsSetPlan {
+    pub fn is_empty(&self) -> bool {
+        *self == EsSetPlan::default()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -609,6 +628,7 @@ fn elsewhere(j: u32) -> EsEntryPlan {
         proto: Some(17),
         vni: None,
         action: EsActionPlan::Count,
+        set: EsSetPlan::default(),
     }
 }
 
@@ -620,6 +640,14 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
     let addr = |v: &Option<String>| {
         v.as_deref()
             .map(|v| host(v).map_or_else(|| v.parse().expect("validated"), |i| hosts[i].ip))
+    };
+    let mac = |v: &Option<String>| {
+        v.as_deref().map(|v| {
+            host(v).map_or_else(
+                || wirelab_spec::flowtables::parse_mac(v).expect("validated"),
+                |i| hosts[i].mac,
+            )
+        })
     };
     let to = |e: &wirelab_spec::flowtables::Entry| {
         host(e.to.as_deref().expect("validated")).expect("validated")
@@ -699,6 +727,17 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
                     dport: e.dport,
                     proto: e.proto.as_deref().and_then(proto_number),
                     vni: e.vni,
+                    set: e
+                        .set
+                        .as_ref()
+                        .map_or_else(EsSetPlan::default, |w| EsSetPlan {
+                            dmac: mac(&w.dmac),
+                            smac: mac(&w.smac),
+                            src: addr(&w.src),
+                            dst: addr(&w.dst),
+                            sport: w.sport,
+                            dport: w.dport,
+                        }),
                     action: match e.action {
                         EntryAction::Count => EsActionPlan::Count,
                         EntryAction::Drop => EsActionPlan::Drop,

@@ -33,8 +33,12 @@ fn prefix(a: Option<std::net::Ipv4Addr>, len: u8) -> String {
 /// ports are compared without the protocol (OpenFlow needs TCP or UDP
 /// before a port: the eSwitch keys both the same way).
 fn matches(f: &MaskFields, e: &EsEntryPlan) -> Vec<String> {
-    let ports = f.sport || f.dport;
-    let ip = ports || f.proto || f.src > 0 || f.dst > 0;
+    // A rewritten port needs TCP or UDP in the match, and an address IPv4
+    // (ovs-actions(7): set_field's prerequisites).
+    let sets_ports = e.set.sport.is_some() || e.set.dport.is_some();
+    let ports = f.sport || f.dport || sets_ports;
+    let ip =
+        ports || f.proto || f.src > 0 || f.dst > 0 || e.set.src.is_some() || e.set.dst.is_some();
     let protos: Vec<u8> = if f.proto {
         vec![e.proto.unwrap_or(0)]
     } else if ports {
@@ -69,6 +73,39 @@ fn matches(f: &MaskFields, e: &EsEntryPlan) -> Vec<String> {
         .collect()
 }
 
+/// An entry's set_field as OpenFlow actions ahead of its own; a port only
+/// on TCP and UDP, as the eSwitch rewrites it.
+fn rewrites(w: &crate::EsSetPlan, tcp_or_udp: bool) -> String {
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let mut out = String::new();
+    if let Some(m) = w.dmac {
+        let _ = write!(out, "mod_dl_dst:{},", mac(m));
+    }
+    if let Some(m) = w.smac {
+        let _ = write!(out, "mod_dl_src:{},", mac(m));
+    }
+    if let Some(a) = w.src {
+        let _ = write!(out, "mod_nw_src:{a},");
+    }
+    if let Some(a) = w.dst {
+        let _ = write!(out, "mod_nw_dst:{a},");
+    }
+    if tcp_or_udp {
+        if let Some(p) = w.sport {
+            let _ = write!(out, "mod_tp_src:{p},");
+        }
+        if let Some(p) = w.dport {
+            let _ = write!(out, "mod_tp_dst:{p},");
+        }
+    }
+    out
+}
+
 /// The rules, one per line; `hosts` give the MAC table. Encap and decap
 /// are refused before a plan exists (spec validation, `dut: ovs`).
 pub fn compile(es: &EsPlan, hosts: &[HostPlan]) -> String {
@@ -86,6 +123,8 @@ pub fn compile(es: &EsPlan, hosts: &[HostPlan]) -> String {
                         unreachable!("refused with dut: ovs")
                     }
                 };
+                let tcp_or_udp = !mask.fields.proto || matches!(e.proto, Some(6 | 17));
+                let action = format!("{}{action}", rewrites(&e.set, tcp_or_udp));
                 for m in matches(&mask.fields, e) {
                     let sep = if m.is_empty() { "" } else { "," };
                     let _ = writeln!(
@@ -129,11 +168,11 @@ flowtables:
         - match: {dst: 24, dport: true}
           entries:
             - {dst: b, dport: 4791, action: goto, table: 1}
-        - entries: [{action: count}]
+        - entries: [{action: count, set: {dmac: b, dport: 7}}]
     - masks:
         - match: {src: 32, dst: 32, proto: true}
           entries:
-            - {src: a, dst: b, proto: udp, action: forward, to: b}
+            - {src: a, dst: b, proto: udp, action: forward, to: b, set: {src: 198.18.9.9, smac: '02:00:00:00:00:09'}}
             - {src: b, dst: a, proto: udp, action: drop}
 ";
 
@@ -144,8 +183,8 @@ flowtables:
         let text = compile(plan.flowtables.as_ref().unwrap(), &plan.hosts);
         let lines: Vec<&str> = text.lines().collect();
         // Two generated masks (drop rules that the lab never matches),
-        // then the spec's: a port without a protocol is TCP and UDP; an
-        // empty match is every packet.
+        // then the spec's: a port without a protocol is TCP and UDP, and
+        // so is a port rewritten; set_field comes ahead of the action.
         assert_eq!(
             lines,
             [
@@ -153,9 +192,10 @@ flowtables:
                 "table=0,priority=29999,ip,nw_dst=203.0.0.0/9,nw_proto=17,actions=drop",
                 "table=0,priority=29998,ip,nw_dst=198.18.0.0/24,nw_proto=6,tp_dst=4791,actions=resubmit(,1)",
                 "table=0,priority=29998,ip,nw_dst=198.18.0.0/24,nw_proto=17,tp_dst=4791,actions=resubmit(,1)",
-                "table=0,priority=29997,actions=resubmit(,250)",
+                "table=0,priority=29997,ip,nw_proto=6,actions=mod_dl_dst:02:77:6c:00:00:02,mod_tp_dst:7,resubmit(,250)",
+                "table=0,priority=29997,ip,nw_proto=17,actions=mod_dl_dst:02:77:6c:00:00:02,mod_tp_dst:7,resubmit(,250)",
                 "table=0,priority=0,actions=resubmit(,250)",
-                "table=1,priority=30000,ip,nw_src=198.18.0.1/32,nw_dst=198.18.0.2/32,nw_proto=17,actions=output:2",
+                "table=1,priority=30000,ip,nw_src=198.18.0.1/32,nw_dst=198.18.0.2/32,nw_proto=17,actions=mod_dl_src:02:00:00:00:00:09,mod_nw_src:198.18.9.9,output:2",
                 "table=1,priority=30000,ip,nw_src=198.18.0.2/32,nw_dst=198.18.0.1/32,nw_proto=17,actions=drop",
                 "table=1,priority=0,actions=resubmit(,250)",
                 "table=250,priority=10,dl_dst=02:77:6c:00:00:01,actions=output:1",

@@ -8,7 +8,7 @@
 
 use std::net::Ipv4Addr;
 
-use crate::{ConnPlan, EsActionPlan, EsEntryPlan, EsNext, EsPlan, Plan, Transport};
+use crate::{ConnPlan, EsActionPlan, EsEntryPlan, EsNext, EsPlan, EsSetPlan, Plan, Transport};
 
 /// The most tables a packet passes (the switch's `WL_ES_MAX_CHAIN`).
 const MAX_CHAIN: usize = 4;
@@ -48,11 +48,19 @@ pub enum Fate {
         table: usize,
         mask: usize,
     },
+    /// An entry rewrote the destination MAC to one no host has, and the
+    /// MAC table, which forwards by it, has no port for it.
+    NoMac {
+        table: usize,
+        mask: usize,
+    },
 }
 
 /// A packet's fields as the stage keys them.
 #[derive(Debug, Clone, Copy)]
 struct Pkt {
+    /// What the MAC table forwards by.
+    dmac: [u8; 6],
     src: Ipv4Addr,
     dst: Ipv4Addr,
     sport: u16,
@@ -82,8 +90,25 @@ fn matches(p: &Pkt, f: &wirelab_spec::flowtables::MaskFields, e: &EsEntryPlan) -
         && (!f.vni || p.vni.unwrap_or(0) == e.vni.unwrap_or(0))
 }
 
-fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
+/// Applies an entry's rewrite to the packet (as the stage rewrites both
+/// the packet and its key).
+fn rewrite(p: &mut Pkt, w: &EsSetPlan) {
+    p.dmac = w.dmac.unwrap_or(p.dmac);
+    p.src = w.src.unwrap_or(p.src);
+    p.dst = w.dst.unwrap_or(p.dst);
+    // Ports on TCP and UDP only, as the stage rewrites them.
+    if p.proto == 6 || p.proto == 17 {
+        p.sport = w.sport.unwrap_or(p.sport);
+        p.dport = w.dport.unwrap_or(p.dport);
+    }
+}
+
+/// Where the tables send `p`, a packet for host `dest`; `macs[i]` is host
+/// i's MAC (the switch's MAC table).
+fn fate(macs: &[[u8; 6]], es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
     let mut p = *p;
+    // The last rewrite of the destination MAC: (table, mask).
+    let mut new_dmac = None;
     // The entry that last encapsulated the packet (for a miss's fate).
     let mut encapsulated = None;
     let mut table = 0usize;
@@ -93,7 +118,7 @@ fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
                 mask.entries
                     .iter()
                     .find(|e| matches(&p, &mask.fields, e))
-                    .map(|e| (m, e.action))
+                    .map(|e| (m, e))
             })
         });
         // Out of `host`'s port, encapsulated or not.
@@ -110,15 +135,35 @@ fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
                 Fate::Delivered
             }
         };
-        let (mask, action) = match hit {
-            // The MAC table forwards it, as it is.
-            None | Some((_, EsActionPlan::Count)) => {
-                return match encapsulated {
-                    Some((table, mask)) => Fate::Encapsulated { table, mask },
-                    None => Fate::Delivered,
+        if let Some((mask, e)) = hit {
+            if !e.set.is_empty() {
+                rewrite(&mut p, &e.set);
+                if e.set.dmac.is_some() {
+                    new_dmac = Some((table, mask));
                 }
             }
-            Some(h) => h,
+        }
+        let (mask, action) = match hit {
+            // The MAC table forwards it, by its destination MAC.
+            None
+            | Some((
+                _,
+                EsEntryPlan {
+                    action: EsActionPlan::Count,
+                    ..
+                },
+            )) => {
+                let by_mac = macs.iter().position(|m| *m == p.dmac);
+                return match (by_mac, new_dmac, encapsulated) {
+                    (None, Some((table, mask)), _) => Fate::NoMac { table, mask },
+                    (Some(to), Some((table, mask)), _) if to != dest => {
+                        Fate::Misrouted { table, mask, to }
+                    }
+                    (_, _, Some((table, mask))) => Fate::Encapsulated { table, mask },
+                    _ => Fate::Delivered,
+                };
+            }
+            Some((mask, e)) => (mask, e.action),
         };
         match action {
             EsActionPlan::Count => unreachable!("handled above"),
@@ -143,6 +188,9 @@ fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
                 // the switch stage's `es_outer_key` builds it (the outer
                 // source port keyed as 0).
                 p = Pkt {
+                    // The MAC table's decision stays the inner frame's
+                    // (the switch routes before the tables).
+                    dmac: p.dmac,
                     src: wirelab_spec::flowtables::LOCAL_VTEP,
                     dst: remote,
                     sport: 0,
@@ -161,7 +209,7 @@ fn fate(es: &EsPlan, p: &Pkt, dest: usize) -> Fate {
 
 /// The packets of a connection each way: (what they are, fields, the
 /// host they are for).
-fn packets(c: &ConnPlan) -> [(&'static str, Pkt, usize); 2] {
+fn packets(c: &ConnPlan, macs: &[[u8; 6]]) -> [(&'static str, Pkt, usize); 2] {
     let (proto, (rs, rd), (ps, pd)) = match (c.transport, c.roce) {
         (Transport::Roce, Some(r)) => (
             17,
@@ -175,6 +223,7 @@ fn packets(c: &ConnPlan) -> [(&'static str, Pkt, usize); 2] {
         (
             "requester to responder",
             Pkt {
+                dmac: macs[c.responder],
                 src: c.requester_ip,
                 dst: c.responder_ip,
                 sport: rs,
@@ -187,6 +236,7 @@ fn packets(c: &ConnPlan) -> [(&'static str, Pkt, usize); 2] {
         (
             "responder to requester",
             Pkt {
+                dmac: macs[c.requester],
                 src: c.responder_ip,
                 dst: c.requester_ip,
                 sport: ps,
@@ -206,13 +256,14 @@ pub fn undelivered(plan: &Plan) -> Vec<String> {
     let Some(es) = &plan.flowtables else {
         return Vec::new();
     };
+    let macs: Vec<[u8; 6]> = plan.hosts.iter().map(|h| h.mac).collect();
     let mut out = Vec::new();
     for c in &plan.conns {
-        for (i, (way, p, dest)) in packets(c).iter().enumerate() {
+        for (i, (way, p, dest)) in packets(c, &macs).iter().enumerate() {
             if i == 1 && c.transport == Transport::Udp {
                 continue;
             }
-            let f = fate(es, p, *dest);
+            let f = fate(&macs, es, p, *dest);
             let why = match f {
                 Fate::Delivered => continue,
                 Fate::Dropped { table, mask } => {
@@ -229,6 +280,9 @@ pub fn undelivered(plan: &Plan) -> Vec<String> {
                 Fate::NotVxlan { table, mask } => format!(
                     "dropped: table {table} mask {mask} decapsulates, but the packet is not VXLAN"
                 ),
+                Fate::NoMac { table, mask } => format!(
+                    "dropped: table {table} mask {mask} rewrote the destination MAC to one no host has"
+                ),
             };
             out.push(format!("connection {} {way}: {why}", c.id));
         }
@@ -242,8 +296,12 @@ mod tests {
     use crate::EsMaskPlan;
     use wirelab_spec::flowtables::MaskFields;
 
+    /// Host i's MAC.
+    const MACS: [[u8; 6]; 3] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 3]];
+
     fn pkt() -> Pkt {
         Pkt {
+            dmac: MACS[1],
             src: Ipv4Addr::new(198, 18, 0, 1),
             dst: Ipv4Addr::new(198, 18, 0, 2),
             sport: 40001,
@@ -262,6 +320,7 @@ mod tests {
             proto: Some(17),
             vni: None,
             action,
+            set: Default::default(),
         }
     }
 
@@ -308,10 +367,10 @@ mod tests {
                 ),
             ],
         ]);
-        assert_eq!(fate(&es, &pkt(), 1), Fate::Delivered);
+        assert_eq!(fate(&MACS, &es, &pkt(), 1), Fate::Delivered);
         let tcp = Pkt { proto: 6, ..pkt() };
         assert_eq!(
-            fate(&es, &tcp, 1),
+            fate(&MACS, &es, &tcp, 1),
             Fate::Delivered,
             "no entry for TCP: the MAC table"
         );
@@ -327,7 +386,7 @@ mod tests {
             )],
         )]]);
         assert_eq!(
-            fate(&es, &pkt(), 1),
+            fate(&MACS, &es, &pkt(), 1),
             Fate::Misrouted {
                 table: 0,
                 mask: 0,
@@ -335,7 +394,10 @@ mod tests {
             }
         );
         let es = tables(vec![vec![mask(0, vec![entry(None, EsActionPlan::Drop)])]]);
-        assert_eq!(fate(&es, &pkt(), 1), Fate::Dropped { table: 0, mask: 0 });
+        assert_eq!(
+            fate(&MACS, &es, &pkt(), 1),
+            Fate::Dropped { table: 0, mask: 0 }
+        );
     }
 
     #[test]
@@ -344,7 +406,7 @@ mod tests {
             vec![mask(0, vec![entry(None, EsActionPlan::Goto(1))])],
             vec![mask(0, vec![entry(None, EsActionPlan::Goto(0))])],
         ]);
-        assert_eq!(fate(&es, &pkt(), 1), Fate::Loop);
+        assert_eq!(fate(&MACS, &es, &pkt(), 1), Fate::Loop);
     }
 
     /// Table 0 encapsulates (VNI 77 to `remote`) and searches table 1;
@@ -383,19 +445,27 @@ mod tests {
     #[test]
     fn an_overlay_is_followed_through_encap_and_the_remote_decap() {
         let vtep = Ipv4Addr::new(198, 19, 0, 2);
-        assert_eq!(fate(&overlay(vtep, 77, 1), &pkt(), 1), Fate::Delivered);
+        assert_eq!(
+            fate(&MACS, &overlay(vtep, 77, 1), &pkt(), 1),
+            Fate::Delivered
+        );
         // The decap entry keys the outer headers: another VNI or another
         // VTEP misses, and the packet leaves encapsulated.
         assert_eq!(
-            fate(&overlay(vtep, 78, 1), &pkt(), 1),
+            fate(&MACS, &overlay(vtep, 78, 1), &pkt(), 1),
             Fate::Encapsulated { table: 0, mask: 0 }
         );
         assert_eq!(
-            fate(&overlay(Ipv4Addr::new(198, 19, 0, 3), 77, 1), &pkt(), 1),
+            fate(
+                &MACS,
+                &overlay(Ipv4Addr::new(198, 19, 0, 3), 77, 1),
+                &pkt(),
+                1
+            ),
             Fate::Encapsulated { table: 0, mask: 0 }
         );
         assert_eq!(
-            fate(&overlay(vtep, 77, 0), &pkt(), 1),
+            fate(&MACS, &overlay(vtep, 77, 0), &pkt(), 1),
             Fate::Misrouted {
                 table: 1,
                 mask: 0,
@@ -410,7 +480,10 @@ mod tests {
             0,
             vec![entry(None, EsActionPlan::Decap { host: 1 })],
         )]]);
-        assert_eq!(fate(&es, &pkt(), 1), Fate::NotVxlan { table: 0, mask: 0 });
+        assert_eq!(
+            fate(&MACS, &es, &pkt(), 1),
+            Fate::NotVxlan { table: 0, mask: 0 }
+        );
         let es = tables(vec![vec![mask(
             0,
             vec![entry(
@@ -423,8 +496,71 @@ mod tests {
             )],
         )]]);
         assert_eq!(
-            fate(&es, &pkt(), 1),
+            fate(&MACS, &es, &pkt(), 1),
             Fate::Encapsulated { table: 0, mask: 0 }
         );
+    }
+
+    /// set_field: a rewritten destination MAC is what the MAC table
+    /// forwards by (to another host, or to none), and a later table
+    /// matches the rewritten fields.
+    #[test]
+    fn a_rewrite_moves_the_mac_tables_decision_and_the_next_tables_key() {
+        let set = |set: EsSetPlan, action| EsEntryPlan {
+            set,
+            ..entry(None, action)
+        };
+        let to_c = EsSetPlan {
+            dmac: Some(MACS[2]),
+            ..Default::default()
+        };
+        let es = tables(vec![vec![mask(0, vec![set(to_c, EsActionPlan::Count)])]]);
+        assert_eq!(
+            fate(&MACS, &es, &pkt(), 1),
+            Fate::Misrouted {
+                table: 0,
+                mask: 0,
+                to: 2
+            }
+        );
+        let nowhere = EsSetPlan {
+            dmac: Some([2, 0, 0, 0, 0, 0x99]),
+            ..Default::default()
+        };
+        let es = tables(vec![vec![mask(0, vec![set(nowhere, EsActionPlan::Count)])]]);
+        assert_eq!(
+            fate(&MACS, &es, &pkt(), 1),
+            Fate::NoMac { table: 0, mask: 0 }
+        );
+        // Table 0 rewrites the destination; table 1 drops the old one and
+        // forwards the new one.
+        let new_dst = Ipv4Addr::new(198, 18, 0, 9);
+        let es = tables(vec![
+            vec![mask(
+                0,
+                vec![set(
+                    EsSetPlan {
+                        dst: Some(new_dst),
+                        ..Default::default()
+                    },
+                    EsActionPlan::Goto(1),
+                )],
+            )],
+            vec![mask(
+                32,
+                vec![
+                    entry(Some(pkt().dst), EsActionPlan::Drop),
+                    entry(Some(new_dst), EsActionPlan::Forward { host: 1 }),
+                ],
+            )],
+        ]);
+        assert_eq!(fate(&MACS, &es, &pkt(), 1), Fate::Delivered);
+        // The same rewrite to the host's own MAC changes nothing.
+        let same = EsSetPlan {
+            dmac: Some(MACS[1]),
+            ..Default::default()
+        };
+        let es = tables(vec![vec![mask(0, vec![set(same, EsActionPlan::Count)])]]);
+        assert_eq!(fate(&MACS, &es, &pkt(), 1), Fate::Delivered);
     }
 }

@@ -305,6 +305,53 @@ pub struct Entry {
     /// `encap`: the VXLAN tunnel (RFC 7348).
     #[serde(default)]
     pub encap: Option<Encap>,
+    /// Header fields rewritten before the action (OpenFlow's set_field):
+    /// a later table matches the rewritten packet.
+    #[serde(default)]
+    pub set: Option<SetFields>,
+}
+
+/// What an entry rewrites (OpenFlow's set_field, ovs-actions(7); an RNIC's
+/// modify-header action), in the packet as it matched: after an
+/// encapsulation, its outer headers. Checksums are patched. A port is
+/// rewritten on TCP and UDP packets only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetFields {
+    /// A host's name (its MAC) or a MAC address, `02:00:00:00:00:01`.
+    #[serde(default)]
+    pub dmac: Option<String>,
+    #[serde(default)]
+    pub smac: Option<String>,
+    /// A host's name (its address) or a lab IPv4 address (198.18.0.0/15).
+    #[serde(default)]
+    pub src: Option<String>,
+    #[serde(default)]
+    pub dst: Option<String>,
+    #[serde(default)]
+    pub sport: Option<u16>,
+    #[serde(default)]
+    pub dport: Option<u16>,
+}
+
+/// A MAC address written `xx:xx:xx:xx:xx:xx`.
+pub fn parse_mac(v: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = v.split(':');
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// The lab's address range, 198.18.0.0/15 (RFC 2544's benchmarking
+/// block): the only addresses a table may write into a packet.
+pub fn is_lab_addr(a: std::net::Ipv4Addr) -> bool {
+    matches!(a.octets(), [198, 18 | 19, ..])
 }
 
 /// A VXLAN encapsulation: the VNI and the remote VTEP's address. The
@@ -345,6 +392,62 @@ pub fn proto_number(p: &str) -> Option<u8> {
         "udp" => Some(17),
         n => n.parse().ok(),
     }
+}
+
+fn validate_set(
+    set: &SetFields,
+    at: &str,
+    action: EntryAction,
+    hosts: &BTreeSet<&str>,
+) -> Result<(), Invalid> {
+    let at = format!("{at}.set");
+    if *set == SetFields::default() {
+        return err(
+            at,
+            "set: name a field to rewrite (dmac, smac, src, dst, sport, dport)",
+        );
+    }
+    match action {
+        EntryAction::Drop => return err(at, "a dropped packet is not rewritten"),
+        EntryAction::Decap => return err(
+            at,
+            "it would rewrite the outer headers decap strips; rewrite in a table after the decap",
+        ),
+        _ => {}
+    }
+    for (name, v) in [("dmac", &set.dmac), ("smac", &set.smac)] {
+        if let Some(v) = v {
+            if !hosts.contains(v.as_str()) && parse_mac(v).is_none() {
+                return err(
+                    format!("{at}.{name}"),
+                    format!("`{v}` is neither a host nor a MAC address (xx:xx:xx:xx:xx:xx)"),
+                );
+            }
+        }
+    }
+    for (name, v) in [("src", &set.src), ("dst", &set.dst)] {
+        if let Some(v) = v {
+            if hosts.contains(v.as_str()) {
+                continue;
+            }
+            match v.parse::<std::net::Ipv4Addr>() {
+                Ok(a) if is_lab_addr(a) => {}
+                Ok(a) => {
+                    return err(
+                        format!("{at}.{name}"),
+                        format!("{a}: a rewritten address is a lab address, in 198.18.0.0/15"),
+                    )
+                }
+                Err(_) => {
+                    return err(
+                        format!("{at}.{name}"),
+                        format!("`{v}` is neither a host nor an IPv4 address"),
+                    )
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn validate_optimise(o: &Optimise) -> Result<(), Invalid> {
@@ -552,7 +655,7 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                     // Lab addresses only: an encapsulated packet that no
                     // decap rule takes still never leaves the lab, but its
                     // outer address stays one of the lab's own.
-                    if e.remote.octets()[..2] != [198, 18] && e.remote.octets()[..2] != [198, 19] {
+                    if !is_lab_addr(e.remote) {
                         return err(
                             format!("{at}.encap.remote"),
                             format!(
@@ -561,6 +664,9 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                             ),
                         );
                     }
+                }
+                if let Some(set) = &entry.set {
+                    validate_set(set, &at, entry.action, hosts)?;
                 }
             }
             entries += mask.entries.len();

@@ -170,6 +170,31 @@ fn each_rejection_names_path_and_line() {
             "flowtables.tables[0].masks[0].entries[0].encap: only `encap` has a tunnel (line 13)",
         ),
         (
+            "flow tables: set with nothing to set",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: count, set: {}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].set: set: name a field to rewrite (dmac, smac, src, dst, sport, dport) (line 13)",
+        ),
+        (
+            "flow tables: set on a drop",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: drop, set: {dport: 7}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].set: a dropped packet is not rewritten (line 13)",
+        ),
+        (
+            "flow tables: set on a decap",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: decap, to: responder, set: {dport: 7}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].set: it would rewrite the outer headers decap strips; rewrite in a table after the decap (line 13)",
+        ),
+        (
+            "flow tables: set a MAC that is neither",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: count, set: {dmac: '02:00:00:00:00'}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].set.dmac: `02:00:00:00:00` is neither a host nor a MAC address (xx:xx:xx:xx:xx:xx) (line 13)",
+        ),
+        (
+            "flow tables: set an address outside the lab",
+            with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: count, set: {dst: 8.8.8.8}}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].set.dst: 8.8.8.8: a rewritten address is a lab address, in 198.18.0.0/15 (line 13)",
+        ),
+        (
             "flow tables: an encap loop",
             with("flowtables:\n  tables:\n    - masks:\n        - entries: [{action: encap, table: 0, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
             "flowtables.tables: tables 0 -> 0 form a loop (line 11)",

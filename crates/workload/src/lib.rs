@@ -244,7 +244,21 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
             .expect("a listener per responder")
             .1;
         let (resp, peer) = listener.accept().map_err(ioe(id, "accept"))?;
-        if peer != SocketAddr::V4(local) {
+        // Handshakes go one at a time, so this is the connection just
+        // made: by its source port, and its address unless the flow
+        // tables rewrite addresses (a NAT: the responder sees another).
+        let natted = plan.flowtables.as_ref().is_some_and(|f| {
+            f.tables
+                .iter()
+                .flatten()
+                .flat_map(|m| &m.entries)
+                .any(|e| e.set.src.is_some())
+        });
+        let ours = match peer {
+            SocketAddr::V4(p) => p.port() == local.port() && (natted || *p.ip() == *local.ip()),
+            SocketAddr::V6(_) => false,
+        };
+        if !ours {
             return Err(Error::Io {
                 conn: id,
                 what: format!("accepted {peer}, expected {local}"),

@@ -56,7 +56,7 @@ impl Analyzer for Counters {
             let Some(&addr) = facts.addresses.get(host) else {
                 continue;
             };
-            let s = seen(input, addr);
+            let s = seen(input, addr, facts.ports.get(host).copied());
             // (counter, what the trace shows, how)
             let rows: [(&str, i64, &str); 8] = [
                 ("TcpOutSegs", s.out_segs, "TCP packets the host sent, retransmissions excluded (RFC 1213 tcpOutSegs)"),
@@ -108,18 +108,26 @@ fn agrees(name: &str, got: i64, want: i64) -> bool {
     }
 }
 
-fn seen(input: &Input, addr: IpAddr) -> Seen {
+/// What the trace shows for the host at `addr`, on switch port `port`.
+/// A connection's end is the host by the port its packets came in on when
+/// both are known (a NAT in the flow tables rewrites addresses, not ports),
+/// else by its address.
+fn seen(input: &Input, addr: IpAddr, port: Option<u32>) -> Seen {
     let mut s = Seen::default();
     for c in &input.analysis.connections {
-        for (end, t) in [c.data_src.0, c.data_dst.0].iter().zip(&c.tally) {
-            if *end == addr {
+        let is = |end: usize| match (c.ports[end], port) {
+            (Some(a), Some(b)) => a == b,
+            _ => [c.data_src.0, c.data_dst.0][end] == addr,
+        };
+        for (end, t) in c.tally.iter().enumerate() {
+            if is(end) {
                 s.out_segs += t.out_segs;
                 s.in_segs += t.in_segs;
                 s.in_csum_errors += t.in_csum_errors;
                 s.in_ce += t.in_ce;
             }
         }
-        if c.data_src.0 == addr {
+        if is(0) {
             for r in &c.retransmissions {
                 s.retrans += 1;
                 match r.reason {
