@@ -132,8 +132,12 @@ pub fn compare(path: &Path, opts: Options, into: &mut Agreement) -> Option<()> {
             .iter()
             .map(|r| (r.at.frame, r.reason))
             .collect();
-        // The highest byte sent so far (relative: data starts at 1).
+        // The highest byte sent so far (relative: data starts at 1), and
+        // the highest cumulative ACK: RFC 5681 §2 (a)'s outstanding data
+        // lies between them (an older ACK captured late, as when a
+        // receiver's ACKs leave from two CPUs, does not make any).
         let mut next_new = 1u32;
+        let mut una = 1u32;
         for s in &c.segs {
             let frame = trace.packets[s.at.frame as usize - 1].frame;
             let rtx = s.data && s.tcp.payload_len > 0 && !s.first;
@@ -145,7 +149,11 @@ pub fn compare(path: &Path, opts: Options, into: &mut Agreement) -> Option<()> {
                     next_new = end;
                 }
             }
-            let outstanding = (next_new.wrapping_sub(s.rel) as i32) > 0;
+            if !s.data && s.tcp.has_ack && (s.rel.wrapping_sub(una) as i32) > 0 {
+                una = s.rel;
+            }
+            let below = if s.data { s.rel } else { una };
+            let outstanding = (next_new.wrapping_sub(below) as i32) > 0;
             ours.insert(frame, ((rtx, fast, s.dupack), reason, outstanding));
         }
     }
