@@ -182,3 +182,145 @@ pub fn run(rounds: usize) -> Result<()> {
     );
     Ok(())
 }
+
+/// One lab run's costs per packet on one DUT.
+struct DutCost {
+    /// The switch program's kernel time per packet (with the eSwitch stage
+    /// on the eSwitch; capture and hand-off alone in front of OVS).
+    switch_ns: f64,
+    /// ovs-vswitchd's CPU time per packet (0 on the eSwitch).
+    ovs_ns: f64,
+    /// Masks searched per packet (eSwitch), subtable lookups per megaflow
+    /// hit (OVS).
+    lookups: f64,
+    /// OVS: the share of packets its exact-match cache answered.
+    emc: f64,
+}
+
+/// The spec both DUTs run: one UDP flow (4 MB at 1 Gbit/s, about 2,900
+/// packets) whose own mask comes after `masks - 1` generated ones.
+fn dut_spec(masks: u32, dut: &str) -> String {
+    format!(
+        "topology:\n  hosts: [{{name: requester}}, {{name: responder}}]\n\
+         traffic:\n  transport: udp\n  connections:\n\
+         \x20   - {{from: requester, to: responder, rate: 1gbit, messages: 1, message_size: 4MB}}\n\
+         flowtables:\n  dut: {dut}\n  generate: {{masks: {}, entries: 4}}\n  tables:\n\
+         \x20   - masks:\n        - match: {{dst: 32, proto: true}}\n          entries:\n\
+         \x20           - {{dst: responder, proto: udp, action: forward, to: responder}}\n\
+         \x20           - {{dst: requester, proto: udp, action: forward, to: requester}}\n",
+        masks - 1
+    )
+}
+
+fn dut_run(
+    masks: u32,
+    dut: &str,
+    out: &std::path::Path,
+    abort: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<DutCost> {
+    let text = dut_spec(masks, dut);
+    let spec = wirelab_spec::parse(&text, wirelab_lab::catalog())
+        .map_err(|e| anyhow::anyhow!("the bench's spec: {e}"))?;
+    let opts = wirelab_lab::RunOptions {
+        abort: abort.clone(),
+        ..wirelab_lab::RunOptions::new(out)
+    };
+    let r = wirelab_lab::run(&spec, None, &opts, &wirelab_lab::Quiet)
+        .with_context(|| format!("{masks} masks on {dut}"))?;
+    let s = &r.summary;
+    anyhow::ensure!(
+        s.workload.iter().all(|c| c.error.is_none()),
+        "{masks} masks on {dut}: the workload failed"
+    );
+    let switch_ns = s
+        .switch_kernel
+        .map(|k| k.ns_per_run)
+        .context("the kernel did not count the switch's run time")?;
+    Ok(match &s.ovs {
+        Some(o) => {
+            anyhow::ensure!(
+                o.packets > 1000 && o.cpu_ns > 0,
+                "{masks} masks on OVS: {} packets, {} ns of CPU",
+                o.packets,
+                o.cpu_ns
+            );
+            DutCost {
+                switch_ns,
+                ovs_ns: o.cpu_ns_per_packet,
+                lookups: o.subtable_lookups_per_hit,
+                emc: o.emc_hits as f64 / o.packets as f64,
+            }
+        }
+        None => {
+            let f = s.flowtables.as_ref().context("no eSwitch summary")?;
+            DutCost {
+                switch_ns,
+                ovs_ns: 0.0,
+                lookups: f.masks_per_packet,
+                emc: 0.0,
+            }
+        }
+    })
+}
+
+/// `wirelab bench eswitch --duts`: both DUTs on the same tables and the
+/// same traffic, in labs: the eSwitch stage's cost (the switch program's
+/// kernel time per packet) against Open vSwitch's (the switch in front,
+/// plus ovs-vswitchd's CPU time per packet), interleaved over rounds.
+pub fn duts(abort: &std::sync::Arc<std::sync::atomic::AtomicBool>, rounds: usize) -> Result<()> {
+    let _stats = wirelab_dataplane::RunTimeStats::enable()?;
+    let out = tempfile::Builder::new()
+        .prefix("wirelab-bench-duts")
+        .tempdir()
+        .context("a folder for the runs")?;
+    let counts = [1u32, 16, 64, 200];
+    let cases: Vec<(u32, &str)> = counts
+        .iter()
+        .flat_map(|&n| [(n, "eswitch"), (n, "ovs")])
+        .collect();
+    println!(
+        "wirelab bench eswitch --duts: one UDP flow (4 MB at 1 Gbit/s) whose own mask follows n-1 others, \
+         on each DUT; median of {rounds} rounds, DUTs interleaved"
+    );
+    let bar = indicatif::ProgressBar::new((rounds * cases.len()) as u64);
+    let mut got: Vec<Vec<DutCost>> = (0..cases.len()).map(|_| Vec::new()).collect();
+    for _ in 0..rounds.max(1) {
+        for (i, &(n, dut)) in cases.iter().enumerate() {
+            if abort.load(std::sync::atomic::Ordering::SeqCst) {
+                anyhow::bail!("interrupted");
+            }
+            got[i].push(dut_run(n, dut, out.path(), abort)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let med = |v: &[DutCost], f: fn(&DutCost) -> f64| median(v.iter().map(f).collect());
+    println!(
+        "{:>5}  {:>26}  {:>44}  {:>8}",
+        "masks",
+        "eSwitch: masks/pkt, ns/pkt",
+        "OVS: lookups/hit, EMC, switch + vswitchd ns/pkt",
+        "OVS/eSw"
+    );
+    for (k, &n) in counts.iter().enumerate() {
+        let (e, o) = (&got[2 * k], &got[2 * k + 1]);
+        let es = med(e, |c| c.switch_ns);
+        let (os, ov) = (med(o, |c| c.switch_ns), med(o, |c| c.ovs_ns));
+        println!(
+            "{n:>5}  {:>11.1} {:>14.0}  {:>11.2} {:>6.0}% {:>9.0} + {:>9.0} = {:>7.0}  {:>7.2}x",
+            med(e, |c| c.lookups),
+            es,
+            med(o, |c| c.lookups),
+            100.0 * med(o, |c| c.emc),
+            os,
+            ov,
+            os + ov,
+            (os + ov) / es
+        );
+    }
+    println!(
+        "  (eSwitch: the switch program's kernel time per packet, the stage included; OVS: the same \
+         program in front of it, capture and hand-off, plus ovs-vswitchd's CPU time per packet beyond its idle polling rate, all threads)"
+    );
+    Ok(())
+}

@@ -173,6 +173,10 @@ enum BenchCmd {
     Eswitch {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Instead: both DUTs (the eSwitch stage, Open vSwitch) in labs on
+        /// the same tables and traffic, cost per packet against masks.
+        #[arg(long)]
+        duts: bool,
     },
     /// Each stage's cost in the kernel alone (BPF_PROG_TEST_RUN): precise,
     /// for comparing the pipeline's levers.
@@ -515,7 +519,11 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             breakdown,
         } => bench::switch_overhead(abort, messages, rounds, breakdown)?,
         BenchCmd::Stages { rounds, chunks } => bench_stages::run(rounds, chunks)?,
-        BenchCmd::Eswitch { rounds } => bench_eswitch::run(rounds)?,
+        BenchCmd::Eswitch {
+            rounds,
+            duts: false,
+        } => bench_eswitch::run(rounds)?,
+        BenchCmd::Eswitch { rounds, duts: true } => bench_eswitch::duts(abort, rounds)?,
         BenchCmd::Capture => bench::capture(abort)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,

@@ -156,7 +156,7 @@ fn print_switch(s: &Summary) {
     }
     if let Some(o) = &s.ovs {
         println!(
-            "  ovs        {} packets: {} EMC hits, {} megaflow hits at {:.2} subtable lookups each, {} upcalls; {} megaflows in {} masks, {} OpenFlow rules",
+            "  ovs        {} packets: {} EMC hits, {} megaflow hits at {:.2} subtable lookups each, {} upcalls; {} megaflows in {} masks, {} OpenFlow rules; ovs-vswitchd {:.0} ns CPU per packet beyond idle",
             o.packets,
             o.emc_hits,
             o.megaflow_hits,
@@ -164,7 +164,8 @@ fn print_switch(s: &Summary) {
             o.upcalls,
             o.megaflows,
             o.megaflow_masks,
-            o.rules
+            o.rules,
+            o.cpu_ns_per_packet
         );
     }
     for e in &s.events {

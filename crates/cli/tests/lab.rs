@@ -1335,6 +1335,10 @@ fn both_duts_forward_the_same_packets_the_same_way() {
         + o["megaflow_hits"].as_u64().unwrap()
         + o["upcalls"].as_u64().unwrap();
     assert_eq!(hits, captured, "every packet classified once: {o}");
+    assert!(
+        o["cpu_ns"].as_u64() > Some(0) && o["cpu_ns_per_packet"].as_f64() > Some(0.0),
+        "ovs-vswitchd's CPU time was read: {o}"
+    );
     let dir = PathBuf::from(r.summary["results"].as_str().unwrap());
     for f in o["files"].as_array().unwrap() {
         let f = dir.join(f.as_str().unwrap());

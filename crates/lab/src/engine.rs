@@ -171,6 +171,12 @@ impl Run<'_> {
         for c in &mut self.caps {
             c.summarize(&self.cx, &meta, &analysis, &mut summary)?;
         }
+        let (runs, ns) = switch.prog_stats(false);
+        summary.switch_kernel = (ns > 0).then(|| crate::summary::KernelCost {
+            runs,
+            ns,
+            ns_per_run: ns as f64 / runs.max(1) as f64,
+        });
         summary.duration_ms = self.started.elapsed().as_millis() as u64;
         crate::results::write_run(&self.dir, &summary, &facts, &self.log, &ports)?;
         Ok(RunOutput {
@@ -249,6 +255,7 @@ impl Run<'_> {
             reaction_points: Vec::new(),
             flowtables: None,
             ovs: None,
+            switch_kernel: None,
             error: None,
         })
     }

@@ -101,6 +101,12 @@ impl Daemons {
         Ok(d)
     }
 
+    fn vswitchd_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join("ovs-vswitchd.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+    }
+
     fn vsctl(&self, args: &[&str]) -> Result<String, Error> {
         let db = format!("--db=unix:{}", self.dir.join("db.sock").display());
         let mut a = vec![db.as_str(), "--timeout=10"];
@@ -190,6 +196,17 @@ pub struct OvsSummary {
     pub megaflow_masks: usize,
     /// OpenFlow rules installed.
     pub rules: usize,
+    /// CPU time every thread of ovs-vswitchd spent while the workload ran
+    /// (`/proc/PID/task/*/schedstat`, ns).
+    pub cpu_ns: u64,
+    /// Its CPU time per second when idle, sampled for 200 ms just before
+    /// the workload: the main loop's polling of afpacket ports, which costs
+    /// the same with or without traffic.
+    pub idle_cpu_ns_per_s: u64,
+    /// The CPU time the packets cost (`cpu_ns` less the idle rate over the
+    /// workload's duration), per packet received: the DUT's own cost per
+    /// packet, next to the eSwitch stage's kernel time.
+    pub cpu_ns_per_packet: f64,
     /// The files this run kept, in the results folder.
     pub files: Vec<String>,
 }
@@ -290,6 +307,27 @@ pub struct Ovs {
     /// The OpenFlow rules installed, as given to ovs-ofctl.
     rules: String,
     summary: Option<OvsSummary>,
+    /// ovs-vswitchd's CPU time when the workload started, and when.
+    cpu_at_start: Option<(u64, std::time::Instant)>,
+    /// Its idle CPU time per second (see `OvsSummary::idle_cpu_ns_per_s`).
+    idle_rate: u64,
+}
+
+/// How long ovs-vswitchd's idle CPU rate is sampled before a workload.
+const IDLE_SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// CPU time of every thread of process `pid`, in ns: the first field of
+/// each `/proc/PID/task/TID/schedstat` (time on the CPU, ns; the kernel's
+/// scheduler statistics, sched-stats.rst). Threads that ended before are
+/// not counted, so read it while the daemon runs.
+fn cpu_ns(pid: i32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0u64;
+    for t in tasks.flatten() {
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 impl Capability for Ovs {
@@ -354,6 +392,15 @@ impl Capability for Ovs {
     fn start(&mut self, _cx: &Cx, _stop: &wirelab_workload::Stop) -> Result<(), Error> {
         if let Some(d) = &self.daemons {
             d.appctl(&["dpif-netdev/pmd-stats-clear"])?;
+            let pid = d.vswitchd_pid();
+            let idle_from = pid.and_then(cpu_ns);
+            std::thread::sleep(IDLE_SAMPLE);
+            let now = pid.and_then(cpu_ns);
+            if let (Some(a), Some(b)) = (idle_from, now) {
+                self.idle_rate = (u128::from(b.saturating_sub(a)) * 1_000_000_000
+                    / IDLE_SAMPLE.as_nanos()) as u64;
+                self.cpu_at_start = Some((b, std::time::Instant::now()));
+            }
         }
         Ok(())
     }
@@ -374,8 +421,15 @@ impl Capability for Ovs {
             .ok()
             .and_then(|v| v.lines().next().map(str::to_string))
             .unwrap_or_default();
+        let cpu = d.vswitchd_pid().and_then(cpu_ns);
         let pmd = d.appctl(&["dpif-netdev/pmd-stats-show"])?;
         parse_pmd_stats(&pmd, &mut s);
+        if let (Some((a, since)), Some(b)) = (self.cpu_at_start, cpu) {
+            s.cpu_ns = b.saturating_sub(a);
+            s.idle_cpu_ns_per_s = self.idle_rate;
+            let idle = self.idle_rate as f64 * since.elapsed().as_secs_f64();
+            s.cpu_ns_per_packet = (s.cpu_ns as f64 - idle).max(0.0) / s.packets.max(1) as f64;
+        }
         let megaflows = d.appctl(&["dpctl/dump-flows", "-m"])?;
         let flows: Vec<&str> = megaflows
             .lines()

@@ -91,7 +91,19 @@ pub struct Summary {
     /// Open vSwitch as the flow tables' device (`flowtables.dut: ovs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ovs: Option<crate::ovs::OvsSummary>,
+    /// The switch program's kernel-measured cost over the run, when the
+    /// kernel counted it (BPF_ENABLE_STATS held by the caller: benchmarks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switch_kernel: Option<KernelCost>,
     pub error: Option<String>,
+}
+
+/// Runs of a BPF program and the time the kernel measured in them.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KernelCost {
+    pub runs: u64,
+    pub ns: u64,
+    pub ns_per_run: f64,
 }
 
 /// The eSwitch stage's counters as the run left them.
