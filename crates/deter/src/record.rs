@@ -1,0 +1,317 @@
+//! One connection's record (DETER Table 1, as far as a stock kernel shows
+//! it; issue 21) and its file: written once, when the connection ends.
+//!
+//! The file is `MAGIC`, then the body's length and CRC-32 (both u32,
+//! little-endian), then the body: the record in postcard (serde with
+//! varint integers). Times are deltas, so most take a byte or two. A file
+//! cut short or damaged is refused with the byte offset where it stops
+//! making sense; the writer writes to a temporary name and renames it
+//! (`rename(2)` is atomic), so a killed recorder leaves either a whole
+//! file or none.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ipid::{IdCode, Marks};
+use crate::sample::Sample;
+
+/// The file's first bytes: the format and its version.
+pub const MAGIC: &[u8; 8] = b"WLDETER1";
+
+/// The extension of a record file.
+pub const EXTENSION: &str = "deter";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnRecord {
+    /// The recording host (its namespace's name).
+    pub host: String,
+    /// The connection seen from that host.
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    /// When the recording of it began and ended (CLOCK_MONOTONIC, ns).
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Stack settings that differ from the defaults: (name, value), as
+    /// sysctl names them or `SO_*`/`TCP_*` for socket options.
+    pub settings: Vec<(String, String)>,
+    /// What arrived at this host: the first IP-ID and the codes.
+    pub rx: Option<(u16, Vec<IdCode>)>,
+    /// Which arrivals were CE-marked.
+    pub ce: Marks,
+    /// Packets this host sent, and Algorithm 1's samples of their times.
+    pub tx_packets: u64,
+    pub tx_samples: Vec<Sample>,
+    pub calls: Calls,
+    pub events: Events,
+}
+
+/// A socket call as DETER records it (§4): its kind, size and flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Call {
+    pub kind: CallKind,
+    pub bytes: u64,
+    pub flags: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CallKind {
+    Send,
+    Recv,
+    Close,
+}
+
+/// Socket calls, with DETER's socket-call patterns (§4): each distinct
+/// (kind, size, flags) stored once, each call as (time delta, pattern).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Calls {
+    pub patterns: Vec<Call>,
+    /// (ns since the previous call, or since `start_ns`; pattern index).
+    pub seq: Vec<(u64, u32)>,
+    #[serde(skip)]
+    last_ns: Option<u64>,
+}
+
+impl Calls {
+    /// A call at `t_ns` (not before the previous one); `start_ns` is the
+    /// record's.
+    pub fn push(&mut self, start_ns: u64, t_ns: u64, call: Call) {
+        let p = match self.patterns.iter().position(|c| *c == call) {
+            Some(p) => p,
+            None => {
+                self.patterns.push(call);
+                self.patterns.len() - 1
+            }
+        };
+        let prev = self.last_ns.unwrap_or(start_ns);
+        self.seq.push((t_ns.saturating_sub(prev), p as u32));
+        self.last_ns = Some(t_ns.max(prev));
+    }
+
+    /// The calls with their times.
+    pub fn iter(&self, start_ns: u64) -> impl Iterator<Item = (u64, Call)> + '_ {
+        let mut t = start_ns;
+        self.seq.iter().map(move |&(dt, p)| {
+            t += dt;
+            (t, self.patterns[p as usize])
+        })
+    }
+}
+
+/// Kernel events a stock kernel shows (tracepoints, sock_ops; issue 21
+/// item 1), delta-coded like the calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Events {
+    pub seq: Vec<(u64, Event)>,
+    #[serde(skip)]
+    last_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// The retransmission timer fired (sock_ops RTO_CB): retransmissions so far.
+    Rto {
+        retransmits: u32,
+    },
+    /// A retransmission (tcp:tcp_retransmit_skb), of the segment at `seq`
+    /// (relative to the ISN).
+    Retransmit {
+        seq: u32,
+    },
+    /// Congestion state set (tcp:tcp_cong_state_set; Open 0, Disorder 1,
+    /// CWR 2, Recovery 3, Loss 4).
+    CongState(u8),
+    /// The peer's window went to zero, or opened again.
+    ZeroWindow,
+    WindowOpen,
+    /// The socket's state changed (sock:inet_sock_set_state).
+    State(u8),
+}
+
+impl Events {
+    pub fn push(&mut self, start_ns: u64, t_ns: u64, e: Event) {
+        let prev = self.last_ns.unwrap_or(start_ns);
+        self.seq.push((t_ns.saturating_sub(prev), e));
+        self.last_ns = Some(t_ns.max(prev));
+    }
+
+    pub fn iter(&self, start_ns: u64) -> impl Iterator<Item = (u64, Event)> + '_ {
+        let mut t = start_ns;
+        self.seq.iter().map(move |&(dt, e)| {
+            t += dt;
+            (t, e)
+        })
+    }
+}
+
+/// Where and why a record file does not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    pub offset: u64,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "at byte {}: {}", self.offset, self.detail)
+    }
+}
+
+impl std::error::Error for Damage {}
+
+/// The file's bytes.
+pub fn encode(r: &ConnRecord) -> Vec<u8> {
+    let body = postcard::to_stdvec(r).expect("a record serializes");
+    let mut out = Vec::with_capacity(16 + body.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Reads a record file's bytes.
+pub fn decode(bytes: &[u8]) -> Result<ConnRecord, Damage> {
+    let damage = |offset: usize, detail: String| Damage {
+        offset: offset as u64,
+        detail,
+    };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(damage(
+            0,
+            "not a wirelab DETER record (no WLDETER1 header)".into(),
+        ));
+    }
+    let Some(head) = bytes.get(8..16) else {
+        return Err(damage(
+            bytes.len(),
+            format!("cut short: {} bytes, the header needs 16", bytes.len()),
+        ));
+    };
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    let Some(body) = bytes.get(16..16 + len) else {
+        return Err(damage(
+            bytes.len(),
+            format!(
+                "cut short: the body needs {len} bytes from byte 16, the file has {}",
+                bytes.len() - 16
+            ),
+        ));
+    };
+    if crc32fast::hash(body) != crc {
+        return Err(damage(
+            16,
+            "the body's CRC-32 does not match: damaged".into(),
+        ));
+    }
+    if bytes.len() > 16 + len {
+        return Err(damage(
+            16 + len,
+            format!("{} bytes after the record", bytes.len() - 16 - len),
+        ));
+    }
+    postcard::from_bytes(body).map_err(|e| damage(16, format!("the body does not decode: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipid::IdCoder;
+    use crate::sample::Sampler;
+
+    fn example() -> ConnRecord {
+        let mut r = ConnRecord {
+            host: "receiver".into(),
+            local: Some("198.18.0.2:5201".parse().unwrap()),
+            remote: Some("198.18.0.1:40000".parse().unwrap()),
+            start_ns: 5_000_000_000,
+            end_ns: 5_300_000_000,
+            settings: vec![("net.ipv4.tcp_rmem".into(), "4096 131072 10485760".into())],
+            ..Default::default()
+        };
+        let mut ids = IdCoder::default();
+        let mut s = Sampler::new(5_000);
+        for i in 0..1000u16 {
+            if i % 97 != 5 {
+                ids.arrive(30_000u16.wrapping_add(i), 1);
+                r.ce.push(i % 50 == 0);
+            }
+            if let Some(x) = s.sample(u64::from(i), 5_000_000_000 + u64::from(i) * 1_230) {
+                r.tx_samples.push(x);
+            }
+        }
+        r.tx_samples.extend(s.finish());
+        r.tx_packets = 1000;
+        r.rx = ids.finish();
+        for i in 0..100 {
+            let call = Call {
+                kind: if i % 2 == 0 {
+                    CallKind::Send
+                } else {
+                    CallKind::Recv
+                },
+                bytes: 65_536,
+                flags: 0,
+            };
+            r.calls.push(r.start_ns, r.start_ns + i * 1_000, call);
+        }
+        r.events.push(
+            r.start_ns,
+            r.start_ns + 200_000_000,
+            Event::Rto { retransmits: 1 },
+        );
+        r.events
+            .push(r.start_ns, r.start_ns + 200_000_010, Event::CongState(4));
+        r
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let r = example();
+        let bytes = encode(&r);
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.calls.patterns, r.calls.patterns);
+        assert_eq!(back.calls.seq, r.calls.seq);
+        assert_eq!(back.rx, r.rx);
+        assert_eq!(back.tx_samples, r.tx_samples);
+        assert_eq!(back.ce, r.ce);
+        assert_eq!(back.events.seq, r.events.seq);
+        assert_eq!(back.settings, r.settings);
+        assert_eq!(
+            back.calls.iter(back.start_ns).nth(3).unwrap().0,
+            r.start_ns + 3_000
+        );
+        assert_eq!(
+            back.events
+                .iter(back.start_ns)
+                .map(|e| e.0)
+                .collect::<Vec<_>>(),
+            [r.start_ns + 200_000_000, r.start_ns + 200_000_010]
+        );
+        // Two patterns for 100 calls; one sample for a constant rate.
+        assert_eq!(back.calls.patterns.len(), 2);
+        assert_eq!(back.tx_samples.len(), 1);
+        // Compact: 1,000 packets each way, 100 calls, in a few hundred bytes.
+        assert!(bytes.len() < 600, "{} bytes", bytes.len());
+    }
+
+    #[test]
+    fn damage_is_named_with_its_offset() {
+        let bytes = encode(&example());
+        let err = |b: &[u8]| decode(b).unwrap_err();
+        assert_eq!(err(b"PK\x03\x04").offset, 0);
+        assert!(err(&bytes[..12]).detail.contains("cut short"));
+        let cut = err(&bytes[..bytes.len() - 3]);
+        assert_eq!(cut.offset, bytes.len() as u64 - 3);
+        assert!(cut.detail.contains("cut short"), "{cut}");
+        let mut flipped = bytes.clone();
+        flipped[40] ^= 0x10;
+        let e = err(&flipped);
+        assert_eq!(e.offset, 16);
+        assert!(e.detail.contains("CRC-32"), "{e}");
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"xx");
+        assert_eq!(err(&longer).offset, bytes.len() as u64);
+    }
+}
