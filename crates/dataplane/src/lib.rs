@@ -13,6 +13,7 @@ use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 pub mod dctcp;
 pub mod ext;
 mod object;
+pub mod recorder;
 mod truth;
 
 /// The switch's generated skeleton, used for its BTF types only (src/object.rs

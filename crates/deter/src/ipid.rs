@@ -68,6 +68,16 @@ impl IdCoder {
         }
     }
 
+    /// `n` IDs arrived in sequence (the tc recorder counts them and
+    /// reports only the arrivals out of sequence).
+    pub fn advance(&mut self, n: u32) {
+        if n == 0 || self.first.is_none() {
+            return;
+        }
+        self.run += n;
+        self.high = self.high.wrapping_add(n as u16);
+    }
+
     fn flush(&mut self) {
         if self.run > 0 {
             self.codes.push(IdCode::Run(self.run));
@@ -142,6 +152,15 @@ impl Marks {
             Some(n) if last_marked == ce => *n += 1,
             _ => self.runs.push(1),
         }
+    }
+
+    /// `n` arrivals at once, marked or not.
+    pub fn extend(&mut self, ce: bool, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.push(ce);
+        *self.runs.last_mut().expect("a run") += n - 1;
     }
 
     /// The arrival indices (0-based) that were marked.
@@ -229,6 +248,29 @@ mod tests {
         let (_, codes) = c.finish().unwrap();
         assert_eq!(codes, [IdCode::Run(5), IdCode::Skip(2), IdCode::Run(1)]);
         assert_eq!(arrivals(&codes).lost, [5, 6]);
+    }
+
+    /// The tc recorder's form (runs counted, only the others reported)
+    /// codes as arrival by arrival does.
+    #[test]
+    fn advancing_by_runs_codes_as_arrivals_do() {
+        let ids = [65530u16, 65531, 65532, 65534, 65535, 0, 65533, 1, 5, 6];
+        let (_, want) = code(&ids);
+        let mut c = IdCoder::default();
+        c.arrive(65530, 1);
+        c.advance(2);
+        c.arrive(65534, 1);
+        c.advance(2);
+        c.arrive(65533, 1);
+        c.arrive(1, 1);
+        c.arrive(5, 1);
+        c.advance(1);
+        assert_eq!(c.finish().unwrap().1, want);
+        let mut m = Marks::default();
+        m.extend(false, 3);
+        m.extend(true, 2);
+        m.extend(true, 1);
+        assert_eq!(m.runs, [3, 3]);
     }
 
     #[test]

@@ -97,19 +97,25 @@ impl Sampler {
         self.last = index;
     }
 
-    /// Line 6: record (s.index, s.time, rec_range.mid).
     fn current(&self) -> Sample {
         let (index, time_ns) = self.s.expect("a sample");
-        let gap = if self.hi == u64::MAX {
-            self.lo
-        } else {
-            self.lo + (self.hi - self.lo) / 2
-        };
-        Sample {
-            index,
-            time_ns,
-            gap,
-        }
+        recorded(index, time_ns, self.lo, self.hi)
+    }
+}
+
+/// Line 6: record (s.index, s.time, rec_range.mid), rec_range = [lo, hi]
+/// as gaps (hi = u64::MAX: unbounded, nothing followed s). The tc
+/// recorder's last state per connection is finished with this too.
+pub fn recorded(index: u64, time_ns: u64, lo: u64, hi: u64) -> Sample {
+    let gap = if hi == u64::MAX {
+        lo
+    } else {
+        lo + (hi - lo) / 2
+    };
+    Sample {
+        index,
+        time_ns,
+        gap,
     }
 }
 

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * DETER's recorder on a stock kernel (seed 004 §3-4; issue 21): tc programs
+ * on a host's interface that keep, per TCP connection, what the network did
+ * to the packets arriving there and when the host sent its own.
+ *
+ * - Arrivals (ingress): IP-ID gaps (§4: Linux numbers a connected socket's
+ *   packets consecutively, `ip_select_ident_segs`), so drops and
+ *   reordering of data and of ACKs alike; CE marks (RFC 3168). In-sequence
+ *   arrivals only count; an out-of-sequence one is an event.
+ * - Departures (egress): Algorithm 1 (§3.3), rate-based sampling of send
+ *   times within th, in the integer fixed point of wirelab_deter::sample
+ *   (GAP_ONE = 1024 per ns), so this and the Rust reference are the same
+ *   rule; only a sample that no rate can cover is an event.
+ *
+ * User space (wirelab_deter's assembler) turns the events and each
+ * connection's final state into the connection's record. Its own object:
+ * nothing in the switch's path. SYN packets are not followed: a SYN-ACK
+ * carries IP-ID 0, and DETER too records from the established connection.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "wl_clock.h"
+
+/* A connection as the recording host sees it (addresses and ports in
+ * network byte order, as on the wire). */
+struct wl_rec_key {
+	__u32 local;
+	__u32 remote;
+	__u16 lport;
+	__u16 rport;
+};
+
+struct wl_rec_conn {
+	/* Arrivals: the highest IP-ID so far, in-sequence IDs not yet
+	 * reported, and the current CE run. */
+	__u32 rx_run;
+	__u32 ce_run;
+	__u16 rx_high;
+	__u8 rx_started;
+	__u8 ce_state;
+	__u32 pad;
+	/* Departures: packets sent, and Algorithm 1's s and rec_range. */
+	__u64 tx_count;
+	__u64 s_index;
+	__u64 s_time;
+	__u64 lo;
+	__u64 hi;
+	__u64 first_ns;
+	__u64 last_ns;
+};
+
+enum wl_rec_kind {
+	/* First arrival: a = IP-ID, b = segments. */
+	WL_REC_START = 1,
+	/* Out-of-sequence arrival: a = in-sequence IDs before it, b = IP-ID,
+	 * c = segments. */
+	WL_REC_ARRIVE = 2,
+	/* A CE run ended: a = its length, b = 1 if marked. */
+	WL_REC_CE = 3,
+	/* Algorithm 1 line 6: a = s.index, b = s.time, c = gap. */
+	WL_REC_SAMPLE = 4,
+};
+
+struct wl_rec_event {
+	struct wl_rec_key key;
+	__u64 ts;
+	__u64 a;
+	__u64 b;
+	__u64 c;
+	__u32 kind;
+	__u32 pad;
+};
+
+/* Makes the types part of the BTF so the skeleton exports them. */
+struct wl_rec_event rec_event_abi = {};
+struct wl_rec_conn rec_conn_abi = {};
+
+/* Algorithm 1's th (ns); DETER's default is 5 µs (§3.3). */
+const volatile __u64 th_ns = 5000;
+
+#define WL_GAP_ONE 1024
+
+/* Bounded memory whatever the traffic: the least recently used
+ * connection goes first (its record is then incomplete, and counted). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct wl_rec_key);
+	__type(value, struct wl_rec_conn);
+} rec_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} rec_ring SEC(".maps");
+
+/* Events the ring had no room for: a record with one is incomplete. */
+__u64 rec_lost = 0;
+
+static __always_inline void emit(const struct wl_rec_key *k, __u32 kind, __u64 now, __u64 a,
+				 __u64 b, __u64 c)
+{
+	struct wl_rec_event *e = bpf_ringbuf_reserve(&rec_ring, sizeof(*e), 0);
+
+	if (!e) {
+		__sync_fetch_and_add(&rec_lost, 1);
+		return;
+	}
+	e->key = *k;
+	e->ts = now;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	e->kind = kind;
+	e->pad = 0;
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/* An IPv4 TCP packet's IP header, TCP flags and segment count, or 0. */
+static __always_inline struct iphdr *tcp_ip(struct __sk_buff *skb, struct tcphdr **tcp)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_TCP || ip->ihl < 5)
+		return 0;
+	*tcp = (void *)ip + ip->ihl * 4;
+	if ((void *)(*tcp + 1) > end)
+		return 0;
+	return ip;
+}
+
+static __always_inline struct wl_rec_conn *conn(const struct wl_rec_key *k, __u64 now)
+{
+	struct wl_rec_conn *c = bpf_map_lookup_elem(&rec_conns, k);
+	struct wl_rec_conn fresh = { .hi = ~0ULL, .first_ns = now };
+
+	if (c)
+		return c;
+	bpf_map_update_elem(&rec_conns, k, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&rec_conns, k);
+}
+
+SEC("tc")
+int wl_rec_in(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct iphdr *ip = tcp_ip(skb, &tcp);
+	struct wl_rec_key k;
+	struct wl_rec_conn *c;
+	__u16 id, segs, end;
+	__u64 now;
+	__u8 ce;
+
+	if (!ip || tcp->syn)
+		return TC_ACT_OK;
+	now = pipeline_now();
+	k.local = ip->daddr;
+	k.remote = ip->saddr;
+	k.lport = tcp->dest;
+	k.rport = tcp->source;
+	c = conn(&k, now);
+	if (!c)
+		return TC_ACT_OK;
+	c->last_ns = now;
+	id = bpf_ntohs(ip->id);
+	/* A GRO packet holds gso_segs segments, their IDs consecutive. */
+	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	end = id + segs - 1;
+	if (!c->rx_started) {
+		c->rx_started = 1;
+		c->rx_high = end;
+		emit(&k, WL_REC_START, now, id, segs, 0);
+	} else if (id == (__u16)(c->rx_high + 1)) {
+		c->rx_run += segs;
+		c->rx_high = end;
+	} else {
+		emit(&k, WL_REC_ARRIVE, now, c->rx_run, id, segs);
+		c->rx_run = 0;
+		/* Serial number arithmetic (RFC 1982): ahead or behind. */
+		if ((__s16)(end - c->rx_high) > 0)
+			c->rx_high = end;
+	}
+	ce = (ip->tos & 3) == 3;
+	if (ce != c->ce_state && c->ce_run) {
+		emit(&k, WL_REC_CE, now, c->ce_run, c->ce_state, 0);
+		c->ce_run = 0;
+	}
+	c->ce_state = ce;
+	c->ce_run += segs;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int wl_rec_out(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct iphdr *ip = tcp_ip(skb, &tcp);
+	struct wl_rec_key k;
+	struct wl_rec_conn *c;
+	__u64 now, idx, k_pkts, hi_ns, lo_ns, p_lo, p_hi, lo, hi;
+
+	if (!ip || tcp->syn)
+		return TC_ACT_OK;
+	now = pipeline_now();
+	k.local = ip->saddr;
+	k.remote = ip->daddr;
+	k.lport = tcp->source;
+	k.rport = tcp->dest;
+	c = conn(&k, now);
+	if (!c)
+		return TC_ACT_OK;
+	c->last_ns = now;
+	idx = c->tx_count;
+	c->tx_count = idx + (skb->gso_segs > 1 ? skb->gso_segs : 1);
+	if (idx == 0) {
+		c->s_index = 0;
+		c->s_time = now;
+		return TC_ACT_OK;
+	}
+	/* Algorithm 1 line 2, as gaps (wirelab_deter::sample). */
+	k_pkts = idx - c->s_index;
+	if (!k_pkts)
+		k_pkts = 1;
+	if (now + th_ns >= c->s_time) {
+		hi_ns = now + th_ns - c->s_time;
+		lo_ns = now > c->s_time + th_ns ? now - c->s_time - th_ns : 0;
+		p_lo = (lo_ns * WL_GAP_ONE + k_pkts - 1) / k_pkts;
+		p_hi = hi_ns * WL_GAP_ONE / k_pkts;
+		lo = c->lo > p_lo ? c->lo : p_lo;
+		hi = c->hi < p_hi ? c->hi : p_hi;
+		if (lo <= hi) {
+			/* Line 4. */
+			c->lo = lo;
+			c->hi = hi;
+			return TC_ACT_OK;
+		}
+	}
+	/* Lines 6-7. */
+	emit(&k, WL_REC_SAMPLE, now, c->s_index, c->s_time,
+	     c->hi == ~0ULL ? c->lo : c->lo + (c->hi - c->lo) / 2);
+	c->s_index = idx;
+	c->s_time = now;
+	c->lo = 0;
+	c->hi = ~0ULL;
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

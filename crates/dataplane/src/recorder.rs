@@ -1,0 +1,267 @@
+//! DETER's recorder (bpf/recorder.bpf.c; issue 21): tc programs on a
+//! host's interface that follow each TCP connection's arrivals (IP-ID
+//! gaps, CE) and departures (Algorithm 1's sampled send times). An object
+//! of its own, outside the switch's path.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsFd;
+
+use libbpf_rs::{MapCore, MapFlags, TcHookBuilder};
+
+use crate::object;
+use crate::{bytes_of, from_bytes, map_err, Error};
+
+mod skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/recorder.skel.rs"));
+}
+use skel::types;
+
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/recorder.bpf.o"));
+const PROGS: [&str; 2] = ["wl_rec_in", "wl_rec_out"];
+
+object::maps! {
+    struct Maps { rec_conns, rec_ring, fake_clock }
+}
+
+/// A connection as the recording host sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecKey {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+}
+
+impl RecKey {
+    fn of(k: &types::wl_rec_key) -> RecKey {
+        RecKey {
+            local: SocketAddrV4::new(Ipv4Addr::from(k.local.to_ne_bytes()), u16::from_be(k.lport)),
+            remote: SocketAddrV4::new(
+                Ipv4Addr::from(k.remote.to_ne_bytes()),
+                u16::from_be(k.rport),
+            ),
+        }
+    }
+
+    fn raw(&self) -> types::wl_rec_key {
+        types::wl_rec_key {
+            local: u32::from_ne_bytes(self.local.ip().octets()),
+            remote: u32::from_ne_bytes(self.remote.ip().octets()),
+            lport: self.local.port().to_be(),
+            rport: self.remote.port().to_be(),
+        }
+    }
+}
+
+/// What the programs report (bpf/recorder.bpf.c `wl_rec_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecEvent {
+    /// The connection's first arrival.
+    Start { id: u16, segs: u16 },
+    /// An arrival out of sequence, after `run` in-sequence IDs.
+    Arrive { run: u32, id: u16, segs: u16 },
+    /// A run of `run` arrivals, CE-marked or not, ended.
+    Ce { run: u32, marked: bool },
+    /// Algorithm 1 line 6.
+    Sample { index: u64, time_ns: u64, gap: u64 },
+}
+
+/// A connection's state in the kernel: what the events have not said yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecState {
+    pub rx_started: bool,
+    pub rx_run: u32,
+    pub ce_run: u32,
+    pub ce_marked: bool,
+    pub tx_count: u64,
+    pub s_index: u64,
+    pub s_time: u64,
+    pub lo: u64,
+    pub hi: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+pub struct Recorder {
+    maps: Maps,
+    bss: object::Section<types::bss>,
+    obj: libbpf_rs::Object,
+}
+
+impl Recorder {
+    /// Loads the programs with Algorithm 1's bound `th_ns`; `test_clock`
+    /// lets fixtures set the time (`set_test_clock`).
+    pub fn load(th_ns: u64, test_clock: bool) -> Result<Recorder, Error> {
+        let (res, log) = crate::with_libbpf_log(|| {
+            let load = |source| Error::Load {
+                source,
+                log: String::new(),
+            };
+            let mut open = object::open("recorder", OBJECT).map_err(load)?;
+            object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
+                ro.th_ns = th_ns;
+                ro.test_clock = test_clock as u8;
+            })?;
+            open.load().map_err(load)
+        });
+        let obj = res.map_err(|e| match e {
+            Error::Load { source, .. } => Error::Load { source, log },
+            e => e,
+        })?;
+        object::check_programs(&obj, &PROGS)?;
+        Ok(Recorder {
+            maps: Maps::find(&obj)?,
+            bss: object::Section::of(&obj, ".bss")?,
+            obj,
+        })
+    }
+
+    /// Records on `ifindex` (tc ingress and egress, beside whatever else
+    /// is there). The caller must be in the device's namespace.
+    pub fn attach(&self, ifindex: i32) -> Result<(), Error> {
+        for (name, hook) in [
+            ("wl_rec_in", libbpf_rs::TC_INGRESS),
+            ("wl_rec_out", libbpf_rs::TC_EGRESS),
+        ] {
+            let prog = object::program(&self.obj, name);
+            TcHookBuilder::new(prog.as_fd())
+                .ifindex(ifindex)
+                .replace(true)
+                .handle(0xde7e)
+                .priority(2)
+                .hook(hook)
+                .create()
+                .and_then(|mut h| h.attach())
+                .map_err(|source| Error::Attach { ifindex, source })?;
+        }
+        Ok(())
+    }
+
+    /// Stops recording on `ifindex` (the caller in its namespace).
+    pub fn detach(&self, ifindex: i32) -> Result<(), Error> {
+        let mut r = Ok(());
+        for (name, hook) in [
+            ("wl_rec_in", libbpf_rs::TC_INGRESS),
+            ("wl_rec_out", libbpf_rs::TC_EGRESS),
+        ] {
+            let prog = object::program(&self.obj, name);
+            let d = TcHookBuilder::new(prog.as_fd())
+                .ifindex(ifindex)
+                .handle(0xde7e)
+                .priority(2)
+                .hook(hook)
+                .detach();
+            r = r.and(d.map_err(|source| Error::Attach { ifindex, source }));
+        }
+        r
+    }
+
+    /// Tests: runs the arrival (`egress` false) or departure program on
+    /// one frame; returns its verdict.
+    pub fn test_run(&self, egress: bool, frame: &[u8]) -> Result<u32, Error> {
+        let mut input = libbpf_rs::ProgramInput::default();
+        input.data_in = Some(frame);
+        let o = object::program(&self.obj, PROGS[usize::from(egress)])
+            .test_run(input)
+            .map_err(map_err("BPF_PROG_TEST_RUN"))?;
+        Ok(o.return_value)
+    }
+
+    /// Tests: the programs' clock reads `ns` (0: the real clock).
+    pub fn set_test_clock(&self, ns: u64) -> Result<(), Error> {
+        self.maps
+            .fake_clock
+            .update(&0u32.to_ne_bytes(), &ns.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("setting the test clock"))
+    }
+
+    /// Reads every event waiting in the ring, oldest first.
+    pub fn drain(&self, mut f: impl FnMut(RecKey, u64, RecEvent)) -> Result<usize, Error> {
+        let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = got.clone();
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&self.maps.rec_ring, move |d: &[u8]| {
+            if let Some(e) = from_bytes::<types::wl_rec_event>(d) {
+                sink.borrow_mut().push(e);
+            }
+            0
+        })
+        .map_err(map_err("reading the recorder's ring"))?;
+        b.build()
+            .and_then(|r| r.consume())
+            .map_err(map_err("reading the recorder's ring"))?;
+        let events = got.take();
+        for e in &events {
+            let ev = match e.kind {
+                1 => RecEvent::Start {
+                    id: e.a as u16,
+                    segs: e.b as u16,
+                },
+                2 => RecEvent::Arrive {
+                    run: e.a as u32,
+                    id: e.b as u16,
+                    segs: e.c as u16,
+                },
+                3 => RecEvent::Ce {
+                    run: e.a as u32,
+                    marked: e.b != 0,
+                },
+                4 => RecEvent::Sample {
+                    index: e.a,
+                    time_ns: e.b,
+                    gap: e.c,
+                },
+                _ => continue,
+            };
+            f(RecKey::of(&e.key), e.ts, ev);
+        }
+        Ok(events.len())
+    }
+
+    /// The connections followed now, with their state.
+    pub fn conns(&self) -> Vec<(RecKey, RecState)> {
+        self.maps
+            .rec_conns
+            .keys()
+            .filter_map(|k| {
+                let raw: types::wl_rec_key = from_bytes(&k)?;
+                let key = RecKey::of(&raw);
+                Some((key, self.state(&key)?))
+            })
+            .collect()
+    }
+
+    /// One connection's state.
+    pub fn state(&self, key: &RecKey) -> Option<RecState> {
+        let v = self
+            .maps
+            .rec_conns
+            .lookup(bytes_of(&key.raw()), MapFlags::ANY)
+            .ok()??;
+        let c: types::wl_rec_conn = from_bytes(&v)?;
+        Some(RecState {
+            rx_started: c.rx_started != 0,
+            rx_run: c.rx_run,
+            ce_run: c.ce_run,
+            ce_marked: c.ce_state != 0,
+            tx_count: c.tx_count,
+            s_index: c.s_index,
+            s_time: c.s_time,
+            lo: c.lo,
+            hi: c.hi,
+            first_ns: c.first_ns,
+            last_ns: c.last_ns,
+        })
+    }
+
+    /// Forgets a connection (its record was written).
+    pub fn forget(&self, key: &RecKey) {
+        let _ = self.maps.rec_conns.delete(bytes_of(&key.raw()));
+    }
+
+    /// Events the ring had no room for.
+    pub fn lost(&self) -> u64 {
+        // SAFETY (the closure): a field address inside the section.
+        self.bss
+            .read(|b| unsafe { std::ptr::addr_of!((*b).rec_lost) })
+    }
+}
