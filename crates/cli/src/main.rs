@@ -15,6 +15,7 @@ mod bench_vaqm;
 mod bump;
 mod causal;
 mod fuzz;
+mod record;
 mod run;
 mod summary;
 mod sweep;
@@ -136,6 +137,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// DETER's recording (seed 004) of hosts you made: every TCP
+    /// connection in the namespaces, one record file each: the drops,
+    /// reordering and CE marks its arriving packets met (IP-ID gaps), and
+    /// its send times sampled by Algorithm 1. `--read FILE...` shows them.
+    Record(record::Args),
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
         /// Also remove labs of runs that are still alive.
@@ -402,6 +408,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             run::require_root()?;
             bump::run(&args, json, abort)
         }
+        Cmd::Record(args) => record::run(&args, abort),
         Cmd::Clean { all } => clean(all),
         Cmd::Bench { which } => bench(which, abort),
         Cmd::Schema { analysis } => schema(analysis),

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * DETER's recorder on a stock kernel (seed 004 §3-4; issue 21): tc programs
+ * DETER's recorder on a stock kernel (seed 004 §3-4; issue 21): tcx programs
  * on a host's interface that keep, per TCP connection, what the network did
  * to the packets arriving there and when the host sent its own.
  *
@@ -28,6 +28,13 @@
 #include <bpf/bpf_endian.h>
 #include "wl_clock.h"
 
+/* tcx (bpf_link-based tc, Linux 6.6): the recorder's links go with the
+ * process that holds them, so a recorder killed by SIGKILL leaves nothing
+ * attached. Every verdict is "next": the recorder only looks. */
+#ifndef TCX_NEXT
+#define TCX_NEXT -1
+#endif
+
 /* A connection as the recording host sees it (addresses and ports in
  * network byte order, as on the wire). */
 struct wl_rec_key {
@@ -38,6 +45,13 @@ struct wl_rec_key {
 };
 
 struct wl_rec_conn {
+	/* A connection's packets are handled on several CPUs at once (a
+	 * router's forwarding spreads them, the sender transmits from process
+	 * and softirq context): its state changes under this lock, and each
+	 * event gets the next number so user space applies them in order
+	 * (helpers cannot be called while the lock is held). */
+	struct bpf_spin_lock lock;
+	__u32 ev_seq;
 	/* Arrivals: the highest IP-ID so far, in-sequence IDs not yet
 	 * reported, and the current CE run. */
 	__u32 rx_run;
@@ -45,7 +59,10 @@ struct wl_rec_conn {
 	__u16 rx_high;
 	__u8 rx_started;
 	__u8 ce_state;
-	__u32 pad;
+	/* The ACK number that acknowledges this host's FIN, once it sent one. */
+	__u32 fin_ack;
+	__u8 fin_out;
+	__u8 pad[7];
 	/* Departures: packets sent, and Algorithm 1's s and rec_range. */
 	__u64 tx_count;
 	__u64 s_index;
@@ -75,22 +92,27 @@ struct wl_rec_event {
 	__u64 b;
 	__u64 c;
 	__u32 kind;
-	__u32 pad;
+	/* The connection's event number (wl_rec_conn.ev_seq). */
+	__u32 seq;
 };
 
-/* Makes the types part of the BTF so the skeleton exports them. */
+/* Makes the types part of the BTF so the skeleton exports them (the
+ * connection by pointer: a global holding a bpf_spin_lock would make the
+ * section impossible to memory-map). */
 struct wl_rec_event rec_event_abi = {};
-struct wl_rec_conn rec_conn_abi = {};
+struct wl_rec_conn *rec_conn_abi = 0;
 
 /* Algorithm 1's th (ns); DETER's default is 5 µs (§3.3). */
 const volatile __u64 th_ns = 5000;
 
 #define WL_GAP_ONE 1024
 
-/* Bounded memory whatever the traffic: the least recently used
- * connection goes first (its record is then incomplete, and counted). */
+/* Bounded memory whatever the traffic: past the limit a new connection
+ * is not followed (counted in rec_full); user space removes each one
+ * whose record it wrote. (A hash, not an LRU: only a hash's values may
+ * hold a bpf_spin_lock.) */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct wl_rec_key);
 	__type(value, struct wl_rec_conn);
@@ -98,14 +120,23 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
+	/* Events are rare (only what is out of the ordinary), and there is
+	 * one recorder per host: 1 MiB, 21,845 events between two drains. */
+	__uint(max_entries, 1 << 20);
 } rec_ring SEC(".maps");
 
 /* Events the ring had no room for: a record with one is incomplete. */
 __u64 rec_lost = 0;
+/* Connections not followed: the map was full. */
+__u64 rec_full = 0;
 
-static __always_inline void emit(const struct wl_rec_key *k, __u32 kind, __u64 now, __u64 a,
-				 __u64 b, __u64 c)
+/* An event decided under the lock, emitted after it. */
+struct pending {
+	__u64 a, b, c;
+	__u32 kind, seq;
+};
+
+static __always_inline void emit(const struct wl_rec_key *k, __u64 now, const struct pending *p)
 {
 	struct wl_rec_event *e = bpf_ringbuf_reserve(&rec_ring, sizeof(*e), 0);
 
@@ -115,11 +146,11 @@ static __always_inline void emit(const struct wl_rec_key *k, __u32 kind, __u64 n
 	}
 	e->key = *k;
 	e->ts = now;
-	e->a = a;
-	e->b = b;
-	e->c = c;
-	e->kind = kind;
-	e->pad = 0;
+	e->a = p->a;
+	e->b = p->b;
+	e->c = p->c;
+	e->kind = p->kind;
+	e->seq = p->seq;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
@@ -149,23 +180,27 @@ static __always_inline struct wl_rec_conn *conn(const struct wl_rec_key *k, __u6
 
 	if (c)
 		return c;
-	bpf_map_update_elem(&rec_conns, k, &fresh, BPF_NOEXIST);
+	if (bpf_map_update_elem(&rec_conns, k, &fresh, BPF_NOEXIST) == -7 /* E2BIG */)
+		__sync_fetch_and_add(&rec_full, 1);
 	return bpf_map_lookup_elem(&rec_conns, k);
 }
 
-SEC("tc")
+SEC("tcx/ingress")
 int wl_rec_in(struct __sk_buff *skb)
 {
 	struct tcphdr *tcp;
 	struct iphdr *ip = tcp_ip(skb, &tcp);
 	struct wl_rec_key k;
 	struct wl_rec_conn *c;
+	struct pending ev[2];
 	__u16 id, segs, end;
 	__u64 now;
 	__u8 ce;
 
-	if (!ip || tcp->syn)
-		return TC_ACT_OK;
+	/* A RST comes from the stack's control socket, not the connection's
+	 * own: its IP-ID is from another series. */
+	if (!ip || tcp->syn || tcp->rst)
+		return TCX_NEXT;
 	now = pipeline_now();
 	k.local = ip->daddr;
 	k.remote = ip->saddr;
@@ -173,62 +208,100 @@ int wl_rec_in(struct __sk_buff *skb)
 	k.rport = tcp->source;
 	c = conn(&k, now);
 	if (!c)
-		return TC_ACT_OK;
-	c->last_ns = now;
+		return TCX_NEXT;
 	id = bpf_ntohs(ip->id);
 	/* A GRO packet holds gso_segs segments, their IDs consecutive. */
 	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	end = id + segs - 1;
+	ce = (ip->tos & 3) == 3;
+	ev[0].kind = 0;
+	ev[1].kind = 0;
+	bpf_spin_lock(&c->lock);
+	c->last_ns = now;
+	/* Once this host's FIN is acknowledged the peer may answer from a
+	 * time-wait or control socket, whose IP-IDs are not the connection's
+	 * (DETER's public recorder skips packets that ACK our FIN too). */
+	if (c->fin_out && (__s32)(bpf_ntohl(tcp->ack_seq) - c->fin_ack) >= 0) {
+		bpf_spin_unlock(&c->lock);
+		return TCX_NEXT;
+	}
 	if (!c->rx_started) {
 		c->rx_started = 1;
 		c->rx_high = end;
-		emit(&k, WL_REC_START, now, id, segs, 0);
+		ev[0].kind = WL_REC_START;
+		ev[0].a = id;
+		ev[0].b = segs;
+		ev[0].c = 0;
+		ev[0].seq = c->ev_seq++;
 	} else if (id == (__u16)(c->rx_high + 1)) {
 		c->rx_run += segs;
 		c->rx_high = end;
 	} else {
-		emit(&k, WL_REC_ARRIVE, now, c->rx_run, id, segs);
+		ev[0].kind = WL_REC_ARRIVE;
+		ev[0].a = c->rx_run;
+		ev[0].b = id;
+		ev[0].c = segs;
+		ev[0].seq = c->ev_seq++;
 		c->rx_run = 0;
 		/* Serial number arithmetic (RFC 1982): ahead or behind. */
 		if ((__s16)(end - c->rx_high) > 0)
 			c->rx_high = end;
 	}
-	ce = (ip->tos & 3) == 3;
 	if (ce != c->ce_state && c->ce_run) {
-		emit(&k, WL_REC_CE, now, c->ce_run, c->ce_state, 0);
+		ev[1].kind = WL_REC_CE;
+		ev[1].a = c->ce_run;
+		ev[1].b = c->ce_state;
+		ev[1].c = 0;
+		ev[1].seq = c->ev_seq++;
 		c->ce_run = 0;
 	}
 	c->ce_state = ce;
 	c->ce_run += segs;
-	return TC_ACT_OK;
+	bpf_spin_unlock(&c->lock);
+	if (ev[0].kind)
+		emit(&k, now, &ev[0]);
+	if (ev[1].kind)
+		emit(&k, now, &ev[1]);
+	return TCX_NEXT;
 }
 
-SEC("tc")
+SEC("tcx/egress")
 int wl_rec_out(struct __sk_buff *skb)
 {
 	struct tcphdr *tcp;
 	struct iphdr *ip = tcp_ip(skb, &tcp);
 	struct wl_rec_key k;
 	struct wl_rec_conn *c;
-	__u64 now, idx, k_pkts, hi_ns, lo_ns, p_lo, p_hi, lo, hi;
+	struct pending ev;
+	__u64 now, idx, k_pkts, hi_ns, lo_ns, p_lo, p_hi, lo, hi, segs;
+	__u32 fin_ack;
 
-	if (!ip || tcp->syn)
-		return TC_ACT_OK;
+	if (!ip || tcp->syn || tcp->rst)
+		return TCX_NEXT;
 	now = pipeline_now();
 	k.local = ip->saddr;
 	k.remote = ip->daddr;
 	k.lport = tcp->source;
 	k.rport = tcp->dest;
+	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	fin_ack = bpf_ntohl(tcp->seq) + 1 + (bpf_ntohs(ip->tot_len) - ip->ihl * 4 - tcp->doff * 4);
 	c = conn(&k, now);
 	if (!c)
-		return TC_ACT_OK;
+		return TCX_NEXT;
+	ev.kind = 0;
+	bpf_spin_lock(&c->lock);
 	c->last_ns = now;
+	if (tcp->fin) {
+		c->fin_out = 1;
+		c->fin_ack = fin_ack;
+	}
 	idx = c->tx_count;
-	c->tx_count = idx + (skb->gso_segs > 1 ? skb->gso_segs : 1);
+	c->tx_count = idx + segs;
 	if (idx == 0) {
 		c->s_index = 0;
 		c->s_time = now;
-		return TC_ACT_OK;
+		bpf_spin_unlock(&c->lock);
+		return TCX_NEXT;
 	}
 	/* Algorithm 1 line 2, as gaps (wirelab_deter::sample). */
 	k_pkts = idx - c->s_index;
@@ -245,17 +318,23 @@ int wl_rec_out(struct __sk_buff *skb)
 			/* Line 4. */
 			c->lo = lo;
 			c->hi = hi;
-			return TC_ACT_OK;
+			bpf_spin_unlock(&c->lock);
+			return TCX_NEXT;
 		}
 	}
 	/* Lines 6-7. */
-	emit(&k, WL_REC_SAMPLE, now, c->s_index, c->s_time,
-	     c->hi == ~0ULL ? c->lo : c->lo + (c->hi - c->lo) / 2);
+	ev.kind = WL_REC_SAMPLE;
+	ev.a = c->s_index;
+	ev.b = c->s_time;
+	ev.c = c->hi == ~0ULL ? c->lo : c->lo + (c->hi - c->lo) / 2;
+	ev.seq = c->ev_seq++;
 	c->s_index = idx;
 	c->s_time = now;
 	c->lo = 0;
 	c->hi = ~0ULL;
-	return TC_ACT_OK;
+	bpf_spin_unlock(&c->lock);
+	emit(&k, now, &ev);
+	return TCX_NEXT;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

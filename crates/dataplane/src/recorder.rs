@@ -4,9 +4,8 @@
 //! of its own, outside the switch's path.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::AsFd;
 
-use libbpf_rs::{MapCore, MapFlags, TcHookBuilder};
+use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags};
 
 use crate::object;
 use crate::{bytes_of, from_bytes, map_err, Error};
@@ -68,6 +67,8 @@ pub enum RecEvent {
 /// A connection's state in the kernel: what the events have not said yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecState {
+    /// Events reported so far (numbered 0..events).
+    pub events: u32,
     pub rx_started: bool,
     pub rx_run: u32,
     pub ce_run: u32,
@@ -82,6 +83,8 @@ pub struct RecState {
 }
 
 pub struct Recorder {
+    /// Dropped first: detached before the object goes.
+    links: Vec<(i32, libbpf_rs::Link)>,
     maps: Maps,
     bss: object::Section<types::bss>,
     obj: libbpf_rs::Object,
@@ -109,50 +112,54 @@ impl Recorder {
         })?;
         object::check_programs(&obj, &PROGS)?;
         Ok(Recorder {
+            links: Vec::new(),
             maps: Maps::find(&obj)?,
             bss: object::Section::of(&obj, ".bss")?,
             obj,
         })
     }
 
-    /// Records on `ifindex` (tc ingress and egress, beside whatever else
-    /// is there). The caller must be in the device's namespace.
-    pub fn attach(&self, ifindex: i32) -> Result<(), Error> {
-        for (name, hook) in [
-            ("wl_rec_in", libbpf_rs::TC_INGRESS),
-            ("wl_rec_out", libbpf_rs::TC_EGRESS),
-        ] {
+    /// Records on `ifindex` (tcx ingress and egress, after whatever else
+    /// is there) until `detach` or until this is dropped: the links are
+    /// file descriptors, so a killed process leaves nothing attached. The
+    /// caller must be in the device's namespace.
+    pub fn attach(&mut self, ifindex: i32) -> Result<(), Error> {
+        for name in PROGS {
             let prog = object::program(&self.obj, name);
-            TcHookBuilder::new(prog.as_fd())
-                .ifindex(ifindex)
-                .replace(true)
-                .handle(0xde7e)
-                .priority(2)
-                .hook(hook)
-                .create()
-                .and_then(|mut h| h.attach())
-                .map_err(|source| Error::Attach { ifindex, source })?;
+            let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
+                sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
+                ..Default::default()
+            };
+            // SAFETY: a loaded program of an object self owns, and opts
+            // sized as libbpf expects; a non-null result is a link we own.
+            let link = unsafe {
+                libbpf_rs::libbpf_sys::bpf_program__attach_tcx(
+                    prog.as_libbpf_object().as_ptr(),
+                    ifindex,
+                    &opts,
+                )
+            };
+            let link = std::ptr::NonNull::new(link).ok_or_else(|| Error::Attach {
+                ifindex,
+                source: libbpf_rs::Error::from(std::io::Error::last_os_error()),
+            })?;
+            // SAFETY: as above; Link destroys it when dropped.
+            self.links
+                .push((ifindex, unsafe { libbpf_rs::Link::from_ptr(link) }));
         }
         Ok(())
     }
 
-    /// Stops recording on `ifindex` (the caller in its namespace).
-    pub fn detach(&self, ifindex: i32) -> Result<(), Error> {
-        let mut r = Ok(());
-        for (name, hook) in [
-            ("wl_rec_in", libbpf_rs::TC_INGRESS),
-            ("wl_rec_out", libbpf_rs::TC_EGRESS),
-        ] {
-            let prog = object::program(&self.obj, name);
-            let d = TcHookBuilder::new(prog.as_fd())
-                .ifindex(ifindex)
-                .handle(0xde7e)
-                .priority(2)
-                .hook(hook)
-                .detach();
-            r = r.and(d.map_err(|source| Error::Attach { ifindex, source }));
-        }
-        r
+    /// Stops recording on `ifindex`.
+    pub fn detach(&mut self, ifindex: i32) {
+        self.links.retain(|(i, _)| *i != ifindex);
+    }
+
+    /// The devices recorded on.
+    pub fn attached(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.links.iter().map(|l| l.0).collect();
+        v.dedup();
+        v
     }
 
     /// Tests: runs the arrival (`egress` false) or departure program on
@@ -174,8 +181,10 @@ impl Recorder {
             .map_err(map_err("setting the test clock"))
     }
 
-    /// Reads every event waiting in the ring, oldest first.
-    pub fn drain(&self, mut f: impl FnMut(RecKey, u64, RecEvent)) -> Result<usize, Error> {
+    /// Reads every event waiting in the ring, with its connection's event
+    /// number: the ring's order can differ from it when two CPUs reported
+    /// (see `wirelab_deter::assemble`).
+    pub fn drain(&self, mut f: impl FnMut(RecKey, u32, RecEvent)) -> Result<usize, Error> {
         let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let sink = got.clone();
         let mut b = libbpf_rs::RingBufferBuilder::new();
@@ -212,7 +221,7 @@ impl Recorder {
                 },
                 _ => continue,
             };
-            f(RecKey::of(&e.key), e.ts, ev);
+            f(RecKey::of(&e.key), e.seq, ev);
         }
         Ok(events.len())
     }
@@ -235,10 +244,12 @@ impl Recorder {
         let v = self
             .maps
             .rec_conns
-            .lookup(bytes_of(&key.raw()), MapFlags::ANY)
+            // BPF_F_LOCK: a copy taken under the connection's lock.
+            .lookup(bytes_of(&key.raw()), MapFlags::LOCK)
             .ok()??;
         let c: types::wl_rec_conn = from_bytes(&v)?;
         Some(RecState {
+            events: c.ev_seq,
             rx_started: c.rx_started != 0,
             rx_run: c.rx_run,
             ce_run: c.ce_run,
@@ -256,6 +267,13 @@ impl Recorder {
     /// Forgets a connection (its record was written).
     pub fn forget(&self, key: &RecKey) {
         let _ = self.maps.rec_conns.delete(bytes_of(&key.raw()));
+    }
+
+    /// Connections not followed because the map was full.
+    pub fn full(&self) -> u64 {
+        // SAFETY (the closure): a field address inside the section.
+        self.bss
+            .read(|b| unsafe { std::ptr::addr_of!((*b).rec_full) })
     }
 
     /// Events the ring had no room for.

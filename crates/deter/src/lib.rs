@@ -7,6 +7,7 @@
 //!   consecutively, §4);
 //! - [`record`]: one connection's record and its file format.
 
+pub mod assemble;
 pub mod ipid;
 pub mod record;
 pub mod sample;

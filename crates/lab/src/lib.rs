@@ -23,6 +23,7 @@ pub mod bump;
 pub mod capability;
 mod engine;
 pub mod ovs;
+pub mod record;
 mod results;
 pub mod summary;
 pub mod switch;

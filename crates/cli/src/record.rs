@@ -1,0 +1,185 @@
+//! `wirelab record`: DETER's recording (issue 21) of hosts the user made
+//! (`--netns`): one record per connection, written when it has been idle
+//! for `--idle` or when the recording stops (Ctrl-C, `--duration`).
+//! `--read FILE...` prints what records hold.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use wirelab_deter::{ipid, record};
+
+use crate::code;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Namespaces to record (`ip netns list`), each a host: every
+    /// interface in it but lo, both ways.
+    #[arg(long, num_args = 1.., required_unless_present = "read")]
+    netns: Vec<String>,
+    /// The records' folder: one subfolder per namespace, one file per
+    /// connection (`<local>-<remote>.deter`).
+    #[arg(long, default_value = "rec")]
+    out: PathBuf,
+    /// Stop after this long (default: at Ctrl-C).
+    #[arg(long)]
+    duration: Option<wirelab_spec::Nanos>,
+    /// Algorithm 1's bound on an inferred send time (DETER's default).
+    #[arg(long, default_value = "5us")]
+    th: wirelab_spec::Nanos,
+    /// A connection with no packet for this long is written.
+    #[arg(long, default_value = "2s")]
+    idle: wirelab_spec::Nanos,
+    /// Print what these record files hold instead (exit 2 if one is
+    /// damaged, naming it and the byte offset).
+    #[arg(long, num_args = 1.., conflicts_with = "netns")]
+    read: Vec<PathBuf>,
+    /// With --read: JSON lines, one per file.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &Args, abort: &AtomicBool) -> Result<u8> {
+    if !args.read.is_empty() {
+        return read(&args.read, args.json);
+    }
+    crate::run::require_root()?;
+    for ns in &args.netns {
+        if !Path::new("/run/netns").join(ns).exists() {
+            eprintln!("wirelab: --netns {ns}: no such namespace (`ip netns list`)");
+            return Ok(code::ERROR);
+        }
+    }
+    let opts = wirelab_lab::record::RecordOptions {
+        out: args.out.clone(),
+        th_ns: args.th.0,
+        idle_ns: args.idle.0,
+    };
+    let mut rec = match wirelab_lab::record::HostRecorder::start(&args.netns, opts) {
+        Ok(r) => r,
+        Err(wirelab_lab::Error::BadInput(e)) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+        Err(e) => return Err(anyhow::Error::from(e).context("starting the recorders")),
+    };
+    let until = args
+        .duration
+        .map(|d| Instant::now() + Duration::from_nanos(d.0));
+    eprintln!(
+        "wirelab: recording {} into {} ({})",
+        args.netns.join(", "),
+        args.out.display(),
+        match args.duration {
+            Some(d) => format!("for {d}, Ctrl-C stops sooner"),
+            None => "Ctrl-C stops it".into(),
+        }
+    );
+    let bar = indicatif::ProgressBar::new_spinner();
+    while !abort.load(Ordering::SeqCst) && until.is_none_or(|u| Instant::now() < u) {
+        std::thread::sleep(Duration::from_millis(100));
+        rec.poll(monotonic_ns())?;
+        bar.set_message(format!(
+            "{} connections open, {} records written ({} bytes)",
+            rec.open(),
+            rec.files,
+            rec.bytes
+        ));
+        bar.tick();
+    }
+    bar.finish_and_clear();
+    let (files, bytes, lost) = rec.stop().context("writing the last records")?;
+    println!(
+        "wirelab record: {files} records ({bytes} bytes) in {}{}",
+        args.out.display(),
+        if lost > 0 {
+            format!("; {lost} events or connections did not fit the recorder: those records are incomplete or missing")
+        } else {
+            String::new()
+        }
+    );
+    // After Ctrl-C every record is written too; the exit code still says
+    // it was interrupted (130), as every command's does.
+    Ok(if abort.load(Ordering::SeqCst) {
+        code::INTERRUPTED
+    } else {
+        code::OK
+    })
+}
+
+/// CLOCK_MONOTONIC, the recorder's clock (bpf_ktime_get_ns).
+fn monotonic_ns() -> u64 {
+    let t =
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// What one record holds, as `--read` prints it.
+#[derive(Debug, Serialize)]
+struct Shown {
+    file: String,
+    host: String,
+    local: Option<String>,
+    remote: Option<String>,
+    duration_ns: u64,
+    /// Arrivals: packets, IDs lost on the way, late (reordered) ones.
+    arrived: usize,
+    lost: usize,
+    late: usize,
+    ce_marked: usize,
+    sent: u64,
+    send_time_samples: usize,
+    bytes: u64,
+}
+
+fn read(files: &[PathBuf], json: bool) -> Result<u8> {
+    for f in files {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        let r = match record::decode(&bytes) {
+            Ok(r) => r,
+            Err(d) => {
+                eprintln!("wirelab: {}: {d}", f.display());
+                return Ok(code::ERROR);
+            }
+        };
+        let a =
+            r.rx.as_ref()
+                .map(|(_, c)| ipid::arrivals(c))
+                .unwrap_or_default();
+        let s = Shown {
+            file: f.display().to_string(),
+            host: r.host.clone(),
+            local: r.local.map(|a| a.to_string()),
+            remote: r.remote.map(|a| a.to_string()),
+            duration_ns: r.end_ns.saturating_sub(r.start_ns),
+            arrived: a.order.len(),
+            lost: a.lost.len(),
+            late: a.late.len(),
+            ce_marked: r.ce.marked().len(),
+            sent: r.tx_packets,
+            send_time_samples: r.tx_samples.len(),
+            bytes: bytes.len() as u64,
+        };
+        if json {
+            println!("{}", serde_json::to_string(&s)?);
+        } else {
+            println!(
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples), {} bytes",
+                s.file,
+                s.host,
+                s.local.as_deref().unwrap_or("?"),
+                s.remote.as_deref().unwrap_or("?"),
+                s.arrived,
+                s.lost,
+                s.late,
+                s.ce_marked,
+                s.sent,
+                s.send_time_samples,
+                s.bytes
+            );
+        }
+    }
+    Ok(code::OK)
+}

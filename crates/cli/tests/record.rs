@@ -1,0 +1,429 @@
+//! `wirelab record` on hosts the user made (issue 21): iperf3 sends 4 MB
+//! with CUBIC from A to B through a router namespace R whose nftables
+//! drops every 40th data packet, so Linux recovers losses as on any
+//! network. The records must say what the network did: B's records lose
+//! exactly the packets R's rule counted, A's arriving ACKs lose none, and
+//! A's send times are sampled, not all kept. Ctrl-C writes everything and
+//! exits 130; SIGKILL leaves every finished record readable and nothing
+//! attached (the recorder's tcx links die with it).
+//!
+//! Needs root (namespaces, BPF, nftables); without it each test says so
+//! and skips. Each test owns uniquely named namespaces, registered so that
+//! `wirelab clean` removes them should the test be killed; every process
+//! is bounded in time by `timeout`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Every process of a test stops by itself after this long.
+const BOUND_S: &str = "60";
+
+fn root() -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    eprintln!("SKIPPED: recording needs root (network namespaces, BPF)");
+    false
+}
+
+fn tool(prog: &str, args: &[&str]) -> Output {
+    let o = Command::new(prog)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{prog} (make deps installs it): {e}"));
+    assert!(
+        o.status.success(),
+        "{prog} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Children killed (and reaped) on drop, so a failing test leaves none.
+#[derive(Default)]
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for(file: &Path, what: &str) {
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .contains(what)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{} never said {what:?}: {}",
+            file.display(),
+            std::fs::read_to_string(file).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Hosts A and B on either side of router R; returns the namespaces (kept
+/// alive) and their names.
+struct Net {
+    _ns: wirelab_netns::Namespaces,
+    a: String,
+    r: String,
+    b: String,
+}
+
+fn net(tag: &str, dir: &Path) -> Net {
+    let pid = std::process::id();
+    let (a, r, b) = (
+        format!("wl-rec{pid}{tag}a"),
+        format!("wl-rec{pid}{tag}r"),
+        format!("wl-rec{pid}{tag}b"),
+    );
+    let ns = wirelab_netns::Namespaces::new(
+        &format!("record-{pid}-{tag}"),
+        &[a.clone(), r.clone(), b.clone()],
+    )
+    .unwrap();
+    let ip = |args: &[&str]| tool("ip", args);
+    ip(&[
+        "link", "add", "name", "va", "netns", &a, "type", "veth", "peer", "name", "ra", "netns", &r,
+    ]);
+    ip(&[
+        "link", "add", "name", "vb", "netns", &b, "type", "veth", "peer", "name", "rb", "netns", &r,
+    ]);
+    ip(&["-n", &a, "addr", "add", "10.78.1.2/24", "dev", "va"]);
+    ip(&["-n", &r, "addr", "add", "10.78.1.1/24", "dev", "ra"]);
+    ip(&["-n", &r, "addr", "add", "10.78.2.1/24", "dev", "rb"]);
+    ip(&["-n", &b, "addr", "add", "10.78.2.2/24", "dev", "vb"]);
+    for (n, devs) in [
+        (&a, &["va"][..]),
+        (&r, &["ra", "rb"][..]),
+        (&b, &["vb"][..]),
+    ] {
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+        for dev in devs {
+            ip(&["-n", n, "link", "set", dev, "up"]);
+            // Wire-sized packets: one IP-ID each, as R's rule counts them.
+            tool(
+                "ip",
+                &[
+                    "netns", "exec", n, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro",
+                    "off",
+                ],
+            );
+        }
+    }
+    ip(&["-n", &a, "route", "add", "default", "via", "10.78.1.1"]);
+    ip(&["-n", &b, "route", "add", "default", "via", "10.78.2.1"]);
+    tool(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &r,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+        ],
+    );
+    let rules =
+        "table inet lossy {\n chain forwarded {\n  type filter hook forward priority 0;\n  \
+                 tcp dport 5201 meta length > 200 numgen inc mod 40 == 0 counter drop\n }\n}\n";
+    std::fs::write(dir.join("lossy.nft"), rules).unwrap();
+    tool(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &r,
+            "nft",
+            "-f",
+            dir.join("lossy.nft").to_str().unwrap(),
+        ],
+    );
+    Net { _ns: ns, a, r, b }
+}
+
+/// Packets the links dropped on the way from `from` to `to`: the sending
+/// veth's tx drops and the receiving one's rx drops (a full backlog at the
+/// receiver: `netif_rx` counts it there), over A-R and R-B.
+fn link_drops(n: &Net, forward: bool) -> u64 {
+    let dropped = |ns: &str, dev: &str, dir: &str| -> u64 {
+        let o = tool("ip", &["-n", ns, "-j", "-s", "link", "show", "dev", dev]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0]["stats64"][dir]["dropped"].as_u64().unwrap_or(0)
+    };
+    let hops = if forward {
+        [(&n.a, "va", &n.r, "ra"), (&n.r, "rb", &n.b, "vb")]
+    } else {
+        [(&n.b, "vb", &n.r, "rb"), (&n.r, "ra", &n.a, "va")]
+    };
+    hops.iter()
+        .map(|(s, sd, r, rd)| dropped(s, sd, "tx") + dropped(r, rd, "rx"))
+        .sum()
+}
+
+/// Packets R's rule dropped.
+fn dropped_by_r(n: &Net) -> u64 {
+    let o = tool(
+        "ip",
+        &[
+            "netns", "exec", &n.r, "nft", "-j", "list", "table", "inet", "lossy",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["rule"]["expr"].as_array())
+        .flatten()
+        .find_map(|e| e["counter"]["packets"].as_u64())
+        .expect("the rule's counter")
+}
+
+fn spawn_in(procs: &mut Procs, ns: &str, log: &Path, cmd: &[&str]) {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, "timeout", "-s", "INT", BOUND_S])
+        .args(cmd)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    procs.0.push(child);
+}
+
+/// iperf3 from A to B, 4 MB.
+fn transfer(n: &Net, dir: &Path, bytes: &str) {
+    let mut procs = Procs::default();
+    let log = dir.join("iperf3-server.log");
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &n.b,
+            "timeout",
+            BOUND_S,
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "10.78.2.2",
+            "--forceflush",
+        ])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    procs.0.push(child);
+    wait_for(&log, "Server listening");
+    tool(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &n.a,
+            "timeout",
+            BOUND_S,
+            "iperf3",
+            "-c",
+            "10.78.2.2",
+            "-n",
+            bytes,
+            "-C",
+            "cubic",
+            "--connect-timeout",
+            "5000",
+        ],
+    );
+    for c in &mut procs.0 {
+        let _ = c.wait();
+    }
+}
+
+fn wirelab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wirelab"))
+}
+
+/// `wirelab record --read --json` of every record under `dir`.
+fn records(dir: &Path) -> Vec<Value> {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flat_map(|host| std::fs::read_dir(host.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "deter"))
+        .collect();
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let o = wirelab()
+        .args(["record", "--json", "--read"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// No recorder program attached in `ns` any more.
+fn nothing_attached(ns: &str) {
+    let o = tool("ip", &["netns", "exec", ns, "bpftool", "net", "show"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains("wl_rec"), "{ns}: still attached: {text}");
+}
+
+#[test]
+fn records_say_what_the_network_did_to_an_iperf3_transfer() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let n = net("x", dir.path());
+    let out = dir.path().join("rec");
+    let log = dir.path().join("record.log");
+    let rec = wirelab()
+        .args([
+            "record",
+            "--netns",
+            &n.a,
+            &n.b,
+            "--out",
+            out.to_str().unwrap(),
+            "--duration",
+            "50s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut procs = Procs(vec![rec]);
+    wait_for(&log, "wirelab: recording");
+    transfer(&n, dir.path(), "4M");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(procs.0[0].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let rec = procs.0.pop().unwrap();
+    let o = rec.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    // Ctrl-C: every record written, and 130 as after any interruption.
+    assert_eq!(o.status.code(), Some(130), "{said}");
+    assert!(said.contains("records"), "{said}");
+    nothing_attached(&n.a);
+    nothing_attached(&n.b);
+
+    let all = records(&out);
+    let at = |host: &str| -> Vec<&Value> { all.iter().filter(|r| r["host"] == host).collect() };
+    let (a, b) = (at(&n.a), at(&n.b));
+    // iperf3's control connection and its data connection, at each end.
+    assert_eq!((a.len(), b.len()), (2, 2), "{all:#?}");
+    let dropped = dropped_by_r(&n);
+    assert!(
+        dropped >= 70,
+        "R dropped {dropped} (4 MB is about 2,900 packets)"
+    );
+    // Besides the rule's drops, a veth drops when the receiver's backlog
+    // is full (a busy machine): those are the network's drops too.
+    let (fwd, rev) = (link_drops(&n, true), link_drops(&n, false));
+    let lost_at_b: u64 = b.iter().map(|r| r["lost"].as_u64().unwrap()).sum();
+    assert_eq!(
+        lost_at_b,
+        dropped + fwd,
+        "every drop R's rule ({dropped}) and the links ({fwd}) counted, from IP-ID gaps at B: {b:#?}"
+    );
+    let lost_at_a: u64 = a.iter().map(|r| r["lost"].as_u64().unwrap()).sum();
+    assert_eq!(
+        lost_at_a, rev,
+        "ACKs lost only where the links dropped them: {a:#?}"
+    );
+    let data = a.iter().max_by_key(|r| r["sent"].as_u64()).unwrap();
+    let sent = data["sent"].as_u64().unwrap();
+    assert!(sent > 2_800, "{data}");
+    let samples = data["send_time_samples"].as_u64().unwrap();
+    assert!(
+        samples >= 2 && samples < sent / 2,
+        "Algorithm 1 keeps a few: {data}"
+    );
+    // Compact: DETER's records are a few percent of a headers-only pcap.
+    let bytes: u64 = all.iter().map(|r| r["bytes"].as_u64().unwrap()).sum();
+    assert!(
+        bytes < 96 * sent / 10,
+        "{bytes} bytes for {sent} packets sent"
+    );
+    eprintln!(
+        "records: {bytes} bytes for {sent} data packets, {samples} samples, {dropped} + {fwd} drops, {rev} ACK drops"
+    );
+}
+
+#[test]
+fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let n = net("k", dir.path());
+    let out = dir.path().join("rec");
+    let log = dir.path().join("record.log");
+    let rec = wirelab()
+        .args([
+            "record",
+            "--netns",
+            &n.a,
+            &n.b,
+            "--out",
+            out.to_str().unwrap(),
+            "--idle",
+            "200ms",
+            "--duration",
+            "50s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut procs = Procs(vec![rec]);
+    wait_for(&log, "wirelab: recording");
+    transfer(&n, dir.path(), "512K");
+    // Both connections idle past 200 ms: their records get written.
+    let t0 = Instant::now();
+    while records(&out).len() < 4 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "records: {:#?}",
+            records(&out)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // More traffic in flight, then SIGKILL.
+    let mut more = Procs::default();
+    spawn_in(
+        &mut more,
+        &n.a,
+        &dir.path().join("ping.log"),
+        &["iperf3", "-c", "10.78.2.2", "-t", "5"],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    procs.0[0].kill().unwrap();
+    procs.0[0].wait().unwrap();
+    drop(more);
+    nothing_attached(&n.a);
+    nothing_attached(&n.b);
+    let all = records(&out);
+    assert!(all.len() >= 4, "{all:#?}");
+    let leftovers: Vec<_> = std::fs::read_dir(out.join(&n.a))
+        .unwrap()
+        .map(|f| f.unwrap().file_name())
+        .filter(|f| !f.to_string_lossy().ends_with(".deter"))
+        .collect();
+    assert!(leftovers.is_empty(), "no half-written file: {leftovers:?}");
+}

@@ -1,0 +1,209 @@
+//! DETER's recording of hosts (issue 21): one recorder object per host
+//! namespace on every interface there but `lo`, its reports assembled into
+//! one record file per connection (wirelab_deter), written when the
+//! connection has been idle for a while or the recording stops.
+//!
+//! It records any traffic, not only wirelab's workload: the namespaces may
+//! be a lab's or a user's own (`wirelab record --netns`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use wirelab_dataplane::recorder::{RecEvent, RecKey, RecState, Recorder};
+use wirelab_deter::assemble::{Assembler, Ev, Final};
+use wirelab_deter::record;
+
+use crate::{During, Error};
+
+/// How hosts are recorded.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// The folder for the records: one subfolder per host.
+    pub out: PathBuf,
+    /// Algorithm 1's bound on an inferred send time (ns).
+    pub th_ns: u64,
+    /// A connection with no packet for this long is written and forgotten
+    /// (ns). A later packet of the same four-tuple starts a new record.
+    pub idle_ns: u64,
+}
+
+struct Host {
+    ns: String,
+    rec: Recorder,
+    asm: Assembler,
+    /// How many records of each four-tuple were written (port reuse).
+    written: BTreeMap<RecKey, u32>,
+}
+
+/// Hosts being recorded. Dropping it detaches everything (the links are
+/// file descriptors); `stop` also writes what is still open.
+pub struct HostRecorder {
+    hosts: Vec<Host>,
+    opts: RecordOptions,
+    /// Records written so far, and bytes.
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// The interfaces of the calling thread's namespace, but `lo`.
+fn interfaces() -> Result<Vec<(String, i32)>, nix::Error> {
+    Ok(nix::net::if_::if_nameindex()?
+        .iter()
+        .filter(|i| i.name().to_bytes() != b"lo")
+        .map(|i| (i.name().to_string_lossy().into_owned(), i.index() as i32))
+        .collect())
+}
+
+impl HostRecorder {
+    /// Starts recording in each namespace of `namespaces` (by name, as in
+    /// /run/netns).
+    pub fn start(namespaces: &[String], opts: RecordOptions) -> Result<HostRecorder, Error> {
+        let mut hosts = Vec::new();
+        for ns in namespaces {
+            let mut rec = Recorder::load(opts.th_ns, false).during("loading the recorder")?;
+            let devs = wirelab_netns::in_netns(ns, || -> Result<usize, Error> {
+                let devs = interfaces().during(format!("listing the interfaces of {ns}"))?;
+                for (name, ifindex) in &devs {
+                    rec.attach(*ifindex)
+                        .during(format!("recording on {name} in {ns}"))?;
+                }
+                Ok(devs.len())
+            })
+            .during(format!("entering namespace {ns}"))??;
+            if devs == 0 {
+                return Err(Error::BadInput(format!(
+                    "namespace {ns} has no interface to record on (only lo)"
+                )));
+            }
+            std::fs::create_dir_all(opts.out.join(ns))
+                .during(format!("creating {}", opts.out.join(ns).display()))?;
+            hosts.push(Host {
+                ns: ns.clone(),
+                rec,
+                asm: Assembler::new(ns),
+                written: BTreeMap::new(),
+            });
+        }
+        Ok(HostRecorder {
+            hosts,
+            opts,
+            files: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Reads what the recorders reported and writes the records of
+    /// connections idle since `idle_ns` before `now_ns` (CLOCK_MONOTONIC).
+    pub fn poll(&mut self, now_ns: u64) -> Result<(), Error> {
+        self.drain()?;
+        let idle = self.opts.idle_ns;
+        self.write_where(|s| now_ns.saturating_sub(s.last_ns) >= idle)
+    }
+
+    /// Writes every record and stops (the links go with `self`).
+    pub fn stop(mut self) -> Result<(usize, u64, u64), Error> {
+        self.drain()?;
+        self.write_where(|_| true)?;
+        let lost = self.hosts.iter().map(|h| h.rec.lost() + h.rec.full()).sum();
+        Ok((self.files, self.bytes, lost))
+    }
+
+    /// Connections followed now, over all hosts.
+    pub fn open(&self) -> usize {
+        self.hosts.iter().map(|h| h.rec.conns().len()).sum()
+    }
+
+    fn drain(&mut self) -> Result<(), Error> {
+        for h in &mut self.hosts {
+            let asm = &mut h.asm;
+            h.rec
+                .drain(|k, seq, e| {
+                    let ev = match e {
+                        RecEvent::Start { id, segs } => Ev::Start { id, segs },
+                        RecEvent::Arrive { run, id, segs } => Ev::Arrive { run, id, segs },
+                        RecEvent::Ce { run, marked } => Ev::Ce { run, marked },
+                        RecEvent::Sample {
+                            index,
+                            time_ns,
+                            gap,
+                        } => Ev::Sample(wirelab_deter::sample::Sample {
+                            index,
+                            time_ns,
+                            gap,
+                        }),
+                    };
+                    asm.event(k.local.into(), k.remote.into(), seq, ev);
+                })
+                .during(format!("reading the recorder of {}", h.ns))?;
+        }
+        Ok(())
+    }
+
+    fn write_where(&mut self, done: impl Fn(&RecState) -> bool) -> Result<(), Error> {
+        // Forgotten first, then drained: every event reported up to then
+        // is in the ring. (A packet in between starts the next record of
+        // the four-tuple; its events, if any, land in this one.)
+        let mut ended = Vec::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            for (k, s) in h.rec.conns() {
+                if done(&s) {
+                    h.rec.forget(&k);
+                    ended.push((i, k, s));
+                }
+            }
+        }
+        self.drain()?;
+        for (i, k, s) in ended {
+            let h = &mut self.hosts[i];
+            let r = h.asm.finish(
+                k.local.into(),
+                k.remote.into(),
+                Final {
+                    rx_run: s.rx_run,
+                    ce_run: s.ce_run,
+                    ce_marked: s.ce_marked,
+                    tx_count: s.tx_count,
+                    s_index: s.s_index,
+                    s_time: s.s_time,
+                    lo: s.lo,
+                    hi: s.hi,
+                    first_ns: s.first_ns,
+                    last_ns: s.last_ns,
+                },
+            );
+            let n = h.written.entry(k).or_default();
+            *n += 1;
+            let name = file_name(&k, *n);
+            let bytes = write_atomic(&self.opts.out.join(&h.ns), &name, &record::encode(&r))?;
+            self.files += 1;
+            self.bytes += bytes;
+        }
+        Ok(())
+    }
+}
+
+/// `<local>-<remote>[.n].deter`: the connection seen from its host, as
+/// DETER names its files.
+fn file_name(k: &RecKey, n: u32) -> String {
+    let again = if n > 1 {
+        format!(".{n}")
+    } else {
+        String::new()
+    };
+    format!("{}-{}{again}.{}", k.local, k.remote, record::EXTENSION)
+}
+
+/// Writes `bytes` to `dir/name` through a temporary name and a rename, so
+/// a reader (or a kill) never sees half a file.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<u64, Error> {
+    use std::io::Write;
+    let mut t =
+        tempfile::NamedTempFile::new_in(dir).during(format!("writing in {}", dir.display()))?;
+    t.write_all(bytes)
+        .and_then(|_| t.as_file().sync_data())
+        .during(format!("writing {name}"))?;
+    t.persist(dir.join(name))
+        .map_err(|e| e.error)
+        .during(format!("writing {name}"))?;
+    Ok(bytes.len() as u64)
+}
