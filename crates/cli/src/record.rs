@@ -131,6 +131,16 @@ struct Shown {
     ce_marked: usize,
     sent: u64,
     send_time_samples: usize,
+    /// Socket calls, and the bytes they sent and received.
+    calls: usize,
+    bytes_sent: u64,
+    bytes_received: u64,
+    /// Kernel events: retransmissions, entries into Loss (a retransmission
+    /// timeout), and whether the socket closed.
+    retransmits: usize,
+    timeouts: usize,
+    closed: bool,
+    /// The record file's size.
     bytes: u64,
 }
 
@@ -148,6 +158,12 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             r.rx.as_ref()
                 .map(|(_, c)| ipid::arrivals(c))
                 .unwrap_or_default();
+        let calls: Vec<record::Call> = r.calls.iter(r.start_ns).map(|c| c.1).collect();
+        let moved = |k: record::CallKind| -> u64 {
+            calls.iter().filter(|c| c.kind == k).map(|c| c.bytes).sum()
+        };
+        let events: Vec<record::Event> = r.events.iter(r.start_ns).map(|e| e.1).collect();
+        let count = |f: &dyn Fn(&record::Event) -> bool| events.iter().filter(|e| f(e)).count();
         let s = Shown {
             file: f.display().to_string(),
             host: r.host.clone(),
@@ -160,13 +176,19 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             ce_marked: r.ce.marked().len(),
             sent: r.tx_packets,
             send_time_samples: r.tx_samples.len(),
+            calls: calls.len(),
+            bytes_sent: moved(record::CallKind::Send),
+            bytes_received: moved(record::CallKind::Recv),
+            retransmits: count(&|e| matches!(e, record::Event::Retransmit { .. })),
+            timeouts: count(&|e| *e == record::Event::CongState(4)),
+            closed: count(&|e| *e == record::Event::State(7)) > 0,
             bytes: bytes.len() as u64,
         };
         if json {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             println!(
-                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples), {} bytes",
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions, {} timeouts{}; {} bytes",
                 s.file,
                 s.host,
                 s.local.as_deref().unwrap_or("?"),
@@ -177,6 +199,12 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.ce_marked,
                 s.sent,
                 s.send_time_samples,
+                s.calls,
+                s.bytes_sent,
+                s.bytes_received,
+                s.retransmits,
+                s.timeouts,
+                if s.closed { ", closed" } else { "" },
                 s.bytes
             );
         }

@@ -26,6 +26,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
 #include "wl_clock.h"
 
 /* tcx (bpf_link-based tc, Linux 6.6): the recorder's links go with the
@@ -83,6 +84,20 @@ enum wl_rec_kind {
 	WL_REC_CE = 3,
 	/* Algorithm 1 line 6: a = s.index, b = s.time, c = gap. */
 	WL_REC_SAMPLE = 4,
+	/* A socket call (sock:sock_send_length, sock_recv_length): a = 0 send,
+	 * 1 receive; b = bytes; c = flags. Not numbered (seq = ~0). */
+	WL_REC_CALL = 5,
+	/* A kernel event: a = WL_REC_K_*, b and c as each says. Not numbered. */
+	WL_REC_KERNEL = 6,
+};
+
+enum wl_rec_kernel {
+	/* tcp:tcp_retransmit_skb: b = the segment's sequence number. */
+	WL_REC_K_RETRANSMIT = 1,
+	/* tcp:tcp_cong_state_set: b = the state (TCP_CA_Open 0 .. Loss 4). */
+	WL_REC_K_CONG_STATE = 2,
+	/* sock:inet_sock_set_state: b = the old state, c = the new one. */
+	WL_REC_K_STATE = 3,
 };
 
 struct wl_rec_event {
@@ -104,6 +119,10 @@ struct wl_rec_conn *rec_conn_abi = 0;
 
 /* Algorithm 1's th (ns); DETER's default is 5 µs (§3.3). */
 const volatile __u64 th_ns = 5000;
+
+/* The recorded host's network namespace (inode): the tracepoints fire for
+ * every namespace, the recorder keeps its host's sockets (0: all). */
+const volatile __u32 netns_inum = 0;
 
 #define WL_GAP_ONE 1024
 
@@ -335,6 +354,120 @@ int wl_rec_out(struct __sk_buff *skb)
 	bpf_spin_unlock(&c->lock);
 	emit(&k, now, &ev);
 	return TCX_NEXT;
+}
+
+/*
+ * The socket calls and the kernel's TCP events (issue 21 item 1), from
+ * BTF-typed tracepoints (tp_btf: no kprobes on this kernel). Only the
+ * fields read here are declared; CO-RE relocates them against the running
+ * kernel's BTF, as truth.bpf.c does.
+ */
+struct ns_common {
+	unsigned int inum;
+} __attribute__((preserve_access_index));
+
+struct net {
+	struct ns_common ns;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	__be32 skc_daddr;
+	__be32 skc_rcv_saddr;
+	__be16 skc_dport;
+	__u16 skc_num;
+	unsigned short skc_family;
+	struct {
+		struct net *net;
+	} skc_net;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	char cb[48];
+} __attribute__((preserve_access_index));
+
+struct inet_sock {
+	__be16 inet_sport;
+} __attribute__((preserve_access_index));
+
+/* A connected IPv4 TCP socket of the recorded namespace: its key. */
+static __always_inline int sk_key(const struct sock *sk, struct wl_rec_key *k)
+{
+	__be16 sport = 0;
+
+	if (!sk || sk->__sk_common.skc_family != 2 /* AF_INET */ ||
+	    sk->sk_protocol != IPPROTO_TCP || !sk->__sk_common.skc_dport)
+		return 0;
+	if (netns_inum && sk->__sk_common.skc_net.net->ns.inum != netns_inum)
+		return 0;
+	/* The source port from inet_sport, not skc_num: closing releases the
+	 * port (inet_put_port zeroes inet_num) before the move to TCP_CLOSE
+	 * is traced. A socket still without a port (connect's move to
+	 * SYN_SENT) is not a connection yet. struct inet_sock extends struct
+	 * sock, so the field is read by address, not through the sock type. */
+	bpf_probe_read_kernel(&sport, sizeof(sport),
+			      __builtin_preserve_access_index(&((struct inet_sock *)sk)->inet_sport));
+	if (!sport)
+		return 0;
+	k->local = sk->__sk_common.skc_rcv_saddr;
+	k->remote = sk->__sk_common.skc_daddr;
+	k->lport = sport;
+	k->rport = sk->__sk_common.skc_dport;
+	return 1;
+}
+
+static __always_inline void sk_emit(const struct sock *sk, __u32 kind, __u64 a, __u64 b, __u64 c)
+{
+	struct pending p = { .a = a, .b = b, .c = c, .kind = kind, .seq = ~0U };
+	struct wl_rec_key k;
+
+	if (sk_key(sk, &k))
+		emit(&k, pipeline_now(), &p);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(wl_rec_send, struct sock *sk, int ret, int flags)
+{
+	if (ret >= 0)
+		sk_emit(sk, WL_REC_CALL, 0, ret, (__u32)flags);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
+{
+	if (ret >= 0)
+		sk_emit(sk, WL_REC_CALL, 1, ret, (__u32)flags);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb)
+{
+	__u32 seq = 0;
+
+	/* TCP_SKB_CB(skb)->seq: the first field of the control block. */
+	bpf_probe_read_kernel(&seq, sizeof(seq), __builtin_preserve_access_index(&skb->cb));
+	sk_emit(sk, WL_REC_KERNEL, WL_REC_K_RETRANSMIT, seq, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(wl_rec_cong_state, struct sock *sk, __u8 state)
+{
+	sk_emit(sk, WL_REC_KERNEL, WL_REC_K_CONG_STATE, state, 0);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(wl_rec_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	sk_emit(sk, WL_REC_KERNEL, WL_REC_K_STATE, oldstate, newstate);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

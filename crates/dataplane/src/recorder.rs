@@ -18,6 +18,14 @@ use skel::types;
 
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/recorder.bpf.o"));
 const PROGS: [&str; 2] = ["wl_rec_in", "wl_rec_out"];
+/// The socket-call and kernel-event tracepoints (tp_btf).
+const PROBES: [&str; 5] = [
+    "wl_rec_send",
+    "wl_rec_recv",
+    "wl_rec_retransmit",
+    "wl_rec_cong_state",
+    "wl_rec_state",
+];
 
 object::maps! {
     struct Maps { rec_conns, rec_ring, fake_clock }
@@ -62,10 +70,18 @@ pub enum RecEvent {
     Ce { run: u32, marked: bool },
     /// Algorithm 1 line 6.
     Sample { index: u64, time_ns: u64, gap: u64 },
+    /// A socket call: sent (`recv` false) or received `bytes`, with its flags.
+    Call { recv: bool, bytes: u64, flags: u32 },
+    /// tcp:tcp_retransmit_skb: the segment's sequence number.
+    Retransmit { seq: u32 },
+    /// tcp:tcp_cong_state_set.
+    CongState(u8),
+    /// sock:inet_sock_set_state (TCP_CLOSE is 7).
+    State { old: u8, new: u8 },
 }
 
 /// A connection's state in the kernel: what the events have not said yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecState {
     /// Events reported so far (numbered 0..events).
     pub events: u32,
@@ -92,8 +108,9 @@ pub struct Recorder {
 
 impl Recorder {
     /// Loads the programs with Algorithm 1's bound `th_ns`; `test_clock`
-    /// lets fixtures set the time (`set_test_clock`).
-    pub fn load(th_ns: u64, test_clock: bool) -> Result<Recorder, Error> {
+    /// lets fixtures set the time (`set_test_clock`); `netns` (an inode)
+    /// is the namespace whose sockets the tracepoints keep (None: all).
+    pub fn load(th_ns: u64, test_clock: bool, netns: Option<u32>) -> Result<Recorder, Error> {
         let (res, log) = crate::with_libbpf_log(|| {
             let load = |source| Error::Load {
                 source,
@@ -103,6 +120,7 @@ impl Recorder {
             object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
                 ro.th_ns = th_ns;
                 ro.test_clock = test_clock as u8;
+                ro.netns_inum = netns.unwrap_or(0);
             })?;
             open.load().map_err(load)
         });
@@ -111,6 +129,7 @@ impl Recorder {
             e => e,
         })?;
         object::check_programs(&obj, &PROGS)?;
+        object::check_programs(&obj, &PROBES)?;
         Ok(Recorder {
             links: Vec::new(),
             maps: Maps::find(&obj)?,
@@ -150,6 +169,18 @@ impl Recorder {
         Ok(())
     }
 
+    /// Records the socket calls and TCP events of the namespace given to
+    /// `load` too (tracepoints, kept until this is dropped).
+    pub fn attach_probes(&mut self) -> Result<(), Error> {
+        for name in PROBES {
+            let link = object::program(&self.obj, name)
+                .attach()
+                .map_err(map_err(format!("attaching the tracepoint program {name}")))?;
+            self.links.push((0, link));
+        }
+        Ok(())
+    }
+
     /// Stops recording on `ifindex`.
     pub fn detach(&mut self, ifindex: i32) {
         self.links.retain(|(i, _)| *i != ifindex);
@@ -157,7 +188,7 @@ impl Recorder {
 
     /// The devices recorded on.
     pub fn attached(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = self.links.iter().map(|l| l.0).collect();
+        let mut v: Vec<i32> = self.links.iter().map(|l| l.0).filter(|&i| i != 0).collect();
         v.dedup();
         v
     }
@@ -182,9 +213,10 @@ impl Recorder {
     }
 
     /// Reads every event waiting in the ring, with its connection's event
-    /// number: the ring's order can differ from it when two CPUs reported
-    /// (see `wirelab_deter::assemble`).
-    pub fn drain(&self, mut f: impl FnMut(RecKey, u32, RecEvent)) -> Result<usize, Error> {
+    /// number (u32::MAX: not numbered) and time: the ring's order can
+    /// differ from the numbers when two CPUs reported (see
+    /// `wirelab_deter::assemble`).
+    pub fn drain(&self, mut f: impl FnMut(RecKey, u32, u64, RecEvent)) -> Result<usize, Error> {
         let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let sink = got.clone();
         let mut b = libbpf_rs::RingBufferBuilder::new();
@@ -219,9 +251,23 @@ impl Recorder {
                     time_ns: e.b,
                     gap: e.c,
                 },
+                5 => RecEvent::Call {
+                    recv: e.a == 1,
+                    bytes: e.b,
+                    flags: e.c as u32,
+                },
+                6 => match e.a {
+                    1 => RecEvent::Retransmit { seq: e.b as u32 },
+                    2 => RecEvent::CongState(e.b as u8),
+                    3 => RecEvent::State {
+                        old: e.b as u8,
+                        new: e.c as u8,
+                    },
+                    _ => continue,
+                },
                 _ => continue,
             };
-            f(RecKey::of(&e.key), e.seq, ev);
+            f(RecKey::of(&e.key), e.seq, e.ts, ev);
         }
         Ok(events.len())
     }

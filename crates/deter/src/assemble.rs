@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::ipid::IdCoder;
-use crate::record::ConnRecord;
+use crate::record::{Call, ConnRecord, Event};
 use crate::sample::{recorded, Sample};
 
 /// One report about a connection.
@@ -21,7 +21,18 @@ pub enum Ev {
     Ce { run: u32, marked: bool },
     /// Algorithm 1 line 6.
     Sample(Sample),
+    /// A socket call at `t` (ns). Not numbered.
+    Call { t: u64, call: Call },
+    /// A kernel event at `t`. Not numbered.
+    Kernel { t: u64, event: Event },
 }
+
+/// The number of an event that is not numbered (calls, kernel events: they
+/// carry their time).
+pub const UNNUMBERED: u32 = u32::MAX;
+
+/// TCP_CLOSE (include/net/tcp_states.h).
+const TCP_CLOSE: u8 = 7;
 
 /// What the events had not said when the connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,6 +57,10 @@ struct Building {
     /// The next event number to apply, and those that came early.
     next: u32,
     early: std::collections::BTreeMap<u32, Ev>,
+    calls: Vec<(u64, Call)>,
+    kernel: Vec<(u64, Event)>,
+    /// When the socket closed, if it did.
+    closed: Option<u64>,
 }
 
 impl Building {
@@ -58,6 +73,13 @@ impl Building {
             }
             Ev::Ce { run, marked } => self.rec.ce.extend(marked, run),
             Ev::Sample(s) => self.rec.tx_samples.push(s),
+            Ev::Call { t, call } => self.calls.push((t, call)),
+            Ev::Kernel { t, event } => {
+                if event == Event::State(TCP_CLOSE) {
+                    self.closed = Some(t);
+                }
+                self.kernel.push((t, event));
+            }
         }
     }
 }
@@ -82,6 +104,10 @@ impl Assembler {
     /// report a connection's events independently).
     pub fn event(&mut self, local: SocketAddr, remote: SocketAddr, seq: u32, ev: Ev) {
         let b = self.conns.entry((local, remote)).or_default();
+        if seq == UNNUMBERED {
+            b.apply(ev);
+            return;
+        }
         b.early.insert(seq, ev);
         while let Some(ev) = b.early.remove(&b.next) {
             b.apply(ev);
@@ -108,8 +134,29 @@ impl Assembler {
         r.host = self.host.clone();
         r.local = Some(local);
         r.remote = Some(remote);
-        r.start_ns = f.first_ns;
-        r.end_ns = f.last_ns;
+        b.calls.sort_by_key(|c| c.0);
+        b.kernel.sort_by_key(|e| e.0);
+        let times: Vec<u64> = b
+            .calls
+            .iter()
+            .map(|c| c.0)
+            .chain(b.kernel.iter().map(|e| e.0))
+            .collect();
+        // From the first packet or the first call or event, whichever came
+        // first (a packet-less record: a connection over lo).
+        r.start_ns = times
+            .iter()
+            .copied()
+            .chain((f.first_ns > 0).then_some(f.first_ns))
+            .min()
+            .unwrap_or(0);
+        r.end_ns = times.iter().copied().chain([f.last_ns]).max().unwrap_or(0);
+        for &(t, c) in &b.calls {
+            r.calls.push(r.start_ns, t, c);
+        }
+        for &(t, e) in &b.kernel {
+            r.events.push(r.start_ns, t, e);
+        }
         r.tx_packets = f.tx_count;
         r.rx = b.ids.finish();
         r
@@ -118,6 +165,22 @@ impl Assembler {
     /// Connections with events and no record yet.
     pub fn open(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Connections whose socket closed at least `idle_ns` before `now_ns`
+    /// (all of them with `idle_ns` = 0): those the per-packet state may
+    /// never end (a connection over `lo`, where nothing is recorded on the
+    /// wire).
+    pub fn closed(&self, now_ns: u64, idle_ns: u64) -> Vec<(SocketAddr, SocketAddr)> {
+        self.conns
+            .iter()
+            .filter(|(_, b)| {
+                idle_ns == 0
+                    || b.closed
+                        .is_some_and(|t| now_ns.saturating_sub(t) >= idle_ns)
+            })
+            .map(|(k, _)| *k)
+            .collect()
     }
 }
 
@@ -164,6 +227,32 @@ mod tests {
                 gap: 1024,
             }),
         );
+        let call = Call {
+            kind: crate::record::CallKind::Recv,
+            bytes: 128,
+            flags: 0,
+        };
+        a.event(l, r, UNNUMBERED, Ev::Call { t: 70, call });
+        a.event(
+            l,
+            r,
+            UNNUMBERED,
+            Ev::Kernel {
+                t: 40,
+                event: Event::State(1),
+            },
+        );
+        a.event(
+            l,
+            r,
+            UNNUMBERED,
+            Ev::Kernel {
+                t: 990,
+                event: Event::State(TCP_CLOSE),
+            },
+        );
+        assert_eq!(a.closed(1000, 100), []);
+        assert_eq!(a.closed(1090, 100), [(l, r)]);
         assert_eq!(a.open(), 1);
         let rec = a.finish(
             l,
@@ -198,9 +287,18 @@ mod tests {
                 gap: 3072
             }
         );
+        // The first kernel event (40) came before the first packet (50).
         assert_eq!(
             (rec.host.as_str(), rec.tx_packets, rec.start_ns, rec.end_ns),
-            ("b", 9, 50, 1000)
+            ("b", 9, 40, 1000)
+        );
+        assert_eq!(
+            rec.calls.iter(rec.start_ns).collect::<Vec<_>>(),
+            [(70, call)]
+        );
+        assert_eq!(
+            rec.events.iter(rec.start_ns).collect::<Vec<_>>(),
+            [(40, Event::State(1)), (990, Event::State(TCP_CLOSE))]
         );
     }
 }

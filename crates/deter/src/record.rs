@@ -109,22 +109,14 @@ pub struct Events {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
-    /// The retransmission timer fired (sock_ops RTO_CB): retransmissions so far.
-    Rto {
-        retransmits: u32,
-    },
-    /// A retransmission (tcp:tcp_retransmit_skb), of the segment at `seq`
-    /// (relative to the ISN).
-    Retransmit {
-        seq: u32,
-    },
+    /// A retransmission (tcp:tcp_retransmit_skb) of the segment starting
+    /// at sequence number `seq`.
+    Retransmit { seq: u32 },
     /// Congestion state set (tcp:tcp_cong_state_set; Open 0, Disorder 1,
-    /// CWR 2, Recovery 3, Loss 4).
+    /// CWR 2, Recovery 3, Loss 4: Loss is entered on a retransmission
+    /// timeout).
     CongState(u8),
-    /// The peer's window went to zero, or opened again.
-    ZeroWindow,
-    WindowOpen,
-    /// The socket's state changed (sock:inet_sock_set_state).
+    /// The socket's state changed (sock:inet_sock_set_state; TCP_CLOSE 7).
     State(u8),
 }
 
@@ -259,7 +251,7 @@ mod tests {
         r.events.push(
             r.start_ns,
             r.start_ns + 200_000_000,
-            Event::Rto { retransmits: 1 },
+            Event::Retransmit { seq: 7 },
         );
         r.events
             .push(r.start_ns, r.start_ns + 200_000_010, Event::CongState(4));

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use wirelab_dataplane::recorder::{RecEvent, RecKey, RecState, Recorder};
 use wirelab_deter::assemble::{Assembler, Ev, Final};
-use wirelab_deter::record;
+use wirelab_deter::record::{self, Call, CallKind, Event};
 
 use crate::{During, Error};
 
@@ -60,7 +60,11 @@ impl HostRecorder {
     pub fn start(namespaces: &[String], opts: RecordOptions) -> Result<HostRecorder, Error> {
         let mut hosts = Vec::new();
         for ns in namespaces {
-            let mut rec = Recorder::load(opts.th_ns, false).during("loading the recorder")?;
+            let inode = wirelab_netns::netns_inode(ns).during(format!("finding namespace {ns}"))?;
+            let mut rec =
+                Recorder::load(opts.th_ns, false, Some(inode)).during("loading the recorder")?;
+            rec.attach_probes()
+                .during(format!("recording the socket calls and TCP events of {ns}"))?;
             let devs = wirelab_netns::in_netns(ns, || -> Result<usize, Error> {
                 let devs = interfaces().during(format!("listing the interfaces of {ns}"))?;
                 for (name, ifindex) in &devs {
@@ -97,13 +101,13 @@ impl HostRecorder {
     pub fn poll(&mut self, now_ns: u64) -> Result<(), Error> {
         self.drain()?;
         let idle = self.opts.idle_ns;
-        self.write_where(|s| now_ns.saturating_sub(s.last_ns) >= idle)
+        self.write_where(|s| now_ns.saturating_sub(s.last_ns) >= idle, Some(now_ns))
     }
 
     /// Writes every record and stops (the links go with `self`).
     pub fn stop(mut self) -> Result<(usize, u64, u64), Error> {
         self.drain()?;
-        self.write_where(|_| true)?;
+        self.write_where(|_| true, None)?;
         let lost = self.hosts.iter().map(|h| h.rec.lost() + h.rec.full()).sum();
         Ok((self.files, self.bytes, lost))
     }
@@ -117,7 +121,7 @@ impl HostRecorder {
         for h in &mut self.hosts {
             let asm = &mut h.asm;
             h.rec
-                .drain(|k, seq, e| {
+                .drain(|k, seq, t, e| {
                     let ev = match e {
                         RecEvent::Start { id, segs } => Ev::Start { id, segs },
                         RecEvent::Arrive { run, id, segs } => Ev::Arrive { run, id, segs },
@@ -131,6 +135,26 @@ impl HostRecorder {
                             time_ns,
                             gap,
                         }),
+                        RecEvent::Call { recv, bytes, flags } => Ev::Call {
+                            t,
+                            call: Call {
+                                kind: if recv { CallKind::Recv } else { CallKind::Send },
+                                bytes,
+                                flags,
+                            },
+                        },
+                        RecEvent::Retransmit { seq } => Ev::Kernel {
+                            t,
+                            event: Event::Retransmit { seq },
+                        },
+                        RecEvent::CongState(c) => Ev::Kernel {
+                            t,
+                            event: Event::CongState(c),
+                        },
+                        RecEvent::State { new, .. } => Ev::Kernel {
+                            t,
+                            event: Event::State(new),
+                        },
                     };
                     asm.event(k.local.into(), k.remote.into(), seq, ev);
                 })
@@ -139,7 +163,14 @@ impl HostRecorder {
         Ok(())
     }
 
-    fn write_where(&mut self, done: impl Fn(&RecState) -> bool) -> Result<(), Error> {
+    /// Writes the records of the connections whose per-packet state is
+    /// `done`, then those with no such state whose socket closed an idle
+    /// period before `now_ns` (or all that remain, with `now_ns` None).
+    fn write_where(
+        &mut self,
+        done: impl Fn(&RecState) -> bool,
+        now_ns: Option<u64>,
+    ) -> Result<(), Error> {
         // Forgotten first, then drained: every event reported up to then
         // is in the ring. (A packet in between starts the next record of
         // the four-tuple; its events, if any, land in this one.)
@@ -153,6 +184,27 @@ impl HostRecorder {
             }
         }
         self.drain()?;
+        let idle = self.opts.idle_ns;
+        for (i, h) in self.hosts.iter().enumerate() {
+            let followed: std::collections::BTreeSet<RecKey> =
+                h.rec.conns().into_iter().map(|c| c.0).collect();
+            for (local, remote) in h
+                .asm
+                .closed(now_ns.unwrap_or(0), if now_ns.is_some() { idle } else { 0 })
+            {
+                let (std::net::SocketAddr::V4(l), std::net::SocketAddr::V4(r)) = (local, remote)
+                else {
+                    continue;
+                };
+                let k = RecKey {
+                    local: l,
+                    remote: r,
+                };
+                if !followed.contains(&k) && !ended.iter().any(|e| e.0 == i && e.1 == k) {
+                    ended.push((i, k, RecState::default()));
+                }
+            }
+        }
         for (i, k, s) in ended {
             let h = &mut self.hosts[i];
             let r = h.asm.finish(
