@@ -1249,6 +1249,32 @@ impl Classify<'_> {
             .copied()
     }
 
+    /// SACKs, passed in `since..=cut`, of repairs below this segment sent
+    /// after `since`. RACK goes by send time, not sequence (RFC 8985
+    /// §6.2): with two holes, the repair of the upper one can be SACKed
+    /// while the lower one holds the cumulative ACK back, and Linux takes
+    /// that SACK as the repair's delivery (tcp_rack_advance) and marks
+    /// lost what was sent before the repair. Which transmission the SACK
+    /// was for is ambiguous on the wire; the sender may have read it as
+    /// the repair's, so it counts as a signal.
+    fn sacked_repairs(&self, since: u64, cut: u64) -> impl Iterator<Item = AckEv> + '_ {
+        self.resent
+            .iter()
+            .filter(move |&&(rel, _, t)| t > since && seq_lt(rel, self.start))
+            .flat_map(move |&(rel, end, _)| {
+                self.segs.range(rel..end).filter_map(move |(_, s)| {
+                    s.sacked_ts
+                        .filter(|t| *t >= since && *t <= cut)
+                        .map(|t| AckEv {
+                            at: s.sack_at.expect("a SACKed segment has its SACK"),
+                            ts: t,
+                            ack: 0,
+                            dup: false,
+                        })
+                })
+            })
+    }
+
     /// (reason, the ACK that completed the signal, (already acked, already sacked)).
     fn classify(&self) -> (Reason, Option<AckEv>, (bool, bool)) {
         // Two cuts, each cautious in its own direction. A loss signal counts
@@ -1346,6 +1372,7 @@ impl Classify<'_> {
                         dup: false,
                     })
             })
+            .chain(self.sacked_repairs(since, cut))
             .min_by_key(|a| a.ts)
             .or_else(|| {
                 // A cumulative ACK past data sent after this transmission:

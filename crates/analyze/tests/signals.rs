@@ -110,3 +110,44 @@ fn a_repair_seen_after_its_ack_at_the_receiver_still_marks_earlier_data_lost() {
     g.push(false, sisn + 1, seq(5), 0, false);
     assert_eq!(violations(&g), Vec::<String>::new());
 }
+
+/// A SACK of a repair marks lost what was sent before the repair, above it
+/// or below (RFC 8985 §6.2: RACK goes by send time). With two holes, the
+/// repair of the upper one can be SACKed while the lower one still holds
+/// the cumulative ACK back; Linux takes that SACK as the repair's delivery
+/// (tcp_rack_advance, once min_rtt has passed since the repair) and marks
+/// the new data sent before the repair lost. A real capture of Linux
+/// (tcpdump at the sender, veth reordering both ways) resent two segments
+/// 59 us after their first transmission for exactly this reason, and was
+/// wrongly called unjustified.
+#[test]
+fn a_sacked_repair_marks_data_sent_before_it_lost() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    for k in 0..6 {
+        g.push(true, seq(k), sisn + 1, MSS, false);
+    }
+    g.push(false, sisn + 1, seq(1), 0, false);
+    // Holes at segments 1 and 3.
+    g.push_sacked(
+        false,
+        sisn + 1,
+        seq(1),
+        0,
+        false,
+        &[(seq(4), seq(6)), (seq(2), seq(3))],
+    );
+    g.push(true, seq(1), sisn + 1, MSS, false); // repair of 1
+    g.push(true, seq(6), sisn + 1, MSS, false); // new data
+    g.push(true, seq(7), sisn + 1, MSS, false);
+    g.push(true, seq(3), sisn + 1, MSS, false); // repair of 3, after 6 and 7
+                                                // The repair of 3 is SACKed; 1 still holds the cumulative ACK back,
+                                                // and 6 and 7 (sent before the repair) are not delivered: RACK.
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(6))]);
+    g.push(true, seq(6), sisn + 1, MSS, false);
+    g.push(true, seq(7), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(8), 0, false);
+    assert_eq!(violations(&g), Vec::<String>::new());
+}
