@@ -1357,11 +1357,15 @@ impl Classify<'_> {
         }
         // 3. RACK (RFC 8985 §6.2): a segment sent after this one's last
         //    transmission was delivered (SACKed or cumulatively ACKed).
+        //    A tie in time is broken by sequence (Linux's
+        //    tcp_rack_sent_after), so a segment above this one stamped
+        //    with the same time counts as sent after it: a capture with
+        //    microsecond timestamps makes such ties.
         let rack_signal = self
             .segs
             .range(self.seg.end..)
             .take_while(|(&k, _)| seq_lt(k, self.next_new))
-            .filter(|(_, s)| s.last_tx_ts > since)
+            .filter(|(_, s)| s.last_tx_ts >= since)
             .filter_map(|(_, s)| {
                 s.sacked_ts
                     .filter(|t| *t >= since && *t <= cut)
@@ -1389,7 +1393,7 @@ impl Classify<'_> {
                         && self
                             .segs
                             .range(self.seg.end..a.ack)
-                            .any(|(_, s)| s.last_tx_ts > since && seq_le(s.end, a.ack));
+                            .any(|(_, s)| s.last_tx_ts >= since && seq_le(s.end, a.ack));
                     let below = || {
                         self.resent.iter().rev().any(|&(rel, end, t)| {
                             t > since

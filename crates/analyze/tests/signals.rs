@@ -151,3 +151,26 @@ fn a_sacked_repair_marks_data_sent_before_it_lost() {
     g.push(false, sisn + 1, seq(8), 0, false);
     assert_eq!(violations(&g), Vec::<String>::new());
 }
+
+/// Two segments stamped with the same microsecond: RACK breaks the tie by
+/// sequence (RFC 8985 §6.2, Linux's tcp_rack_sent_after), so the higher
+/// one, once delivered, marks the lower one lost. A dumpcap at the
+/// receiver of a real transfer, written as pcap (microseconds), had the
+/// dropped segment and the one SACKed after it in the same microsecond,
+/// and the repair 22 us later was called unjustified.
+#[test]
+fn a_segment_stamped_with_the_same_microsecond_counts_as_sent_after() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    g.push(true, seq(0), sisn + 1, MSS, false);
+    g.push(true, seq(1), sisn + 1, MSS, false); // dropped after the capture
+    g.same_instant();
+    g.push(true, seq(3), sisn + 1, MSS, false);
+    g.push(true, seq(2), sisn + 1, MSS, false); // reordered behind 3
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(3), seq(4))]);
+    g.push(true, seq(1), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(4), 0, false);
+    assert_eq!(violations(&g), Vec::<String>::new());
+}

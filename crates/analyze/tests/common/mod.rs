@@ -99,6 +99,12 @@ impl TcpGen {
         )
     }
 
+    /// The next packet carries the last one's timestamp (a capture's
+    /// microsecond resolution makes such ties).
+    pub fn same_instant(&mut self) {
+        self.ts -= 10_000;
+    }
+
     /// Time passes.
     pub fn wait(&mut self, ns: u64) {
         self.ts += ns;
