@@ -81,6 +81,10 @@ pub struct Options {
     /// How long a sender may take to react to a loss signal on top of its
     /// side's round trip and RACK's reordering window.
     pub reaction_allowance_ns: u64,
+    /// A tick of the sender's kernel timers: 4ms at HZ=250, Debian's and
+    /// Ubuntu's default (1ms at HZ=1000). Linux arms RACK's reordering
+    /// timer at least two ticks out (see `RACK_TIMER_TICKS`).
+    pub jiffy_ns: u64,
     /// The sender uses tail loss probes (Linux: `net.ipv4.tcp_early_retrans`
     /// 3 or 4, the default; 0-2 turn TLP off).
     pub tlp: bool,
@@ -123,6 +127,7 @@ impl Default for Options {
             min_rto_ns: 200_000_000,
             ack_allowance_ns: 1_000_000,
             reaction_allowance_ns: 1_000_000,
+            jiffy_ns: 4_000_000,
             tlp: true,
             roce_slow_path_ns: Some(150_000),
             roce_timing_slack_ns: 1_000,

@@ -11,6 +11,15 @@ use crate::{fmt_duration, Analyzer, Finding, Input, Reason};
 
 pub struct LossRecovery;
 
+/// How many timer ticks RACK's reordering timer may add to a SACK-based
+/// loss (RFC 8985 §6.3). Once the sender has seen reordering, RACK waits
+/// RACK.rtt + reo_wnd after the segment was sent, and Linux arms the timer
+/// for that, rounded up to a tick, plus two ticks (tcp_rack_mark_lost:
+/// usecs_to_jiffies(timeout) + TCP_TIMEOUT_MIN); the timer wheel may fire
+/// it a tick later still. A tcpdump of Linux on veth (HZ=1000, where
+/// reordering is common) saw such losses resent 2.0-2.5ms after the SACK.
+const RACK_TIMER_TICKS: u64 = 4;
+
 const A: &str = "loss-recovery";
 
 impl Analyzer for LossRecovery {
@@ -196,13 +205,22 @@ impl Analyzer for LossRecovery {
                 }
                 // A loss signal is acted on within the sender's side of the
                 // round trip, RACK's reordering window (at most an RTT,
-                // RFC 8985 §6.2) and an allowance. Only the first
-                // retransmission after the signal: later ones wait for the
-                // congestion window (RFC 6937 PRR).
+                // RFC 8985 §6.2) and an allowance. A SACK-based loss waits
+                // for RACK's reordering timer when the sender has seen
+                // reordering, and Linux arms it in whole ticks
+                // (`RACK_TIMER_TICKS`). Only the first retransmission
+                // after the signal: later ones wait for the congestion
+                // window (RFC 6937 PRR).
                 if let (Some(trig), Some(tts)) = (r.trigger, r.trigger_ts_ns) {
                     let max_rtt = c.rtt.max().unwrap_or(0);
-                    let allowed =
-                        2 * send_rtt + max_rtt.max(recv_rtt) + input.opts.reaction_allowance_ns;
+                    let timer = match r.reason {
+                        Reason::Sack | Reason::Rack => RACK_TIMER_TICKS * input.opts.jiffy_ns,
+                        _ => 0,
+                    };
+                    let allowed = 2 * send_rtt
+                        + max_rtt.max(recv_rtt)
+                        + timer
+                        + input.opts.reaction_allowance_ns;
                     let took = r.ts_ns.saturating_sub(tts);
                     if prev_rtx_ts < tts && took > allowed {
                         out.push(
