@@ -1227,8 +1227,8 @@ struct Classify<'a> {
     last_data_ts: u64,
     tlp_out: bool,
     rto_recovery: Option<(u32, u64)>,
-    /// Recent retransmissions: (first byte, end, time), oldest first.
-    resent: &'a std::collections::VecDeque<(u32, u32, u64)>,
+    /// Recent retransmissions, oldest first.
+    resent: &'a std::collections::VecDeque<sender::Resent>,
 }
 
 impl Classify<'_> {
@@ -1249,29 +1249,29 @@ impl Classify<'_> {
             .copied()
     }
 
-    /// SACKs, passed in `since..=cut`, of repairs below this segment sent
-    /// after `since`. RACK goes by send time, not sequence (RFC 8985
-    /// §6.2): with two holes, the repair of the upper one can be SACKed
-    /// while the lower one holds the cumulative ACK back, and Linux takes
-    /// that SACK as the repair's delivery (tcp_rack_advance) and marks
-    /// lost what was sent before the repair. Which transmission the SACK
-    /// was for is ambiguous on the wire; the sender may have read it as
-    /// the repair's, so it counts as a signal.
+    /// SACKs, passed in `since..=cut`, of repairs sent after `since`.
+    /// RACK goes by send time, not sequence (RFC 8985 §6.2): with two
+    /// holes, the repair of the upper one can be SACKed while the lower one
+    /// holds the cumulative ACK back, and Linux takes that SACK as the
+    /// repair's delivery (tcp_rack_advance) and marks lost what was sent
+    /// before the repair. Which transmission the SACK was for is ambiguous
+    /// on the wire; the sender may have read it as the repair's, so it
+    /// counts as a signal. The repaired bytes may never have been seen sent
+    /// (a receiver-side capture with reordering ahead of it), so the
+    /// retransmissions keep their own SACK (`sender::Resent`).
     fn sacked_repairs(&self, since: u64, cut: u64) -> impl Iterator<Item = AckEv> + '_ {
         self.resent
             .iter()
-            .filter(move |&&(rel, _, t)| t > since && seq_lt(rel, self.start))
-            .flat_map(move |&(rel, end, _)| {
-                self.segs.range(rel..end).filter_map(move |(_, s)| {
-                    s.sacked_ts
-                        .filter(|t| *t >= since && *t <= cut)
-                        .map(|t| AckEv {
-                            at: s.sack_at.expect("a SACKed segment has its SACK"),
-                            ts: t,
-                            ack: 0,
-                            dup: false,
-                        })
-                })
+            .filter(move |e| e.ts > since && e.rel != self.start)
+            .filter_map(move |e| {
+                e.sacked
+                    .filter(|(t, _)| *t >= since && *t <= cut)
+                    .map(|(ts, at)| AckEv {
+                        at,
+                        ts,
+                        ack: 0,
+                        dup: false,
+                    })
             })
     }
 
@@ -1395,11 +1395,11 @@ impl Classify<'_> {
                             .range(self.seg.end..a.ack)
                             .any(|(_, s)| s.last_tx_ts >= since && seq_le(s.end, a.ack));
                     let below = || {
-                        self.resent.iter().rev().any(|&(rel, end, t)| {
-                            t > since
-                                && t <= a.ts + slack
-                                && seq_lt(rel, self.start)
-                                && seq_le(end, a.ack)
+                        self.resent.iter().rev().any(|e| {
+                            e.ts > since
+                                && e.ts <= a.ts + slack
+                                && seq_lt(e.rel, self.start)
+                                && seq_le(e.end, a.ack)
                         })
                     };
                     (above || below()).then_some(**a)

@@ -206,3 +206,55 @@ fn a_repair_after_racks_reordering_timer_is_not_late() {
 fn a_repair_long_after_the_timer_is_late() {
     assert_eq!(repaired_after_a_sack(50_000_000), ["late-retransmission"]);
 }
+
+/// At the receiver, with reordering ahead of the capture point: segments 2
+/// to 4 pass it only after 5, so they are bytes never seen first-sent (and
+/// the receiver, short of memory, drops them). Their repairs, sent after
+/// the first repair of segment 1, are SACKed while 1 is still missing:
+/// RACK marks that repair lost too. Seen in a dumpcap at the receiver of
+/// a real transfer, where five retransmissions were called unjustified.
+#[test]
+fn sacked_repairs_of_bytes_never_seen_sent_mark_earlier_data_lost() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    g.push(true, seq(0), sisn + 1, MSS, false);
+    g.push(true, seq(1), sisn + 1, MSS, false); // dropped after the capture
+    g.push(true, seq(5), sisn + 1, MSS, false); // ahead of 2-4
+    for k in 2..5 {
+        g.push(true, seq(k), sisn + 1, MSS, false); // dropped by the receiver
+    }
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(5), seq(6))]);
+    g.push(true, seq(1), sisn + 1, MSS, false); // RACK: 5 delivered
+    g.push(true, seq(6), sisn + 1, MSS, false);
+    for k in 2..5 {
+        g.push(true, seq(k), sisn + 1, MSS, false); // RACK: 5 delivered
+    }
+    // The repairs of 2-4 are SACKed, 1's is not: RACK marks it lost again.
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(6))]);
+    g.push(true, seq(1), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(7), 0, false);
+    assert_eq!(violations(&g), Vec::<String>::new());
+}
+
+/// The capture missed the segment above all it saw sent (tcpdump dropped
+/// it, or a frame was deleted); the receiver SACKs it, and RACK marks the
+/// segment below lost. The missing transmission came after every one the
+/// capture saw: the SACK is a RACK signal, not a retransmission without
+/// one. Seen in the deleted-frame capture of a real transfer.
+#[test]
+fn a_sack_of_data_the_capture_never_saw_sent_is_a_signal() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    for k in 0..3 {
+        g.push(true, seq(k), sisn + 1, MSS, false);
+    }
+    // Segment 3 went out; the capture lost it. 2 was dropped after it.
+    g.push_sacked(false, sisn + 1, seq(2), 0, false, &[(seq(3), seq(4))]);
+    g.push(true, seq(2), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(4), 0, false);
+    assert_eq!(violations(&g), Vec::<String>::new());
+}

@@ -284,8 +284,9 @@ fn healthy(c: &Capture, agreement: &mut tshark::Agreement) -> Value {
         .collect();
     assert!(
         code == 0 && findings.is_empty(),
-        "{}: exit {code}, violations on healthy Linux TCP: {findings:#?}",
-        c.what
+        "{}: exit {code}, violations on healthy Linux TCP: {findings:#?}\n{}",
+        c.what,
+        around_first_violation(&c.path, &findings)
     );
     assert_eq!(
         r["packets"].as_u64().unwrap(),
@@ -296,6 +297,58 @@ fn healthy(c: &Capture, agreement: &mut tshark::Agreement) -> Value {
     let opts = wirelab_analyze::Options::for_hosts(std::iter::empty(), None);
     tshark::compare(&c.path, opts, agreement).expect("tshark (make deps installs it)");
     r
+}
+
+/// The frames before and just after the first violation's evidence, as
+/// tshark decodes them: a CI machine keeps no capture, so the failure
+/// message carries what is needed to tell the analyzer's error from the
+/// stack's.
+fn around_first_violation(path: &Path, analyzers: &[&Value]) -> String {
+    let Some(frame) = analyzers
+        .iter()
+        .flat_map(|a| a["findings"].as_array().into_iter().flatten())
+        .filter(|f| f["kind"] == "violation")
+        .flat_map(|f| f["evidence"].as_array().into_iter().flatten())
+        .filter_map(|e| e["frame"].as_u64())
+        .max()
+    else {
+        return String::new();
+    };
+    let filter = format!(
+        "frame.number >= {} && frame.number <= {}",
+        frame.saturating_sub(30),
+        frame + 5
+    );
+    let o = Command::new("tshark")
+        .args(["-r", path.to_str().unwrap(), "-Y", &filter, "-T", "fields"])
+        .args([
+            "-e",
+            "frame.number",
+            "-e",
+            "frame.time_relative",
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.id",
+            "-e",
+            "tcp.seq",
+            "-e",
+            "tcp.nxtseq",
+            "-e",
+            "tcp.ack",
+            "-e",
+            "tcp.options.sack_le",
+            "-e",
+            "tcp.options.sack_re",
+        ])
+        .output();
+    match o {
+        Ok(o) => format!(
+            "frames around it (number, time, source, IP-ID, seq, next seq, ack, SACK left, SACK right):\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        ),
+        Err(e) => format!("(tshark: {e})"),
+    }
 }
 
 fn connections(r: &Value) -> &Vec<Value> {

@@ -49,8 +49,20 @@ pub(crate) struct Sender {
     acks_disorder: (usize, usize),
     /// First transmissions below this (relative) were forgotten (`KEEP`).
     forgotten_below: Option<u32>,
-    /// The last `RESENT` retransmissions: (first byte, end, time).
-    resent: VecDeque<(u32, u32, u64)>,
+    /// The last `RESENT` retransmissions.
+    resent: VecDeque<Resent>,
+}
+
+/// A recent retransmission (`RESENT`): bytes `rel..end` sent again at
+/// `ts`, and the SACK that first covered them after that, (time, frame).
+/// Kept apart from the segments because the bytes may never have been
+/// seen sent (reordered ahead of the capture point), and then have none.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resent {
+    pub(crate) rel: u32,
+    pub(crate) end: u32,
+    pub(crate) ts: u64,
+    pub(crate) sacked: Option<(u64, Evidence)>,
 }
 
 /// How many recent retransmissions a connection remembers as RACK signals
@@ -293,6 +305,31 @@ impl Sender {
             for rtt in samples {
                 self.rtt_sample(out, rtt);
             }
+            for e in self.resent.iter_mut().filter(|e| e.sacked.is_none()) {
+                if seq_le(l, e.rel) && seq_le(e.end, r) {
+                    e.sacked = Some((ts, at));
+                }
+            }
+            // SACKed bytes above all data seen sent: the capture missed
+            // their transmission, which came after every one it saw (new
+            // data goes out in sequence order) and before this SACK. They
+            // are remembered as a repair sent at the latest time it can
+            // have been: a RACK signal for what was seen sent before it,
+            // so the capture's own loss is never read as the sender's
+            // fault (the receiver's side reports the gap).
+            if seq_lt(self.next_new, r) {
+                let from = if seq_lt(self.next_new, l) {
+                    l
+                } else {
+                    self.next_new
+                };
+                self.push_resent(Resent {
+                    rel: from,
+                    end: r,
+                    ts,
+                    sacked: Some((ts, at)),
+                });
+            }
         }
     }
 
@@ -459,10 +496,19 @@ impl Sender {
     /// Bytes `rel..end` sent again at `ts` (remembered as a RACK signal for
     /// data sent before them, `Classify`).
     pub(crate) fn remember_resend(&mut self, rel: u32, end: u32, ts: u64) {
+        self.push_resent(Resent {
+            rel,
+            end,
+            ts,
+            sacked: None,
+        });
+    }
+
+    fn push_resent(&mut self, e: Resent) {
         if self.resent.len() == RESENT {
             self.resent.pop_front();
         }
-        self.resent.push_back((rel, end, ts));
+        self.resent.push_back(e);
     }
 
     /// A data packet left at `ts` (the tail-loss probe's clock).
