@@ -8,6 +8,7 @@ mod bench;
 mod bench_analyze;
 mod bench_eswitch;
 mod bench_fuzz;
+mod bench_record;
 mod bench_roce;
 mod bench_runs;
 mod bench_stages;
@@ -183,6 +184,16 @@ enum BenchCmd {
         /// the same tables and traffic, cost per packet against masks.
         #[arg(long)]
         duts: bool,
+    },
+    /// DETER's overheads: bytes recorded per packet against tcpdump -s 96
+    /// (raw and zstd -19), and the recorder's kernel time against the
+    /// machine's CPU time, on an iperf3 transfer with drops.
+    Record {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Megabytes per transfer.
+        #[arg(long, default_value_t = 64)]
+        megabytes: u32,
     },
     /// Each stage's cost in the kernel alone (BPF_PROG_TEST_RUN): precise,
     /// for comparing the pipeline's levers.
@@ -532,6 +543,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         } => bench_eswitch::run(rounds)?,
         BenchCmd::Eswitch { rounds, duts: true } => bench_eswitch::duts(abort, rounds)?,
         BenchCmd::Capture => bench::capture(abort)?,
+        BenchCmd::Record { rounds, megabytes } => bench_record::run(abort, rounds, megabytes)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,

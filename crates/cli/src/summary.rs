@@ -154,6 +154,23 @@ fn print_switch(s: &Summary) {
             }
         );
     }
+    if let Some(r) = &s.record {
+        println!(
+            "  record     {} records ({} bytes) in {}/{}{}",
+            r.records,
+            r.bytes,
+            s.results,
+            r.folder,
+            if r.incomplete > 0 {
+                format!(
+                    "; {} events or connections did not fit: incomplete",
+                    r.incomplete
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(o) = &s.ovs {
         println!(
             "  ovs        {} packets: {} EMC hits, {} megaflow hits at {:.2} subtable lookups each, {} upcalls; {} megaflows in {} masks, {} OpenFlow rules; ovs-vswitchd {:.0} ns CPU per packet beyond idle",

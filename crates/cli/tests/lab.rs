@@ -2126,3 +2126,57 @@ fn bump_runs_inline_between_existing_interfaces_and_leaves_them_as_found() {
     assert!(said.contains("detached a killed bump from"), "{said}");
     assert!(!lab.bump_attached() && !lab.clsact_left(), "{said}");
 }
+
+/// `record:` in a spec (issue 21): both hosts recorded by the run engine.
+/// The switch drops the 5th data packet and its fast retransmission; the
+/// responder's record finds exactly those two from the requester's IP-ID
+/// gaps, and the requester's holds its retransmissions, the timeout that
+/// recovered the second loss (the move to Loss), and its socket calls.
+#[test]
+fn a_recorded_run_keeps_each_hosts_view_of_its_connection() {
+    let Some((_g, out)) = lab_test() else { return };
+    let spec = repo().join("specs/deter/record-a-drop-twice-and-its-timeout.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let rec = &r.summary["record"];
+    assert!(rec["records"].as_u64() >= Some(2), "{rec}");
+    assert_eq!(rec["incomplete"], 0, "{rec}");
+    let dir = PathBuf::from(r.summary["results"].as_str().unwrap()).join("record");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flat_map(|h| std::fs::read_dir(h.unwrap().path()).unwrap())
+        .map(|f| f.unwrap().path())
+        .collect();
+    let mut args = vec!["record", "--json", "--read"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let o = wirelab(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let records: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let host_ns = |name: &str| -> String {
+        r.summary["hosts"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h["name"] == name))
+            .and_then(|h| h["namespace"].as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("host {name} in {}", r.summary["hosts"]))
+    };
+    let (req, resp) = (host_ns("requester"), host_ns("responder"));
+    let at = |ns: &str| -> &Value {
+        records
+            .iter()
+            .filter(|x| x["host"] == ns)
+            .max_by_key(|x| x["arrived"].as_u64().unwrap() + x["sent"].as_u64().unwrap())
+            .unwrap_or_else(|| panic!("a record at {ns}: {records:#?}"))
+    };
+    let (a, b) = (at(&req), at(&resp));
+    assert_eq!(b["lost"], 2, "the two drops, from IP-ID gaps: {b}");
+    assert_eq!(a["lost"], 0, "no ACK dropped: {a}");
+    assert!(a["retransmits"].as_u64() >= Some(2), "{a}");
+    assert!(a["timeouts"].as_u64() >= Some(1), "the second loss: {a}");
+    assert!(a["bytes_sent"].as_u64() >= Some(14480), "{a}");
+    assert!(b["bytes_received"].as_u64() >= Some(14480), "{b}");
+    assert_nothing_left("after a recorded run");
+}

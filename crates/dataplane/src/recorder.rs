@@ -5,6 +5,8 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use std::os::fd::AsFd;
+
 use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags};
 
 use crate::object;
@@ -313,6 +315,21 @@ impl Recorder {
     /// Forgets a connection (its record was written).
     pub fn forget(&self, key: &RecKey) {
         let _ = self.maps.rec_conns.delete(bytes_of(&key.raw()));
+    }
+
+    /// Runs of the recorder's programs and the kernel time spent in them
+    /// (ns; counted only while `RunTimeStats` is held).
+    pub fn kernel_time(&self) -> (u64, u64) {
+        let ids: Vec<u32> = PROGS
+            .iter()
+            .chain(PROBES.iter())
+            .filter_map(|n| {
+                libbpf_rs::Program::id_from_fd(object::program(&self.obj, n).as_fd()).ok()
+            })
+            .collect();
+        libbpf_rs::query::ProgInfoIter::default()
+            .filter(|p| ids.contains(&p.id))
+            .fold((0, 0), |(r, t), p| (r + p.run_cnt, t + p.run_time_ns))
     }
 
     /// Connections not followed because the map was full.

@@ -3,15 +3,15 @@
 //! engine knows none of them by name; `for_plan` picks the ones a plan
 //! uses.
 //!
-//! | hook | when | events | vAQM | QCN reaction points | flow tables | OVS as the DUT (`ovs.rs`) |
-//! |---|---|---|---|---|---|---|
-//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — | the stage | the DUT links |
-//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders | daemons, bridge, OpenFlow rules |
-//! | `start` | just before the workload | — | the truth ring's drain | the limiters | — | its statistics cleared |
-//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — | — |
-//! | `during` | while the workload runs, a thread each | — | — | — | the optimiser's control loop | — |
-//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — | statistics and dumps, daemons stopped |
-//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask | what OVS reported |
+//! | hook | when | events | vAQM | QCN reaction points | flow tables | OVS as the DUT (`ovs.rs`) | DETER's recording (`record.rs`) |
+//! |---|---|---|---|---|---|---|---|
+//! | `configure` | before the switch loads | — | the stage, truth probes, a linked discipline | — | the stage | the DUT links | — |
+//! | `arm` | switch loaded, not attached | — | queues, classification, qdisc watches | — | masks, entries, orders | daemons, bridge, OpenFlow rules | — |
+//! | `start` | just before the workload | — | the truth ring's drain | the limiters | — | its statistics cleared | recorders on every host |
+//! | `connected` | runtime metadata known (Lumina §3.3) | events armed at logical packets | — | — | — | — | — |
+//! | `during` | while the workload runs, a thread each | — | — | — | the optimiser's control loop | — | records of idle connections written |
+//! | `collect` | workload over | — | the ground truth into the facts | rate changes into the facts | — | statistics and dumps, daemons stopped | every record written, recorders gone |
+//! | `summarize` | analysis done | hits with their evidence | each queue as the switch left it | what each point did | masks searched, per mask | what OVS reported | records written |
 
 use std::sync::atomic::AtomicBool;
 
@@ -95,6 +95,9 @@ pub fn for_plan(plan: &Plan, extension: bool) -> Vec<Box<dyn Capability>> {
     }
     if !plan.reaction_points.is_empty() {
         caps.push(Box::new(ReactionPoints::default()));
+    }
+    if let Some(r) = &plan.record {
+        caps.push(Box::new(crate::record::Recording::new(r)));
     }
     match plan.flowtables.as_ref().map(|f| f.dut) {
         Some(wirelab_spec::flowtables::Dut::Eswitch) => caps.push(Box::new(FlowTables::default())),

@@ -255,6 +255,7 @@ impl Run<'_> {
             reaction_points: Vec::new(),
             flowtables: None,
             ovs: None,
+            record: None,
             switch_kernel: None,
             error: None,
         })

@@ -112,6 +112,15 @@ impl HostRecorder {
         Ok((self.files, self.bytes, lost))
     }
 
+    /// The recorders' programs: runs and kernel time (ns), over all hosts
+    /// (counted only while the kernel's BPF run-time statistics are on).
+    pub fn kernel_time(&self) -> (u64, u64) {
+        self.hosts
+            .iter()
+            .map(|h| h.rec.kernel_time())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
     /// Connections followed now, over all hosts.
     pub fn open(&self) -> usize {
         self.hosts.iter().map(|h| h.rec.conns().len()).sum()
@@ -258,4 +267,114 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<u64, Error> {
         .map_err(|e| e.error)
         .during(format!("writing {name}"))?;
     Ok(bytes.len() as u64)
+}
+
+/// What a run's recording wrote (`summary.json` `record`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RecordSummary {
+    /// The folder, relative to the results folder.
+    pub folder: String,
+    pub records: usize,
+    pub bytes: u64,
+    /// Events or connections the recorders had no room for: records
+    /// incomplete or missing.
+    pub incomplete: u64,
+}
+
+/// `record:` as a capability of the run engine: recorders on every host
+/// from just before the workload's first packet, records of idle connections written
+/// while the workload runs, the rest once it is over.
+pub struct Recording {
+    opts: wirelab_spec::record::Record,
+    rec: Option<HostRecorder>,
+    summary: Option<RecordSummary>,
+}
+
+impl Recording {
+    pub fn new(opts: &wirelab_spec::record::Record) -> Recording {
+        Recording {
+            opts: opts.clone(),
+            rec: None,
+            summary: None,
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC, the recorders' clock (bpf_ktime_get_ns).
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl crate::capability::Capability for Recording {
+    fn name(&self) -> &'static str {
+        "record"
+    }
+
+    fn start(
+        &mut self,
+        cx: &crate::capability::Cx,
+        _stop: &wirelab_workload::Stop,
+    ) -> Result<(), Error> {
+        // A benchmark's run keeps no files, so it records nothing.
+        let Some(results) = cx.results else {
+            return Ok(());
+        };
+        let hosts: Vec<String> = cx.plan.hosts.iter().map(|h| h.ns.clone()).collect();
+        let opts = RecordOptions {
+            out: results.join("record"),
+            th_ns: self.opts.th.0,
+            idle_ns: self.opts.idle.0,
+        };
+        self.rec = Some(HostRecorder::start(&hosts, opts)?);
+        Ok(())
+    }
+
+    fn acts_during(&self) -> bool {
+        true
+    }
+
+    fn during(
+        &mut self,
+        _cx: &crate::capability::Cx,
+        done: &std::sync::atomic::AtomicBool,
+    ) -> Result<(), Error> {
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if let Some(r) = &mut self.rec {
+                r.poll(monotonic_ns())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn collect(
+        &mut self,
+        _cx: &crate::capability::Cx,
+        _facts: &mut wirelab_analyze::RunFacts,
+        _log: &mut String,
+    ) -> Result<(), Error> {
+        if let Some(r) = self.rec.take() {
+            let (records, bytes, incomplete) = r.stop()?;
+            self.summary = Some(RecordSummary {
+                folder: "record".into(),
+                records,
+                bytes,
+                incomplete,
+            });
+        }
+        Ok(())
+    }
+
+    fn summarize(
+        &mut self,
+        _cx: &crate::capability::Cx,
+        _meta: &[wirelab_workload::ConnMeta],
+        _analysis: &wirelab_analyze::report::Report,
+        summary: &mut crate::summary::Summary,
+    ) -> Result<(), Error> {
+        summary.record = self.summary.take();
+        Ok(())
+    }
 }

@@ -91,6 +91,9 @@ pub struct Summary {
     /// Open vSwitch as the flow tables' device (`flowtables.dut: ovs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ovs: Option<crate::ovs::OvsSummary>,
+    /// DETER's recording (`record:`): what was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<crate::record::RecordSummary>,
     /// The switch program's kernel-measured cost over the run, when the
     /// kernel counted it (BPF_ENABLE_STATS held by the caller: benchmarks).
     #[serde(skip_serializing_if = "Option::is_none")]

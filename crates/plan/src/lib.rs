@@ -76,6 +76,9 @@ pub struct Plan {
     /// The eSwitch's flow tables (ScalaCN), when the spec has them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flowtables: Option<EsPlan>,
+    /// DETER's recording of every host (`record:`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<wirelab_spec::record::Record>,
 }
 
 /// The eSwitch's tables: table -> masks in search order.
@@ -598,6 +601,7 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
         vaqm_extension: spec.vaqm.as_ref().and_then(|v| v.extension.clone()),
         reaction_points,
         flowtables: spec.flowtables.as_ref().map(|f| flowtables(f, &hosts)),
+        record: spec.record.clone(),
         hosts,
     })
 }

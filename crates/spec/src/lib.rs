@@ -10,6 +10,7 @@ mod expect;
 pub mod findings;
 pub mod flowtables;
 mod lines;
+pub mod record;
 pub mod roce;
 mod topology;
 mod traffic;
@@ -159,6 +160,9 @@ pub struct Spec {
     pub flowtables: Option<flowtables::FlowTables>,
     #[serde(default)]
     pub capture: Capture,
+    /// DETER's recording of every host: one record per TCP connection.
+    #[serde(default)]
+    pub record: Option<record::Record>,
     /// The analyzers to run after the run (all of them when absent).
     #[serde(default)]
     pub analyzers: Option<Vec<AnalyzerName>>,
@@ -446,5 +450,6 @@ fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
     let groups = traffic::validate(s, &hosts)?;
     events::validate(s, &groups)?;
     capture::validate(s)?;
+    record::validate(s)?;
     expect::validate(s, &hosts, groups.len() as u32, catalog)
 }

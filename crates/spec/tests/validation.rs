@@ -516,6 +516,16 @@ fn each_rejection_names_path_and_line() {
             "capture.ring_size: must be a power of two between 4KiB and 1GiB, got 5000B (line 11)",
         ),
         (
+            "record bound",
+            with("record:\n  th: 20ms\n"),
+            "record.th: must be between 1ns and 10ms, got 20ms (line 11)",
+        ),
+        (
+            "record idle",
+            with("record: {idle: 1ms}\n"),
+            "record.idle: must be between 10ms and 1h, got 1ms (line 10)",
+        ),
+        (
             "expectation without claim",
             with("expect:\n  - connection: 1\n"),
             "expect[0]: needs exactly one claim: retransmitted/recovery, ce_echoed, messages_completed, counter or finding (line 11)",

@@ -1,0 +1,354 @@
+//! `wirelab bench record`: DETER's overheads (seed 004 §5.1-5.2) measured
+//! on this machine, on a transfer with drops:
+//!
+//! - bytes recorded per packet, against tcpdump's headers-only capture
+//!   (`-s 96`) of the same traffic at the same hosts, raw and compressed
+//!   with zstd -19 (DETER's goal: 2.1-3.1% of the compressed pcap);
+//! - the recorder programs' kernel time (BPF run-time statistics) against
+//!   all the CPU time the machine spent during the transfer (/proc/stat),
+//!   as DETER put its extra CPU time against the stack's own
+//!   (0.094-1.49%).
+//!
+//! Hosts A and B on either side of a router R whose nftables rule drops
+//! every 40th data packet; iperf3 sends `megabytes` from A to B with CUBIC,
+//! three times a round (`round`), `rounds` rounds. Medians are printed,
+//! with every round's figures.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+
+/// Every process stops by itself after this long.
+const BOUND_S: &str = "120";
+
+fn sh(prog: &str, args: &[&str]) -> Result<String> {
+    let o = Command::new(prog)
+        .args(args)
+        .output()
+        .with_context(|| format!("{prog} (make deps installs it)"))?;
+    ensure!(
+        o.status.success(),
+        "{prog} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// A, R, B with the lossy rule in R; removed on drop.
+struct Path3 {
+    _ns: wirelab_netns::Namespaces,
+    a: String,
+    b: String,
+}
+
+fn path3(dir: &Path) -> Result<Path3> {
+    let pid = std::process::id();
+    let (a, r, b) = (
+        format!("wl-brec{pid}a"),
+        format!("wl-brec{pid}r"),
+        format!("wl-brec{pid}b"),
+    );
+    let ns = wirelab_netns::Namespaces::new(
+        &format!("bench-record-{pid}"),
+        &[a.clone(), r.clone(), b.clone()],
+    )?;
+    let ip = |args: &[&str]| sh("ip", args).map(|_| ());
+    ip(&[
+        "link", "add", "name", "va", "netns", &a, "type", "veth", "peer", "name", "ra", "netns", &r,
+    ])?;
+    ip(&[
+        "link", "add", "name", "vb", "netns", &b, "type", "veth", "peer", "name", "rb", "netns", &r,
+    ])?;
+    ip(&["-n", &a, "addr", "add", "10.79.1.2/24", "dev", "va"])?;
+    ip(&["-n", &r, "addr", "add", "10.79.1.1/24", "dev", "ra"])?;
+    ip(&["-n", &r, "addr", "add", "10.79.2.1/24", "dev", "rb"])?;
+    ip(&["-n", &b, "addr", "add", "10.79.2.2/24", "dev", "vb"])?;
+    for (n, devs) in [
+        (&a, &["va"][..]),
+        (&r, &["ra", "rb"][..]),
+        (&b, &["vb"][..]),
+    ] {
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+        for dev in devs {
+            ip(&["-n", n, "link", "set", dev, "up"])?;
+            sh(
+                "ip",
+                &[
+                    "netns", "exec", n, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro",
+                    "off",
+                ],
+            )?;
+        }
+    }
+    ip(&["-n", &a, "route", "add", "default", "via", "10.79.1.1"])?;
+    ip(&["-n", &b, "route", "add", "default", "via", "10.79.2.1"])?;
+    sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &r,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ip_forward=1",
+        ],
+    )?;
+    let rules =
+        "table inet lossy {\n chain forwarded {\n  type filter hook forward priority 0;\n  \
+                 tcp dport 5201 meta length > 200 numgen inc mod 40 == 0 drop\n }\n}\n";
+    let f = dir.join("lossy.nft");
+    std::fs::write(&f, rules)?;
+    sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &r,
+            "nft",
+            "-f",
+            f.to_str().context("a UTF-8 path")?,
+        ],
+    )?;
+    Ok(Path3 { _ns: ns, a, b })
+}
+
+/// The machine's CPU time so far (ns): /proc/stat's first line, every
+/// state but idle and iowait, in USER_HZ ticks.
+fn cpu_busy_ns() -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("/proc/stat is empty")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    ensure!(f.len() >= 7, "/proc/stat: {line}");
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) } as u64;
+    Ok(busy * 1_000_000_000 / hz.max(1))
+}
+
+/// iperf3 from A to B, `mb` megabytes.
+fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
+    let log = dir.join("iperf3-server.log");
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &p.b,
+            "timeout",
+            BOUND_S,
+            "iperf3",
+            "-s",
+            "-1",
+            "-B",
+            "10.79.2.2",
+            "--forceflush",
+        ])
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(Stdio::null())
+        .spawn()?;
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)?.contains("Server listening") {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = server.kill();
+            bail!("iperf3's server did not start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let n = format!("{mb}M");
+    let r = sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &p.a,
+            "timeout",
+            BOUND_S,
+            "iperf3",
+            "-c",
+            "10.79.2.2",
+            "-n",
+            &n,
+            "-C",
+            "cubic",
+        ],
+    );
+    let _ = server.wait();
+    r.map(|_| ())
+}
+
+struct Round {
+    packets: u64,
+    records: u64,
+    pcap: u64,
+    pcap_zstd: u64,
+    kernel_ns: u64,
+    runs: u64,
+    cpu_ns: u64,
+    cpu_base_ns: u64,
+}
+
+fn recorder(p: &Path3, out: std::path::PathBuf) -> Result<wirelab_lab::record::HostRecorder> {
+    let opts = wirelab_lab::record::RecordOptions {
+        out,
+        th_ns: wirelab_deter::sample::DEFAULT_TH_NS,
+        idle_ns: 2_000_000_000,
+    };
+    Ok(wirelab_lab::record::HostRecorder::start(
+        &[p.a.clone(), p.b.clone()],
+        opts,
+    )?)
+}
+
+/// tcpdump -s 96 on A's and B's interfaces until `f` returns; the files'
+/// sizes raw and compressed with zstd -19, and their packets.
+fn captured(p: &Path3, dir: &Path, f: impl FnOnce() -> Result<()>) -> Result<(u64, u64, u64)> {
+    let mut dumps = Vec::new();
+    for (ns, dev) in [(&p.a, "va"), (&p.b, "vb")] {
+        let file = dir.join(format!("{dev}.pcap"));
+        let log = dir.join(format!("{dev}.log"));
+        let c = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "timeout", "-s", "INT", BOUND_S, "tcpdump", "-n", "-s", "96",
+                "-i", dev, "-w",
+            ])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        dumps.push((c, file));
+        let t0 = std::time::Instant::now();
+        while !std::fs::read_to_string(&log)?.contains("listening on") {
+            ensure!(
+                t0.elapsed() < Duration::from_secs(10),
+                "tcpdump did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let done = f();
+    // tcpdump writes in blocks, flushed at the latest after 1 s.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (mut raw, mut zst, mut packets) = (0, 0, 0);
+    for (mut c, file) in dumps {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let _ = c.wait();
+        if done.is_ok() {
+            let bytes = std::fs::read(&file)?;
+            raw += bytes.len() as u64;
+            zst += zstd::encode_all(&bytes[..], 19)?.len() as u64;
+            packets += wirelab_trace::read(&file)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .packets
+                .len() as u64;
+        }
+    }
+    done.map(|()| (raw, zst, packets))
+}
+
+/// Three transfers on one path: recorded and captured (the bytes),
+/// recorded alone (the recorder's share of the CPU time), and neither
+/// (the CPU time's baseline). tcpdump would add its own CPU time, so the
+/// CPU is measured without it.
+fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
+    let dir = tempfile::Builder::new()
+        .prefix("wirelab-bench-record")
+        .tempdir()?;
+    let p = path3(dir.path())?;
+    let rec = recorder(&p, dir.path().join("rec"))?;
+    let (pcap, pcap_zstd, packets) = captured(&p, dir.path(), || transfer(&p, mb, dir.path()))?;
+    let (_, records, _) = rec.stop()?;
+    ensure!(!abort.load(Ordering::SeqCst), "interrupted");
+
+    let rec = recorder(&p, dir.path().join("rec2"))?;
+    let cpu0 = cpu_busy_ns()?;
+    let (runs0, k0) = rec.kernel_time();
+    transfer(&p, mb, dir.path())?;
+    let (runs1, k1) = rec.kernel_time();
+    let cpu1 = cpu_busy_ns()?;
+    rec.stop()?;
+    ensure!(!abort.load(Ordering::SeqCst), "interrupted");
+
+    let base0 = cpu_busy_ns()?;
+    transfer(&p, mb, dir.path())?;
+    let base1 = cpu_busy_ns()?;
+    ensure!(!abort.load(Ordering::SeqCst), "interrupted");
+    Ok(Round {
+        packets,
+        records,
+        pcap,
+        pcap_zstd,
+        kernel_ns: k1 - k0,
+        runs: runs1 - runs0,
+        cpu_ns: cpu1.saturating_sub(cpu0),
+        cpu_base_ns: base1.saturating_sub(base0),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
+    let _stats = wirelab_dataplane::RunTimeStats::enable()?;
+    println!(
+        "wirelab bench record: iperf3 {megabytes} MB A -> B through a router dropping every 40th data packet; \
+         A and B recorded (th 5 us) and captured by tcpdump -s 96; {rounds} rounds"
+    );
+    let bar = indicatif::ProgressBar::new(rounds as u64);
+    let mut got = Vec::new();
+    for _ in 0..rounds.max(1) {
+        got.push(round(megabytes, abort)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    println!(
+        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>13}",
+        "packets",
+        "records B",
+        "B/packet",
+        "pcap B/p",
+        "zstd B/p",
+        "rec/zstd",
+        "ns/run",
+        "CPU share",
+        "CPU/baseline"
+    );
+    for r in &got {
+        let per = |b: u64| b as f64 / r.packets.max(1) as f64;
+        println!(
+            "{:>8} {:>10} {:>9.2} {:>9.1} {:>9.2} {:>8.1}% {:>8.0} {:>9.3}% {:>13.3}",
+            r.packets,
+            r.records,
+            per(r.records),
+            per(r.pcap),
+            per(r.pcap_zstd),
+            100.0 * r.records as f64 / r.pcap_zstd.max(1) as f64,
+            r.kernel_ns as f64 / r.runs.max(1) as f64,
+            100.0 * r.kernel_ns as f64 / r.cpu_ns.max(1) as f64,
+            r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64,
+        );
+    }
+    let m = |f: &dyn Fn(&Round) -> f64| median(got.iter().map(f).collect());
+    println!(
+        "median: records {:.1}% of the zstd -19 pcap (DETER: 2.1-3.1%), {:.2} bytes per packet; \
+         the recorder's kernel time {:.3}% of the machine's CPU time during the transfer (DETER: 0.094-1.49%), \
+         {:.0} ns per program run; the machine's CPU time recorded / not recorded {:.3} (noisy: \
+         the kernel time is the precise figure)",
+        m(&|r| 100.0 * r.records as f64 / r.pcap_zstd.max(1) as f64),
+        m(&|r| r.records as f64 / r.packets.max(1) as f64),
+        m(&|r| 100.0 * r.kernel_ns as f64 / r.cpu_ns.max(1) as f64),
+        m(&|r| r.kernel_ns as f64 / r.runs.max(1) as f64),
+        m(&|r| r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64),
+    );
+    Ok(())
+}
