@@ -258,3 +258,27 @@ fn a_sack_of_data_the_capture_never_saw_sent_is_a_signal() {
     g.push(false, sisn + 1, seq(4), 0, false);
     assert_eq!(violations(&g), Vec::<String>::new());
 }
+
+/// The receiver repeats the SACK of data the capture never saw sent until
+/// the sender moves on; only the first one stands for that transmission.
+/// A later repeat must not make it "sent" after a retransmission it came
+/// before: here segment 1's repair follows the repeat at once, with no
+/// new signal since its own transmission, and is still unjustified.
+#[test]
+fn a_repeated_sack_of_unseen_data_is_one_signal_not_many() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    for k in 0..2 {
+        g.push(true, seq(k), sisn + 1, MSS, false);
+    }
+    // Segment 2 went out unseen; the receiver SACKs it: 1 is lost.
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(3))]);
+    g.push(true, seq(1), sisn + 1, MSS, false);
+    // The same SACK again, then 1 resent once more with nothing new.
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(3))]);
+    g.push(true, seq(1), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(3), 0, false);
+    assert_eq!(violations(&g), ["unjustified-retransmission"]);
+}

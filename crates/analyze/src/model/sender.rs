@@ -316,19 +316,28 @@ impl Sender {
             // are remembered as a repair sent at the latest time it can
             // have been: a RACK signal for what was seen sent before it,
             // so the capture's own loss is never read as the sender's
-            // fault (the receiver's side reports the gap).
+            // fault (the receiver's side reports the gap). The receiver
+            // repeats the block until the sender moves on: only its first
+            // SACK counts (later ones would stretch "the latest time", and
+            // crowd real repairs out of `RESENT`).
             if seq_lt(self.next_new, r) {
                 let from = if seq_lt(self.next_new, l) {
                     l
                 } else {
                     self.next_new
                 };
-                self.push_resent(Resent {
-                    rel: from,
-                    end: r,
-                    ts,
-                    sacked: Some((ts, at)),
-                });
+                let known = self
+                    .resent
+                    .iter()
+                    .any(|e| e.sacked.is_some() && seq_le(e.rel, from) && seq_le(r, e.end));
+                if !known {
+                    self.push_resent(Resent {
+                        rel: from,
+                        end: r,
+                        ts,
+                        sacked: Some((ts, at)),
+                    });
+                }
             }
         }
     }
