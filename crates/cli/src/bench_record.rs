@@ -37,65 +37,12 @@ fn sh(prog: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-/// A, R, B with the lossy rule in R; removed on drop.
-struct Path3 {
-    _ns: wirelab_netns::Namespaces,
-    a: String,
-    b: String,
-}
+type Path3 = wirelab_netns::Routed;
 
+/// A, R, B (10.79.0.0/16) with the lossy rule in R; removed on drop.
 fn path3(dir: &Path) -> Result<Path3> {
-    let pid = std::process::id();
-    let (a, r, b) = (
-        format!("wl-brec{pid}a"),
-        format!("wl-brec{pid}r"),
-        format!("wl-brec{pid}b"),
-    );
-    let ns = wirelab_netns::Namespaces::new(
-        &format!("bench-record-{pid}"),
-        &[a.clone(), r.clone(), b.clone()],
-    )?;
-    let ip = |args: &[&str]| sh("ip", args).map(|_| ());
-    ip(&[
-        "link", "add", "name", "va", "netns", &a, "type", "veth", "peer", "name", "ra", "netns", &r,
-    ])?;
-    ip(&[
-        "link", "add", "name", "vb", "netns", &b, "type", "veth", "peer", "name", "rb", "netns", &r,
-    ])?;
-    ip(&["-n", &a, "addr", "add", "10.79.1.2/24", "dev", "va"])?;
-    ip(&["-n", &r, "addr", "add", "10.79.1.1/24", "dev", "ra"])?;
-    ip(&["-n", &r, "addr", "add", "10.79.2.1/24", "dev", "rb"])?;
-    ip(&["-n", &b, "addr", "add", "10.79.2.2/24", "dev", "vb"])?;
-    for (n, devs) in [
-        (&a, &["va"][..]),
-        (&r, &["ra", "rb"][..]),
-        (&b, &["vb"][..]),
-    ] {
-        ip(&["-n", n, "link", "set", "lo", "up"])?;
-        for dev in devs {
-            ip(&["-n", n, "link", "set", dev, "up"])?;
-            sh(
-                "ip",
-                &[
-                    "netns", "exec", n, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro",
-                    "off",
-                ],
-            )?;
-        }
-    }
-    ip(&["-n", &a, "route", "add", "default", "via", "10.79.1.1"])?;
-    ip(&["-n", &b, "route", "add", "default", "via", "10.79.2.1"])?;
-    sh(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &r,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-        ],
-    )?;
+    let p = Path3::new(&format!("brec{}", std::process::id()), 79)?;
+    let r = &p.r;
     let rules =
         "table inet lossy {\n chain forwarded {\n  type filter hook forward priority 0;\n  \
                  tcp dport 5201 meta length > 200 numgen inc mod 40 == 0 drop\n }\n}\n";
@@ -106,13 +53,13 @@ fn path3(dir: &Path) -> Result<Path3> {
         &[
             "netns",
             "exec",
-            &r,
+            r,
             "nft",
             "-f",
             f.to_str().context("a UTF-8 path")?,
         ],
     )?;
-    Ok(Path3 { _ns: ns, a, b })
+    Ok(p)
 }
 
 /// The machine's CPU time so far (ns): /proc/stat's first line, every
@@ -146,7 +93,7 @@ fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
             "-s",
             "-1",
             "-B",
-            "10.79.2.2",
+            &p.b_addr,
             "--forceflush",
         ])
         .stdout(std::fs::File::create(&log)?)
@@ -164,17 +111,7 @@ fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
     let r = sh(
         "ip",
         &[
-            "netns",
-            "exec",
-            &p.a,
-            "timeout",
-            BOUND_S,
-            "iperf3",
-            "-c",
-            "10.79.2.2",
-            "-n",
-            &n,
-            "-C",
+            "netns", "exec", &p.a, "timeout", BOUND_S, "iperf3", "-c", &p.b_addr, "-n", &n, "-C",
             "cubic",
         ],
     );

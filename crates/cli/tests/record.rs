@@ -71,69 +71,13 @@ fn wait_for(file: &Path, what: &str) {
     }
 }
 
-/// Hosts A and B on either side of router R; returns the namespaces (kept
-/// alive) and their names.
-struct Net {
-    _ns: wirelab_netns::Namespaces,
-    a: String,
-    r: String,
-    b: String,
-}
+type Net = wirelab_netns::Routed;
 
+/// Hosts A and B on either side of router R (10.78.0.0/16) whose nftables
+/// rule drops every 40th data packet it forwards.
 fn net(tag: &str, dir: &Path) -> Net {
-    let pid = std::process::id();
-    let (a, r, b) = (
-        format!("wl-rec{pid}{tag}a"),
-        format!("wl-rec{pid}{tag}r"),
-        format!("wl-rec{pid}{tag}b"),
-    );
-    let ns = wirelab_netns::Namespaces::new(
-        &format!("record-{pid}-{tag}"),
-        &[a.clone(), r.clone(), b.clone()],
-    )
-    .unwrap();
-    let ip = |args: &[&str]| tool("ip", args);
-    ip(&[
-        "link", "add", "name", "va", "netns", &a, "type", "veth", "peer", "name", "ra", "netns", &r,
-    ]);
-    ip(&[
-        "link", "add", "name", "vb", "netns", &b, "type", "veth", "peer", "name", "rb", "netns", &r,
-    ]);
-    ip(&["-n", &a, "addr", "add", "10.78.1.2/24", "dev", "va"]);
-    ip(&["-n", &r, "addr", "add", "10.78.1.1/24", "dev", "ra"]);
-    ip(&["-n", &r, "addr", "add", "10.78.2.1/24", "dev", "rb"]);
-    ip(&["-n", &b, "addr", "add", "10.78.2.2/24", "dev", "vb"]);
-    for (n, devs) in [
-        (&a, &["va"][..]),
-        (&r, &["ra", "rb"][..]),
-        (&b, &["vb"][..]),
-    ] {
-        ip(&["-n", n, "link", "set", "lo", "up"]);
-        for dev in devs {
-            ip(&["-n", n, "link", "set", dev, "up"]);
-            // Wire-sized packets: one IP-ID each, as R's rule counts them.
-            tool(
-                "ip",
-                &[
-                    "netns", "exec", n, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro",
-                    "off",
-                ],
-            );
-        }
-    }
-    ip(&["-n", &a, "route", "add", "default", "via", "10.78.1.1"]);
-    ip(&["-n", &b, "route", "add", "default", "via", "10.78.2.1"]);
-    tool(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &r,
-            "sysctl",
-            "-qw",
-            "net.ipv4.ip_forward=1",
-        ],
-    );
+    let n = Net::new(&format!("rec{}{tag}", std::process::id()), 78).unwrap();
+    let r = &n.r;
     let rules =
         "table inet lossy {\n chain forwarded {\n  type filter hook forward priority 0;\n  \
                  tcp dport 5201 meta length > 200 numgen inc mod 40 == 0 counter drop\n }\n}\n";
@@ -143,13 +87,13 @@ fn net(tag: &str, dir: &Path) -> Net {
         &[
             "netns",
             "exec",
-            &r,
+            r,
             "nft",
             "-f",
             dir.join("lossy.nft").to_str().unwrap(),
         ],
     );
-    Net { _ns: ns, a, r, b }
+    n
 }
 
 /// Packets the links dropped on the way from `from` to `to`: the sending

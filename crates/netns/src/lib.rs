@@ -10,6 +10,7 @@
 
 mod cmd;
 pub mod counters;
+mod routed;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use wirelab_plan::{Plan, NS_PREFIX, PREFIX_LEN};
 
 pub use cmd::{run, CmdError};
+pub use routed::Routed;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
