@@ -19,67 +19,20 @@
 //! drop otherwise; every process is bounded in time by `timeout`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
+
+#[path = "common/host_tools.rs"]
+mod host_tools;
+use host_tools::{root, tool, wait_for, Procs};
 
 #[path = "../../analyze/tests/common/tshark.rs"]
 mod tshark;
 
 /// Every capture process stops by itself after this long.
 const BOUND_S: &str = "60";
-
-fn root() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: captures of a real transfer need root (network namespaces)");
-    false
-}
-
-fn tool(prog: &str, args: &[&str]) -> Output {
-    let o = Command::new(prog)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{prog} (make deps installs it): {e}"));
-    assert!(
-        o.status.success(),
-        "{prog} {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Children killed (and reaped) on drop, so a failing test leaves none.
-#[derive(Default)]
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Waits until `file` contains `what` (a tool saying it is ready).
-fn wait_for(file: &Path, what: &str) {
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .contains(what)
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{} never said {what:?}: {}",
-            file.display(),
-            std::fs::read_to_string(file).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// The test's scratch folder, kept (and named) when the test fails, so the
 /// captures that failed can be looked at.
@@ -366,7 +319,7 @@ fn bulk(r: &Value) -> &Value {
 
 #[test]
 fn captures_with_offloads_off_read_whole_and_pass() {
-    if !root() {
+    if !root("capturing a real transfer (network namespaces)") {
         return;
     }
     let dir = Scratch::new();
@@ -523,7 +476,7 @@ fn s_frame(trace: &wirelab_trace::Trace, at: u64) -> u64 {
 
 #[test]
 fn captures_with_offloads_on_name_the_super_packets_and_pass() {
-    if !root() {
+    if !root("capturing a real transfer (network namespaces)") {
         return;
     }
     let dir = Scratch::new();

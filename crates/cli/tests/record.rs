@@ -13,63 +13,17 @@
 //! is bounded in time by `timeout`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "common/host_tools.rs"]
+mod host_tools;
+use host_tools::{root, tool, wait_for, Procs};
+
 /// Every process of a test stops by itself after this long.
 const BOUND_S: &str = "60";
-
-fn root() -> bool {
-    if nix::unistd::Uid::effective().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: recording needs root (network namespaces, BPF)");
-    false
-}
-
-fn tool(prog: &str, args: &[&str]) -> Output {
-    let o = Command::new(prog)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{prog} (make deps installs it): {e}"));
-    assert!(
-        o.status.success(),
-        "{prog} {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-/// Children killed (and reaped) on drop, so a failing test leaves none.
-#[derive(Default)]
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_for(file: &Path, what: &str) {
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .contains(what)
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "{} never said {what:?}: {}",
-            file.display(),
-            std::fs::read_to_string(file).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 type Net = wirelab_netns::Routed;
 
@@ -228,7 +182,7 @@ fn nothing_attached(ns: &str) {
 
 #[test]
 fn records_say_what_the_network_did_to_an_iperf3_transfer() {
-    if !root() {
+    if !root("recording (network namespaces, BPF)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -337,7 +291,7 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
 
 #[test]
 fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
-    if !root() {
+    if !root("recording (network namespaces, BPF)") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
