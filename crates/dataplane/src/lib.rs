@@ -12,6 +12,7 @@ use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 
 pub mod dctcp;
 pub mod ext;
+pub mod load;
 mod object;
 pub mod recorder;
 mod truth;

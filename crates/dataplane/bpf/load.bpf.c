@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Norma's generator and measurement in software (seed 002 §5-6; issue 20):
+ * an object of its own, outside the switch's path, on the tester's ports.
+ *
+ * wl_gen (XDP, driven by BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES, as
+ * xdp-trafficgen is): every run is one template packet looping through
+ * the pipeline at the CPU's rate, which Norma's loopback ports are. The
+ * rate/burst controller (§5.2) decides which runs leave:
+ *   1. a meter: GCRA (ITU-T I.371's virtual scheduling) in integer
+ *      nanoseconds, one packet per `interval_ns`. A whole-nanosecond
+ *      interval cannot express every rate, as a hardware meter cannot:
+ *      the control plane sets the meter at or above the rate asked for;
+ *   2. cascaded units, each "skip m after passing n" (Figure 4), which
+ *      trim the meter's rate to the one asked for and shape bursts.
+ * A packet that leaves goes through the packet editor (App. C's five
+ * modes), gets the measurement's version bit in its IPv4 ID (§6.1) and,
+ * when its payload has room, a sequence number and its send time, is
+ * counted in its version's bank, and is redirected into the tester port.
+ *
+ * wl_sink (XDP on the receiving tester port): counts the stream's packets
+ * in the bank of the version they carry, with the blind delay's sums
+ * (§6.2) and the per-packet one-way latency (the namespaces share one
+ * clock) in a log-linear histogram; drops them (the tester is their end).
+ *
+ * Page contents persist across live-frame runs (Documentation/bpf/
+ * bpf_prog_run.rst): every edit writes an absolute value from per-CPU
+ * state, and checksums are patched against whatever the page holds
+ * (RFC 1624), so a fresh page and a recycled one end the same.
+ */
+#include <stddef.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "wl_clock.h"
+
+enum wl_load_limits {
+	/* Cascaded "skip m after n" units (Norma's Figure 4 has two). */
+	WL_LOAD_UNITS = 4,
+	/* Fields the editor may change per template. */
+	WL_LOAD_EDITS = 8,
+	/* Values of the indirect step mode's tables, all edits together. */
+	WL_LOAD_TABLE = 256,
+	/* Frames up to this size (the offsets are masked below it). */
+	WL_LOAD_MAX_FRAME = 2048,
+	/* The latency histogram: values below 2^WL_HIST_BITS are exact, above
+	 * each octave has 2^WL_HIST_BITS buckets (under 1.6% wide), up to
+	 * 2^40 ns (18 minutes); wirelab_load::hist is the same function. */
+	WL_HIST_BITS = 6,
+	WL_HIST_BUCKETS = 64 + (40 - 6) * 64,
+};
+
+enum wl_edit_mode {
+	WL_EDIT_OFF = 0,
+	/* App. C 1): value += step; past `hi` it wraps by the range. */
+	WL_EDIT_STEP = 1,
+	/* 2): the step's value indexes a table; the field gets the entry. */
+	WL_EDIT_INDIRECT = 2,
+	/* 4): the bits in `mask` are random, the rest as in `lo`. */
+	WL_EDIT_RANDOM = 3,
+	/* 5): n := (n' + r) mod l, r of `rand_bits` bits with 2^k <= l;
+	 * the field gets lo + n. */
+	WL_EDIT_RANGED = 4,
+	/* 3) (cascaded step) is a step whose `carry_from` names the edit that
+	 * drives it: it steps only when that one wrapped in this packet. */
+};
+
+struct wl_load_unit {
+	__u32 pass; /* n: packets passed ... */
+	__u32 skip; /* m: ... then skipped; pass 0 ends the cascade */
+};
+
+struct wl_load_edit {
+	__u16 offset; /* byte offset of the field in the frame */
+	__u8 width; /* 1, 2 or 4 bytes, big-endian */
+	__u8 mode; /* enum wl_edit_mode */
+	__u8 carry_from; /* 0: steps every packet; k: when edit k-1 wrapped */
+	__u8 rand_bits; /* ranged random's k */
+	__u16 table; /* indirect: the first of its entries in load_table */
+	__u32 lo; /* step, indirect, ranged: first value (index); random: the fixed bits */
+	__u32 hi; /* last value (index), inclusive; random: the random bits' mask */
+	__u32 step;
+};
+
+struct wl_gen_conf {
+	/* The meter: one packet per interval_ns (0: no meter). A generator
+	 * late by more than tolerance_ns gives up the slots it missed
+	 * (counted) rather than sending them back to back. */
+	__u64 interval_ns;
+	__u64 tolerance_ns;
+	/* Where packets go: a device of the caller's namespace. */
+	__u32 ifindex;
+	/* The version bit written into the IPv4 ID's top bit (§6.1). */
+	__u32 version;
+	/* Frame offsets: the IPv4 header, the UDP/TCP header, the L4
+	 * checksum (0: none, or a UDP checksum of 0) and the stamp (seq and
+	 * send time, 16 bytes; 0: no room). */
+	__u16 l3_off;
+	__u16 l4_off;
+	__u16 csum_off;
+	__u16 stamp_off;
+	__u32 edits;
+	struct wl_load_unit unit[WL_LOAD_UNITS];
+	struct wl_load_edit edit[WL_LOAD_EDITS];
+};
+
+/* A generator CPU's state: the meter's theoretical arrival time, the
+ * units' positions, the editor's values. */
+struct wl_gen_state {
+	__u64 tat;
+	__u64 seq;
+	/* Runs the meter held back, the units skipped, and slots missed. */
+	__u64 held;
+	__u64 skipped;
+	__u64 missed;
+	__u32 unit_pos[WL_LOAD_UNITS];
+	__u32 value[WL_LOAD_EDITS];
+};
+
+/* One version's counters (a bank): packets, bytes, and the blind delay's
+ * base and sum of times since it (§6.2: B, T, P). */
+struct wl_load_bank {
+	__u64 packets;
+	__u64 bytes;
+	__u64 base_ns;
+	__u64 sum_ns;
+	/* Sink only: stamped packets, the latency's extremes, sequence numbers
+	 * lower than one seen before (reordered or duplicated). */
+	__u64 stamped;
+	__u64 lat_min;
+	__u64 lat_max;
+	__u64 late_seq;
+	__u64 max_seq;
+};
+
+struct wl_sink_conf {
+	/* The stream's packets: IPv4 UDP to this port (network order). */
+	__u16 port;
+	/* The stamp's offset in the UDP payload (0xffff: none). */
+	__u16 stamp_off;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_gen_conf);
+} gen_conf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_gen_state);
+} gen_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_LOAD_TABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+} load_table SEC(".maps");
+
+/* Banks 0 and 1 by version; 2 counts every packet, the naive counter a
+ * tester without versions reads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct wl_load_bank);
+} gen_banks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_sink_conf);
+} sink_conf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct wl_load_bank);
+} sink_banks SEC(".maps");
+
+/* Latency histogram, per version: key = version * WL_HIST_BUCKETS + bucket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * WL_HIST_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sink_hist SEC(".maps");
+
+/* Force the enums into BTF, for the skeleton's types. */
+const volatile enum wl_load_limits wl_load_limits_btf = WL_LOAD_UNITS;
+const volatile enum wl_edit_mode wl_edit_mode_btf = WL_EDIT_OFF;
+
+/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), on 16-bit words. */
+static __always_inline __u16 csum_update(__u16 hc, __u16 old, __u16 new)
+{
+	__u32 s = (__u16)~hc + (__u16)~old + (__u32)new;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return ~s;
+}
+
+/* Writes the 16-bit word at `off` (even; network order `new`) and patches
+ * the checksums that cover it: the IPv4 header's (at l3, up to l4), and
+ * the L4 one at `ck` for the L4 header, the payload and the
+ * pseudo-header's addresses. A global function, verified once on its own
+ * (with every caller it would multiply the verifier's states). */
+__noinline int wl_put16(struct xdp_md *ctx, __u32 off, __u32 new_w, __u32 l3_l4, __u32 ck)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	/* BPF calls take 5 arguments: the two header offsets share one. */
+	__u32 l3 = l3_l4 & (WL_LOAD_MAX_FRAME - 1), l4 = (l3_l4 >> 16) & (WL_LOAD_MAX_FRAME - 1);
+	__u16 *w, *h, old, new = new_w;
+
+	ck &= WL_LOAD_MAX_FRAME - 1;
+
+	off &= WL_LOAD_MAX_FRAME - 2;
+	w = data + off;
+	if ((void *)(w + 1) > end)
+		return -1;
+	old = *w;
+	if (old == new)
+		return 0;
+	*w = new;
+	if (off >= l3 && off < l4) {
+		h = data + l3 + offsetof(struct iphdr, check);
+		if ((void *)(h + 1) > end)
+			return -1;
+		*h = csum_update(*h, old, new);
+	}
+	if (ck && (off >= l4 || (off >= l3 + 12 && off < l3 + 20))) {
+		h = data + ck;
+		if ((void *)(h + 1) > end)
+			return -1;
+		/* RFC 768: a UDP checksum of 0 means none, and stays so; a
+		 * computed 0 is sent as 0xffff. */
+		if (*h) {
+			__u16 v = csum_update(*h, old, new);
+			*h = v ? v : 0xffff;
+		}
+	}
+	return 0;
+}
+
+static __always_inline int put16(struct xdp_md *ctx, const struct wl_gen_conf *c, __u32 off,
+				 __u16 new)
+{
+	return wl_put16(ctx, off, new, c->l3_off | ((__u32)c->l4_off << 16), c->csum_off);
+}
+
+/* Writes `width` bytes of `v` (big-endian) at `off`, word by word. */
+static __always_inline int put_field(struct xdp_md *ctx, const struct wl_gen_conf *c, __u32 off,
+				     __u32 width, __u32 v)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	__u32 even = off & (WL_LOAD_MAX_FRAME - 2);
+	__u8 *b;
+	__u16 w;
+
+	if (width == 4) {
+		if (put16(ctx, c, even, bpf_htons(v >> 16)))
+			return -1;
+		return put16(ctx, c, even + 2, bpf_htons(v & 0xffff));
+	}
+	if (width == 2)
+		return put16(ctx, c, even, bpf_htons(v & 0xffff));
+	/* One byte: its word, the other byte kept. */
+	b = data + even;
+	if ((void *)(b + 2) > end)
+		return -1;
+	if (off & 1)
+		w = ((__u16)b[0] << 8) | (v & 0xff);
+	else
+		w = ((__u16)(v & 0xff) << 8) | b[1];
+	return put16(ctx, c, even, bpf_htons(w));
+}
+
+/* Edit i of the template; returns 1 when a step wrapped (its cascade
+ * moves), -1 when the frame is too short. A global function: the editor
+ * is verified once, not once per edit and branch. */
+__noinline int wl_edit(struct xdp_md *ctx, __u32 i, __u32 carries)
+{
+	const struct wl_load_edit *e;
+	struct wl_gen_state *st;
+	struct wl_gen_conf *c;
+	__u32 v, out, wrapped = 0, *t, k, r, l, zero = 0;
+
+	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	st = bpf_map_lookup_elem(&gen_state, &zero);
+	if (!c || !st)
+		return -1;
+	i &= WL_LOAD_EDITS - 1;
+	e = &c->edit[i];
+	v = st->value[i];
+
+	switch (e->mode) {
+	case WL_EDIT_STEP:
+	case WL_EDIT_INDIRECT:
+		/* The first packet gets lo; a cascaded step moves only when
+		 * the edit driving it wrapped in this packet. */
+		if (v == 0xffffffff) {
+			v = e->lo;
+			break;
+		}
+		if (e->carry_from && !(carries & (1u << ((e->carry_from - 1) & 31))))
+			break;
+		/* Past hi, back by the range's length (App. C 1). */
+		if ((__u64)v + e->step > e->hi) {
+			v = (__u32)((__u64)v + e->step - ((__u64)e->hi - e->lo + 1));
+			wrapped = 1;
+		} else {
+			v += e->step;
+		}
+		break;
+	case WL_EDIT_RANDOM:
+		v = (e->lo & ~e->hi) | (bpf_get_prandom_u32() & e->hi);
+		break;
+	case WL_EDIT_RANGED:
+		/* n := (n' + r) mod l with r < 2^k <= l: one subtraction does
+		 * the mod (App. C 5). */
+		l = e->hi - e->lo + 1;
+		k = e->rand_bits & 31;
+		r = bpf_get_prandom_u32() & ((1u << k) - 1);
+		if (v == 0xffffffff)
+			v = 0;
+		v += r;
+		if (v >= l)
+			v -= l;
+		break;
+	default:
+		return 0;
+	}
+	st->value[i] = v;
+	out = v;
+	if (e->mode == WL_EDIT_INDIRECT) {
+		k = (e->table + v) & (WL_LOAD_TABLE - 1);
+		t = bpf_map_lookup_elem(&load_table, &k);
+		out = t ? *t : 0;
+	} else if (e->mode == WL_EDIT_RANGED) {
+		out = e->lo + v;
+	}
+	if (put_field(ctx, c, e->offset, e->width, out))
+		return -1;
+	return wrapped;
+}
+
+/* Unit k of the cascade (k a constant, for the verifier): 1 when it
+ * skips this packet. A unit passing nothing ends the cascade. */
+static __always_inline int unit_step(const struct wl_gen_conf *c, struct wl_gen_state *st, int k)
+{
+	const struct wl_load_unit *u = &c->unit[k];
+	__u32 pos = st->unit_pos[k];
+
+	if (!u->pass)
+		return 0;
+	st->unit_pos[k] = pos + 1 >= u->pass + u->skip ? 0 : pos + 1;
+	if (pos < u->pass)
+		return 0;
+	st->skipped++;
+	return 1;
+}
+
+/* Bank `b`: one more packet of `len` bytes at `now`. */
+static __always_inline void count(struct wl_load_bank *b, __u64 len, __u64 now)
+{
+	b->packets++;
+	b->bytes += len;
+	if (!b->base_ns)
+		b->base_ns = now;
+	b->sum_ns += now - b->base_ns;
+}
+
+SEC("xdp")
+int wl_gen(struct xdp_md *ctx)
+{
+	void *data, *end;
+	__u32 zero = 0, i, carries = 0, version;
+	struct wl_load_bank *bank, *total;
+	struct wl_gen_state *st;
+	struct wl_gen_conf *c;
+	__u64 now, late, seq;
+	struct iphdr *ip;
+	int r;
+
+	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	st = bpf_map_lookup_elem(&gen_state, &zero);
+	if (!c || !st)
+		return XDP_ABORTED;
+	now = pipeline_now();
+
+	/* 1. The meter (GCRA): a run before the theoretical arrival time is
+	 * held back; a conforming one moves it on by one interval. */
+	if (c->interval_ns) {
+		if (!st->tat)
+			st->tat = now;
+		if (now < st->tat) {
+			st->held++;
+			return XDP_DROP;
+		}
+		late = now - st->tat;
+		if (late > c->tolerance_ns) {
+			st->missed += late / c->interval_ns;
+			st->tat = now;
+		}
+		st->tat += c->interval_ns;
+	}
+	/* 2. The cascade: unit i sees what unit i-1 passed (Figure 4). */
+	if (unit_step(c, st, 0) || unit_step(c, st, 1) || unit_step(c, st, 2) ||
+	    unit_step(c, st, 3))
+		return XDP_DROP;
+	/* 3. The editor (App. C), in the order of the edits, so a cascaded
+	 * step follows the one that drives it. */
+	for (i = 0; i < WL_LOAD_EDITS; i++) {
+		if (i >= c->edits)
+			break;
+		r = wl_edit(ctx, i, carries);
+		if (r < 0)
+			return XDP_ABORTED;
+		carries |= (__u32)r << i;
+	}
+	/* 4. The version bit and the stamp. */
+	seq = st->seq++;
+	version = c->version & 1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	ip = data + (c->l3_off & (WL_LOAD_MAX_FRAME - 1));
+	if ((void *)(ip + 1) > end)
+		return XDP_ABORTED;
+	if (put16(ctx, c, (void *)&ip->id - data, bpf_htons((version << 15) | (seq & 0x7fff))))
+		return XDP_ABORTED;
+	if (c->stamp_off) {
+		__u32 s = c->stamp_off & (WL_LOAD_MAX_FRAME - 2);
+
+		for (i = 0; i < 4; i++)
+			if (put16(ctx, c, s + 2 * i, bpf_htons((seq >> (48 - 16 * i)) & 0xffff)))
+				return XDP_ABORTED;
+		for (i = 0; i < 4; i++)
+			if (put16(ctx, c, s + 8 + 2 * i, bpf_htons((now >> (48 - 16 * i)) & 0xffff)))
+				return XDP_ABORTED;
+	}
+	/* 5. Counted in its version's bank and in the naive total. */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	bank = bpf_map_lookup_elem(&gen_banks, &version);
+	i = 2;
+	total = bpf_map_lookup_elem(&gen_banks, &i);
+	if (!bank || !total)
+		return XDP_ABORTED;
+	count(bank, bpf_xdp_get_buff_len(ctx), now);
+	count(total, bpf_xdp_get_buff_len(ctx), now);
+	return bpf_redirect(c->ifindex, 0);
+}
+
+/* The bucket of a latency of v ns (wirelab_load::hist::bucket). */
+static __always_inline __u32 hist_bucket(__u64 v)
+{
+	__u32 p = 0;
+	__u64 x = v;
+
+	if (v < (1 << WL_HIST_BITS))
+		return v;
+	/* p = floor(log2 v), by halving (BPF has no count-leading-zeros). */
+	if (x >> 32) { p += 32; x >>= 32; }
+	if (x >> 16) { p += 16; x >>= 16; }
+	if (x >> 8) { p += 8; x >>= 8; }
+	if (x >> 4) { p += 4; x >>= 4; }
+	if (x >> 2) { p += 2; x >>= 2; }
+	if (x >> 1) { p += 1; }
+	if (p >= 40)
+		return WL_HIST_BUCKETS - 1;
+	return (1 << WL_HIST_BITS) + (p - WL_HIST_BITS) * (1 << WL_HIST_BITS) +
+	       ((v >> (p - WL_HIST_BITS)) - (1 << WL_HIST_BITS));
+}
+
+static __always_inline __u64 be64_at(const __u8 *p)
+{
+	__u64 v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+SEC("xdp")
+int wl_sink(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct wl_load_bank *bank, *total;
+	struct wl_sink_conf *c;
+	__u32 zero = 0, version, key, two = 2;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	__u64 now, *h;
+
+	c = bpf_map_lookup_elem(&sink_conf, &zero);
+	if (!c || (void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+		return XDP_PASS;
+	udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > end || udp->dest != c->port)
+		return XDP_PASS;
+	now = pipeline_now();
+	version = bpf_ntohs(ip->id) >> 15;
+	bank = bpf_map_lookup_elem(&sink_banks, &version);
+	total = bpf_map_lookup_elem(&sink_banks, &two);
+	if (!bank || !total)
+		return XDP_DROP;
+	count(bank, bpf_xdp_get_buff_len(ctx), now);
+	count(total, bpf_xdp_get_buff_len(ctx), now);
+	if (c->stamp_off != 0xffff) {
+		__u8 *s = (void *)(udp + 1) + (c->stamp_off & (WL_LOAD_MAX_FRAME - 1));
+		__u64 seq, sent, lat;
+
+		if ((void *)(s + 16) > end)
+			return XDP_DROP;
+		seq = be64_at(s);
+		sent = be64_at(s + 8);
+		lat = now > sent ? now - sent : 0;
+		/* The bank is zeroed between its intervals: its first stamped
+		 * packet sets the extremes. */
+		bank->stamped++;
+		if (bank->stamped == 1 || lat < bank->lat_min)
+			bank->lat_min = lat;
+		if (lat > bank->lat_max)
+			bank->lat_max = lat;
+		/* Sequence numbers are the generator CPU's: with one generator
+		 * CPU, one not above the highest seen is reordered or a
+		 * duplicate. */
+		if (bank->stamped > 1 && seq <= bank->max_seq)
+			bank->late_seq++;
+		else
+			bank->max_seq = seq;
+		key = version * WL_HIST_BUCKETS + hist_bucket(lat);
+		h = bpf_map_lookup_elem(&sink_hist, &key);
+		if (h)
+			(*h)++;
+	}
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,547 @@
+//! Norma's generator and measurement (bpf/load.bpf.c; issue 20): the
+//! tester's XDP programs, an object of their own. `Generator` replicates a
+//! template through `BPF_PROG_RUN` with live frames, under the meter and
+//! the cascaded units, through the editor, into a tester port; `Sink`
+//! counts what arrives, by version bank, with the latency histogram.
+//!
+//! The control plane (which interval, which units, which edits) is
+//! `wirelab_load`'s; this module only carries its numbers to the kernel.
+
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::object;
+use crate::{bytes_of, from_bytes, map_err, Error};
+
+mod skel {
+    #![allow(clippy::all, non_camel_case_types, dead_code, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/load.skel.rs"));
+}
+use skel::types;
+
+const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/load.bpf.o"));
+const GEN: &str = "wl_gen";
+const SINK: &str = "wl_sink";
+
+/// Cascaded "skip m after n" units (`WL_LOAD_UNITS`).
+pub const UNITS: usize = types::wl_load_limits::WL_LOAD_UNITS.0 as usize;
+/// Edits per template (`WL_LOAD_EDITS`).
+pub const EDITS: usize = types::wl_load_limits::WL_LOAD_EDITS.0 as usize;
+/// Entries of the indirect step mode's tables (`WL_LOAD_TABLE`).
+pub const TABLE: usize = types::wl_load_limits::WL_LOAD_TABLE.0 as usize;
+/// Largest frame the generator edits (`WL_LOAD_MAX_FRAME`).
+pub const MAX_FRAME: usize = types::wl_load_limits::WL_LOAD_MAX_FRAME.0 as usize;
+/// Buckets of one version's latency histogram (`WL_HIST_BUCKETS`).
+pub const HIST_BUCKETS: usize = types::wl_load_limits::WL_HIST_BUCKETS.0 as usize;
+/// Exact buckets, and buckets per octave above them (2^`WL_HIST_BITS`).
+pub const HIST_BITS: u32 = types::wl_load_limits::WL_HIST_BITS.0;
+
+/// `BPF_F_TEST_XDP_LIVE_FRAMES` (uapi bpf.h, Linux 5.18).
+const LIVE_FRAMES: u32 = 1 << 1;
+/// Frames per live-frame batch: the kernel's default (64) and its limit is
+/// 256; a batch's redirected frames leave together at its end, so a
+/// smaller batch spaces them more finely.
+pub const BATCH: u32 = 64;
+
+/// One packet-editor mode (Norma App. C); the cascaded step is a `Step`
+/// with `carry_from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EditMode {
+    Step,
+    Indirect,
+    Random,
+    Ranged,
+}
+
+/// One field edit, in the program's terms (`struct wl_load_edit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edit {
+    /// Byte offset of the field in the frame; even for 2- and 4-byte fields.
+    pub offset: u16,
+    /// 1, 2 or 4 bytes, big-endian.
+    pub width: u8,
+    pub mode: EditMode,
+    /// A cascaded step: steps only when this earlier edit (its index)
+    /// wrapped in the same packet.
+    pub carry_from: Option<u8>,
+    /// Ranged random's k (2^k <= hi - lo + 1).
+    pub rand_bits: u8,
+    /// Indirect: the first of its entries in the table.
+    pub table: u16,
+    /// Step, indirect, ranged: first and last value (index). Random: the
+    /// fixed bits (`lo`) and the mask of random bits (`hi`).
+    pub lo: u32,
+    pub hi: u32,
+    pub step: u32,
+}
+
+/// The generator's settings (`struct wl_gen_conf`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GenConfig {
+    /// The meter's interval (ns per packet; 0: no meter).
+    pub interval_ns: u64,
+    /// How late the generator may be and still send the slots it missed.
+    pub tolerance_ns: u64,
+    /// The device packets are redirected into (the caller's namespace).
+    pub ifindex: u32,
+    /// Frame offsets of the IPv4 header and the L4 header.
+    pub l3_off: u16,
+    pub l4_off: u16,
+    /// The L4 checksum's offset (0: none).
+    pub csum_off: u16,
+    /// Where the 16-byte stamp (sequence, send time) goes (0: no room).
+    pub stamp_off: u16,
+    /// Cascaded units, (pass n, skip m), in order.
+    pub units: Vec<(u32, u32)>,
+    pub edits: Vec<Edit>,
+}
+
+/// One version's counters, summed over CPUs (`struct wl_load_bank`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bank {
+    pub packets: u64,
+    pub bytes: u64,
+    /// Σ over packets of their time (ns) and the number of them, as
+    /// Norma's B + T/P per CPU, summed: `mean_ns` = time_sum / packets.
+    pub time_sum: u128,
+    /// Stamped packets (sink), their latency's extremes (ns) and the
+    /// sequence numbers not above one seen before.
+    pub stamped: u64,
+    pub lat_min: u64,
+    pub lat_max: u64,
+    pub late_seq: u64,
+}
+
+impl Bank {
+    /// The mean time of the bank's packets (ns; Norma §6.2's B + T/P).
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.packets > 0).then(|| self.time_sum as f64 / self.packets as f64)
+    }
+
+    fn add(&mut self, b: &types::wl_load_bank) {
+        if b.packets == 0 {
+            return;
+        }
+        if b.stamped > 0 {
+            self.lat_min = if self.stamped == 0 {
+                b.lat_min
+            } else {
+                self.lat_min.min(b.lat_min)
+            };
+            self.lat_max = self.lat_max.max(b.lat_max);
+        }
+        self.packets += b.packets;
+        self.bytes += b.bytes;
+        self.time_sum += u128::from(b.base_ns) * u128::from(b.packets) + u128::from(b.sum_ns);
+        self.stamped += b.stamped;
+        self.late_seq += b.late_seq;
+    }
+}
+
+/// The generator's own counts, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GenCounts {
+    /// Runs the meter held back (the loop ran faster than the rate).
+    pub held: u64,
+    /// Runs the units skipped.
+    pub skipped: u64,
+    /// Meter slots given up because the generator was late.
+    pub missed: u64,
+    /// Packets sent.
+    pub sent: u64,
+}
+
+fn per_cpu_banks(map: &libbpf_rs::MapHandle, key: u32, what: &str) -> Result<Bank, Error> {
+    let per_cpu = map
+        .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
+        .map_err(map_err(format!("reading the {what} counters")))?
+        .unwrap_or_default();
+    let mut out = Bank::default();
+    for v in &per_cpu {
+        if let Some(b) = from_bytes::<types::wl_load_bank>(v) {
+            out.add(&b);
+        }
+    }
+    Ok(out)
+}
+
+fn zero_per_cpu(
+    map: &libbpf_rs::MapHandle,
+    key: u32,
+    size: usize,
+    what: &str,
+) -> Result<(), Error> {
+    let cpus = libbpf_rs::num_possible_cpus().map_err(map_err("counting CPUs"))?;
+    let zeros = vec![vec![0u8; size]; cpus];
+    map.update_percpu(&key.to_ne_bytes(), &zeros, MapFlags::ANY)
+        .map_err(map_err(format!("clearing the {what}")))
+}
+
+object::maps! {
+    struct Maps { gen_conf, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock }
+}
+
+/// The tester's programs: one object for the generator and the sink (a
+/// tester may use either or both), with the links it attached.
+pub struct Tester {
+    /// Dropped first: detached before the object goes.
+    links: Vec<libbpf_rs::Link>,
+    maps: Maps,
+    conf: GenConfig,
+    version: u32,
+    obj: libbpf_rs::Object,
+}
+
+impl Tester {
+    /// Loads the programs; `test_clock` lets fixtures set the time.
+    pub fn load(test_clock: bool) -> Result<Tester, Error> {
+        let (res, log) = crate::with_libbpf_log(|| {
+            let load = |source| Error::Load {
+                source,
+                log: String::new(),
+            };
+            let mut open = object::open("load", OBJECT).map_err(load)?;
+            object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
+                ro.test_clock = test_clock as u8;
+            })?;
+            open.load().map_err(load)
+        });
+        let obj = res.map_err(|e| match e {
+            Error::Load { source, .. } => Error::Load { source, log },
+            e => e,
+        })?;
+        object::check_programs(&obj, &[GEN, SINK])?;
+        Ok(Tester {
+            links: Vec::new(),
+            maps: Maps::find(&obj)?,
+            conf: GenConfig::default(),
+            version: 0,
+            obj,
+        })
+    }
+
+    fn write_conf(&self) -> Result<(), Error> {
+        let c = &self.conf;
+        let mut raw = types::wl_gen_conf {
+            interval_ns: c.interval_ns,
+            tolerance_ns: c.tolerance_ns,
+            ifindex: c.ifindex,
+            version: self.version,
+            l3_off: c.l3_off,
+            l4_off: c.l4_off,
+            csum_off: c.csum_off,
+            stamp_off: c.stamp_off,
+            edits: c.edits.len() as u32,
+            ..Default::default()
+        };
+        for (u, &(pass, skip)) in raw.unit.iter_mut().zip(&c.units) {
+            u.pass = pass;
+            u.skip = skip;
+        }
+        for (r, e) in raw.edit.iter_mut().zip(&c.edits) {
+            r.offset = e.offset;
+            r.width = e.width;
+            r.mode = match e.mode {
+                EditMode::Step => types::wl_edit_mode::WL_EDIT_STEP,
+                EditMode::Indirect => types::wl_edit_mode::WL_EDIT_INDIRECT,
+                EditMode::Random => types::wl_edit_mode::WL_EDIT_RANDOM,
+                EditMode::Ranged => types::wl_edit_mode::WL_EDIT_RANGED,
+            }
+            .0 as u8;
+            r.carry_from = e.carry_from.map_or(0, |k| k + 1);
+            r.rand_bits = e.rand_bits;
+            r.table = e.table;
+            r.lo = e.lo;
+            r.hi = e.hi;
+            r.step = e.step;
+        }
+        self.maps
+            .gen_conf
+            .update(&0u32.to_ne_bytes(), bytes_of(&raw), MapFlags::ANY)
+            .map_err(map_err("configuring the generator"))
+    }
+
+    /// Sets the generator up and starts it afresh: the meter, the units
+    /// and the editor's values restart, the counters are cleared.
+    pub fn configure(&mut self, conf: &GenConfig) -> Result<(), Error> {
+        check(conf)?;
+        self.conf = conf.clone();
+        self.version = 0;
+        self.write_conf()?;
+        let cpus = libbpf_rs::num_possible_cpus().map_err(map_err("counting CPUs"))?;
+        let fresh = types::wl_gen_state {
+            // No value yet: the first packet gets the edit's first value.
+            value: [u32::MAX; EDITS],
+            ..Default::default()
+        };
+        let states = vec![bytes_of(&fresh).to_vec(); cpus];
+        self.maps
+            .gen_state
+            .update_percpu(&0u32.to_ne_bytes(), &states, MapFlags::ANY)
+            .map_err(map_err("resetting the generator"))?;
+        for k in 0..3 {
+            self.clear_gen_bank(k)?;
+        }
+        Ok(())
+    }
+
+    /// Indirect step values, from entry `first` on.
+    pub fn set_table(&self, first: usize, values: &[u32]) -> Result<(), Error> {
+        if first + values.len() > TABLE {
+            return Err(Error::Config(format!(
+                "the editor's tables hold {TABLE} values, {} asked for",
+                first + values.len()
+            )));
+        }
+        for (i, v) in values.iter().enumerate() {
+            self.maps
+                .load_table
+                .update(
+                    &((first + i) as u32).to_ne_bytes(),
+                    &v.to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .map_err(map_err("filling the editor's table"))?;
+        }
+        Ok(())
+    }
+
+    /// The version bit the generator writes from now on (§6.1).
+    pub fn set_version(&mut self, v: u32) -> Result<(), Error> {
+        self.version = v & 1;
+        self.write_conf()
+    }
+
+    /// The meter's interval from now on (ns per packet; steps and ramps).
+    pub fn set_interval(&mut self, interval_ns: u64) -> Result<(), Error> {
+        self.conf.interval_ns = interval_ns;
+        self.write_conf()
+    }
+
+    /// Replicates `frame` `repeat` times as live frames (they leave by
+    /// the configured device; the caller must be in its namespace).
+    /// Returns the kernel's time for the call.
+    pub fn generate(&self, frame: &[u8], repeat: u32) -> Result<std::time::Duration, Error> {
+        let prog = object::program(&self.obj, GEN);
+        // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
+        // outlives the call; libbpf reads `sz` bytes of opts.
+        let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of_val(&opts) as _;
+        opts.data_in = frame.as_ptr().cast();
+        opts.data_size_in = frame.len() as u32;
+        opts.repeat = repeat as _;
+        opts.flags = LIVE_FRAMES;
+        opts.batch_size = BATCH;
+        use std::os::fd::{AsFd, AsRawFd};
+        // SAFETY: as above; the fd is the loaded program's.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts)
+        };
+        if rc != 0 {
+            return Err(Error::Map {
+                what: "generating (BPF_PROG_RUN with live frames)".into(),
+                source: libbpf_rs::Error::from(std::io::Error::last_os_error()),
+            });
+        }
+        Ok(std::time::Duration::from_nanos(
+            u64::from(opts.duration) * u64::from(repeat.max(1)),
+        ))
+    }
+
+    /// Tests: runs the generator once on `frame` (not live); its verdict
+    /// and the frame as it left.
+    pub fn test_gen(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+        test_run(&self.obj, GEN, frame)
+    }
+
+    /// Tests: runs the sink once on `frame`; its verdict.
+    pub fn test_sink(&self, frame: &[u8]) -> Result<u32, Error> {
+        Ok(test_run(&self.obj, SINK, frame)?.0)
+    }
+
+    /// Tests: the programs' clock reads `ns` (0: the real clock).
+    pub fn set_test_clock(&self, ns: u64) -> Result<(), Error> {
+        self.maps
+            .fake_clock
+            .update(&0u32.to_ne_bytes(), &ns.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("setting the test clock"))
+    }
+
+    /// The generator's own counts.
+    pub fn gen_counts(&self) -> Result<GenCounts, Error> {
+        let per_cpu = self
+            .maps
+            .gen_state
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading the generator's state"))?
+            .unwrap_or_default();
+        let mut c = GenCounts::default();
+        for v in &per_cpu {
+            if let Some(s) = from_bytes::<types::wl_gen_state>(v) {
+                c.held += s.held;
+                c.skipped += s.skipped;
+                c.missed += s.missed;
+                c.sent += s.seq;
+            }
+        }
+        Ok(c)
+    }
+
+    /// What the generator sent with version `v` (0, 1; 2: all, naive).
+    pub fn gen_bank(&self, v: u32) -> Result<Bank, Error> {
+        per_cpu_banks(&self.maps.gen_banks, v, "generator's")
+    }
+
+    pub fn clear_gen_bank(&self, v: u32) -> Result<(), Error> {
+        zero_per_cpu(
+            &self.maps.gen_banks,
+            v,
+            std::mem::size_of::<types::wl_load_bank>(),
+            "generator's counters",
+        )
+    }
+
+    /// The sink counts UDP packets to `port`, reading the stamp at
+    /// `stamp_off` bytes into their payload (None: no stamp).
+    pub fn configure_sink(&self, port: u16, stamp_off: Option<u16>) -> Result<(), Error> {
+        let raw = types::wl_sink_conf {
+            port: port.to_be(),
+            stamp_off: stamp_off.unwrap_or(0xffff),
+        };
+        self.maps
+            .sink_conf
+            .update(&0u32.to_ne_bytes(), bytes_of(&raw), MapFlags::ANY)
+            .map_err(map_err("configuring the sink"))?;
+        for v in 0..3 {
+            self.clear_sink_bank(v)?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the sink to `ifindex` as its XDP program (native: the
+    /// device is a veth, whose peer then can redirect frames into it).
+    /// The link is a file descriptor: it goes with this value or process.
+    /// The caller must be in the device's namespace.
+    pub fn attach_sink(&mut self, ifindex: i32) -> Result<(), Error> {
+        let link = object::program(&self.obj, SINK)
+            .attach_xdp(ifindex)
+            .map_err(|source| Error::Attach { ifindex, source })?;
+        self.links.push(link);
+        Ok(())
+    }
+
+    /// What arrived with version `v` (0, 1; 2: all, naive).
+    pub fn sink_bank(&self, v: u32) -> Result<Bank, Error> {
+        per_cpu_banks(&self.maps.sink_banks, v, "sink's")
+    }
+
+    /// Version `v`'s latency histogram, summed over CPUs (buckets as
+    /// `wirelab_load::hist`).
+    pub fn sink_hist(&self, v: u32) -> Result<Vec<u64>, Error> {
+        let mut out = vec![0u64; HIST_BUCKETS];
+        for (b, slot) in out.iter_mut().enumerate() {
+            let key = v * HIST_BUCKETS as u32 + b as u32;
+            let per_cpu = self
+                .maps
+                .sink_hist
+                .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("reading the latency histogram"))?
+                .unwrap_or_default();
+            *slot = per_cpu
+                .iter()
+                .filter_map(|c| {
+                    c.get(..8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                })
+                .sum();
+        }
+        Ok(out)
+    }
+
+    /// Clears version `v`'s sink counters and histogram, for its next
+    /// interval.
+    pub fn clear_sink_bank(&self, v: u32) -> Result<(), Error> {
+        zero_per_cpu(
+            &self.maps.sink_banks,
+            v,
+            std::mem::size_of::<types::wl_load_bank>(),
+            "sink's counters",
+        )?;
+        if v < 2 {
+            for b in 0..HIST_BUCKETS as u32 {
+                zero_per_cpu(
+                    &self.maps.sink_hist,
+                    v * HIST_BUCKETS as u32 + b,
+                    8,
+                    "histogram",
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn test_run(obj: &libbpf_rs::Object, prog: &str, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut input = libbpf_rs::ProgramInput::default();
+    input.data_in = Some(frame);
+    input.data_out = Some(&mut out);
+    let o = object::program(obj, prog)
+        .test_run(input)
+        .map_err(map_err("BPF_PROG_TEST_RUN"))?;
+    let (rv, n) = (o.return_value, o.data.map_or(0, |d| d.len()));
+    out.truncate(n);
+    Ok((rv, out))
+}
+
+/// The program's limits on a configuration, said before it loads.
+fn check(c: &GenConfig) -> Result<(), Error> {
+    let bad = |m: String| Err(Error::Config(m));
+    if c.units.len() > UNITS {
+        return bad(format!(
+            "{} rate units, the generator has {UNITS}",
+            c.units.len()
+        ));
+    }
+    if let Some(u) = c.units.iter().position(|&(n, _)| n == 0) {
+        return bad(format!("rate unit {u} passes no packet"));
+    }
+    if c.edits.len() > EDITS {
+        return bad(format!(
+            "{} edits, the generator has {EDITS}",
+            c.edits.len()
+        ));
+    }
+    for (i, e) in c.edits.iter().enumerate() {
+        let end = usize::from(e.offset) + usize::from(e.width);
+        if !matches!(e.width, 1 | 2 | 4) || end > MAX_FRAME {
+            return bad(format!(
+                "edit {i}: a {}-byte field at {}",
+                e.width, e.offset
+            ));
+        }
+        if e.width > 1 && e.offset % 2 == 1 {
+            return bad(format!(
+                "edit {i}: a {}-byte field at an odd offset",
+                e.width
+            ));
+        }
+        if e.carry_from.is_some_and(|k| usize::from(k) >= i) {
+            return bad(format!(
+                "edit {i}: cascaded from an edit that is not before it"
+            ));
+        }
+        if matches!(
+            e.mode,
+            EditMode::Step | EditMode::Indirect | EditMode::Ranged
+        ) && e.hi < e.lo
+        {
+            return bad(format!("edit {i}: its range ends before it starts"));
+        }
+    }
+    for (name, off) in [("stamp", c.stamp_off), ("checksum", c.csum_off)] {
+        if off % 2 == 1 || usize::from(off) + 16 > MAX_FRAME {
+            return bad(format!("the {name} offset {off} is odd or past the frame"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,414 @@
+//! Norma's tester programs (bpf/load.bpf.c) through `BPF_PROG_TEST_RUN`:
+//! the meter and the cascaded units pass and skip exactly as the control
+//! plane's model says (wirelab_load::rate::Cascade); each of App. C's
+//! editor modes writes the values it should, with both checksums right
+//! (checked by etherparse, not by the arithmetic under test), and ranged
+//! random is uniform (Norma Fig. 13); the version bit selects the bank on
+//! both sides and the blind delay comes out of them (§6).
+//!
+//! Needs root (BPF). Without it every test is skipped with the reason.
+
+use std::net::Ipv4Addr;
+
+use etherparse::{SlicedPacket, TransportSlice};
+use wirelab_dataplane::load::{Edit, EditMode, GenConfig, Tester};
+use wirelab_load::rate::{Cascade, Unit};
+use wirelab_load::template::{self, Template, Udp};
+
+mod common;
+use common::have_bpf;
+
+const XDP_DROP: u32 = 1;
+const XDP_REDIRECT: u32 = 4;
+
+const STREAM: Udp = Udp {
+    src_mac: [2, 0, 0, 0, 0, 1],
+    dst_mac: [2, 0, 0, 0, 0, 2],
+    src: Ipv4Addr::new(198, 18, 0, 1),
+    dst: Ipv4Addr::new(198, 18, 1, 2),
+    sport: 40000,
+    dport: 9,
+};
+
+fn template(len: usize) -> Template {
+    template::udp(&STREAM, len).expect("a valid template")
+}
+
+fn conf(t: &Template) -> GenConfig {
+    GenConfig {
+        ifindex: 1,
+        l3_off: t.l3_off,
+        l4_off: t.l4_off,
+        csum_off: t.csum_off,
+        stamp_off: t.stamp_off.unwrap_or(0),
+        ..Default::default()
+    }
+}
+
+/// What a generated frame says, read by etherparse, which also checks
+/// that both checksums are right for the bytes as they are.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    id: u16,
+    seq: u64,
+    sent_ns: u64,
+}
+
+fn seen(frame: &[u8]) -> Seen {
+    let p = SlicedPacket::from_ethernet(frame).expect("the frame parses");
+    let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+        panic!("not IPv4")
+    };
+    let h = ip.header().to_header();
+    assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 checksum");
+    let Some(TransportSlice::Udp(u)) = &p.transport else {
+        panic!("not UDP")
+    };
+    let payload = u.payload();
+    let udp = u.to_header();
+    assert_eq!(
+        udp.checksum,
+        udp.calc_checksum_ipv4(&h, payload).unwrap(),
+        "UDP checksum"
+    );
+    let be = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap());
+    Seen {
+        src: h.source.into(),
+        dst: h.destination.into(),
+        sport: udp.source_port,
+        dport: udp.destination_port,
+        id: h.identification,
+        seq: be(&payload[..8]),
+        sent_ns: be(&payload[8..16]),
+    }
+}
+
+/// Runs the generator `n` times on the template; the verdicts.
+fn verdicts(t: &Tester, frame: &[u8], n: usize) -> Vec<bool> {
+    (0..n)
+        .map(|_| {
+            let (v, _) = t.test_gen(frame).expect("test run");
+            assert!(v == XDP_DROP || v == XDP_REDIRECT, "verdict {v}");
+            v == XDP_REDIRECT
+        })
+        .collect()
+}
+
+#[test]
+fn the_units_pass_and_skip_as_the_control_plane_s_model_says() {
+    if !have_bpf() {
+        return;
+    }
+    let t0 = template(60);
+    let mut t = Tester::load(true).unwrap();
+    for units in [
+        vec![Unit { pass: 3, skip: 2 }],
+        vec![Unit { pass: 1, skip: 4 }],
+        // Norma's Figure 4: A trims, B shapes bursts; B sees A's passes.
+        vec![Unit { pass: 4, skip: 1 }, Unit { pass: 3, skip: 5 }],
+        vec![
+            Unit { pass: 2, skip: 1 },
+            Unit { pass: 5, skip: 2 },
+            Unit { pass: 7, skip: 3 },
+            Unit { pass: 1, skip: 1 },
+        ],
+    ] {
+        let mut c = conf(&t0);
+        c.units = units.iter().map(|u| (u.pass, u.skip)).collect();
+        t.configure(&c).unwrap();
+        let mut model = Cascade::new(&units);
+        let want: Vec<bool> = (0..200).map(|_| model.pass()).collect();
+        let got = verdicts(&t, &t0.bytes, 200);
+        assert_eq!(got, want, "units {units:?}");
+        let counts = t.gen_counts().unwrap();
+        let sent = want.iter().filter(|&&p| p).count() as u64;
+        assert_eq!(counts.sent, sent, "units {units:?}: sent");
+        assert_eq!(counts.skipped, 200 - sent, "units {units:?}: skipped");
+        assert_eq!(t.gen_bank(2).unwrap().packets, sent);
+    }
+}
+
+#[test]
+fn the_meter_holds_early_runs_and_gives_up_slots_missed_beyond_its_tolerance() {
+    if !have_bpf() {
+        return;
+    }
+    let t0 = template(60);
+    let mut t = Tester::load(true).unwrap();
+    let mut c = conf(&t0);
+    c.interval_ns = 100;
+    c.tolerance_ns = 250;
+    t.configure(&c).unwrap();
+    // (clock, leaves?, held, missed so far)
+    let rows: [(u64, bool, u64, u64); 9] = [
+        (10_000, true, 0, 0),  // the first run sets the schedule: next 10,100
+        (10_050, false, 1, 0), // early: held
+        (10_099, false, 2, 0),
+        (10_100, true, 2, 0),  // on time: next 10,200
+        (10_390, true, 2, 0),  // 190 late, within 250: sent, next 10,300
+        (10_390, true, 2, 0),  // catching up: next 10,400
+        (10_390, false, 3, 0), // caught up
+        (11_000, true, 3, 6),  // 600 late: 6 slots given up, next 11,100
+        (11_099, false, 4, 6),
+    ];
+    for (i, (at, leaves, held, missed)) in rows.into_iter().enumerate() {
+        t.set_test_clock(at).unwrap();
+        let (v, _) = t.test_gen(&t0.bytes).unwrap();
+        assert_eq!(v == XDP_REDIRECT, leaves, "row {i} at {at}");
+        let k = t.gen_counts().unwrap();
+        assert_eq!((k.held, k.missed), (held, missed), "row {i} at {at}");
+    }
+}
+
+/// The generator's frames for `edits`, `n` of them.
+fn edited(edits: Vec<Edit>, table: &[u32], n: usize) -> Vec<Seen> {
+    let t0 = template(60);
+    let mut t = Tester::load(true).unwrap();
+    let mut c = conf(&t0);
+    c.edits = edits;
+    t.configure(&c).unwrap();
+    t.set_table(0, table).unwrap();
+    t.set_test_clock(5_000).unwrap();
+    // Live frames reuse pages with whatever the last run wrote; feeding
+    // each output back in checks that an edit works from either.
+    let mut frame = t0.bytes.clone();
+    (0..n)
+        .map(|i| {
+            let (v, out) = t
+                .test_gen(if i % 2 == 0 { &t0.bytes } else { &frame })
+                .unwrap();
+            assert_eq!(v, XDP_REDIRECT);
+            frame = out;
+            seen(&frame)
+        })
+        .collect()
+}
+
+const SPORT: u16 = 34;
+const DPORT: u16 = 36;
+const SRC_LOW: u16 = 29; // the last byte of the source address
+
+fn edit(offset: u16, width: u8, mode: EditMode, lo: u32, hi: u32, step: u32) -> Edit {
+    Edit {
+        offset,
+        width,
+        mode,
+        carry_from: None,
+        rand_bits: 0,
+        table: 0,
+        lo,
+        hi,
+        step,
+    }
+}
+
+#[test]
+fn direct_step_wraps_by_the_range() {
+    if !have_bpf() {
+        return;
+    }
+    let got = edited(vec![edit(SPORT, 2, EditMode::Step, 1000, 1006, 3)], &[], 7);
+    let ports: Vec<u16> = got.iter().map(|s| s.sport).collect();
+    // 1000, +3, +3, then 1009 is past 1006: less the range's 7.
+    assert_eq!(ports, [1000, 1003, 1006, 1002, 1005, 1001, 1004]);
+    // Stamp and version on every packet: sequence 0.., time, ID bit 0.
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, s)| s.seq == i as u64 && s.sent_ns == 5_000 && s.id == i as u16));
+}
+
+#[test]
+fn indirect_step_writes_the_table_s_entries() {
+    if !have_bpf() {
+        return;
+    }
+    let mut e = edit(DPORT, 2, EditMode::Indirect, 0, 2, 1);
+    e.table = 5;
+    let table = [0, 0, 0, 0, 0, 7, 70, 700, 9999];
+    let got = edited(vec![e], &table, 5);
+    let ports: Vec<u16> = got.iter().map(|s| s.dport).collect();
+    assert_eq!(ports, [7, 70, 700, 7, 70]);
+}
+
+#[test]
+fn cascaded_step_is_an_odometer() {
+    if !have_bpf() {
+        return;
+    }
+    let mut second = edit(SRC_LOW, 1, EditMode::Step, 1, 3, 1);
+    second.carry_from = Some(0);
+    let got = edited(
+        vec![edit(DPORT, 2, EditMode::Step, 5000, 5001, 1), second],
+        &[],
+        7,
+    );
+    let pairs: Vec<(u8, u16)> = got.iter().map(|s| (s.src.octets()[3], s.dport)).collect();
+    assert_eq!(
+        pairs,
+        [
+            (1, 5000),
+            (1, 5001),
+            (2, 5000),
+            (2, 5001),
+            (3, 5000),
+            (3, 5001),
+            (1, 5000)
+        ]
+    );
+}
+
+#[test]
+fn direct_random_changes_only_the_masked_bits() {
+    if !have_bpf() {
+        return;
+    }
+    // The low 8 bits of the source address random: a /24 (App. C 4).
+    let e = edit(28, 2, EditMode::Random, 0x0000, 0x00ff, 0);
+    let got = edited(vec![e], &[], 300);
+    let lows: std::collections::BTreeSet<u8> = got.iter().map(|s| s.src.octets()[3]).collect();
+    assert!(got.iter().all(|s| s.src.octets()[..3] == [198, 18, 0]));
+    // 300 draws of 256 values: fewer than 150 distinct has p < 1e-20.
+    assert!(lows.len() > 150, "{} distinct", lows.len());
+}
+
+#[test]
+fn ranged_random_is_uniform_over_a_range_that_is_no_power_of_two() {
+    if !have_bpf() {
+        return;
+    }
+    // Norma Fig. 13: source ports 0-999, k = 9 (2^9 <= 1000).
+    let mut e = edit(SPORT, 2, EditMode::Ranged, 0, 999, 0);
+    e.rand_bits = 9;
+    let n = 100_000;
+    let got = edited(vec![e], &[], n);
+    let mut counts = vec![0u32; 1000];
+    for s in &got {
+        assert!(s.sport < 1000, "{} out of the range", s.sport);
+        counts[usize::from(s.sport)] += 1;
+    }
+    // Each value near 0.1%: a chi-square over 999 degrees of freedom
+    // (mean 999, sd 45); successive values are correlated (a random walk
+    // mod l), which the bound allows for.
+    let expect = n as f64 / 1000.0;
+    let chi2: f64 = counts
+        .iter()
+        .map(|&c| (f64::from(c) - expect).powi(2) / expect)
+        .sum();
+    let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    assert!(chi2 < 1400.0, "chi-square {chi2:.0}, counts {lo}..{hi}");
+    assert!(*lo >= 40 && *hi <= 170, "counts {lo}..{hi}");
+}
+
+#[test]
+fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
+    if !have_bpf() {
+        return;
+    }
+    let t0 = template(60);
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&conf(&t0)).unwrap();
+    t.configure_sink(STREAM.dport, Some(0)).unwrap();
+    // Three packets in version 1 sent at 1000, 1010, 1020 and received at
+    // 1105, 1120, 1130; one in version 0 around them.
+    t.set_version(1).unwrap();
+    let mut sent = Vec::new();
+    for at in [1000, 1010, 1020] {
+        t.set_test_clock(at).unwrap();
+        sent.push(t.test_gen(&t0.bytes).unwrap().1);
+    }
+    t.set_version(0).unwrap();
+    t.set_test_clock(1030).unwrap();
+    let v0 = t.test_gen(&t0.bytes).unwrap().1;
+    assert!(sent.iter().all(|f| seen(f).id >> 15 == 1));
+    assert_eq!(seen(&v0).id >> 15, 0);
+    for (f, at) in sent.iter().zip([1105, 1120, 1130]) {
+        t.set_test_clock(at).unwrap();
+        assert_eq!(
+            t.test_sink(f).unwrap(),
+            XDP_DROP,
+            "the sink ends the stream"
+        );
+    }
+    let (o, i) = (t.gen_bank(1).unwrap(), t.sink_bank(1).unwrap());
+    assert_eq!((o.packets, i.packets, o.bytes, i.bytes), (3, 3, 180, 180));
+    assert_eq!(t.gen_bank(0).unwrap().packets, 1);
+    assert_eq!(t.sink_bank(0).unwrap().packets, 0);
+    assert_eq!(
+        (
+            t.gen_bank(2).unwrap().packets,
+            t.sink_bank(2).unwrap().packets
+        ),
+        (4, 3)
+    );
+    // d = (B_i + T_i/P_i) − (B_o + T_o/P_o) = 1118.33 − 1010.
+    let d = i.mean_ns().unwrap() - o.mean_ns().unwrap();
+    assert!((d - 108.333).abs() < 0.001, "{d}");
+    // Per-packet latencies 105, 110, 110: extremes and histogram.
+    assert_eq!(
+        (i.stamped, i.lat_min, i.lat_max, i.late_seq),
+        (3, 105, 110, 0)
+    );
+    let h = t.sink_hist(1).unwrap();
+    assert_eq!(h.iter().sum::<u64>(), 3);
+    assert_eq!(h[wirelab_load::hist::bucket(110)], 2);
+    assert_eq!(
+        wirelab_dataplane::load::HIST_BUCKETS,
+        wirelab_load::hist::BUCKETS
+    );
+    // A duplicate is a late sequence number; another port is not counted.
+    t.set_test_clock(1200).unwrap();
+    t.test_sink(&sent[2]).unwrap();
+    assert_eq!(t.sink_bank(1).unwrap().late_seq, 1);
+    let other = template::udp(
+        &Udp {
+            dport: 10,
+            ..STREAM
+        },
+        60,
+    )
+    .unwrap();
+    assert_eq!(t.test_sink(&other.bytes).unwrap(), 2, "XDP_PASS");
+    assert_eq!(t.sink_bank(2).unwrap().packets, 4);
+    // Clearing a bank readies it for its next interval.
+    t.clear_sink_bank(1).unwrap();
+    assert_eq!(t.sink_bank(1).unwrap(), Default::default());
+    assert_eq!(t.sink_hist(1).unwrap().iter().sum::<u64>(), 0);
+}
+
+#[test]
+fn configurations_the_program_cannot_run_are_refused() {
+    if !have_bpf() {
+        return;
+    }
+    let t0 = template(60);
+    let mut t = Tester::load(true).unwrap();
+    let bad = |f: &dyn Fn(&mut GenConfig)| {
+        let mut c = conf(&t0);
+        f(&mut c);
+        c
+    };
+    for (c, says) in [
+        (bad(&|c| c.units = vec![(1, 1); 5]), "5 rate units"),
+        (bad(&|c| c.units = vec![(0, 1)]), "passes no packet"),
+        (
+            bad(&|c| c.edits = vec![edit(35, 2, EditMode::Step, 0, 1, 1)]),
+            "odd offset",
+        ),
+        (
+            bad(&|c| c.edits = vec![edit(34, 3, EditMode::Step, 0, 1, 1)]),
+            "3-byte",
+        ),
+        (
+            bad(&|c| c.edits = vec![edit(34, 2, EditMode::Step, 5, 1, 1)]),
+            "ends before",
+        ),
+    ] {
+        let e = t.configure(&c).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}

@@ -1,0 +1,17 @@
+//! Norma in software (seed 002; issue 20): the tester's control plane,
+//! without I/O.
+//!
+//! - [`rate`]: the meter's interval and the cascaded "skip m after n"
+//!   units that make a requested average rate, peak rate and burst size
+//!   (§5.2), with a model of what they pass;
+//! - [`hist`]: the latency histogram's log-linear buckets, shared with
+//!   `bpf/load.bpf.c`, and its percentiles;
+//! - [`template`]: the frames the generator replicates, with the offsets
+//!   its editor and stamp need;
+//! - [`measure`]: one interval's figures from the version banks (§6.1)
+//!   and the blind average delay (§6.2).
+
+pub mod hist;
+pub mod measure;
+pub mod rate;
+pub mod template;
