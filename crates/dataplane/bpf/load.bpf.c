@@ -24,9 +24,13 @@
  * clock) in a log-linear histogram; drops them (the tester is their end).
  *
  * Page contents persist across live-frame runs (Documentation/bpf/
- * bpf_prog_run.rst): every edit writes an absolute value from per-CPU
- * state, and checksums are patched against whatever the page holds
- * (RFC 1624), so a fresh page and a recycled one end the same.
+ * bpf_prog_run.rst), and not only the generator's writes: a page that went
+ * up a receiver's stack comes back as that stack left it (a router that
+ * forwarded it rewrote its MACs and TTL). So every run first writes the
+ * template's first WL_LOAD_HEAD bytes (headers and stamp) back, then
+ * edits write absolute values from per-CPU state and patch the checksums
+ * against the template's (RFC 1624). The payload past them is assumed
+ * untouched: receivers read payloads, they do not write them.
  */
 #include <stddef.h>
 #include <linux/bpf.h>
@@ -47,6 +51,8 @@ enum wl_load_limits {
 	WL_LOAD_TABLE = 256,
 	/* Frames up to this size (the offsets are masked below it). */
 	WL_LOAD_MAX_FRAME = 2048,
+	/* The template's first bytes, rewritten into every frame. */
+	WL_LOAD_HEAD = 128,
 	/* The latency histogram: values below 2^WL_HIST_BITS are exact, above
 	 * each octave has 2^WL_HIST_BITS buckets (under 1.6% wide), up to
 	 * 2^40 ns (18 minutes); wirelab_load::hist is the same function. */
@@ -128,6 +134,8 @@ struct wl_load_bank {
 	__u64 bytes;
 	__u64 base_ns;
 	__u64 sum_ns;
+	/* The last packet's time: with base_ns, the rate over the bank. */
+	__u64 last_ns;
 	/* Sink only: stamped packets, the latency's extremes, sequence numbers
 	 * lower than one seen before (reordered or duplicated). */
 	__u64 stamped;
@@ -157,6 +165,17 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wl_gen_state);
 } gen_state SEC(".maps");
+
+struct wl_gen_head {
+	__u64 w[WL_LOAD_HEAD / 8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_gen_head);
+} gen_head SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -378,6 +397,7 @@ static __always_inline void count(struct wl_load_bank *b, __u64 len, __u64 now)
 	if (!b->base_ns)
 		b->base_ns = now;
 	b->sum_ns += now - b->base_ns;
+	b->last_ns = now;
 }
 
 SEC("xdp")
@@ -386,6 +406,8 @@ int wl_gen(struct xdp_md *ctx)
 	void *data, *end;
 	__u32 zero = 0, i, carries = 0, version;
 	struct wl_load_bank *bank, *total;
+	struct wl_gen_head *head;
+	__u64 n;
 	struct wl_gen_state *st;
 	struct wl_gen_conf *c;
 	__u64 now, late, seq;
@@ -418,7 +440,16 @@ int wl_gen(struct xdp_md *ctx)
 	if (unit_step(c, st, 0) || unit_step(c, st, 1) || unit_step(c, st, 2) ||
 	    unit_step(c, st, 3))
 		return XDP_DROP;
-	/* 3. The editor (App. C), in the order of the edits, so a cascaded
+	/* 3. The template's head, back as it was (see the top). */
+	head = bpf_map_lookup_elem(&gen_head, &zero);
+	if (!head)
+		return XDP_ABORTED;
+	n = bpf_xdp_get_buff_len(ctx);
+	if (n > WL_LOAD_HEAD)
+		n = WL_LOAD_HEAD;
+	if (n < 1 || bpf_xdp_store_bytes(ctx, 0, head->w, n))
+		return XDP_ABORTED;
+	/* 4. The editor (App. C), in the order of the edits, so a cascaded
 	 * step follows the one that drives it. */
 	for (i = 0; i < WL_LOAD_EDITS; i++) {
 		if (i >= c->edits)
@@ -428,7 +459,7 @@ int wl_gen(struct xdp_md *ctx)
 			return XDP_ABORTED;
 		carries |= (__u32)r << i;
 	}
-	/* 4. The version bit and the stamp. */
+	/* 5. The version bit and the stamp. */
 	seq = st->seq++;
 	version = c->version & 1;
 	data = (void *)(long)ctx->data;
@@ -448,7 +479,7 @@ int wl_gen(struct xdp_md *ctx)
 			if (put16(ctx, c, s + 8 + 2 * i, bpf_htons((now >> (48 - 16 * i)) & 0xffff)))
 				return XDP_ABORTED;
 	}
-	/* 5. Counted in its version's bank and in the naive total. */
+	/* 6. Counted in its version's bank and in the naive total. */
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	bank = bpf_map_lookup_elem(&gen_banks, &version);
@@ -550,6 +581,15 @@ int wl_sink(struct xdp_md *ctx)
 			(*h)++;
 	}
 	return XDP_DROP;
+}
+
+/* On the peer of a veth tester port: a veth accepts redirected frames
+ * (ndo_xdp_xmit) only while its peer runs NAPI, which an XDP program
+ * turns on (as xdp-trafficgen loads a dummy program). It passes all. */
+SEC("xdp")
+int wl_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -21,6 +21,7 @@ use skel::types;
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/load.bpf.o"));
 const GEN: &str = "wl_gen";
 const SINK: &str = "wl_sink";
+const PASS: &str = "wl_pass";
 
 /// Cascaded "skip m after n" units (`WL_LOAD_UNITS`).
 pub const UNITS: usize = types::wl_load_limits::WL_LOAD_UNITS.0 as usize;
@@ -30,6 +31,8 @@ pub const EDITS: usize = types::wl_load_limits::WL_LOAD_EDITS.0 as usize;
 pub const TABLE: usize = types::wl_load_limits::WL_LOAD_TABLE.0 as usize;
 /// Largest frame the generator edits (`WL_LOAD_MAX_FRAME`).
 pub const MAX_FRAME: usize = types::wl_load_limits::WL_LOAD_MAX_FRAME.0 as usize;
+/// Template bytes restored in every frame (`WL_LOAD_HEAD`).
+pub const HEAD: usize = types::wl_load_limits::WL_LOAD_HEAD.0 as usize;
 /// Buckets of one version's latency histogram (`WL_HIST_BUCKETS`).
 pub const HIST_BUCKETS: usize = types::wl_load_limits::WL_HIST_BUCKETS.0 as usize;
 /// Exact buckets, and buckets per octave above them (2^`WL_HIST_BITS`).
@@ -93,6 +96,9 @@ pub struct GenConfig {
     /// Cascaded units, (pass n, skip m), in order.
     pub units: Vec<(u32, u32)>,
     pub edits: Vec<Edit>,
+    /// The template frame: its first `HEAD` bytes are written back into
+    /// every frame before the edits.
+    pub template: Vec<u8>,
 }
 
 /// One version's counters, summed over CPUs (`struct wl_load_bank`).
@@ -103,6 +109,9 @@ pub struct Bank {
     /// Σ over packets of their time (ns) and the number of them, as
     /// Norma's B + T/P per CPU, summed: `mean_ns` = time_sum / packets.
     pub time_sum: u128,
+    /// The first and the last packet's time (ns).
+    pub first_ns: u64,
+    pub last_ns: u64,
     /// Stamped packets (sink), their latency's extremes (ns) and the
     /// sequence numbers not above one seen before.
     pub stamped: u64,
@@ -112,6 +121,12 @@ pub struct Bank {
 }
 
 impl Bank {
+    /// The rate between the first packet and the last (packets/s).
+    pub fn pps(&self) -> Option<f64> {
+        (self.packets > 1 && self.last_ns > self.first_ns)
+            .then(|| (self.packets - 1) as f64 * 1e9 / (self.last_ns - self.first_ns) as f64)
+    }
+
     /// The mean time of the bank's packets (ns; Norma §6.2's B + T/P).
     pub fn mean_ns(&self) -> Option<f64> {
         (self.packets > 0).then(|| self.time_sum as f64 / self.packets as f64)
@@ -129,6 +144,12 @@ impl Bank {
             };
             self.lat_max = self.lat_max.max(b.lat_max);
         }
+        self.first_ns = if self.packets == 0 {
+            b.base_ns
+        } else {
+            self.first_ns.min(b.base_ns)
+        };
+        self.last_ns = self.last_ns.max(b.last_ns);
         self.packets += b.packets;
         self.bytes += b.bytes;
         self.time_sum += u128::from(b.base_ns) * u128::from(b.packets) + u128::from(b.sum_ns);
@@ -177,7 +198,7 @@ fn zero_per_cpu(
 }
 
 object::maps! {
-    struct Maps { gen_conf, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock }
+    struct Maps { gen_conf, gen_head, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock }
 }
 
 /// The tester's programs: one object for the generator and the sink (a
@@ -209,7 +230,7 @@ impl Tester {
             Error::Load { source, .. } => Error::Load { source, log },
             e => e,
         })?;
-        object::check_programs(&obj, &[GEN, SINK])?;
+        object::check_programs(&obj, &[GEN, SINK, PASS])?;
         Ok(Tester {
             links: Vec::new(),
             maps: Maps::find(&obj)?,
@@ -267,6 +288,18 @@ impl Tester {
         self.conf = conf.clone();
         self.version = 0;
         self.write_conf()?;
+        let mut head = types::wl_gen_head::default();
+        for (i, w) in head.w.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            for (k, x) in b.iter_mut().enumerate() {
+                *x = conf.template.get(8 * i + k).copied().unwrap_or(0);
+            }
+            *w = u64::from_ne_bytes(b);
+        }
+        self.maps
+            .gen_head
+            .update(&0u32.to_ne_bytes(), bytes_of(&head), MapFlags::ANY)
+            .map_err(map_err("writing the template"))?;
         let cpus = libbpf_rs::num_possible_cpus().map_err(map_err("counting CPUs"))?;
         let fresh = types::wl_gen_state {
             // No value yet: the first packet gets the edit's first value.
@@ -317,36 +350,38 @@ impl Tester {
         self.write_conf()
     }
 
-    /// Replicates `frame` `repeat` times as live frames (they leave by
-    /// the configured device; the caller must be in its namespace).
-    /// Returns the kernel's time for the call.
-    pub fn generate(&self, frame: &[u8], repeat: u32) -> Result<std::time::Duration, Error> {
-        let prog = object::program(&self.obj, GEN);
-        // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
-        // outlives the call; libbpf reads `sz` bytes of opts.
-        let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
-        opts.sz = std::mem::size_of_val(&opts) as _;
-        opts.data_in = frame.as_ptr().cast();
-        opts.data_size_in = frame.len() as u32;
-        opts.repeat = repeat as _;
-        opts.flags = LIVE_FRAMES;
-        opts.batch_size = BATCH;
-        use std::os::fd::{AsFd, AsRawFd};
-        // SAFETY: as above; the fd is the loaded program's.
-        let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_fd().as_raw_fd(), &mut opts)
-        };
-        if rc != 0 {
-            return Err(Error::Map {
-                what: "generating (BPF_PROG_RUN with live frames)".into(),
-                source: libbpf_rs::Error::from(std::io::Error::last_os_error()),
-            });
-        }
-        Ok(std::time::Duration::from_nanos(
-            u64::from(opts.duration) * u64::from(repeat.max(1)),
-        ))
+    /// A handle that generates (`GenHandle::generate`) from another
+    /// thread, in the namespace of the tester port.
+    pub fn generator(&self) -> Result<GenHandle, Error> {
+        use std::os::fd::AsFd;
+        let fd = object::program(&self.obj, GEN)
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::Config(format!("duplicating the generator's fd: {e}")))?;
+        let state = object::map_handle(&self.obj, "gen_state")?;
+        Ok(GenHandle { fd, state })
     }
+}
 
+impl GenHandle {
+    /// The meter's next slot (ns, CLOCK_MONOTONIC; 0: not started), the
+    /// latest over CPUs: a generator at a low rate sleeps until it.
+    pub fn next_slot_ns(&self) -> Result<u64, Error> {
+        let per_cpu = self
+            .state
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading the generator's state"))?
+            .unwrap_or_default();
+        Ok(per_cpu
+            .iter()
+            .filter_map(|v| from_bytes::<types::wl_gen_state>(v))
+            .map(|s| s.tat)
+            .max()
+            .unwrap_or(0))
+    }
+}
+
+impl Tester {
     /// Tests: runs the generator once on `frame` (not live); its verdict
     /// and the frame as it left.
     pub fn test_gen(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
@@ -429,6 +464,18 @@ impl Tester {
         Ok(())
     }
 
+    /// Attaches a program that passes everything to `ifindex`, the veth
+    /// peer of the port the generator sends from: a veth takes redirected
+    /// frames only while its peer runs NAPI, which an XDP program turns on.
+    /// The caller must be in the device's namespace.
+    pub fn attach_pass(&mut self, ifindex: i32) -> Result<(), Error> {
+        let link = object::program(&self.obj, PASS)
+            .attach_xdp(ifindex)
+            .map_err(|source| Error::Attach { ifindex, source })?;
+        self.links.push(link);
+        Ok(())
+    }
+
     /// What arrived with version `v` (0, 1; 2: all, naive).
     pub fn sink_bank(&self, v: u32) -> Result<Bank, Error> {
         per_cpu_banks(&self.maps.sink_banks, v, "sink's")
@@ -480,6 +527,61 @@ impl Tester {
     }
 }
 
+fn libc_eintr() -> i32 {
+    4 // EINTR, the same on every Linux architecture
+}
+
+/// The generator's program, for the thread that drives it.
+pub struct GenHandle {
+    fd: std::os::fd::OwnedFd,
+    state: libbpf_rs::MapHandle,
+}
+
+impl GenHandle {
+    /// Replicates `frame` `repeat` times as live frames (they leave by
+    /// the configured device; the caller must be in its namespace).
+    /// Returns the kernel's time for the call.
+    pub fn generate(&self, frame: &[u8], repeat: u32) -> Result<std::time::Duration, Error> {
+        // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
+        // outlives the call; libbpf reads `sz` bytes of opts.
+        let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of_val(&opts) as _;
+        opts.data_in = frame.as_ptr().cast();
+        opts.data_size_in = frame.len() as u32;
+        opts.repeat = repeat as _;
+        opts.flags = LIVE_FRAMES;
+        opts.batch_size = BATCH;
+        use std::os::fd::AsRawFd;
+        // SAFETY: as above; the fd is the loaded program's.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(self.fd.as_raw_fd(), &mut opts)
+        };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            // A signal ends a run early (the kernel checks between
+            // batches): how `generate_until_signalled` stops.
+            if e.raw_os_error() == Some(libc_eintr()) {
+                return Ok(std::time::Duration::ZERO);
+            }
+            return Err(Error::Map {
+                what: "generating (BPF_PROG_RUN with live frames)".into(),
+                source: libbpf_rs::Error::from(e),
+            });
+        }
+        Ok(std::time::Duration::from_nanos(
+            u64::from(opts.duration) * u64::from(repeat.max(1)),
+        ))
+    }
+
+    /// Replicates `frame` until a signal interrupts the calling thread.
+    /// One call for a whole run: every live-frame call costs a fixed wait
+    /// in the kernel (about 20 ms here, asleep in its setup and
+    /// teardown), during which the meter's slots would pass unsent.
+    pub fn generate_until_signalled(&self, frame: &[u8]) -> Result<(), Error> {
+        self.generate(frame, u32::MAX).map(|_| ())
+    }
+}
+
 fn test_run(obj: &libbpf_rs::Object, prog: &str, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
     let mut out = vec![0u8; frame.len() + 256];
     let mut input = libbpf_rs::ProgramInput::default();
@@ -496,6 +598,12 @@ fn test_run(obj: &libbpf_rs::Object, prog: &str, frame: &[u8]) -> Result<(u32, V
 /// The program's limits on a configuration, said before it loads.
 fn check(c: &GenConfig) -> Result<(), Error> {
     let bad = |m: String| Err(Error::Config(m));
+    if c.template.len() < 60 || c.template.len() > MAX_FRAME {
+        return bad(format!(
+            "a template of {} bytes (60 to {MAX_FRAME})",
+            c.template.len()
+        ));
+    }
     if c.units.len() > UNITS {
         return bad(format!(
             "{} rate units, the generator has {UNITS}",

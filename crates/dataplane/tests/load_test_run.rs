@@ -41,6 +41,7 @@ fn conf(t: &Template) -> GenConfig {
         l4_off: t.l4_off,
         csum_off: t.csum_off,
         stamp_off: t.stamp_off.unwrap_or(0),
+        template: t.bytes.clone(),
         ..Default::default()
     }
 }

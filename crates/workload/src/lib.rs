@@ -12,6 +12,7 @@
 //! returns runtime metadata (MSS); `run` sends the messages.
 
 mod handoff;
+pub mod load;
 pub mod perftest;
 pub mod qcn;
 pub mod roce;

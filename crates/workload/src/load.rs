@@ -1,0 +1,380 @@
+//! Norma's load test as a workload (seed 002; issue 20): the generator
+//! (`wirelab_dataplane::load`) replicates a template out of a tester port
+//! at the rate the control plane chose (`wirelab_load::rate`), the sink
+//! on another tester port counts what the device under test delivers,
+//! and every interval the version bit flips (§6.1): once the retired
+//! version has had `grace` to drain through the DUT, both sides' banks of
+//! it are read and cleared, so sent and received are counted over the
+//! same packets. The naive totals are read at the flips, beside them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use wirelab_dataplane::load::{Bank, Edit, GenConfig, GenCounts, Tester};
+use wirelab_load::measure::{Interval, Side};
+use wirelab_load::rate::Plan;
+use wirelab_load::template::Template;
+
+/// Where the tester's ports are: namespaces and devices.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    pub tx_ns: String,
+    pub tx_dev: String,
+    pub rx_ns: String,
+    pub rx_dev: String,
+    /// The veth peer of the sending port (namespace, device), which must
+    /// run NAPI to take redirected frames: a pass-all XDP program is put
+    /// there for the run (None: the device needs none).
+    pub tx_peer: Option<(String, String)>,
+}
+
+/// One stream to send.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    pub template: Template,
+    pub rate: Plan,
+    pub edits: Vec<Edit>,
+    pub table: Vec<u32>,
+    /// The UDP port the sink counts.
+    pub dport: u16,
+}
+
+/// How long, and how it is measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub duration: Duration,
+    /// Between version flips (iperf3's -i).
+    pub interval: Duration,
+    /// Longer than the DUT can hold a packet (§6.1): a retired version is
+    /// read this long after its flip.
+    pub grace: Duration,
+}
+
+/// Latency figures of an interval (ns), from the histogram.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    pub min: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
+}
+
+/// One interval's line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Seconds since the start, of the interval's two flips.
+    pub start_s: f64,
+    pub end_s: f64,
+    #[serde(flatten)]
+    pub counts: Interval,
+    /// Rate between the interval's first and last packet at each side.
+    pub sent_pps: Option<f64>,
+    pub received_pps: Option<f64>,
+    pub latency: Option<Latency>,
+    /// Sequence numbers not above one seen before: reordered or duplicated.
+    pub late: u64,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub intervals: Vec<Report>,
+    /// Every packet sent and received, from the naive totals after the
+    /// last version drained.
+    pub sent: u64,
+    pub received: u64,
+    /// The rates between the first packet and the last, at each side.
+    pub sent_pps: Option<f64>,
+    pub received_pps: Option<f64>,
+    /// (received rate − requested) / requested.
+    pub rate_error: Option<f64>,
+    /// The generator's own counts: meter slots given up (late), runs held.
+    pub generator: GenCountsOut,
+    /// CPU time of the generator's thread (ns): the tester's cost.
+    pub generator_cpu_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct GenCountsOut {
+    pub held: u64,
+    pub skipped: u64,
+    pub missed: u64,
+}
+
+impl From<GenCounts> for GenCountsOut {
+    fn from(c: GenCounts) -> Self {
+        GenCountsOut {
+            held: c.held,
+            skipped: c.skipped,
+            missed: c.missed,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Tester {
+        what: String,
+        source: wirelab_dataplane::Error,
+    },
+    #[error(transparent)]
+    Netns(#[from] wirelab_netns::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn t<T>(what: &str, r: Result<T, wirelab_dataplane::Error>) -> Result<T, Error> {
+    r.map_err(|source| Error::Tester {
+        what: what.to_string(),
+        source,
+    })
+}
+
+fn ifindex(ns: &str, dev: &str) -> Result<u32, Error> {
+    let i = wirelab_netns::in_netns(ns, || nix::net::if_::if_nametoindex(dev))?;
+    i.map_err(|e| Error::Other(format!("finding {dev} in {ns}: {e}")))
+}
+
+fn side(b: &Bank) -> Side {
+    Side {
+        packets: b.packets,
+        bytes: b.bytes,
+        mean_ns: b.mean_ns(),
+    }
+}
+
+fn latency(t: &Tester, v: u32, b: &Bank) -> Result<Option<Latency>, Error> {
+    if b.stamped == 0 {
+        return Ok(None);
+    }
+    use wirelab_load::hist;
+    let h = self::t("reading the latency histogram", t.sink_hist(v))?;
+    let q = |x| hist::quantile(&h, x).unwrap_or(0);
+    Ok(Some(Latency {
+        min: b.lat_min,
+        p50: q(0.5),
+        p99: q(0.99),
+        p999: q(0.999),
+        max: b.lat_max,
+        mean: hist::mean(&h).unwrap_or(0.0),
+    }))
+}
+
+/// Runs the stream for `timing.duration` (or until `abort`), calling
+/// `each` with every interval as it is measured. The sink is attached
+/// for the run and detached when this returns, whatever it returns.
+pub fn run(
+    ports: &Ports,
+    stream: &Stream,
+    timing: Timing,
+    abort: &AtomicBool,
+    mut each: impl FnMut(&Report),
+) -> Result<Outcome, Error> {
+    interrupt_with_sigusr1();
+    let mut tester = t("loading the tester's programs", Tester::load(false))?;
+    let tx = ifindex(&ports.tx_ns, &ports.tx_dev)?;
+    let rx = ifindex(&ports.rx_ns, &ports.rx_dev)? as i32;
+    t(
+        "configuring the sink",
+        tester.configure_sink(stream.dport, stream.template.stamp_off.map(|_| 0)),
+    )?;
+    wirelab_netns::in_netns(&ports.rx_ns, || tester.attach_sink(rx))?.map_err(|source| {
+        Error::Tester {
+            what: format!("attaching the sink to {} in {}", ports.rx_dev, ports.rx_ns),
+            source,
+        }
+    })?;
+    if let Some((ns, dev)) = &ports.tx_peer {
+        let i = ifindex(ns, dev)? as i32;
+        wirelab_netns::in_netns(ns, || tester.attach_pass(i))?.map_err(|source| Error::Tester {
+            what: format!("turning NAPI on at {dev} in {ns}"),
+            source,
+        })?;
+    }
+    // The peer's NAPI, and all the DUT does with a packet, runs in the
+    // generator's system call on the sending CPU (veth schedules its
+    // peer's NAPI where the frame was sent), as softirq work. Threaded NAPI
+    // would move it off that CPU, but on a machine of two cores its thread
+    // waits milliseconds for a CPU and the veth ring (256 frames)
+    // overflows; inline, the DUT forwards every packet in microseconds
+    // and the generator is late now and then, which the meter counts
+    // (slots given up) and the rate figures show.
+    let tm = &stream.template;
+    t(
+        "configuring the generator",
+        tester.configure(&GenConfig {
+            interval_ns: stream.rate.interval_ns,
+            // Late by up to 64 slots (one batch of the kernel's), the
+            // generator catches up; later, the slots are given up and
+            // counted, not sent back to back.
+            tolerance_ns: stream.rate.interval_ns * 64,
+            ifindex: tx,
+            l3_off: tm.l3_off,
+            l4_off: tm.l4_off,
+            csum_off: tm.csum_off,
+            stamp_off: tm.stamp_off.unwrap_or(0),
+            units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
+            edits: stream.edits.clone(),
+            template: tm.bytes.clone(),
+        }),
+    )?;
+    t(
+        "filling the editor's table",
+        tester.set_table(0, &stream.table),
+    )?;
+    let gen = t("opening the generator", tester.generator())?;
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let end = started + timing.duration;
+    let frame = tm.bytes.clone();
+    let mut intervals = Vec::new();
+    let mut version = 0u32;
+    let mut naive_prev = (0u64, 0u64);
+    let mut prev_flip = 0.0;
+    let tid = std::sync::OnceLock::new();
+    let generator_cpu_ns = std::thread::scope(|s| -> Result<u64, Error> {
+        let gen_thread = s.spawn(|| -> Result<u64, Error> {
+            wirelab_netns::in_netns(&ports.tx_ns, || -> Result<u64, Error> {
+                // SAFETY: pthread_self has no preconditions.
+                tid.get_or_init(|| unsafe { libc::pthread_self() });
+                if !stop.load(Ordering::SeqCst) {
+                    t("generating", gen.generate_until_signalled(&frame))?;
+                }
+                Ok(thread_cpu_ns())
+            })?
+        });
+        let mut next_flip = started + timing.interval;
+        let r = (|| -> Result<(), Error> {
+            loop {
+                let now = Instant::now();
+                if abort.load(Ordering::SeqCst) || gen_thread.is_finished() {
+                    break;
+                }
+                if now < next_flip.min(end) {
+                    std::thread::sleep((next_flip.min(end) - now).min(Duration::from_millis(50)));
+                    continue;
+                }
+                if now >= end {
+                    break;
+                }
+                // Flip, then read the retired version once it drained.
+                let retired = version;
+                version ^= 1;
+                t("flipping the version", tester.set_version(version))?;
+                let flip_s = started.elapsed().as_secs_f64();
+                let naive = naive_totals(&tester)?;
+                std::thread::sleep(timing.grace);
+                let rep = read_version(&tester, retired, prev_flip, flip_s, naive, naive_prev)?;
+                each(&rep);
+                intervals.push(rep);
+                naive_prev = naive;
+                prev_flip = flip_s;
+                next_flip += timing.interval;
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::SeqCst);
+        // The generator's one long call ends at a signal; until its thread
+        // is in the call, signal again.
+        while !gen_thread.is_finished() {
+            if let Some(&th) = tid.get() {
+                // SAFETY: the thread is alive (not finished, scoped).
+                unsafe { libc::pthread_kill(th, libc::SIGUSR1) };
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let cpu = gen_thread
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        r?;
+        Ok(cpu)
+    })?;
+    // The last interval: everything sent has stopped; let it drain.
+    std::thread::sleep(timing.grace);
+    let end_s = started.elapsed().as_secs_f64();
+    let naive = naive_totals(&tester)?;
+    let last = read_version(&tester, version, prev_flip, end_s, naive, naive_prev)?;
+    if last.counts.sent.packets > 0 {
+        each(&last);
+        intervals.push(last);
+    }
+    let (gs, rs) = (
+        t("reading the totals", tester.gen_bank(2))?,
+        t("reading the totals", tester.sink_bank(2))?,
+    );
+    let counts = t("reading the generator", tester.gen_counts())?;
+    Ok(Outcome {
+        intervals,
+        sent: gs.packets,
+        received: rs.packets,
+        sent_pps: gs.pps(),
+        received_pps: rs.pps(),
+        rate_error: rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps),
+        generator: counts.into(),
+        generator_cpu_ns,
+    })
+}
+
+/// The calling thread's CPU time, user and system (ns).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// SIGUSR1 interrupts the generator's system call and does nothing else
+/// (its default would end the process).
+fn interrupt_with_sigusr1() {
+    extern "C" fn nothing(_: libc::c_int) {}
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a handler that does nothing is async-signal-safe; no
+        // SA_RESTART, so the interrupted call returns EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = nothing as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+fn naive_totals(tester: &Tester) -> Result<(u64, u64), Error> {
+    Ok((
+        t("reading the totals", tester.gen_bank(2))?.packets,
+        t("reading the totals", tester.sink_bank(2))?.packets,
+    ))
+}
+
+fn read_version(
+    tester: &Tester,
+    v: u32,
+    start_s: f64,
+    end_s: f64,
+    naive: (u64, u64),
+    naive_prev: (u64, u64),
+) -> Result<Report, Error> {
+    let o = t("reading the generator's bank", tester.gen_bank(v))?;
+    let i = t("reading the sink's bank", tester.sink_bank(v))?;
+    let lat = latency(tester, v, &i)?;
+    t("clearing a bank", tester.clear_gen_bank(v))?;
+    t("clearing a bank", tester.clear_sink_bank(v))?;
+    Ok(Report {
+        start_s,
+        end_s,
+        counts: Interval::of(
+            side(&o),
+            side(&i),
+            naive.0 - naive_prev.0,
+            naive.1 - naive_prev.1,
+        ),
+        sent_pps: o.pps(),
+        received_pps: i.pps(),
+        latency: lat,
+        late: i.late_seq,
+    })
+}
