@@ -215,20 +215,8 @@ pub struct Tester {
 impl Tester {
     /// Loads the programs; `test_clock` lets fixtures set the time.
     pub fn load(test_clock: bool) -> Result<Tester, Error> {
-        let (res, log) = crate::with_libbpf_log(|| {
-            let load = |source| Error::Load {
-                source,
-                log: String::new(),
-            };
-            let mut open = object::open("load", OBJECT).map_err(load)?;
-            object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
-                ro.test_clock = test_clock as u8;
-            })?;
-            open.load().map_err(load)
-        });
-        let obj = res.map_err(|e| match e {
-            Error::Load { source, .. } => Error::Load { source, log },
-            e => e,
+        let obj = object::load_with_rodata("load", OBJECT, |ro: &mut types::rodata| {
+            ro.test_clock = test_clock as u8;
         })?;
         object::check_programs(&obj, &[GEN, SINK, PASS])?;
         Ok(Tester {

@@ -76,6 +76,29 @@ fn check_section_size<T>(section: &str, len: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Opens and loads object `name` from `bytes`, its `.rodata` set by
+/// `rodata` (the skeleton's type for it); if it fails, the error carries
+/// libbpf's log (the verifier's).
+pub(crate) fn load_with_rodata<R: Copy>(
+    name: &str,
+    bytes: &[u8],
+    rodata: impl FnOnce(&mut R),
+) -> Result<libbpf_rs::Object, Error> {
+    let (res, log) = crate::with_libbpf_log(|| {
+        let load = |source| Error::Load {
+            source,
+            log: String::new(),
+        };
+        let mut open = open(name, bytes).map_err(load)?;
+        edit_section(&mut open, ".rodata", rodata)?;
+        open.load().map_err(load)
+    });
+    res.map_err(|e| match e {
+        Error::Load { source, .. } => Error::Load { source, log },
+        e => e,
+    })
+}
+
 /// A loaded object's writable global section (`.bss`), shared with the
 /// kernel through the mmap libbpf keeps for it, as the skeleton's type.
 /// Reads and writes are volatile: the programs change it under us.

@@ -113,22 +113,10 @@ impl Recorder {
     /// lets fixtures set the time (`set_test_clock`); `netns` (an inode)
     /// is the namespace whose sockets the tracepoints keep (None: all).
     pub fn load(th_ns: u64, test_clock: bool, netns: Option<u32>) -> Result<Recorder, Error> {
-        let (res, log) = crate::with_libbpf_log(|| {
-            let load = |source| Error::Load {
-                source,
-                log: String::new(),
-            };
-            let mut open = object::open("recorder", OBJECT).map_err(load)?;
-            object::edit_section(&mut open, ".rodata", |ro: &mut types::rodata| {
-                ro.th_ns = th_ns;
-                ro.test_clock = test_clock as u8;
-                ro.netns_inum = netns.unwrap_or(0);
-            })?;
-            open.load().map_err(load)
-        });
-        let obj = res.map_err(|e| match e {
-            Error::Load { source, .. } => Error::Load { source, log },
-            e => e,
+        let obj = object::load_with_rodata("recorder", OBJECT, |ro: &mut types::rodata| {
+            ro.th_ns = th_ns;
+            ro.test_clock = test_clock as u8;
+            ro.netns_inum = netns.unwrap_or(0);
         })?;
         object::check_programs(&obj, &PROGS)?;
         object::check_programs(&obj, &PROBES)?;
