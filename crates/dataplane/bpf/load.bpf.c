@@ -480,8 +480,6 @@ int wl_gen(struct xdp_md *ctx)
 				return XDP_ABORTED;
 	}
 	/* 6. Counted in its version's bank and in the naive total. */
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
 	bank = bpf_map_lookup_elem(&gen_banks, &version);
 	i = 2;
 	total = bpf_map_lookup_elem(&gen_banks, &i);
