@@ -332,12 +332,6 @@ impl Tester {
         self.write_conf()
     }
 
-    /// The meter's interval from now on (ns per packet; steps and ramps).
-    pub fn set_interval(&mut self, interval_ns: u64) -> Result<(), Error> {
-        self.conf.interval_ns = interval_ns;
-        self.write_conf()
-    }
-
     /// A handle that generates (`GenHandle::generate`) from another
     /// thread, in the namespace of the tester port.
     pub fn generator(&self) -> Result<GenHandle, Error> {
@@ -515,10 +509,6 @@ impl Tester {
     }
 }
 
-fn libc_eintr() -> i32 {
-    4 // EINTR, the same on every Linux architecture
-}
-
 /// The generator's program, for the thread that drives it.
 pub struct GenHandle {
     fd: std::os::fd::OwnedFd,
@@ -526,17 +516,20 @@ pub struct GenHandle {
 }
 
 impl GenHandle {
-    /// Replicates `frame` `repeat` times as live frames (they leave by
-    /// the configured device; the caller must be in its namespace).
-    /// Returns the kernel's time for the call.
-    pub fn generate(&self, frame: &[u8], repeat: u32) -> Result<std::time::Duration, Error> {
+    /// Replicates `frame` as live frames until a signal interrupts the
+    /// calling thread (the kernel checks between batches). They leave by
+    /// the configured device; the caller must be in its namespace. One
+    /// call for a whole run: every live-frame call costs a fixed wait in
+    /// the kernel (about 20 ms here, asleep in its setup and teardown),
+    /// during which the meter's slots would pass unsent.
+    pub fn generate_until_signalled(&self, frame: &[u8]) -> Result<(), Error> {
         // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
         // outlives the call; libbpf reads `sz` bytes of opts.
         let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
         opts.sz = std::mem::size_of_val(&opts) as _;
         opts.data_in = frame.as_ptr().cast();
         opts.data_size_in = frame.len() as u32;
-        opts.repeat = repeat as _;
+        opts.repeat = u32::MAX as _;
         opts.flags = LIVE_FRAMES;
         opts.batch_size = BATCH;
         use std::os::fd::AsRawFd;
@@ -544,29 +537,14 @@ impl GenHandle {
         let rc = unsafe {
             libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(self.fd.as_raw_fd(), &mut opts)
         };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            // A signal ends a run early (the kernel checks between
-            // batches): how `generate_until_signalled` stops.
-            if e.raw_os_error() == Some(libc_eintr()) {
-                return Ok(std::time::Duration::ZERO);
-            }
-            return Err(Error::Map {
-                what: "generating (BPF_PROG_RUN with live frames)".into(),
-                source: libbpf_rs::Error::from(e),
-            });
+        let e = std::io::Error::last_os_error();
+        if rc == 0 || e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(());
         }
-        Ok(std::time::Duration::from_nanos(
-            u64::from(opts.duration) * u64::from(repeat.max(1)),
-        ))
-    }
-
-    /// Replicates `frame` until a signal interrupts the calling thread.
-    /// One call for a whole run: every live-frame call costs a fixed wait
-    /// in the kernel (about 20 ms here, asleep in its setup and
-    /// teardown), during which the meter's slots would pass unsent.
-    pub fn generate_until_signalled(&self, frame: &[u8]) -> Result<(), Error> {
-        self.generate(frame, u32::MAX).map(|_| ())
+        Err(Error::Map {
+            what: "generating (BPF_PROG_RUN with live frames)".into(),
+            source: libbpf_rs::Error::from(e),
+        })
     }
 }
 

@@ -36,42 +36,14 @@ impl Routed {
             "netns", &r,
         ])?;
         let net = |s: u8, h: u8| format!("10.{n}.{s}.{h}");
-        ip(&[
-            "-n",
-            &a,
-            "addr",
-            "add",
-            &format!("{}/24", net(1, 2)),
-            "dev",
-            "va",
-        ])?;
-        ip(&[
-            "-n",
-            &r,
-            "addr",
-            "add",
-            &format!("{}/24", net(1, 1)),
-            "dev",
-            "ra",
-        ])?;
-        ip(&[
-            "-n",
-            &r,
-            "addr",
-            "add",
-            &format!("{}/24", net(2, 1)),
-            "dev",
-            "rb",
-        ])?;
-        ip(&[
-            "-n",
-            &b,
-            "addr",
-            "add",
-            &format!("{}/24", net(2, 2)),
-            "dev",
-            "vb",
-        ])?;
+        for (ns, addr, dev) in [
+            (&a, net(1, 2), "va"),
+            (&r, net(1, 1), "ra"),
+            (&r, net(2, 1), "rb"),
+            (&b, net(2, 2), "vb"),
+        ] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
+        }
         for (ns, devs) in [
             (&a, &["va"][..]),
             (&r, &["ra", "rb"][..]),
