@@ -16,6 +16,7 @@ mod bench_vaqm;
 mod bump;
 mod causal;
 mod fuzz;
+mod load;
 mod record;
 mod run;
 mod summary;
@@ -44,6 +45,11 @@ enum Cmd {
     /// Run specs: bring up the lab, arm the switch, run the workload, capture,
     /// check integrity, analyze, check expectations, tear down.
     Run(run::Args),
+    /// Norma's load test (seed 002) through a device under test: a stream
+    /// at the rate and burst asked for, counted by version bit on both
+    /// sides, one line per interval; exit 0 when its `expect:` held, 1 when
+    /// not, 2 for bad input, 130 on Ctrl-C.
+    Load(load::Args),
     /// Lumina's genetic fuzzer: search a spec's space for runs that score
     /// as anomalies, shrink each to a small spec that reproduces it, and
     /// save it with an `expect:` that fails on it. Exit 1 when an anomaly
@@ -306,6 +312,7 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
     match cli.cmd {
         Cmd::Run(args) => run::run(args, abort),
+        Cmd::Load(args) => load::run(args, abort),
         Cmd::Fuzz(args) => fuzz::run(args, abort),
         Cmd::FuzzEval(args) => fuzz::eval(args, abort),
         Cmd::Sweep(args) => sweep::run(args, abort),
@@ -337,6 +344,24 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 if causal::is_target_file(p) {
                     match causal::check(p) {
                         Ok(n) => println!("{}: ok (causal target, {n} runs a round)", p.display()),
+                        Err(e) => {
+                            eprintln!("wirelab: {e}");
+                            bad = true;
+                        }
+                    }
+                    continue;
+                }
+                // A load test (`wirelab load`).
+                if std::fs::read_to_string(p).is_ok_and(|t| wirelab_spec::load::is_load_text(&t)) {
+                    match wirelab_spec::load::load(p)
+                        .map_err(|e| e.to_string())
+                        .and_then(|s| {
+                            wirelab_lab::load::setup(&s)
+                                .map_err(|e| format!("{}: {e}", p.display()))
+                        }) {
+                        Ok((s, ..)) => {
+                            println!("{}: ok (load test: {})", p.display(), s.rate.describe())
+                        }
                         Err(e) => {
                             eprintln!("wirelab: {e}");
                             bad = true;

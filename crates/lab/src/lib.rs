@@ -22,6 +22,7 @@
 pub mod bump;
 pub mod capability;
 mod engine;
+pub mod load;
 pub mod ovs;
 pub mod record;
 mod results;

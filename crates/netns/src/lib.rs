@@ -11,6 +11,7 @@
 mod cmd;
 pub mod counters;
 mod routed;
+pub mod tester;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -562,6 +563,8 @@ struct LinkJson {
     #[serde(default)]
     mtu: u32,
     #[serde(default)]
+    address: Option<String>,
+    #[serde(default)]
     stats64: Option<Stats64>,
 }
 #[derive(Deserialize)]
@@ -597,6 +600,17 @@ pub fn ifindex(ns: &str, dev: &str) -> Result<u32, Error> {
 pub fn link_info(ns: &str, dev: &str) -> Result<(u32, u32), Error> {
     let l = link_json(ns, dev)?;
     Ok((l.ifindex, l.mtu))
+}
+
+/// A device's MAC address in namespace `ns`.
+pub fn link_mac(ns: &str, dev: &str) -> Result<[u8; 6], Error> {
+    let a = link_json(ns, dev)?.address.unwrap_or_default();
+    let v: Vec<u8> = a
+        .split(':')
+        .filter_map(|h| u8::from_str_radix(h, 16).ok())
+        .collect();
+    v.try_into()
+        .map_err(|_| Error::Other(format!("{dev} in {ns} has no MAC address (`{a}`)")))
 }
 
 pub fn link_rx_packets(ns: &str, dev: &str) -> Result<u64, Error> {

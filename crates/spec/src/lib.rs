@@ -10,6 +10,7 @@ mod expect;
 pub mod findings;
 pub mod flowtables;
 mod lines;
+pub mod load;
 pub mod record;
 pub mod roce;
 mod topology;
@@ -430,9 +431,9 @@ pub(crate) fn frame_fits(mtu: u32, b: Bytes, at: String) -> Result<(), Invalid> 
     Ok(())
 }
 
-fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
-    if let Some(n) = &s.name {
-        // Joined onto the results folder: it must stay one plain name.
+/// A name is joined onto the results folder: it must stay one plain name.
+pub(crate) fn validate_name(name: &Option<String>) -> Result<(), Invalid> {
+    if let Some(n) = name {
         if n.is_empty() || n == "." || n == ".." || n.contains(['/', '\\', '\0']) {
             return err(
                 "name",
@@ -443,6 +444,11 @@ fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
             );
         }
     }
+    Ok(())
+}
+
+fn validate(s: &Spec, catalog: &Catalog) -> Result<(), Invalid> {
+    validate_name(&s.name)?;
     validate_analyzers(&s.analyzers, catalog)?;
     let hosts = topology::validate(s)?;
     vaqm::validate(s)?;

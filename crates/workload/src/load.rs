@@ -95,6 +95,51 @@ pub struct Outcome {
     pub generator: GenCountsOut,
     /// CPU time of the generator's thread (ns): the tester's cost.
     pub generator_cpu_ns: u64,
+    /// One-way latency over every stamped packet of the run (the
+    /// intervals' histograms summed).
+    pub latency: Option<Latency>,
+    /// Sequence numbers received not above one seen before, over the run.
+    pub late: u64,
+}
+
+/// The run's latency, gathered interval by interval (each version's
+/// histogram is cleared once read).
+#[derive(Default)]
+struct RunLatency {
+    hist: Vec<u64>,
+    min: Option<u64>,
+    max: u64,
+}
+
+impl RunLatency {
+    fn add(&mut self, h: &[u64], b: &Bank) {
+        if b.stamped == 0 {
+            return;
+        }
+        self.hist.resize(self.hist.len().max(h.len()), 0);
+        for (t, x) in self.hist.iter_mut().zip(h) {
+            *t += x;
+        }
+        self.min = Some(self.min.map_or(b.lat_min, |m| m.min(b.lat_min)));
+        self.max = self.max.max(b.lat_max);
+    }
+    fn figures(&self) -> Option<Latency> {
+        Some(figures(&self.hist, self.min?, self.max))
+    }
+}
+
+fn figures(h: &[u64], min: u64, max: u64) -> Latency {
+    use wirelab_load::hist;
+    // A bucket's highest equivalent value may pass the largest value seen.
+    let q = |x| hist::quantile(h, x).unwrap_or(0).clamp(min, max);
+    Latency {
+        min,
+        p50: q(0.5),
+        p99: q(0.99),
+        p999: q(0.999),
+        max,
+        mean: hist::mean(h).unwrap_or(0.0),
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -147,21 +192,14 @@ fn side(b: &Bank) -> Side {
     }
 }
 
-fn latency(t: &Tester, v: u32, b: &Bank) -> Result<Option<Latency>, Error> {
+/// An interval's latency figures, and its histogram added to the run's.
+fn latency(t: &Tester, v: u32, b: &Bank, run: &mut RunLatency) -> Result<Option<Latency>, Error> {
     if b.stamped == 0 {
         return Ok(None);
     }
-    use wirelab_load::hist;
     let h = self::t("reading the latency histogram", t.sink_hist(v))?;
-    let q = |x| hist::quantile(&h, x).unwrap_or(0);
-    Ok(Some(Latency {
-        min: b.lat_min,
-        p50: q(0.5),
-        p99: q(0.99),
-        p999: q(0.999),
-        max: b.lat_max,
-        mean: hist::mean(&h).unwrap_or(0.0),
-    }))
+    run.add(&h, b);
+    Ok(Some(figures(&h, b.lat_min, b.lat_max)))
 }
 
 /// Runs the stream for `timing.duration` (or until `abort`), calling
@@ -235,6 +273,7 @@ pub fn run(
     let mut version = 0u32;
     let mut naive_prev = (0u64, 0u64);
     let mut prev_flip = 0.0;
+    let mut run_lat = RunLatency::default();
     let tid = std::sync::OnceLock::new();
     let generator_cpu_ns = std::thread::scope(|s| -> Result<u64, Error> {
         let gen_thread = s.spawn(|| -> Result<u64, Error> {
@@ -268,7 +307,14 @@ pub fn run(
                 let flip_s = started.elapsed().as_secs_f64();
                 let naive = naive_totals(&tester)?;
                 std::thread::sleep(timing.grace);
-                let rep = read_version(&tester, retired, prev_flip, flip_s, naive, naive_prev)?;
+                let rep = read_version(
+                    &tester,
+                    retired,
+                    (prev_flip, flip_s),
+                    naive,
+                    naive_prev,
+                    &mut run_lat,
+                )?;
                 each(&rep);
                 intervals.push(rep);
                 naive_prev = naive;
@@ -297,7 +343,14 @@ pub fn run(
     std::thread::sleep(timing.grace);
     let end_s = started.elapsed().as_secs_f64();
     let naive = naive_totals(&tester)?;
-    let last = read_version(&tester, version, prev_flip, end_s, naive, naive_prev)?;
+    let last = read_version(
+        &tester,
+        version,
+        (prev_flip, end_s),
+        naive,
+        naive_prev,
+        &mut run_lat,
+    )?;
     if last.counts.sent.packets > 0 {
         each(&last);
         intervals.push(last);
@@ -308,7 +361,6 @@ pub fn run(
     );
     let counts = t("reading the generator", tester.gen_counts())?;
     Ok(Outcome {
-        intervals,
         sent: gs.packets,
         received: rs.packets,
         sent_pps: gs.pps(),
@@ -316,6 +368,9 @@ pub fn run(
         rate_error: rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps),
         generator: counts.into(),
         generator_cpu_ns,
+        latency: run_lat.figures(),
+        late: intervals.iter().map(|i| i.late).sum(),
+        intervals,
     })
 }
 
@@ -353,14 +408,14 @@ fn naive_totals(tester: &Tester) -> Result<(u64, u64), Error> {
 fn read_version(
     tester: &Tester,
     v: u32,
-    start_s: f64,
-    end_s: f64,
+    (start_s, end_s): (f64, f64),
     naive: (u64, u64),
     naive_prev: (u64, u64),
+    run: &mut RunLatency,
 ) -> Result<Report, Error> {
     let o = t("reading the generator's bank", tester.gen_bank(v))?;
     let i = t("reading the sink's bank", tester.sink_bank(v))?;
-    let lat = latency(tester, v, &i)?;
+    let lat = latency(tester, v, &i, run)?;
     t("clearing a bank", tester.clear_gen_bank(v))?;
     t("clearing a bank", tester.clear_sink_bank(v))?;
     Ok(Report {

@@ -1,0 +1,191 @@
+//! `wirelab load SPEC`: Norma's load test (seed 002) through a device
+//! under test. One line per interval as iperf3 `-i` prints them, then the
+//! run's figures and its claims; `--json`: one JSON object per interval,
+//! then the summary, one per line (JSON lines, for jq and pandas).
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Result;
+use wirelab_lab::load::{LoadSummary, Setup};
+use wirelab_lab::RunOptions;
+use wirelab_workload::load::{Latency, Report};
+
+use crate::code;
+use crate::run::{exit_code, require_root};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The load test (YAML: `dut:`, `stream:`, ...).
+    pub spec: PathBuf,
+    /// Where the results folder goes.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// JSON lines on stdout: each interval, then the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
+    let spec = match wirelab_spec::load::load(&args.spec) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
+    // What the control plane chose is shown before anything exists, and
+    // a stream it cannot make is bad input.
+    let setup = match wirelab_lab::load::setup(&spec) {
+        Ok((s, ..)) => s,
+        Err(e) => {
+            eprintln!("wirelab: {}: {e}", args.spec.display());
+            return Ok(code::ERROR);
+        }
+    };
+    require_root()?;
+    if !args.json {
+        header(&spec, &setup);
+    }
+    let opts = RunOptions {
+        abort: abort.clone(),
+        ..RunOptions::new(&args.out)
+    };
+    let json = args.json;
+    let out = match wirelab_lab::load::run(&spec, &opts, |s, r| {
+        if json {
+            if let Ok(l) = serde_json::to_string(r) {
+                println!("{l}");
+            }
+        } else {
+            println!("{}", line(s, r));
+        }
+    }) {
+        Ok(o) => o,
+        Err(e @ wirelab_lab::Error::BadInput(_)) => {
+            eprintln!("wirelab: {:#}", anyhow::Error::from(e));
+            return Ok(code::ERROR);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string(&out.summary)?);
+    } else {
+        footer(&out.summary);
+    }
+    Ok(exit_code(out.verdict))
+}
+
+fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
+    println!(
+        "{}: {} B frames at {} pps through a Linux {} for {}, lines every {}",
+        spec.name.as_deref().unwrap_or("load"),
+        s.frame_bytes,
+        group(s.requested_pps.round() as u64),
+        s.dut,
+        spec.duration,
+        spec.interval,
+    );
+    println!("  rate plan (Norma §5.2): {}", s.rate.describe());
+    println!(
+        "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/max",
+        "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
+    );
+}
+
+/// `1234567` as `1,234,567`.
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1}", ns as f64 / 1e3)
+}
+
+fn lat(l: &Option<Latency>) -> String {
+    match l {
+        Some(l) => format!(
+            "{}/{}/{}/{}/{}",
+            us(l.min),
+            us(l.p50),
+            us(l.p99),
+            us(l.p999),
+            us(l.max)
+        ),
+        None => "-".into(),
+    }
+}
+
+fn line(s: &Setup, r: &Report) -> String {
+    let c = &r.counts;
+    // Bits on the wire at the receiver: frames with FCS, preamble and gap.
+    let wire = (u64::from(s.frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
+    let mbit = r
+        .received_pps
+        .map_or("-".into(), |p| format!("{:.1}", p * wire as f64 / 1e6));
+    let err = r.sent_pps.map_or("-".into(), |p| {
+        format!("{:+.1e}", (p - s.requested_pps) / s.requested_pps)
+    });
+    format!(
+        "  {:5.2}-{:5.2} s  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  {}",
+        r.start_s,
+        r.end_s,
+        group(c.sent.packets),
+        group(c.received.packets),
+        c.lost,
+        format!("({:+})", c.naive_lost),
+        mbit,
+        err,
+        lat(&r.latency),
+    )
+}
+
+fn footer(s: &LoadSummary) {
+    let o = &s.outcome.outcome;
+    let f = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.3}"));
+    println!(
+        "  sent {} at {} pps, received {} at {} pps, lost {} ({}), rate error {}",
+        group(o.sent),
+        f(o.sent_pps),
+        group(o.received),
+        f(o.received_pps),
+        o.sent as i64 - o.received as i64,
+        if o.sent > 0 {
+            format!(
+                "{:.2e}",
+                (o.sent as f64 - o.received as f64) / o.sent as f64
+            )
+        } else {
+            "-".into()
+        },
+        o.rate_error.map_or("-".into(), |e| format!("{e:+.2e}")),
+    );
+    println!(
+        "  latency µs min/p50/p99/p99.9/max {}, reordered or duplicated {}",
+        lat(&o.latency),
+        o.late
+    );
+    println!(
+        "  generator: {} slots given up late, CPU {:.2} s",
+        o.generator.missed,
+        o.generator_cpu_ns as f64 / 1e9
+    );
+    for c in &s.expect {
+        println!(
+            "  {} {}: {}",
+            if c.pass { "ok  " } else { "FAIL" },
+            c.claim,
+            c.observed
+        );
+    }
+    println!("{} {}  {}", s.verdict, s.name, s.results);
+}

@@ -1,0 +1,793 @@
+//! `wirelab load`'s document: Norma's load test (seed 002; issue 20). A
+//! tester port sends one stream of template frames through a device under
+//! test (DUT) to a second tester port, at a rate (and burst) the control
+//! plane turns into a meter and cascaded skip units (§5.2), edited on the
+//! way out (App. C), counted by version bit on both sides (§6.1).
+//!
+//! ```yaml
+//! dut: {kind: router}
+//! duration: 3s
+//! interval: 500ms
+//! stream:
+//!   size: 64            # frame bytes with the FCS, as RFC 2544 counts them
+//!   pps: 100000         # or rate: 50mbit (on the wire, with preamble and gap)
+//!   burst: {packets: 100, peak_pps: 1000000}
+//!   edits:
+//!     - {field: udp.sport, step: {from: 1000, to: 1999}}
+//! expect:
+//!   - {metric: lost, at_most: 0}
+//!   - {metric: latency_p99, at_most: 1ms}
+//! ```
+//!
+//! Parsed without touching the host: whether the machine can send the
+//! rate is the run's business; whether the port could carry it is checked
+//! here.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{err, Amount, BitsPerSec, Invalid, Nanos, SpecError, Unit};
+
+/// Bytes a frame occupies on the wire beyond its own: preamble, start of
+/// frame and the inter-frame gap (IEEE 802.3 §4.4.2), which port speeds
+/// count and RFC 2544's maximum frame rates include.
+pub const WIRE_OVERHEAD: u64 = 20;
+/// Ethernet header and FCS around an IP packet of MTU bytes.
+pub const FRAME_OVERHEAD: u32 = 18;
+/// Edits the generator applies per frame (`WL_LOAD_EDITS`).
+pub const MAX_EDITS: usize = 8;
+/// Entries of the indirect step mode's tables, all edits together
+/// (`WL_LOAD_TABLE`).
+pub const MAX_TABLE: usize = 256;
+/// Cascaded units the generator has (`WL_LOAD_UNITS`): the control plane
+/// uses them all (trims and the burst).
+pub const UNITS: usize = 4;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Short name; defaults to the file name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The claim this test checks, in a sentence.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The device under test, between the tester's two ports.
+    pub dut: Dut,
+    #[serde(default)]
+    pub ports: Ports,
+    /// How long the stream runs.
+    #[serde(default = "default_duration")]
+    pub duration: Nanos,
+    /// Between the version flips: one measured line each (iperf3's -i).
+    #[serde(default = "default_interval")]
+    pub interval: Nanos,
+    /// How long a retired version is left to drain before it is read: more
+    /// than the DUT can hold a packet (§6.1).
+    #[serde(default = "default_grace")]
+    pub grace: Nanos,
+    pub stream: Stream,
+    #[serde(default)]
+    pub expect: Vec<LoadExpect>,
+}
+
+fn default_duration() -> Nanos {
+    Nanos(3_000_000_000)
+}
+fn default_interval() -> Nanos {
+    Nanos(1_000_000_000)
+}
+fn default_grace() -> Nanos {
+    Nanos(10_000_000)
+}
+
+/// The DUT: a namespace of its own between the tester's ports, set up and
+/// torn down by wirelab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Dut {
+    pub kind: DutKind,
+    /// A bottleneck at the DUT's port towards the receiver: a token bucket
+    /// (tbf) of this rate and buffer, so bursts above the rate queue and,
+    /// past the buffer, drop (a small-buffer DUT, Norma §9 Fig. 8).
+    #[serde(default)]
+    pub egress: Option<Egress>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Egress {
+    pub rate: BitsPerSec,
+    /// Bytes the queue holds (at least one frame).
+    pub buffer: crate::Bytes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DutKind {
+    /// Linux forwarding IPv4 between two subnets.
+    Router,
+    /// A Linux bridge joining the two ports in one subnet.
+    Bridge,
+    /// A router with a stateful nftables firewall: conntrack, established
+    /// replies only, and the sender's address masqueraded (source NAT).
+    Nat,
+}
+
+impl DutKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DutKind::Router => "router",
+            DutKind::Bridge => "bridge",
+            DutKind::Nat => "nat",
+        }
+    }
+    /// Whether it routes (two subnets, a neighbour table).
+    pub fn routes(self) -> bool {
+        !matches!(self, DutKind::Bridge)
+    }
+}
+
+/// The tester's ports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    /// The port speed a stream must fit in, frames on the wire with their
+    /// preamble and gap (veth has none of its own; this is the port being
+    /// emulated).
+    #[serde(default = "default_speed")]
+    pub speed: BitsPerSec,
+    /// IP MTU of every link.
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+}
+
+fn default_speed() -> BitsPerSec {
+    BitsPerSec(10_000_000_000)
+}
+fn default_mtu() -> u32 {
+    1500
+}
+
+impl Default for Ports {
+    fn default() -> Ports {
+        Ports {
+            speed: default_speed(),
+            mtu: default_mtu(),
+        }
+    }
+}
+
+/// One stream of UDP template frames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    /// Frame size with the FCS, as RFC 2544 counts it (64 to MTU + 18).
+    pub size: u32,
+    /// The average rate in packets per second ...
+    #[serde(default)]
+    pub pps: Option<f64>,
+    /// ... or in bits per second on the wire (frames with preamble and gap).
+    #[serde(default)]
+    pub rate: Option<BitsPerSec>,
+    /// Bursts of `packets` at a peak rate, averaging the rate above
+    /// (Norma Fig. 11).
+    #[serde(default)]
+    pub burst: Option<Burst>,
+    #[serde(default = "default_sport")]
+    pub sport: u16,
+    /// The sink counts the stream's frames by this UDP destination port.
+    #[serde(default = "default_dport")]
+    pub dport: u16,
+    /// Norma's packet editor (App. C), in order.
+    #[serde(default)]
+    pub edits: Vec<EditSpec>,
+}
+
+fn default_sport() -> u16 {
+    40000
+}
+fn default_dport() -> u16 {
+    7001
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Burst {
+    pub packets: u32,
+    #[serde(default)]
+    pub peak_pps: Option<f64>,
+    /// The peak as bits per second on the wire.
+    #[serde(default)]
+    pub peak: Option<BitsPerSec>,
+}
+
+/// The header fields the editor may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Field {
+    #[serde(rename = "ipv4.src")]
+    Ipv4Src,
+    #[serde(rename = "ipv4.dst")]
+    Ipv4Dst,
+    #[serde(rename = "ipv4.tos")]
+    Ipv4Tos,
+    #[serde(rename = "ipv4.ttl")]
+    Ipv4Ttl,
+    #[serde(rename = "udp.sport")]
+    UdpSport,
+}
+
+impl Field {
+    /// (offset in an untagged Ethernet + IPv4 + UDP frame, width).
+    pub fn place(self) -> (u16, u8) {
+        match self {
+            Field::Ipv4Tos => (15, 1),
+            Field::Ipv4Ttl => (22, 1),
+            Field::Ipv4Src => (26, 4),
+            Field::Ipv4Dst => (30, 4),
+            Field::UdpSport => (34, 2),
+        }
+    }
+    /// The largest value the field holds.
+    pub fn max(self) -> u64 {
+        (1u64 << (8 * u32::from(self.place().1))) - 1
+    }
+}
+
+/// One edit: exactly one of `step`, `table`, `random`, `ranged`; a step
+/// or table with `carry` is Norma's cascaded step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditSpec {
+    pub field: Field,
+    /// App. C 1) direct step: from, from + by, ..., wrapping past `to`.
+    #[serde(default)]
+    pub step: Option<Step>,
+    /// App. C 2) indirect step: the values in turn.
+    #[serde(default)]
+    pub table: Option<Vec<u32>>,
+    /// App. C 4) direct random: the low `bits` bits random.
+    #[serde(default)]
+    pub random: Option<Random>,
+    /// App. C 5) ranged random: a value in [from, to].
+    #[serde(default)]
+    pub ranged: Option<Ranged>,
+    /// App. C 3) cascaded step: step only when edit `carry` (0-based, an
+    /// earlier step or table) wrapped in the same frame.
+    #[serde(default)]
+    pub carry: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub from: u32,
+    pub to: u32,
+    #[serde(default = "one")]
+    pub by: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Random {
+    pub bits: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ranged {
+    pub from: u32,
+    pub to: u32,
+}
+
+/// What a load test claims of its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadExpect {
+    pub metric: Metric,
+    #[serde(default)]
+    pub at_least: Option<Amount>,
+    #[serde(default)]
+    pub at_most: Option<Amount>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Packets sent and not received, over the run (version counters).
+    Lost,
+    /// Lost over sent.
+    LossRatio,
+    /// |received rate − requested| / requested, first packet to last.
+    RateError,
+    /// Packets received per second, first packet to last.
+    ReceivedPps,
+    /// One-way latency over the run's stamped packets.
+    LatencyP50,
+    LatencyP99,
+    LatencyP999,
+    LatencyMax,
+    /// Sequence numbers received not above one seen before: reordered or
+    /// duplicated.
+    Late,
+}
+
+impl Metric {
+    pub fn unit(self) -> Unit {
+        match self {
+            Metric::LatencyP50 | Metric::LatencyP99 | Metric::LatencyP999 | Metric::LatencyMax => {
+                Unit::Nanos
+            }
+            _ => Unit::Count,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Lost => "lost",
+            Metric::LossRatio => "loss_ratio",
+            Metric::RateError => "rate_error",
+            Metric::ReceivedPps => "received_pps",
+            Metric::LatencyP50 => "latency_p50",
+            Metric::LatencyP99 => "latency_p99",
+            Metric::LatencyP999 => "latency_p999",
+            Metric::LatencyMax => "latency_max",
+            Metric::Late => "late",
+        }
+    }
+}
+
+impl LoadExpect {
+    /// The bounds in the metric's base unit (ns for latencies).
+    pub fn bounds(&self) -> (Option<f64>, Option<f64>) {
+        let v = |a: &Option<Amount>| a.as_ref().and_then(|a| a.value_in(self.metric.unit()).ok());
+        (v(&self.at_least), v(&self.at_most))
+    }
+    /// "latency_p99 at most 1ms".
+    pub fn describe(&self) -> String {
+        let mut s = self.metric.name().to_string();
+        if let Some(a) = &self.at_least {
+            s.push_str(&format!(" at least {a}"));
+        }
+        if let Some(a) = &self.at_most {
+            s.push_str(&format!(" at most {a}"));
+        }
+        s
+    }
+}
+
+impl LoadSpec {
+    /// Frames per second on the wire for `bits` per second.
+    fn pps_of(&self, bits: BitsPerSec) -> f64 {
+        bits.0 as f64 / ((u64::from(self.stream.size) + WIRE_OVERHEAD) * 8) as f64
+    }
+    /// The average rate asked for (packets per second).
+    pub fn pps(&self) -> f64 {
+        match (self.stream.pps, self.stream.rate) {
+            (Some(p), _) => p,
+            (None, Some(r)) => self.pps_of(r),
+            (None, None) => 0.0,
+        }
+    }
+    /// The burst's peak rate (packets per second).
+    pub fn peak_pps(&self) -> Option<f64> {
+        let b = self.stream.burst.as_ref()?;
+        b.peak_pps.or_else(|| b.peak.map(|r| self.pps_of(r)))
+    }
+    /// The fastest the port carries frames of this size.
+    pub fn port_pps(&self) -> f64 {
+        self.pps_of(self.ports.speed)
+    }
+    /// The template's length: the frame without its FCS (veth carries none).
+    pub fn template_len(&self) -> usize {
+        self.stream.size as usize - 4
+    }
+}
+
+/// Parses and validates a load test.
+pub fn parse(text: &str) -> Result<LoadSpec, SpecError> {
+    crate::parse_yaml(text, validate)
+}
+
+/// Whether a YAML document is a load test (its top level has `dut:` and
+/// `stream:`), for commands that take either kind of file.
+pub fn is_load_text(text: &str) -> bool {
+    let top = |k: &str| text.lines().any(|l| l.starts_with(k));
+    top("dut:") && top("stream:")
+}
+
+/// Reads and parses a load test; its name defaults to the file's.
+pub fn load(path: &std::path::Path) -> Result<LoadSpec, crate::LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| crate::LoadError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut spec = parse(&text).map_err(|error| crate::LoadError::Invalid {
+        path: path.display().to_string(),
+        error,
+    })?;
+    if spec.name.is_none() {
+        spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    }
+    Ok(spec)
+}
+
+fn validate(s: &LoadSpec) -> Result<(), Invalid> {
+    crate::validate_name(&s.name)?;
+    let st = &s.stream;
+    let mtu = s.ports.mtu;
+    if !(68..=9000).contains(&mtu) {
+        return err("ports.mtu", format!("{mtu} is outside 68..9000"));
+    }
+    if s.ports.speed.0 == 0 {
+        return err("ports.speed", "must be above 0");
+    }
+    let largest = mtu + FRAME_OVERHEAD;
+    if st.size < 64 {
+        return err(
+            "stream.size",
+            format!("{} bytes is below Ethernet's minimum frame of 64", st.size),
+        );
+    }
+    if st.size > largest {
+        return err(
+            "stream.size",
+            format!(
+                "a {}-byte frame carries {} bytes of IP, above the MTU of {mtu} \
+                 (the largest frame is {largest})",
+                st.size,
+                st.size - FRAME_OVERHEAD
+            ),
+        );
+    }
+    if st.size > 2048 {
+        return err(
+            "stream.size",
+            format!(
+                "the generator edits frames up to 2048 bytes, not {}",
+                st.size
+            ),
+        );
+    }
+    let pps = match (st.pps, st.rate) {
+        (Some(_), Some(_)) => return err("stream", "`pps` or `rate`, not both"),
+        (None, None) => return err("stream", "needs a rate: `pps` or `rate`"),
+        (Some(p), None) if !p.is_finite() || p <= 0.0 => {
+            return err("stream.pps", format!("must be above 0, got {p}"))
+        }
+        (None, Some(r)) if r.0 == 0 => return err("stream.rate", "must be above 0"),
+        _ => s.pps(),
+    };
+    let at = if st.pps.is_some() {
+        "stream.pps"
+    } else {
+        "stream.rate"
+    };
+    let fits = |what: &str, p: f64, at: &str| -> Result<(), Invalid> {
+        let wire = p * ((u64::from(st.size) + WIRE_OVERHEAD) * 8) as f64;
+        if wire > s.ports.speed.0 as f64 * (1.0 + 1e-9) {
+            return err(
+                at,
+                format!(
+                    "{what} of {p:.0} frames/s of {} bytes is {:.3} Gbit/s on the wire, \
+                     above the port's {} (at most {:.0} frames/s)",
+                    st.size,
+                    wire / 1e9,
+                    s.ports.speed,
+                    s.port_pps()
+                ),
+            );
+        }
+        Ok(())
+    };
+    fits("a rate", pps, at)?;
+    if let Some(b) = &st.burst {
+        if b.packets == 0 {
+            return err("stream.burst.packets", "must be at least 1");
+        }
+        let peak = match (b.peak_pps, b.peak) {
+            (Some(_), Some(_)) => return err("stream.burst", "`peak_pps` or `peak`, not both"),
+            (None, None) => return err("stream.burst", "needs its peak: `peak_pps` or `peak`"),
+            _ => s.peak_pps().unwrap_or(0.0),
+        };
+        let at = if b.peak_pps.is_some() {
+            "stream.burst.peak_pps"
+        } else {
+            "stream.burst.peak"
+        };
+        if !peak.is_finite() || peak < pps {
+            return err(
+                at,
+                format!("the peak ({peak:.0}/s) must be at least the average ({pps:.0}/s)"),
+            );
+        }
+        fits("a peak", peak, at)?;
+    }
+    if pps > 1e9 {
+        return err(at, "the meter cannot go faster than 1 packet per ns");
+    }
+    validate_edits(st)?;
+    let (i, d) = (s.interval.0, s.duration.0);
+    if i == 0 || d == 0 {
+        let at = if i == 0 { "interval" } else { "duration" };
+        return err(at, "must be above 0");
+    }
+    if i > d {
+        return err(
+            "interval",
+            format!("{} is longer than the duration {}", s.interval, s.duration),
+        );
+    }
+    if d / i > 100_000 {
+        return err(
+            "interval",
+            "more than 100,000 intervals: choose a longer one",
+        );
+    }
+    if s.grace.0 >= i {
+        return err(
+            "grace",
+            format!(
+                "{} must be shorter than the interval {}",
+                s.grace, s.interval
+            ),
+        );
+    }
+    if d > 3_600_000_000_000 {
+        return err("duration", "at most 1h");
+    }
+    if let Some(e) = &s.dut.egress {
+        if e.rate.0 == 0 {
+            return err("dut.egress.rate", "must be above 0");
+        }
+        crate::frame_fits(mtu, e.buffer, "dut.egress.buffer".into())?;
+    }
+    for (k, x) in s.expect.iter().enumerate() {
+        let at = format!("expect[{k}]");
+        if x.at_least.is_none() && x.at_most.is_none() {
+            return err(at, "needs `at_least` and/or `at_most`");
+        }
+        for (name, a) in [("at_least", &x.at_least), ("at_most", &x.at_most)] {
+            if let Some(a) = a {
+                match a.value_in(x.metric.unit()) {
+                    Err(e) => return err(format!("{at}.{name}"), e),
+                    Ok(v) if v < 0.0 => return err(format!("{at}.{name}"), "must not be negative"),
+                    Ok(_) => {}
+                }
+            }
+        }
+        if let (Some(lo), Some(hi)) = x.bounds() {
+            if lo > hi {
+                return err(
+                    format!("{at}.at_least"),
+                    "is above `at_most`: no value can satisfy both",
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_edits(st: &Stream) -> Result<(), Invalid> {
+    if st.edits.len() > MAX_EDITS {
+        return err(
+            "stream.edits",
+            format!(
+                "{} edits; the generator applies at most {MAX_EDITS}",
+                st.edits.len()
+            ),
+        );
+    }
+    let mut table = 0usize;
+    for (i, e) in st.edits.iter().enumerate() {
+        let at = format!("stream.edits[{i}]");
+        let modes = [
+            e.step.is_some(),
+            e.table.is_some(),
+            e.random.is_some(),
+            e.ranged.is_some(),
+        ];
+        if modes.iter().filter(|m| **m).count() != 1 {
+            return err(
+                at,
+                "needs exactly one of `step`, `table`, `random`, `ranged`",
+            );
+        }
+        let max = e.field.max();
+        let field = serde_json::to_value(e.field).ok();
+        let field = field
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .unwrap_or("the field");
+        let in_field = |v: u32, at: String| -> Result<(), Invalid> {
+            if u64::from(v) > max {
+                return err(at, format!("{v} does not fit {field} (at most {max})"));
+            }
+            Ok(())
+        };
+        if let Some(s) = &e.step {
+            if s.to < s.from {
+                return err(format!("{at}.step.to"), "is below `from`");
+            }
+            if s.by == 0 || u64::from(s.by) > u64::from(s.to - s.from) + 1 {
+                return err(
+                    format!("{at}.step.by"),
+                    format!("must be 1 to the range's length ({})", s.to - s.from + 1),
+                );
+            }
+            in_field(s.to, format!("{at}.step.to"))?;
+        }
+        if let Some(t) = &e.table {
+            if t.is_empty() {
+                return err(format!("{at}.table"), "needs at least one value");
+            }
+            for (k, v) in t.iter().enumerate() {
+                in_field(*v, format!("{at}.table[{k}]"))?;
+            }
+            table += t.len();
+            if table > MAX_TABLE {
+                return err(
+                    format!("{at}.table"),
+                    format!("the tables hold {MAX_TABLE} values in all, these {table}"),
+                );
+            }
+        }
+        if let Some(r) = &e.random {
+            let bits = 8 * u32::from(e.field.place().1);
+            if r.bits == 0 || u32::from(r.bits) > bits {
+                return err(
+                    format!("{at}.random.bits"),
+                    format!("must be 1 to {bits} for {field}"),
+                );
+            }
+        }
+        if let Some(r) = &e.ranged {
+            if r.to < r.from {
+                return err(format!("{at}.ranged.to"), "is below `from`");
+            }
+            in_field(r.to, format!("{at}.ranged.to"))?;
+        }
+        if let Some(c) = e.carry {
+            if c >= i {
+                return err(
+                    format!("{at}.carry"),
+                    format!("names edit {c}, which is not before this one"),
+                );
+            }
+            let src = &st.edits[c];
+            if src.step.is_none() && src.table.is_none() {
+                return err(
+                    format!("{at}.carry"),
+                    format!("edit {c} never wraps: only a `step` or `table` drives a cascade"),
+                );
+            }
+            if e.step.is_none() && e.table.is_none() {
+                return err(
+                    format!("{at}.carry"),
+                    "only a `step` or `table` can be cascaded",
+                );
+            }
+        }
+        for (j, other) in st.edits[..i].iter().enumerate() {
+            if other.field == e.field {
+                return err(
+                    format!("{at}.field"),
+                    format!("edit {j} already edits {field}"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+dut: {kind: router}
+duration: 2s
+interval: 500ms
+stream:
+  size: 64
+  pps: 100000
+  edits:
+    - {field: udp.sport, step: {from: 1000, to: 1999}}
+    - {field: ipv4.src, table: [1, 2, 3], carry: 0}
+expect:
+  - {metric: lost, at_most: 0}
+  - {metric: latency_p99, at_most: 1ms}
+";
+
+    fn bad(text: &str) -> SpecError {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn a_good_test_parses_with_its_defaults() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.dut.kind, DutKind::Router);
+        assert_eq!(s.ports.speed, BitsPerSec(10_000_000_000));
+        assert_eq!((s.stream.sport, s.stream.dport), (40000, 7001));
+        assert_eq!(s.pps(), 100000.0);
+        assert_eq!(s.template_len(), 60);
+        assert_eq!(s.expect[1].bounds(), (None, Some(1e6)));
+        assert!(is_load_text(GOOD));
+    }
+
+    #[test]
+    fn a_rate_in_bits_counts_the_frame_on_the_wire() {
+        let s = parse(&GOOD.replace("pps: 100000", "rate: 84mbit")).unwrap();
+        // 64 + 20 bytes on the wire: 672 bits a frame.
+        assert!((s.pps() - 125_000.0).abs() < 1e-6, "{}", s.pps());
+        // 10 Gbit/s carries 14,880,952 64-byte frames a second (RFC 2544's
+        // maximum frame rate).
+        assert_eq!(s.port_pps().floor(), 14_880_952.0);
+    }
+
+    #[test]
+    fn a_rate_the_port_cannot_carry_names_the_field_and_line() {
+        let e = bad(&GOOD.replace("pps: 100000", "pps: 20000000"));
+        assert_eq!(e.path, "stream.pps");
+        assert_eq!(e.line, Some(6));
+        assert!(e.message.contains("above the port's 10gbit"), "{e}");
+        let e = bad(&GOOD.replace(
+            "pps: 100000",
+            "pps: 100000\n  burst: {packets: 10, peak: 20gbit}",
+        ));
+        assert_eq!(e.path, "stream.burst.peak");
+        assert_eq!(e.line, Some(7));
+    }
+
+    #[test]
+    fn a_frame_above_the_mtu_is_refused() {
+        let e = bad(&GOOD.replace("size: 64", "size: 1519"));
+        assert_eq!((e.path.as_str(), e.line), ("stream.size", Some(5)));
+        assert!(e.message.contains("above the MTU of 1500"), "{e}");
+        assert!(parse(&GOOD.replace("size: 64", "size: 1518")).is_ok());
+        let e = bad(&GOOD.replace("size: 64", "size: 63"));
+        assert!(e.message.contains("minimum"), "{e}");
+    }
+
+    #[test]
+    fn edits_are_checked_against_their_field_and_order() {
+        let e = bad(&GOOD.replace("to: 1999", "to: 70000"));
+        assert_eq!(e.path, "stream.edits[0].step.to");
+        assert!(e.message.contains("udp.sport"), "{e}");
+        let e = bad(&GOOD.replace("carry: 0", "carry: 1"));
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("stream.edits[1].carry", Some(9))
+        );
+        let e = bad(&GOOD.replace("table: [1, 2, 3]", "random: {bits: 8}"));
+        assert_eq!(e.path, "stream.edits[1].carry");
+        let e = bad(&GOOD.replace("ipv4.src, table", "udp.sport, table"));
+        assert_eq!(e.path, "stream.edits[1].field");
+        let e = bad(&GOOD.replace("{field: udp.sport, step", "{field: udp.dport, step"));
+        assert!(e.message.contains("unknown variant"), "{e}");
+        assert_eq!(e.line, Some(8));
+    }
+
+    #[test]
+    fn timing_and_claims_are_checked() {
+        let e = bad(&GOOD.replace("interval: 500ms", "interval: 5s"));
+        assert_eq!(e.path, "interval");
+        let e = bad(&GOOD.replace("at_most: 1ms", "at_most: 1"));
+        assert_eq!(e.path, "expect[1].at_most");
+        assert!(e.message.contains("needs a unit"), "{e}");
+        let e = bad(&GOOD.replace("{metric: lost, at_most: 0}", "{metric: lost}"));
+        assert_eq!(e.path, "expect[0]");
+        let e = bad(&GOOD.replace("at_most: 0}", "at_least: 5, at_most: 1}"));
+        assert_eq!(e.path, "expect[0].at_least");
+        let e = bad(&GOOD.replace(
+            "kind: router",
+            "kind: bridge, egress: {rate: 1gbit, buffer: 1000}",
+        ));
+        assert_eq!(e.path, "dut.egress.buffer");
+        let e = bad(&GOOD.replace("kind: router", "kind: switch"));
+        assert!(e.message.contains("unknown variant"), "{e}");
+    }
+}
