@@ -1,0 +1,312 @@
+//! `wirelab load` (Norma, issue 20) as a user runs it: every shipped load
+//! test passes against its DUT, and what the tester counted agrees with
+//! what the DUT itself says it did (the firewall's connections and NAT
+//! rule, the bottleneck's drops); a claim that does not hold exits 1; bad
+//! input exits 2 before anything exists; Ctrl-C exits 130 with the
+//! intervals measured so far kept. After each, no namespace of the run
+//! remains.
+//!
+//! Needs root (namespaces, BPF), except the bad-input test. The tests of
+//! this file run one at a time: the generator spins a core, and two at
+//! once on two cores would starve each other's meters.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+// Only `root` of the shared helpers is used here.
+#[allow(dead_code)]
+#[path = "common/host_tools.rs"]
+mod host_tools;
+use host_tools::root;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn wirelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `wirelab load --json`'s lines: the intervals, then the summary.
+fn json_lines(o: &Output) -> (Vec<Value>, Value) {
+    let mut v: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = v.pop().expect("a summary line");
+    (v, summary)
+}
+
+/// No namespace of run `id` is left.
+fn nothing_left(id: &str) {
+    let o = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&o.stdout);
+    let prefix = format!("wl-{id}-");
+    assert!(!list.contains(&prefix), "left behind: {list}");
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
+    if !root("wirelab load") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut specs: Vec<PathBuf> = std::fs::read_dir(repo().join("specs/load"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    specs.sort();
+    assert!(specs.len() >= 5, "{specs:?}");
+    for spec in &specs {
+        let o = wirelab(&[
+            "load",
+            spec.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        let name = spec.file_stem().unwrap().to_string_lossy().into_owned();
+        let show = || {
+            format!(
+                "{name}: {}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        assert_eq!(o.status.code(), Some(0), "{}", show());
+        let (intervals, s) = json_lines(&o);
+        assert_eq!(s["verdict"], "PASS", "{}", show());
+        nothing_left(s["run_id"].as_str().unwrap());
+        // Every frame is in exactly one interval, on both sides (§6.1).
+        let oc = &s["outcome"];
+        let sum = |side: &str| -> u64 { intervals.iter().map(|i| u(&i[side]["packets"])).sum() };
+        assert_eq!(sum("sent"), u(&oc["sent"]), "{}", show());
+        assert_eq!(sum("received"), u(&oc["received"]), "{}", show());
+        assert!(u(&oc["sent"]) > 0, "{}", show());
+        assert!(intervals.iter().all(|i| i["lost"].as_i64().unwrap() >= 0));
+        // The results folder holds the same intervals, and the DUT's own
+        // statistics.
+        let dir = PathBuf::from(s["results"].as_str().unwrap());
+        let kept = std::fs::read_to_string(dir.join("intervals.jsonl")).unwrap();
+        assert_eq!(kept.lines().count(), intervals.len(), "{}", show());
+        let dut = |f: &str| std::fs::read_to_string(dir.join("dut").join(f)).unwrap();
+        assert!(dut("links.txt").contains("d1"), "{}", show());
+        let lost = u(&oc["sent"]) - u(&oc["received"]);
+        match s["setup"]["dut"].as_str().unwrap() {
+            "nat" => {
+                // One connection per source port the editor stepped
+                // through (and one for the learning frame), each
+                // translated once by the masquerade rule.
+                let flows = u(&oc["sent"]).min(1000);
+                let ct: u64 = dut("conntrack_count.txt").trim().parse().unwrap();
+                assert_eq!(ct, flows + 1, "{}", show());
+                let nft = dut("nftables.txt");
+                let masq = nft.lines().find(|l| l.contains("masquerade")).unwrap();
+                assert!(masq.contains(&format!("packets {flows} ")), "{masq}");
+            }
+            "router" if lost > 0 => {
+                // What the versions counted lost is what the bottleneck
+                // says it dropped, frame for frame.
+                let q = dut("qdiscs.txt");
+                let tbf = q
+                    .split("qdisc ")
+                    .find(|b| b.starts_with("tbf"))
+                    .unwrap_or_else(|| panic!("no tbf: {q}"));
+                let dropped: u64 = tbf
+                    .split("dropped ")
+                    .nth(1)
+                    .and_then(|r| r.split(',').next())
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no drop count: {tbf}"));
+                assert_eq!(dropped, lost, "{}", show());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A load test of `kind` for `secs`, with extra `expect:` lines.
+fn spec_text(kind: &str, duration: &str, expect: &str) -> String {
+    format!(
+        "dut: {{kind: {kind}}}\nduration: {duration}\ninterval: 250ms\nstream:\n  size: 64\n  pps: 20000\nexpect:\n{expect}"
+    )
+}
+
+#[test]
+fn a_claim_that_does_not_hold_exits_1_and_says_which() {
+    if !root("wirelab load") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("too-fast.yaml");
+    std::fs::write(
+        &spec,
+        spec_text(
+            "bridge",
+            "1s",
+            "  - {metric: lost, at_most: 0}\n  - {metric: latency_max, at_most: 1ns}\n",
+        ),
+    )
+    .unwrap();
+    let o = wirelab(&[
+        "load",
+        spec.to_str().unwrap(),
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL latency_max at most 1ns"), "{text}");
+    assert!(text.contains("ok   lost at most 0"), "{text}");
+    // One line per interval, as iperf3 -i prints them.
+    assert!(
+        text.lines().filter(|l| l.contains(" s  ")).count() >= 3,
+        "{text}"
+    );
+    let folder = text
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap();
+    let s: Value =
+        serde_json::from_slice(&std::fs::read(Path::new(folder).join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["verdict"], "FAIL");
+    nothing_left(s["run_id"].as_str().unwrap());
+}
+
+#[test]
+fn bad_input_exits_2_names_the_field_and_line_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    for (text, field, line) in [
+        (
+            spec_text("router", "1s", "").replace("pps: 20000", "pps: 20000000"),
+            "stream.pps",
+            6,
+        ),
+        (
+            spec_text("router", "1s", "").replace("size: 64", "size: 9000"),
+            "stream.size",
+            5,
+        ),
+        (
+            spec_text("router", "1s", "  - {metric: latency_p99, at_most: 5}\n"),
+            "expect[0].at_most",
+            8,
+        ),
+    ] {
+        let spec = dir.path().join("bad.yaml");
+        std::fs::write(&spec, &text).unwrap();
+        for cmd in ["load", "check"] {
+            let mut args = vec![cmd, spec.to_str().unwrap()];
+            if cmd == "load" {
+                args.extend(["--out", out.to_str().unwrap()]);
+            }
+            let o = wirelab(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd}: {err}");
+            assert!(
+                err.contains(field) && err.contains(&format!("(line {line})")),
+                "{cmd}: {err}"
+            );
+        }
+        assert!(!out.exists(), "a results folder for bad input");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_a_load_test_with_130_keeping_what_it_measured() {
+    if !root("wirelab load") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("long.yaml");
+    std::fs::write(
+        &spec,
+        spec_text("router", "60s", "  - {metric: lost, at_most: 0}\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "load",
+            spec.to_str().unwrap(),
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Killed if the test fails before it ends by itself.
+    struct Kill(Option<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let pid = child.id() as i32;
+    let watched = Kill(Some(child));
+    // Until the first intervals are measured.
+    let t0 = Instant::now();
+    let jsonl = || -> Option<PathBuf> {
+        let d = std::fs::read_dir(&out).ok()?.next()?.ok()?.path();
+        Some(d.join("intervals.jsonl"))
+    };
+    while jsonl()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .map_or(true, |t| t.lines().count() < 2)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no interval measured"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let asked = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut watched = watched;
+    child = watched.0.take().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        asked.elapsed()
+    );
+    let (intervals, s) = json_lines(&o);
+    assert_eq!(s["verdict"], "INTERRUPTED");
+    assert!(intervals.len() >= 2);
+    let kept = std::fs::read_to_string(jsonl().unwrap()).unwrap();
+    assert_eq!(kept.lines().count(), intervals.len());
+    nothing_left(s["run_id"].as_str().unwrap());
+}
