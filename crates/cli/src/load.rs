@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Result;
-use wirelab_lab::load::{LoadSummary, Setup};
+use wirelab_lab::load::{LoadSummary, Setup, Tick};
 use wirelab_lab::RunOptions;
 use wirelab_workload::load::{Latency, Report};
 
@@ -53,14 +53,39 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         ..RunOptions::new(&args.out)
     };
     let json = args.json;
-    let out = match wirelab_lab::load::run(&spec, &opts, |s, r| {
-        if json {
-            if let Ok(l) = serde_json::to_string(r) {
-                println!("{l}");
+    let frame = setup.frame_bytes;
+    let out = match wirelab_lab::load::run(&spec, &opts, |t| match t {
+        Tick::Interval { trial, pps, report } if json => {
+            let mut v = serde_json::to_value(report).unwrap_or_default();
+            if let (Some(k), Some(o)) = (trial, v.as_object_mut()) {
+                o.insert("trial".into(), (*k).into());
             }
-        } else {
-            println!("{}", line(s, r));
+            println!("{v}");
         }
+        Tick::Interval { pps, report, .. } => println!("{}", line(frame, *pps, report)),
+        Tick::Trial { trial, pps, rate } if !json => println!(
+            "  trial {trial}: {} pps ({})",
+            group(pps.round() as u64),
+            rate.describe()
+        ),
+        Tick::TrialDone(t) if !json => println!(
+            "  trial {}: {} sent, {} lost ({:.2e}): {}",
+            t.trial,
+            group(t.sent),
+            t.lost,
+            t.loss_ratio,
+            if t.pass {
+                "passed".to_string()
+            } else if t.tester_short {
+                format!(
+                    "failed: the tester offered only {} pps",
+                    group(t.sent_pps.unwrap_or(0.0).round() as u64)
+                )
+            } else {
+                "failed".to_string()
+            }
+        ),
+        _ => {}
     }) {
         Ok(o) => o,
         Err(e @ wirelab_lab::Error::BadInput(_)) => {
@@ -79,15 +104,31 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
 
 fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
     println!(
-        "{}: {} B frames at {} pps through a Linux {} for {}, lines every {}",
+        "{}: {} B frames through a Linux {}{}, lines every {}",
         spec.name.as_deref().unwrap_or("load"),
         s.frame_bytes,
-        group(s.requested_pps.round() as u64),
         s.dut,
-        spec.duration,
+        if spec.search.is_some() {
+            String::new()
+        } else {
+            format!(
+                " at {} pps for {}",
+                group(s.requested_pps.round() as u64),
+                spec.duration
+            )
+        },
         spec.interval,
     );
-    println!("  rate plan (Norma §5.2): {}", s.rate.describe());
+    match &spec.search {
+        Some(x) => println!(
+            "  RFC 2544 throughput search from {} pps down: trials of {}, loss tolerated {}, resolution {}%",
+            group(s.requested_pps.round() as u64),
+            x.throughput.trial,
+            x.throughput.loss,
+            x.throughput.resolution * 100.0
+        ),
+        None => println!("  rate plan (Norma §5.2): {}", s.rate.describe()),
+    }
     println!(
         "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/max",
         "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
@@ -125,15 +166,15 @@ fn lat(l: &Option<Latency>) -> String {
     }
 }
 
-fn line(s: &Setup, r: &Report) -> String {
+fn line(frame_bytes: u32, requested_pps: f64, r: &Report) -> String {
     let c = &r.counts;
     // Bits on the wire at the receiver: frames with FCS, preamble and gap.
-    let wire = (u64::from(s.frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
+    let wire = (u64::from(frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
     let mbit = r
         .received_pps
         .map_or("-".into(), |p| format!("{:.1}", p * wire as f64 / 1e6));
     let err = r.sent_pps.map_or("-".into(), |p| {
-        format!("{:+.1e}", (p - s.requested_pps) / s.requested_pps)
+        format!("{:+.1e}", (p - requested_pps) / requested_pps)
     });
     format!(
         "  {:5.2}-{:5.2} s  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  {}",
@@ -179,6 +220,28 @@ fn footer(s: &LoadSummary) {
         o.generator.missed,
         o.generator_cpu_ns as f64 / 1e9
     );
+    if let Some(r) = &s.search {
+        let wire = (u64::from(s.setup.frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
+        match r.throughput_pps {
+            Some(p) => println!(
+                "  throughput (RFC 2544): {} pps, {:.1} Mbit/s on the wire, after {} trials (failed at {} pps){}",
+                group(p.round() as u64),
+                p * wire as f64 / 1e6,
+                r.trials.len(),
+                group(r.hi_pps.round() as u64),
+                if r.tester_limited {
+                    "; the tester could not offer some trial's rate: it may be the limit"
+                } else {
+                    ""
+                }
+            ),
+            None => println!(
+                "  throughput (RFC 2544): no trial passed ({} trials, down to {} pps)",
+                r.trials.len(),
+                group(r.hi_pps.round() as u64)
+            ),
+        }
+    }
     for c in &s.expect {
         println!(
             "  {} {}: {}",

@@ -92,16 +92,51 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         let (intervals, s) = json_lines(&o);
         assert_eq!(s["verdict"], "PASS", "{}", show());
         nothing_left(s["run_id"].as_str().unwrap());
-        // Every frame is in exactly one interval, on both sides (§6.1).
+        // Every frame is in exactly one interval, on both sides (§6.1): of
+        // the run, or of each trial of a search.
         let oc = &s["outcome"];
-        let sum = |side: &str| -> u64 { intervals.iter().map(|i| u(&i[side]["packets"])).sum() };
-        assert_eq!(sum("sent"), u(&oc["sent"]), "{}", show());
-        assert_eq!(sum("received"), u(&oc["received"]), "{}", show());
+        let dir = PathBuf::from(s["results"].as_str().unwrap());
+        let sum = |side: &str, trial: &Value| -> u64 {
+            intervals
+                .iter()
+                .filter(|i| i.get("trial").unwrap_or(&Value::Null) == trial)
+                .map(|i| u(&i[side]["packets"]))
+                .sum()
+        };
+        if s["search"].is_null() {
+            assert_eq!(sum("sent", &Value::Null), u(&oc["sent"]), "{}", show());
+            assert_eq!(
+                sum("received", &Value::Null),
+                u(&oc["received"]),
+                "{}",
+                show()
+            );
+        } else {
+            let trials: Vec<Value> =
+                serde_json::from_slice(&std::fs::read(dir.join("trials.json")).unwrap()).unwrap();
+            assert!(trials.len() >= 2, "{}", show());
+            for t in &trials {
+                assert_eq!(sum("sent", &t["trial"]), u(&t["sent"]), "{}", show());
+                assert_eq!(
+                    sum("received", &t["trial"]),
+                    u(&t["received"]),
+                    "{}",
+                    show()
+                );
+                let pass = t["lost"] == 0 && t["tester_short"] == false;
+                assert_eq!(t["pass"], pass, "{t}");
+            }
+            // The rate found passed, and every faster trial failed.
+            let found = s["search"]["throughput_pps"].as_f64().unwrap();
+            for t in &trials {
+                let r = t["requested_pps"].as_f64().unwrap();
+                assert_eq!(t["pass"] == true, r <= found, "{t} against {found}");
+            }
+        }
         assert!(u(&oc["sent"]) > 0, "{}", show());
         assert!(intervals.iter().all(|i| i["lost"].as_i64().unwrap() >= 0));
         // The results folder holds the same intervals, and the DUT's own
         // statistics.
-        let dir = PathBuf::from(s["results"].as_str().unwrap());
         let kept = std::fs::read_to_string(dir.join("intervals.jsonl")).unwrap();
         assert_eq!(kept.lines().count(), intervals.len(), "{}", show());
         let dut = |f: &str| std::fs::read_to_string(dir.join("dut").join(f)).unwrap();

@@ -60,6 +60,9 @@ pub struct LoadSummary {
     pub setup: Setup,
     /// The run's totals and figures; its intervals are in intervals.jsonl.
     pub outcome: OutcomeSummary,
+    /// The RFC 2544 search, when the spec asked for one (its trials are
+    /// in trials.json).
+    pub search: Option<SearchResult>,
     pub expect: Vec<Claim>,
     pub duration_ms: u64,
 }
@@ -171,13 +174,80 @@ fn edits(specs: &[EditSpec]) -> (Vec<Edit>, Vec<u32>) {
     (out, table)
 }
 
-/// Runs the load test `spec`; `each` gets every interval as it is
-/// measured. Prints nothing; the lab is gone when this returns, whatever
-/// it returns.
+/// What a load test reports as it goes.
+pub enum Tick<'a> {
+    /// A trial of an RFC 2544 search starts at this rate.
+    Trial {
+        trial: u32,
+        pps: f64,
+        rate: &'a rate::Plan,
+    },
+    /// An interval was measured (of trial `trial`, when searching).
+    Interval {
+        trial: Option<u32>,
+        pps: f64,
+        report: &'a Report,
+    },
+    /// A trial of the search ended.
+    TrialDone(&'a Trial),
+}
+
+/// One trial of an RFC 2544 search.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trial {
+    pub trial: u32,
+    pub requested_pps: f64,
+    pub rate: rate::Plan,
+    pub sent: u64,
+    pub received: u64,
+    pub lost: i64,
+    pub loss_ratio: f64,
+    /// The rate offered, first frame to last (below the request when the
+    /// tester could not keep up: `missed` slots).
+    pub sent_pps: Option<f64>,
+    pub missed: u64,
+    pub latency: Option<wirelab_workload::load::Latency>,
+    /// The tester offered less than the rate asked for: the trial failed
+    /// for the tester's sake, not the DUT's.
+    pub tester_short: bool,
+    pub pass: bool,
+}
+
+/// What an RFC 2544 search found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResult {
+    /// The best passing trial's requested rate (None: none passed).
+    pub throughput_pps: Option<f64>,
+    /// That trial's offered rate, measured.
+    pub offered_pps: Option<f64>,
+    /// The throughput in bits per second on the wire.
+    pub throughput_bps: Option<f64>,
+    /// The search's bounds when it stopped: passed at `lo`, failed at `hi`.
+    pub lo_pps: f64,
+    pub hi_pps: f64,
+    /// Some trial's tester offered less than asked: the tester, not only
+    /// the DUT, limited the search.
+    pub tester_limited: bool,
+    pub trials: Vec<Trial>,
+}
+
+/// An interval as intervals.jsonl keeps it.
+#[derive(Serialize)]
+struct IntervalLine<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trial: Option<u32>,
+    #[serde(flatten)]
+    report: &'a Report,
+}
+
+/// Runs the load test `spec` (one stream, or an RFC 2544 search of
+/// trials); `each` is told of every trial and interval as it is measured.
+/// Prints nothing; the lab is gone when this returns, whatever it
+/// returns.
 pub fn run(
     spec: &LoadSpec,
     opts: &RunOptions,
-    mut each: impl FnMut(&Setup, &Report),
+    mut each: impl FnMut(&Tick),
 ) -> Result<LoadOutput, Error> {
     let started = std::time::Instant::now();
     let (mut setup, edits, table) = setup(spec)?;
@@ -204,13 +274,6 @@ pub fn run(
     opts.check_abort()?;
     lab.learn().during("sending the learning frames")?;
     setup.template = template(spec, lab.tx_mac, lab.next_hop_mac, spec.dut.kind.routes())?;
-    let stream = Stream {
-        template: setup.template.clone(),
-        rate: setup.rate.clone(),
-        edits,
-        table,
-        dport: spec.stream.dport,
-    };
     let ports = Ports {
         tx_ns: lab.tx_ns.clone(),
         tx_dev: tester::TX_DEV.into(),
@@ -218,35 +281,74 @@ pub fn run(
         rx_dev: tester::RX_DEV.into(),
         tx_peer: Some((lab.dut_ns.clone(), tester::DUT_IN.into())),
     };
-    let timing = Timing {
-        duration: spec.duration.as_std(),
-        interval: spec.interval.as_std(),
-        grace: spec.grace.as_std().max(Duration::from_millis(1)),
-    };
     let path = dir.join("intervals.jsonl");
     let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
-    let mut line_err = None;
-    let outcome = wirelab_workload::load::run(&ports, &stream, timing, &opts.abort, |r| {
-        each(&setup, r);
-        // Written as measured: an interrupted run keeps what it measured.
-        let r = serde_json::to_string(r)
-            .map_err(std::io::Error::other)
-            .and_then(|l| writeln!(lines, "{l}"));
-        if let Err(e) = r {
-            line_err.get_or_insert(e);
+    // One run of the stream at `plan`'s rate, for `duration`.
+    let mut stream_at = |plan: &rate::Plan,
+                         pps: f64,
+                         duration: Duration,
+                         trial: Option<u32>,
+                         each: &mut dyn FnMut(&Tick)|
+     -> Result<Outcome, Error> {
+        let stream = Stream {
+            template: setup.template.clone(),
+            rate: plan.clone(),
+            edits: edits.clone(),
+            table: table.clone(),
+            dport: spec.stream.dport,
+        };
+        let timing = Timing {
+            duration,
+            interval: spec.interval.as_std(),
+            grace: spec.grace.as_std().max(Duration::from_millis(1)),
+        };
+        let mut line_err = None;
+        let outcome = wirelab_workload::load::run(&ports, &stream, timing, &opts.abort, |r| {
+            each(&Tick::Interval {
+                trial,
+                pps,
+                report: r,
+            });
+            // Written as measured: an interrupted run keeps what it measured.
+            let r = serde_json::to_string(&IntervalLine { trial, report: r })
+                .map_err(std::io::Error::other)
+                .and_then(|l| writeln!(lines, "{l}"));
+            if let Err(e) = r {
+                line_err.get_or_insert(e);
+            }
+        });
+        if let Some(e) = line_err {
+            return Err(e).during(format!("writing {}", path.display()));
         }
-    });
-    if let Some(e) = line_err {
-        return Err(e).during(format!("writing {}", path.display()));
-    }
-    let outcome = outcome.during("running the stream")?;
+        outcome.during("running the stream")
+    };
+    let (outcome, search) = match &spec.search {
+        None => (
+            stream_at(
+                &setup.rate,
+                setup.requested_pps,
+                spec.duration.as_std(),
+                None,
+                &mut each,
+            )?,
+            None,
+        ),
+        Some(s) => {
+            let (o, r) = throughput(spec, &s.throughput, opts, &mut stream_at, &mut each)?;
+            write(
+                "trials.json",
+                &serde_json::to_vec_pretty(&r.trials).during("encoding the trials")?,
+            )?;
+            (o, Some(r))
+        }
+    };
     std::fs::create_dir_all(dir.join("dut")).during("creating dut/")?;
     for (file, text) in lab.dut_statistics() {
         write(&format!("dut/{file}"), text.as_bytes())?;
     }
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
-    let expect = claims(spec, &outcome);
+    let expect = claims(spec, &outcome, search.as_ref());
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
     let summary = LoadSummary {
         schema: "wirelab.load/1",
@@ -260,14 +362,18 @@ pub fn run(
             intervals: outcome.intervals.len(),
             outcome,
         },
+        search,
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    // The intervals are in intervals.jsonl already.
+    // The intervals are in intervals.jsonl already, the trials in
+    // trials.json.
     let mut v = serde_json::to_value(&summary).during("encoding the summary")?;
     if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
-        o.remove("intervals");
         o.insert("intervals".into(), summary.outcome.intervals.into());
+    }
+    if let Some(o) = v.get_mut("search").and_then(|o| o.as_object_mut()) {
+        o.remove("trials");
     }
     write(
         "summary.json",
@@ -280,9 +386,122 @@ pub fn run(
     })
 }
 
+/// A measured rate that is missing or below a bound.
+trait Below {
+    fn is_none_or_below(self, bound: f64) -> bool;
+}
+
+impl Below for Option<f64> {
+    fn is_none_or_below(self, bound: f64) -> bool {
+        !matches!(self, Some(v) if v >= bound)
+    }
+}
+
+type StreamAt<'a> = dyn FnMut(&rate::Plan, f64, Duration, Option<u32>, &mut dyn FnMut(&Tick)) -> Result<Outcome, Error>
+    + 'a;
+
+/// RFC 2544 §26.1: the first trial at the stream's rate; then halving the
+/// interval between the fastest rate that passed and the slowest that
+/// failed until it is within the resolution. Returns the best passing
+/// trial's outcome (the last trial's when none passed).
+fn throughput(
+    spec: &LoadSpec,
+    t: &wirelab_spec::load::Throughput,
+    opts: &RunOptions,
+    stream_at: &mut StreamAt,
+    each: &mut dyn FnMut(&Tick),
+) -> Result<(Outcome, SearchResult), Error> {
+    let ceiling = spec.pps();
+    let (mut lo, mut hi) = (0.0f64, ceiling);
+    let mut pps = ceiling;
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut best: Option<Outcome> = None;
+    let mut last = None;
+    for k in 1..=t.max_trials {
+        if opts.abort.load(Ordering::SeqCst) {
+            break;
+        }
+        let plan = rate::plan(
+            rate::Request { pps, burst: None },
+            wirelab_spec::load::UNITS,
+        )
+        .map_err(|e| Error::BadInput(format!("trial {k} at {pps:.0}/s: {e}")))?;
+        each(&Tick::Trial {
+            trial: k,
+            pps,
+            rate: &plan,
+        });
+        let o = stream_at(&plan, pps, t.trial.as_std(), Some(k), each)?;
+        let lost = o.sent as i64 - o.received as i64;
+        let loss_ratio = if o.sent > 0 {
+            lost as f64 / o.sent as f64
+        } else {
+            1.0
+        };
+        // An interrupted trial decides nothing.
+        if opts.abort.load(Ordering::SeqCst) {
+            last = Some(o);
+            break;
+        }
+        // RFC 2544 judges the DUT at the rate offered: a trial the tester
+        // could not send at the rate asked for (its meter gave up slots)
+        // proves nothing about that rate, and counts as failed.
+        let short = o
+            .sent_pps
+            .is_none_or_below(pps * (1.0 - t.resolution / 2.0));
+        let pass = o.sent > 0 && loss_ratio <= t.loss && !short;
+        let trial = Trial {
+            trial: k,
+            requested_pps: pps,
+            rate: plan,
+            sent: o.sent,
+            received: o.received,
+            lost,
+            loss_ratio,
+            sent_pps: o.sent_pps,
+            missed: o.generator.missed,
+            latency: o.latency,
+            tester_short: short,
+            pass,
+        };
+        each(&Tick::TrialDone(&trial));
+        trials.push(trial);
+        if pass {
+            lo = pps;
+            best = Some(o);
+            if pps >= ceiling {
+                break;
+            }
+        } else {
+            hi = pps;
+            last = Some(o);
+        }
+        if hi - lo <= t.resolution * ceiling {
+            break;
+        }
+        pps = (lo + hi) / 2.0;
+    }
+    let found = trials
+        .iter()
+        .filter(|t| t.pass)
+        .max_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps));
+    let wire = ((u64::from(spec.stream.size) + wirelab_spec::load::WIRE_OVERHEAD) * 8) as f64;
+    let result = SearchResult {
+        throughput_pps: found.map(|t| t.requested_pps),
+        offered_pps: found.and_then(|t| t.sent_pps),
+        throughput_bps: found.map(|t| t.requested_pps * wire),
+        lo_pps: lo,
+        hi_pps: hi,
+        tester_limited: trials.iter().any(|t| t.tester_short),
+        trials,
+    };
+    let outcome = best.or(last).ok_or_else(|| Error::Interrupted)?;
+    Ok((outcome, result))
+}
+
 /// A metric's value over the run (None: the run did not measure it, as
 /// latency when nothing arrived).
-pub fn metric(m: Metric, o: &Outcome) -> Option<f64> {
+pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f64> {
     let lost = o.sent as f64 - o.received as f64;
     let lat = o.latency.as_ref();
     match m {
@@ -295,15 +514,16 @@ pub fn metric(m: Metric, o: &Outcome) -> Option<f64> {
         Metric::LatencyP999 => lat.map(|l| l.p999 as f64),
         Metric::LatencyMax => lat.map(|l| l.max as f64),
         Metric::Late => Some(o.late as f64),
+        Metric::ThroughputPps => search.and_then(|s| s.throughput_pps),
     }
 }
 
-fn claims(spec: &LoadSpec, o: &Outcome) -> Vec<Claim> {
+fn claims(spec: &LoadSpec, o: &Outcome, search: Option<&SearchResult>) -> Vec<Claim> {
     spec.expect
         .iter()
         .map(|x| {
             let (lo, hi) = x.bounds();
-            let v = metric(x.metric, o);
+            let v = metric(x.metric, o, search);
             let pass = v.is_some_and(|v| {
                 !matches!(lo, Some(lo) if v < lo) && !matches!(hi, Some(hi) if v > hi)
             });

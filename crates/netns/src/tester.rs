@@ -165,9 +165,14 @@ impl TesterLab {
             nat(&dut_ns)?;
         }
         if let Some(e) = egress {
-            // tbf queues what exceeds the rate and drops past `limit`; the
-            // burst holds one frame (this kernel has no netem or fq).
-            let frame = (mtu.parse::<u64>().unwrap_or(1500) + 14).to_string();
+            // tbf queues what exceeds the rate and drops past `limit` (this
+            // kernel has no netem or fq). Its bucket holds 1 ms of the rate
+            // (at least a frame): tbf sends when its watchdog timer fires,
+            // microseconds late, and a bucket of one frame would lose that
+            // lateness at every frame (100 Mbit/s of 1514-byte frames drained
+            // at 95 here).
+            let frame = mtu.parse::<u64>().unwrap_or(1500) + 14;
+            let frame = frame.max(e.rate.0 / 8 / 1000).to_string();
             run(
                 "tc",
                 &[

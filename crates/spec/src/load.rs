@@ -67,8 +67,51 @@ pub struct LoadSpec {
     #[serde(default = "default_grace")]
     pub grace: Nanos,
     pub stream: Stream,
+    /// An RFC 2544 search instead of one run at the stream's rate.
+    #[serde(default)]
+    pub search: Option<Search>,
     #[serde(default)]
     pub expect: Vec<LoadExpect>,
+}
+
+/// RFC 2544 §26.1's throughput: the fastest rate at which the DUT
+/// forwards every frame offered (or, with `loss`, all but that share: a
+/// partial-drop rate), found by binary search between 0 and the stream's
+/// rate, each trial a run of `trial`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Search {
+    pub throughput: Throughput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Throughput {
+    /// The share of frames a passing trial may lose (0: RFC 2544's
+    /// throughput, none).
+    #[serde(default)]
+    pub loss: f64,
+    /// The search stops when the rates that passed and failed are this
+    /// close, as a share of the stream's rate.
+    #[serde(default = "default_resolution")]
+    pub resolution: f64,
+    /// Each trial's length (RFC 2544 §24 asks for 60 s; shorter trials
+    /// find a rate that may not hold as long).
+    #[serde(default = "default_trial")]
+    pub trial: Nanos,
+    /// At most this many trials.
+    #[serde(default = "default_trials")]
+    pub max_trials: u32,
+}
+
+fn default_resolution() -> f64 {
+    0.01
+}
+fn default_trial() -> Nanos {
+    Nanos(2_000_000_000)
+}
+fn default_trials() -> u32 {
+    20
 }
 
 fn default_duration() -> Nanos {
@@ -314,6 +357,9 @@ pub enum Metric {
     /// Sequence numbers received not above one seen before: reordered or
     /// duplicated.
     Late,
+    /// The rate an RFC 2544 search found (packets per second offered in
+    /// its best passing trial); needs `search:`.
+    ThroughputPps,
 }
 
 impl Metric {
@@ -336,6 +382,7 @@ impl Metric {
             Metric::LatencyP999 => "latency_p999",
             Metric::LatencyMax => "latency_max",
             Metric::Late => "late",
+            Metric::ThroughputPps => "throughput_pps",
         }
     }
 }
@@ -545,8 +592,44 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
         }
         crate::frame_fits(mtu, e.buffer, "dut.egress.buffer".into())?;
     }
+    if let Some(t) = s.search.as_ref().map(|x| &x.throughput) {
+        let at = "search.throughput";
+        if !(0.0..1.0).contains(&t.loss) {
+            return err(
+                format!("{at}.loss"),
+                format!("a share from 0 up to 1, got {}", t.loss),
+            );
+        }
+        if !(t.resolution > 0.0 && t.resolution < 1.0) {
+            return err(
+                format!("{at}.resolution"),
+                format!("a share above 0 and below 1, got {}", t.resolution),
+            );
+        }
+        if t.trial.0 < 100_000_000 || t.trial.0 > 3_600_000_000_000 {
+            return err(format!("{at}.trial"), "from 100ms to 1h");
+        }
+        if t.trial.0 < s.interval.0 {
+            return err(
+                format!("{at}.trial"),
+                format!("{} is shorter than the interval {}", t.trial, s.interval),
+            );
+        }
+        if !(1..=64).contains(&t.max_trials) {
+            return err(format!("{at}.max_trials"), "from 1 to 64");
+        }
+        if st.burst.is_some() {
+            return err(
+                "stream.burst",
+                "a throughput search sends a constant rate: no bursts",
+            );
+        }
+    }
     for (k, x) in s.expect.iter().enumerate() {
         let at = format!("expect[{k}]");
+        if x.metric == Metric::ThroughputPps && s.search.is_none() {
+            return err(format!("{at}.metric"), "`throughput_pps` needs a `search:`");
+        }
         if x.at_least.is_none() && x.at_most.is_none() {
             return err(at, "needs `at_least` and/or `at_most`");
         }
@@ -787,6 +870,14 @@ expect:
             "kind: bridge, egress: {rate: 1gbit, buffer: 1000}",
         ));
         assert_eq!(e.path, "dut.egress.buffer");
+        let e = bad(&GOOD.replace("- {metric: lost", "- {metric: throughput_pps"));
+        assert_eq!((e.path.as_str(), e.line), ("expect[0].metric", Some(11)));
+        let s = parse(&GOOD.replace("expect:", "search: {throughput: {loss: 0.001}}\nexpect:"))
+            .unwrap();
+        let t = &s.search.unwrap().throughput;
+        assert_eq!((t.loss, t.resolution, t.max_trials), (0.001, 0.01, 20));
+        let e = bad(&GOOD.replace("expect:", "search: {throughput: {resolution: 0}}\nexpect:"));
+        assert_eq!(e.path, "search.throughput.resolution");
         let e = bad(&GOOD.replace("kind: router", "kind: switch"));
         assert!(e.message.contains("unknown variant"), "{e}");
     }
