@@ -36,6 +36,7 @@ bench: build
 	$(WIRELAB) bench roce
 	$(WIRELAB) bench vaqm
 	$(WIRELAB) bench runs
+	$(WIRELAB) bench load
 
 # Reruns the specs behind the analyzer goldens and rewrites their reviewed
 # findings (review the diff before committing).

@@ -17,10 +17,11 @@ need_root "${MAKECMDGOALS:-}"
 # capture tests (and stateful DUTs); procps: sysctl.
 # python3-venv: a virtualenv for the PyPI tools the cross-checks use.
 # openvswitch-switch: ScalaCN's DUT 2 (`flowtables.dut: ovs`), which
-# wirelab starts in a lab namespace of its own and stops.
+# wirelab starts in a lab namespace of its own and stops. netsniff-ng:
+# trafgen, the baseline `wirelab bench load` measures its generator against.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
       tshark tcpdump iperf3 nftables procps bpftool linux-libc-dev python3 python3-venv
-      openvswitch-switch)
+      openvswitch-switch netsniff-ng)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,6 +8,7 @@ mod bench;
 mod bench_analyze;
 mod bench_eswitch;
 mod bench_fuzz;
+mod bench_load;
 mod bench_record;
 mod bench_roce;
 mod bench_runs;
@@ -243,6 +244,15 @@ enum BenchCmd {
         /// Also the throughput with the runs as tasks on this Ray cluster.
         #[arg(long, value_name = "ADDRESS")]
         ray: Option<String>,
+    },
+    /// Norma's tester against trafgen (generation rate, 64 and 1518 B)
+    /// and iperf3 -u -b (rate error at the receiver), on the same lab.
+    Load {
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Length of each rate-error run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u32,
     },
     /// Many runs in one process through the run engine, with the process's
     /// resident memory every tenth run (it must stay flat).
@@ -573,6 +583,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
         BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
+        BenchCmd::Load { rounds, seconds } => bench_load::run(abort, rounds, seconds)?,
         BenchCmd::Fuzz {
             seeds,
             runs,

@@ -1,0 +1,200 @@
+//! `wirelab bench load`: Norma's tester (issue 20) against the software
+//! generators users reach for, on the same lab and CPUs, medians over
+//! rounds:
+//!
+//! - **generation rate**, 64- and 1518-byte frames: wirelab's generator
+//!   asked for the port's line rate (10 Gbit/s), and trafgen (netsniff-ng,
+//!   one CPU, its packet-mmap ring) sending the same frame, both through
+//!   the same Linux bridge to the same receiver; what arrives at the
+//!   receiver per second;
+//! - **rate error** at the receiver over `seconds`, at rates from 10,000
+//!   frames/s up: wirelab's version-counted stream against iperf3
+//!   `-u -b` (its server's count over its own interval).
+
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use wirelab_lab::RunOptions;
+use wirelab_netns::tester::{TesterLab, RX_DEV, TX_DEV};
+use wirelab_spec::load::DutKind;
+
+fn sh(prog: &str, args: &[&str]) -> Result<String> {
+    let o = Command::new(prog)
+        .args(args)
+        .output()
+        .with_context(|| format!("{prog} (make deps installs it)"))?;
+    ensure!(
+        o.status.success(),
+        "{prog} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// wirelab's receiver count per second for a stream of `size`-byte frames
+/// at `pps` through a bridge for `secs`: (received pps, rate error).
+fn wirelab(abort: &Arc<AtomicBool>, size: u32, pps: f64, secs: f64) -> Result<(f64, f64)> {
+    let text = format!(
+        "name: bench-load\ndut: {{kind: bridge}}\nduration: {secs}s\ninterval: {}s\nstream: {{size: {size}, pps: {pps}}}\n",
+        (secs / 2.0).max(0.5)
+    );
+    let spec = wirelab_spec::load::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = tempfile::tempdir()?;
+    let opts = RunOptions {
+        abort: abort.clone(),
+        ..RunOptions::new(dir.path())
+    };
+    let out = wirelab_lab::load::run(&spec, &opts, |_| {})?;
+    let o = &out.summary.outcome.outcome;
+    let rx = o.received_pps.context("nothing arrived")?;
+    Ok((rx, (rx - pps) / pps))
+}
+
+/// trafgen sending `size`-byte frames as fast as it can on one CPU for
+/// `secs`: frames per second the receiver took in.
+fn trafgen(size: u32, secs: f64) -> Result<f64> {
+    let id = format!("bl{}", std::process::id());
+    let lab = TesterLab::up(&id, DutKind::Bridge, 1500, None)?;
+    lab.learn()?;
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("0x{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let payload = size as usize - 4 - 42;
+    // trafgen's packet syntax: one frame, the template's headers.
+    let conf = format!(
+        "{{ {}, {}, 0x08, 0x00, 0x45, 0x00, const16({}), 0x00, 0x00, 0x40, 0x00, 64, 17, csumip(14, 33), \
+         198, 18, 1, 2, 198, 18, 1, 3, const16(40000), const16(7001), const16({}), 0x00, 0x00, fill(0x00, {payload}) }}\n",
+        mac(lab.next_hop_mac),
+        mac(lab.tx_mac),
+        20 + 8 + payload,
+        8 + payload,
+    );
+    let dir = tempfile::tempdir()?;
+    let cfg = dir.path().join("frame.cfg");
+    std::fs::write(&cfg, conf)?;
+    let rx = |ns: &str| -> Result<u64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&sh("ip", &["-n", ns, "-s", "-j", "link", "show", "dev", RX_DEV])?)?;
+        v[0]["stats64"]["rx"]["packets"]
+            .as_u64()
+            .context("no rx count")
+    };
+    let before = rx(&lab.rx_ns)?;
+    let t0 = std::time::Instant::now();
+    // Bounded by timeout (SIGINT, as a user stops it); exit 124 is the
+    // timeout's.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &lab.tx_ns, "timeout", "-s", "INT"])
+        .arg(format!("{secs}"))
+        .args(["trafgen", "--dev", TX_DEV, "--conf"])
+        .arg(&cfg)
+        .args(["--cpus", "1"])
+        .output()
+        .context("trafgen (make deps installs netsniff-ng)")?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    ensure!(
+        elapsed > secs * 0.9,
+        "trafgen stopped after {elapsed:.2} s: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let got = rx(&lab.rx_ns)? - before;
+    ensure!(
+        got > 0,
+        "trafgen sent nothing: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(got as f64 / elapsed.min(secs))
+}
+
+/// iperf3 `-u -b` at `pps` frames of `size` bytes for `secs`: the rate
+/// error of what its server received.
+fn iperf3(size: u32, pps: f64, secs: u32) -> Result<f64> {
+    let id = format!("bi{}", std::process::id());
+    let lab = TesterLab::up(&id, DutKind::Bridge, 1500, None)?;
+    lab.learn()?;
+    let server = Command::new("ip")
+        .args(["netns", "exec", &lab.rx_ns, "timeout", "60", "iperf3", "-s", "-1", "-p", "5201"])
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Reap(server);
+    std::thread::sleep(Duration::from_millis(300));
+    let len = size as usize - 4 - 42;
+    let bits = (pps * len as f64 * 8.0).round() as u64;
+    let out = sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &lab.tx_ns,
+            "timeout",
+            "60",
+            "iperf3",
+            "-c",
+            &lab.rx_ip.to_string(),
+            "-u",
+            "-b",
+            &bits.to_string(),
+            "-l",
+            &len.to_string(),
+            "-t",
+            &secs.to_string(),
+            "--json",
+        ],
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out)?;
+    let sum = &v["end"]["sum"];
+    let sent = sum["packets"].as_f64().context("iperf3's packets")?;
+    let lost = sum["lost_packets"].as_f64().unwrap_or(0.0);
+    let s = sum["seconds"].as_f64().context("iperf3's seconds")?;
+    Ok(((sent - lost) / s - pps) / pps)
+}
+
+pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
+    println!("generation rate (frames/s at the receiver, through a Linux bridge; medians of {rounds} rounds of 3 s)");
+    println!("  {:>6}  {:>12}  {:>12}  {:>8}", "frame", "wirelab", "trafgen -P1", "ratio");
+    for size in [64u32, 1518] {
+        let line = 10e9 / ((f64::from(size) + 20.0) * 8.0);
+        let (mut w, mut t) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            w.push(wirelab(abort, size, line, 3.0)?.0);
+            t.push(trafgen(size, 3.0)?);
+        }
+        let (w, t) = (median(&mut w), median(&mut t));
+        println!("  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x", w / t);
+    }
+    println!("rate error at the receiver over {seconds} s, 64-byte frames (medians of {rounds} rounds)");
+    println!("  {:>10}  {:>12}  {:>12}", "rate", "wirelab", "iperf3 -u -b");
+    for pps in [10_000.0, 100_000.0, 300_000.0] {
+        let (mut w, mut i) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            w.push(wirelab(abort, 64, pps, f64::from(seconds))?.1);
+            i.push(iperf3(64, pps, seconds)?);
+        }
+        println!(
+            "  {:>10.0}  {:>+12.2e}  {:>+12.2e}",
+            pps,
+            median(&mut w),
+            median(&mut i)
+        );
+    }
+    Ok(())
+}
