@@ -84,8 +84,10 @@ fn trafgen(size: u32, secs: f64) -> Result<f64> {
     let cfg = dir.path().join("frame.cfg");
     std::fs::write(&cfg, conf)?;
     let rx = |ns: &str| -> Result<u64> {
-        let v: serde_json::Value =
-            serde_json::from_str(&sh("ip", &["-n", ns, "-s", "-j", "link", "show", "dev", RX_DEV])?)?;
+        let v: serde_json::Value = serde_json::from_str(&sh(
+            "ip",
+            &["-n", ns, "-s", "-j", "link", "show", "dev", RX_DEV],
+        )?)?;
         v[0]["stats64"]["rx"]["packets"]
             .as_u64()
             .context("no rx count")
@@ -125,7 +127,9 @@ fn iperf3(size: u32, pps: f64, secs: u32) -> Result<f64> {
     let lab = TesterLab::up(&id, DutKind::Bridge, 1500, None)?;
     lab.learn()?;
     let server = Command::new("ip")
-        .args(["netns", "exec", &lab.rx_ns, "timeout", "60", "iperf3", "-s", "-1", "-p", "5201"])
+        .args([
+            "netns", "exec", &lab.rx_ns, "timeout", "60", "iperf3", "-s", "-1", "-p", "5201",
+        ])
         .stdout(std::process::Stdio::null())
         .spawn()?;
     struct Reap(std::process::Child);
@@ -170,7 +174,10 @@ fn iperf3(size: u32, pps: f64, secs: u32) -> Result<f64> {
 
 pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
     println!("generation rate (frames/s at the receiver, through a Linux bridge; medians of {rounds} rounds of 3 s)");
-    println!("  {:>6}  {:>12}  {:>12}  {:>8}", "frame", "wirelab", "trafgen -P1", "ratio");
+    println!(
+        "  {:>6}  {:>12}  {:>12}  {:>8}",
+        "frame", "wirelab", "trafgen -P1", "ratio"
+    );
     for size in [64u32, 1518] {
         let line = 10e9 / ((f64::from(size) + 20.0) * 8.0);
         let (mut w, mut t) = (Vec::new(), Vec::new());
@@ -181,8 +188,13 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
         let (w, t) = (median(&mut w), median(&mut t));
         println!("  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x", w / t);
     }
-    println!("rate error at the receiver over {seconds} s, 64-byte frames (medians of {rounds} rounds)");
-    println!("  {:>10}  {:>12}  {:>12}", "rate", "wirelab", "iperf3 -u -b");
+    println!(
+        "rate error at the receiver over {seconds} s, 64-byte frames (medians of {rounds} rounds)"
+    );
+    println!(
+        "  {:>10}  {:>12}  {:>12}",
+        "rate", "wirelab", "iperf3 -u -b"
+    );
     for pps in [10_000.0, 100_000.0, 300_000.0] {
         let (mut w, mut i) = (Vec::new(), Vec::new());
         for _ in 0..rounds {

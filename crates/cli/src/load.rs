@@ -55,14 +55,14 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     let json = args.json;
     let frame = setup.frame_bytes;
     let out = match wirelab_lab::load::run(&spec, &opts, |t| match t {
-        Tick::Interval { trial, pps, report } if json => {
+        Tick::Interval { trial, report, .. } if json => {
             let mut v = serde_json::to_value(report).unwrap_or_default();
             if let (Some(k), Some(o)) = (trial, v.as_object_mut()) {
                 o.insert("trial".into(), (*k).into());
             }
             println!("{v}");
         }
-        Tick::Interval { pps, report, .. } => println!("{}", line(frame, *pps, report)),
+        Tick::Interval { report, .. } => println!("{}", line(frame, report.requested_pps, report)),
         Tick::Trial { trial, pps, rate } if !json => println!(
             "  trial {trial}: {} pps ({})",
             group(pps.round() as u64),

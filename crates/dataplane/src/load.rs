@@ -326,6 +326,23 @@ impl Tester {
         Ok(())
     }
 
+    /// A new rate while the generator runs (Norma's steps and ramps): the
+    /// meter's interval and the units change at its next packet; the
+    /// meter's schedule, the units' positions and the editor's values go
+    /// on from where they are.
+    pub fn set_rate(
+        &mut self,
+        interval_ns: u64,
+        tolerance_ns: u64,
+        units: &[(u32, u32)],
+    ) -> Result<(), Error> {
+        let mut c = self.conf.clone();
+        (c.interval_ns, c.tolerance_ns, c.units) = (interval_ns, tolerance_ns, units.to_vec());
+        check(&c)?;
+        self.conf = c;
+        self.write_conf()
+    }
+
     /// The version bit the generator writes from now on (§6.1).
     pub fn set_version(&mut self, v: u32) -> Result<(), Error> {
         self.version = v & 1;

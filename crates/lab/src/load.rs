@@ -26,7 +26,7 @@ use wirelab_load::rate;
 use wirelab_load::template::{self, Template};
 use wirelab_netns::tester::{self, TesterLab};
 use wirelab_spec::load::{EditSpec, LoadSpec, Metric};
-use wirelab_workload::load::{Outcome, Ports, Report, Stream, Timing};
+use wirelab_workload::load::{Outcome, Ports, RateChange, Report, Stream, Timing};
 
 use crate::{During, Error, RunOptions, Verdict};
 
@@ -37,6 +37,8 @@ pub struct Setup {
     pub frame_bytes: u32,
     pub requested_pps: f64,
     pub rate: rate::Plan,
+    /// The rate's steps after the start (steps and ramps).
+    pub schedule: Vec<RateChange>,
     pub template: Template,
 }
 
@@ -85,15 +87,39 @@ pub struct LoadOutput {
 /// The template's addresses are the lab's; its MACs are filled in when
 /// the lab exists.
 pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
-    let req = rate::Request {
-        pps: spec.pps(),
-        burst: spec.stream.burst.as_ref().map(|b| rate::Burst {
+    let burst = match spec.on_off_burst() {
+        // On/off is a burst at the rate while on (Norma Fig. 11).
+        Some((packets, _)) => Some(rate::Burst {
+            packets,
+            peak_pps: spec.peak_pps().unwrap_or(spec.pps()),
+        }),
+        None => spec.stream.burst.as_ref().map(|b| rate::Burst {
             packets: b.packets,
             peak_pps: spec.peak_pps().unwrap_or(spec.pps()),
         }),
     };
+    let req = rate::Request {
+        pps: spec.pps(),
+        burst,
+    };
     let plan = rate::plan(req, wirelab_spec::load::UNITS)
         .map_err(|e| Error::BadInput(format!("stream: {e}")))?;
+    let schedule = spec
+        .schedule()
+        .into_iter()
+        .map(|(at, pps)| {
+            let rate = rate::plan(
+                rate::Request { pps, burst: None },
+                wirelab_spec::load::UNITS,
+            )
+            .map_err(|e| Error::BadInput(format!("stream: a step to {pps}/s: {e}")))?;
+            Ok(RateChange {
+                at: at.as_std(),
+                pps,
+                rate,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
     let tm = template(spec, [0; 6], [0; 6], spec.dut.kind.routes())?;
     let (edits, table) = edits(&spec.stream.edits);
     Ok((
@@ -102,6 +128,7 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             frame_bytes: spec.stream.size,
             requested_pps: spec.pps(),
             rate: plan,
+            schedule,
             template: tm,
         },
         edits,
@@ -296,6 +323,11 @@ pub fn run(
             edits: edits.clone(),
             table: table.clone(),
             dport: spec.stream.dport,
+            schedule: if trial.is_some() {
+                Vec::new()
+            } else {
+                setup.schedule.clone()
+            },
         };
         let timing = Timing {
             duration,
@@ -505,6 +537,8 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
     let lost = o.sent as f64 - o.received as f64;
     let lat = o.latency.as_ref();
     match m {
+        Metric::Sent => Some(o.sent as f64),
+        Metric::Received => Some(o.received as f64),
         Metric::Lost => Some(lost),
         Metric::LossRatio => (o.sent > 0).then(|| lost / o.sent as f64),
         Metric::RateError => o.rate_error.map(f64::abs),

@@ -217,6 +217,18 @@ pub struct Stream {
     /// (Norma Fig. 11).
     #[serde(default)]
     pub burst: Option<Burst>,
+    /// On for `on`, off for `off`, again and again, at the rate above
+    /// while on (Norma Fig. 11's on/off pattern: a burst unit).
+    #[serde(default)]
+    pub on_off: Option<OnOff>,
+    /// The rate changes to each step's `pps` at its time (a multiple of
+    /// the interval, so each interval has one rate).
+    #[serde(default)]
+    pub steps: Vec<RateStep>,
+    /// From the rate above to `to_pps` in equal steps, one every `every`
+    /// (a multiple of the interval), over the duration.
+    #[serde(default)]
+    pub ramp: Option<Ramp>,
     #[serde(default = "default_sport")]
     pub sport: u16,
     /// The sink counts the stream's frames by this UDP destination port.
@@ -243,6 +255,27 @@ pub struct Burst {
     /// The peak as bits per second on the wire.
     #[serde(default)]
     pub peak: Option<BitsPerSec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OnOff {
+    pub on: Nanos,
+    pub off: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateStep {
+    pub at: Nanos,
+    pub pps: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ramp {
+    pub to_pps: f64,
+    pub every: Nanos,
 }
 
 /// The header fields the editor may change.
@@ -341,6 +374,9 @@ pub struct LoadExpect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    /// Frames sent and received over the run.
+    Sent,
+    Received,
     /// Packets sent and not received, over the run (version counters).
     Lost,
     /// Lost over sent.
@@ -373,6 +409,8 @@ impl Metric {
     }
     pub fn name(self) -> &'static str {
         match self {
+            Metric::Sent => "sent",
+            Metric::Received => "received",
             Metric::Lost => "lost",
             Metric::LossRatio => "loss_ratio",
             Metric::RateError => "rate_error",
@@ -411,18 +449,49 @@ impl LoadSpec {
     fn pps_of(&self, bits: BitsPerSec) -> f64 {
         bits.0 as f64 / ((u64::from(self.stream.size) + WIRE_OVERHEAD) * 8) as f64
     }
-    /// The average rate asked for (packets per second).
+    /// The average rate asked for at the start (packets per second).
     pub fn pps(&self) -> f64 {
+        match self.on_off_burst() {
+            Some((_, avg)) => avg,
+            None => self.rate_pps(),
+        }
+    }
+    /// `pps` or `rate`, as written.
+    fn rate_pps(&self) -> f64 {
         match (self.stream.pps, self.stream.rate) {
             (Some(p), _) => p,
             (None, Some(r)) => self.pps_of(r),
             (None, None) => 0.0,
         }
     }
-    /// The burst's peak rate (packets per second).
+    /// The burst's peak rate (packets per second); on/off's rate while on.
     pub fn peak_pps(&self) -> Option<f64> {
+        if self.stream.on_off.is_some() {
+            return Some(self.rate_pps());
+        }
         let b = self.stream.burst.as_ref()?;
         b.peak_pps.or_else(|| b.peak.map(|r| self.pps_of(r)))
+    }
+    /// On/off as a burst: (packets while on, the average rate).
+    pub fn on_off_burst(&self) -> Option<(u32, f64)> {
+        let o = self.stream.on_off?;
+        let p = self.rate_pps();
+        let on = (p * o.on.0 as f64 / 1e9).round();
+        Some((on as u32, p * o.on.0 as f64 / (o.on.0 + o.off.0) as f64))
+    }
+    /// The rate changes over time after the first: (offset, pps), in order.
+    pub fn schedule(&self) -> Vec<(Nanos, f64)> {
+        if let Some(r) = self.stream.ramp {
+            let n = (self.duration.0 - 1) / r.every.0;
+            let from = self.rate_pps();
+            return (1..=n)
+                .map(|k| {
+                    let pps = from + (r.to_pps - from) * k as f64 / n as f64;
+                    (Nanos(k * r.every.0), pps)
+                })
+                .collect();
+        }
+        self.stream.steps.iter().map(|s| (s.at, s.pps)).collect()
     }
     /// The fastest the port carries frames of this size.
     pub fn port_pps(&self) -> f64 {
@@ -556,6 +625,7 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
     if pps > 1e9 {
         return err(at, "the meter cannot go faster than 1 packet per ns");
     }
+    validate_patterns(s, &fits)?;
     validate_edits(st)?;
     let (i, d) = (s.interval.0, s.duration.0);
     if i == 0 || d == 0 {
@@ -650,6 +720,84 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+fn validate_patterns(
+    s: &LoadSpec,
+    fits: &dyn Fn(&str, f64, &str) -> Result<(), Invalid>,
+) -> Result<(), Invalid> {
+    let st = &s.stream;
+    let i = s.interval.0;
+    let changes = !st.steps.is_empty() || st.ramp.is_some();
+    if let Some(o) = st.on_off {
+        if st.burst.is_some() {
+            return err("stream.on_off", "`on_off` or `burst`, not both");
+        }
+        if o.on.0 == 0 || o.off.0 == 0 {
+            return err("stream.on_off", "`on` and `off` must be above 0");
+        }
+        let at = if st.pps.is_some() {
+            "stream.pps"
+        } else {
+            "stream.rate"
+        };
+        fits("the rate while on", s.rate_pps(), at)?;
+        match s.on_off_burst() {
+            Some((n, _)) if n >= 1 => {}
+            _ => {
+                return err(
+                    "stream.on_off.on",
+                    format!("{} at the rate is less than one frame", o.on),
+                )
+            }
+        }
+    }
+    if changes && (st.burst.is_some() || st.on_off.is_some()) {
+        return err(
+            "stream",
+            "steps and ramps change a constant rate: no `burst` or `on_off` with them",
+        );
+    }
+    if changes && s.search.is_some() {
+        return err("search", "a search sets the rate itself: no steps or ramp");
+    }
+    if !st.steps.is_empty() && st.ramp.is_some() {
+        return err("stream.ramp", "`steps` or `ramp`, not both");
+    }
+    let mut last = 0;
+    for (k, x) in st.steps.iter().enumerate() {
+        let at = format!("stream.steps[{k}]");
+        if x.at.0 == 0 || x.at.0 % i != 0 || x.at.0 <= last || x.at.0 >= s.duration.0 {
+            return err(
+                format!("{at}.at"),
+                format!(
+                    "steps come in order, after 0 and before the duration ({}), at multiples of the interval ({})",
+                    s.duration, s.interval
+                ),
+            );
+        }
+        last = x.at.0;
+        if !x.pps.is_finite() || x.pps <= 0.0 {
+            return err(format!("{at}.pps"), "must be above 0");
+        }
+        fits("a step", x.pps, &format!("{at}.pps"))?;
+    }
+    if let Some(r) = st.ramp {
+        if r.every.0 == 0 || r.every.0 % i != 0 || r.every.0 >= s.duration.0 {
+            return err(
+                "stream.ramp.every",
+                format!(
+                    "a multiple of the interval ({}) below the duration ({})",
+                    s.interval, s.duration
+                ),
+            );
+        }
+        if !r.to_pps.is_finite() || r.to_pps <= 0.0 {
+            return err("stream.ramp.to_pps", "must be above 0");
+        }
+        fits("a ramp", r.to_pps, "stream.ramp.to_pps")?;
     }
     Ok(())
 }
@@ -878,6 +1026,37 @@ expect:
         assert_eq!((t.loss, t.resolution, t.max_trials), (0.001, 0.01, 20));
         let e = bad(&GOOD.replace("expect:", "search: {throughput: {resolution: 0}}\nexpect:"));
         assert_eq!(e.path, "search.throughput.resolution");
+        let e = bad(&GOOD.replace(
+            "pps: 100000",
+            "pps: 100000\n  steps: [{at: 750ms, pps: 1000}]",
+        ));
+        assert_eq!((e.path.as_str(), e.line), ("stream.steps[0].at", Some(7)));
+        let e = bad(&GOOD.replace(
+            "pps: 100000",
+            "pps: 100000\n  ramp: {to_pps: 2e7, every: 500ms}",
+        ));
+        assert_eq!(e.path, "stream.ramp.to_pps");
+        let r = parse(&GOOD.replace(
+            "pps: 100000",
+            "pps: 100000\n  ramp: {to_pps: 400000, every: 500ms}",
+        ))
+        .unwrap();
+        // 2 s in steps of 500 ms: three steps after the start.
+        let sched: Vec<_> = r
+            .schedule()
+            .iter()
+            .map(|(t, p)| (t.0 / 1_000_000, *p as u64))
+            .collect();
+        assert_eq!(sched, vec![(500, 200000), (1000, 300000), (1500, 400000)]);
+        let o = parse(&GOOD.replace(
+            "pps: 100000",
+            "pps: 100000\n  on_off: {on: 10ms, off: 30ms}",
+        ))
+        .unwrap();
+        assert_eq!(o.on_off_burst(), Some((1000, 25000.0)));
+        assert_eq!(o.pps(), 25000.0);
+        let e = bad(&GOOD.replace("pps: 100000", "pps: 100000\n  on_off: {on: 1us, off: 30ms}"));
+        assert_eq!(e.path, "stream.on_off.on");
         let e = bad(&GOOD.replace("kind: router", "kind: switch"));
         assert!(e.message.contains("unknown variant"), "{e}");
     }

@@ -38,6 +38,22 @@ pub struct Stream {
     pub table: Vec<u32>,
     /// The UDP port the sink counts.
     pub dport: u16,
+    /// Later rates (Norma's steps and ramps), each at a flip: an interval
+    /// has one rate.
+    pub schedule: Vec<RateChange>,
+}
+
+/// The rate from `at` (since the start) on.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateChange {
+    #[serde(serialize_with = "secs")]
+    pub at: Duration,
+    pub pps: f64,
+    pub rate: Plan,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 /// How long, and how it is measured.
@@ -68,6 +84,8 @@ pub struct Report {
     /// Seconds since the start, of the interval's two flips.
     pub start_s: f64,
     pub end_s: f64,
+    /// The rate asked for in this interval.
+    pub requested_pps: f64,
     #[serde(flatten)]
     pub counts: Interval,
     /// Rate between the interval's first and last packet at each side.
@@ -274,6 +292,8 @@ pub fn run(
     let mut naive_prev = (0u64, 0u64);
     let mut prev_flip = 0.0;
     let mut run_lat = RunLatency::default();
+    let mut pps_now = stream.rate.pps;
+    let mut applied = Duration::ZERO;
     let tid = std::sync::OnceLock::new();
     let generator_cpu_ns = std::thread::scope(|s| -> Result<u64, Error> {
         let gen_thread = s.spawn(|| -> Result<u64, Error> {
@@ -300,6 +320,25 @@ pub fn run(
                 if now >= end {
                     break;
                 }
+                // A new rate starts with the interval it belongs to.
+                let retired_pps = pps_now;
+                let (from, upto) = (applied, next_flip - started);
+                for c in stream
+                    .schedule
+                    .iter()
+                    .filter(|c| c.at > from && c.at <= upto)
+                {
+                    let r = &c.rate;
+                    t(
+                        "changing the rate",
+                        tester.set_rate(
+                            r.interval_ns,
+                            r.interval_ns * 64,
+                            &r.units.iter().map(|u| (u.pass, u.skip)).collect::<Vec<_>>(),
+                        ),
+                    )?;
+                    (applied, pps_now) = (c.at, c.pps);
+                }
                 // Flip, then read the retired version once it drained.
                 let retired = version;
                 version ^= 1;
@@ -314,6 +353,7 @@ pub fn run(
                     naive,
                     naive_prev,
                     &mut run_lat,
+                    retired_pps,
                 )?;
                 each(&rep);
                 intervals.push(rep);
@@ -350,6 +390,7 @@ pub fn run(
         naive,
         naive_prev,
         &mut run_lat,
+        pps_now,
     )?;
     if last.counts.sent.packets > 0 {
         each(&last);
@@ -365,13 +406,34 @@ pub fn run(
         received: rs.packets,
         sent_pps: gs.pps(),
         received_pps: rs.pps(),
-        rate_error: rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps),
+        rate_error: if stream.schedule.is_empty() {
+            rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps)
+        } else {
+            worst_full_interval_error(&intervals)
+        },
         generator: counts.into(),
         generator_cpu_ns,
         latency: run_lat.figures(),
         late: intervals.iter().map(|i| i.late).sum(),
         intervals,
     })
+}
+
+/// With the rate changing, the run's rate error is its worst interval's,
+/// received against asked, over the intervals between the first and the
+/// last (which the start and the end cut short); None with fewer than
+/// three.
+fn worst_full_interval_error(intervals: &[Report]) -> Option<f64> {
+    if intervals.len() < 3 {
+        return None;
+    }
+    intervals[1..intervals.len() - 1]
+        .iter()
+        .map(|i| {
+            i.received_pps
+                .map_or(1.0, |p| (p - i.requested_pps) / i.requested_pps)
+        })
+        .max_by(|a, b| a.abs().total_cmp(&b.abs()))
 }
 
 /// The calling thread's CPU time, user and system (ns).
@@ -412,6 +474,7 @@ fn read_version(
     naive: (u64, u64),
     naive_prev: (u64, u64),
     run: &mut RunLatency,
+    requested_pps: f64,
 ) -> Result<Report, Error> {
     let o = t("reading the generator's bank", tester.gen_bank(v))?;
     let i = t("reading the sink's bank", tester.sink_bank(v))?;
@@ -421,6 +484,7 @@ fn read_version(
     Ok(Report {
         start_s,
         end_s,
+        requested_pps,
         counts: Interval::of(
             side(&o),
             side(&i),
