@@ -134,6 +134,21 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
             }
         }
         assert!(u(&oc["sent"]) > 0, "{}", show());
+        // Every frame that arrived was stamped and is in the run's
+        // latency histogram once.
+        let in_hist: u64 = oc["latency_buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| u(&b[1]))
+            .sum();
+        assert_eq!(in_hist, u(&oc["received"]), "{}", show());
+        let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert_eq!(
+            page.matches("<svg").count(),
+            3,
+            "rate, latency CDF and histogram"
+        );
         assert!(intervals.iter().all(|i| i["lost"].as_i64().unwrap() >= 0));
         // The results folder holds the same intervals, and the DUT's own
         // statistics.

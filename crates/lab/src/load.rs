@@ -411,6 +411,7 @@ pub fn run(
         "summary.json",
         &serde_json::to_vec_pretty(&v).during("encoding the summary")?,
     )?;
+    write("report.html", page(&summary).as_bytes())?;
     Ok(LoadOutput {
         summary,
         verdict,
@@ -529,6 +530,84 @@ fn throughput(
     };
     let outcome = best.or(last).ok_or_else(|| Error::Interrupted)?;
     Ok((outcome, result))
+}
+
+/// report.html: what ran, its claims, the rate per interval, the latency.
+fn page(s: &LoadSummary) -> String {
+    let o = &s.outcome.outcome;
+    let st = &s.setup;
+    let f = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.3}"));
+    let mut facts = vec![
+        ("DUT".to_string(), format!("Linux {}", st.dut)),
+        (
+            "stream".into(),
+            format!(
+                "{} B frames at {:.0} frames/s",
+                st.frame_bytes, st.requested_pps
+            ),
+        ),
+        ("rate plan (Norma §5.2)".into(), st.rate.describe()),
+        (
+            "sent".into(),
+            format!("{} frames at {} frames/s", o.sent, f(o.sent_pps)),
+        ),
+        (
+            "received".into(),
+            format!(
+                "{} frames at {} frames/s, {} lost, {} reordered or duplicated",
+                o.received,
+                f(o.received_pps),
+                o.sent as i64 - o.received as i64,
+                o.late
+            ),
+        ),
+        (
+            "generator".into(),
+            format!(
+                "{} slots given up late, {:.2} s of CPU",
+                o.generator.missed,
+                o.generator_cpu_ns as f64 / 1e9
+            ),
+        ),
+    ];
+    if let Some(l) = &o.latency {
+        facts.push((
+            "latency (ns)".into(),
+            format!(
+                "min {} p50 {} p99 {} p99.9 {} max {} mean {:.0}",
+                l.min, l.p50, l.p99, l.p999, l.max, l.mean
+            ),
+        ));
+    }
+    if let Some(r) = &s.search {
+        facts.push((
+            "RFC 2544 throughput".into(),
+            match r.throughput_pps {
+                Some(p) => format!("{p:.0} frames/s after {} trials", r.trials.len()),
+                None => format!("no trial passed ({} trials)", r.trials.len()),
+            },
+        ));
+    }
+    facts.push(("results".into(), s.results.clone()));
+    // The intervals are in the folder's intervals.jsonl; the page reads
+    // them from the outcome kept in memory.
+    let intervals = o
+        .intervals
+        .iter()
+        .map(|i| (i.end_s, i.requested_pps, i.sent_pps, i.received_pps))
+        .collect();
+    wirelab_report::html::load_page(&wirelab_report::html::LoadPage {
+        title: &s.name,
+        verdict: s.verdict,
+        facts,
+        claims: s
+            .expect
+            .iter()
+            .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
+            .collect(),
+        intervals,
+        latency: &o.latency_buckets,
+    })
 }
 
 /// A metric's value over the run (None: the run did not measure it, as

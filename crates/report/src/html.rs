@@ -624,3 +624,110 @@ pub fn lines_chart(
     }
     svg
 }
+
+/// The page of a load test (`wirelab load`, Norma): what ran and its
+/// claims, the rate asked, sent and received per interval, and the
+/// one-way latency's distribution from the run's histogram.
+pub struct LoadPage<'a> {
+    pub title: &'a str,
+    pub verdict: &'a str,
+    /// (what, value) lines: the DUT, the stream, the rate plan, totals.
+    pub facts: Vec<(String, String)>,
+    /// (claim, pass, observed).
+    pub claims: Vec<(String, bool, String)>,
+    /// Per interval: (end time s, requested, sent, received pps).
+    pub intervals: Vec<(f64, f64, Option<f64>, Option<f64>)>,
+    /// The latency histogram: (bucket's highest value ns, frames).
+    pub latency: &'a [(u64, u64)],
+}
+
+pub fn load_page(p: &LoadPage) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>wirelab load: {}</title><style>{}</style></head><body>",
+        esc(p.title),
+        STYLE
+    );
+    let _ = write!(
+        o,
+        "<h1>wirelab load</h1><p><b>{}</b> · <span class={}>{}</span></p><table>",
+        esc(p.title),
+        if p.verdict == "PASS" { "good" } else { "bad" },
+        esc(p.verdict)
+    );
+    for (k, v) in &p.facts {
+        let _ = write!(o, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
+    }
+    o.push_str("</table><h2>Claims</h2><table>");
+    for (c, pass, obs) in &p.claims {
+        let _ = write!(
+            o,
+            "<tr><td class={}>{}</td><td>{}</td><td>{}</td></tr>",
+            if *pass { "good" } else { "bad" },
+            if *pass { "PASS" } else { "FAIL" },
+            esc(c),
+            esc(obs)
+        );
+    }
+    o.push_str("</table><h2>Rate per interval</h2>");
+    let series =
+        |f: &dyn Fn(&(f64, f64, Option<f64>, Option<f64>)) -> Option<f64>| -> Vec<(f64, f64)> {
+            p.intervals
+                .iter()
+                .filter_map(|i| f(i).map(|v| (i.0, v / 1e3)))
+                .collect()
+        };
+    let lines = vec![
+        ("asked".to_string(), series(&|i| Some(i.1))),
+        ("sent".to_string(), series(&|i| i.2)),
+        ("received".to_string(), series(&|i| i.3)),
+    ];
+    let xmax = p.intervals.iter().map(|i| i.0).fold(1e-3, f64::max);
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|x| x.1))
+        .fold(1e-9, f64::max);
+    o.push_str(&lines_chart(
+        lines,
+        (
+            xmax * 1.02,
+            ymax * 1.1,
+            "s (interval's end)".into(),
+            "thousand frames/s",
+        ),
+        2,
+    ));
+    let n: u64 = p.latency.iter().map(|b| b.1).sum();
+    if n > 0 {
+        o.push_str("<h2>One-way latency</h2><p>Every stamped frame, from the run's histogram (buckets under 1.6% wide).</p>");
+        let mut seen = 0;
+        let cdf: Vec<(f64, f64)> = p
+            .latency
+            .iter()
+            .map(|&(hi, c)| {
+                seen += c;
+                (hi as f64 / 1e3, seen as f64 / n as f64)
+            })
+            .collect();
+        let xmax = cdf.last().map_or(1.0, |x| x.0);
+        o.push_str(&lines_chart(
+            vec![("CDF".into(), cdf)],
+            (xmax * 1.02, 1.0, "µs".into(), "fraction of frames"),
+            2,
+        ));
+        let hist: Vec<(f64, f64)> = p
+            .latency
+            .iter()
+            .map(|&(hi, c)| (hi as f64 / 1e3, c as f64))
+            .collect();
+        let ymax = hist.iter().map(|x| x.1).fold(1.0, f64::max);
+        o.push_str(&lines_chart(
+            vec![("frames per bucket".into(), hist)],
+            (xmax * 1.02, ymax * 1.1, "µs".into(), "frames"),
+            1,
+        ));
+    }
+    o.push_str("</body></html>\n");
+    o
+}

@@ -118,6 +118,9 @@ pub struct Outcome {
     pub latency: Option<Latency>,
     /// Sequence numbers received not above one seen before, over the run.
     pub late: u64,
+    /// The run's latency histogram, its non-empty buckets: (the bucket's
+    /// highest value in ns, frames), in order.
+    pub latency_buckets: Vec<(u64, u64)>,
 }
 
 /// The run's latency, gathered interval by interval (each version's
@@ -414,6 +417,13 @@ pub fn run(
         generator: counts.into(),
         generator_cpu_ns,
         latency: run_lat.figures(),
+        latency_buckets: run_lat
+            .hist
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(b, c)| (wirelab_load::hist::range(b).1, *c))
+            .collect(),
         late: intervals.iter().map(|i| i.late).sum(),
         intervals,
     })
