@@ -266,18 +266,7 @@ pub fn write_pcapng(
         detail: e.to_string(),
     };
     let tmp = path.with_extension("pcapng.tmp");
-    let f = File::create(&tmp).map_err(|e| werr(&e))?;
-    let shb = SectionHeaderBlock {
-        endianness: Endianness::native(),
-        major_version: 1,
-        minor_version: 0,
-        section_length: -1,
-        options: vec![SectionHeaderOption::UserApplication(Cow::Owned(format!(
-            "wirelab {}",
-            env!("CARGO_PKG_VERSION")
-        )))],
-    };
-    let mut w = PcapNgWriter::with_section_header(BufWriter::new(f), shb).map_err(|e| werr(&e))?;
+    let mut w = begin(&tmp).map_err(|e| werr(&e))?;
     let mut max_port = 0;
     for p in ports {
         max_port = max_port.max(p.port);
@@ -288,17 +277,12 @@ pub fn write_pcapng(
             .iter()
             .find(|p| p.port == port)
             .map_or_else(|| format!("port{port}"), |p| p.name.clone());
-        w.write_pcapng_block(InterfaceDescriptionBlock {
-            linktype: DataLink::ETHERNET,
-            snaplen: snap_len,
-            options: vec![
-                InterfaceDescriptionOption::IfName(Cow::Owned(name)),
-                InterfaceDescriptionOption::IfDescription(Cow::Owned(format!(
-                    "wirelab switch ingress port {port}"
-                ))),
-                InterfaceDescriptionOption::IfTsResol(9),
-            ],
-        })
+        interface(
+            &mut w,
+            name,
+            format!("wirelab switch ingress port {port}"),
+            snap_len,
+        )
         .map_err(|e| werr(&e))?;
     }
     let wall = |ts: u64| (ts as i128 + clock_offset_ns).max(0) as u64;
@@ -330,10 +314,97 @@ pub fn write_pcapng(
         })
         .map_err(|e| werr(&e))?;
     }
+    finish(w, &tmp, path).map_err(|e| werr(&e))
+}
+
+type Writer = PcapNgWriter<BufWriter<File>>;
+
+/// A pcapng file begun at `tmp`, with wirelab's section header.
+fn begin(tmp: &Path) -> Result<Writer, Box<dyn std::error::Error>> {
+    let f = File::create(tmp)?;
+    let shb = SectionHeaderBlock {
+        endianness: Endianness::native(),
+        major_version: 1,
+        minor_version: 0,
+        section_length: -1,
+        options: vec![SectionHeaderOption::UserApplication(Cow::Owned(format!(
+            "wirelab {}",
+            env!("CARGO_PKG_VERSION")
+        )))],
+    };
+    Ok(PcapNgWriter::with_section_header(BufWriter::new(f), shb)?)
+}
+
+/// An Ethernet interface with nanosecond timestamps.
+fn interface(
+    w: &mut Writer,
+    name: String,
+    description: String,
+    snap_len: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    w.write_pcapng_block(InterfaceDescriptionBlock {
+        linktype: DataLink::ETHERNET,
+        snaplen: snap_len,
+        options: vec![
+            InterfaceDescriptionOption::IfName(Cow::Owned(name)),
+            InterfaceDescriptionOption::IfDescription(Cow::Owned(description)),
+            InterfaceDescriptionOption::IfTsResol(9),
+        ],
+    })?;
+    Ok(())
+}
+
+/// Flushes `w` and renames `tmp` to `path`: a reader never sees half a file.
+fn finish(w: Writer, tmp: &Path, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let mut inner = w.into_inner();
-    std::io::Write::flush(&mut inner).map_err(|e| werr(&e))?;
+    std::io::Write::flush(&mut inner)?;
     drop(inner);
-    std::fs::rename(&tmp, path).map_err(|e| werr(&e))
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+/// One frame of a sample file (`write_sample_pcapng`).
+pub struct SamplePacket<'a> {
+    /// Index into the file's interfaces.
+    pub iface: u32,
+    /// Wall-clock time (ns since the epoch).
+    pub ts_ns: u64,
+    /// The frame's length on the wire, of which `data` is the start.
+    pub len: u32,
+    pub data: &'a [u8],
+    pub comment: String,
+}
+
+/// A pcapng of sampled frames (a load test's, as sent and as received):
+/// one Ethernet interface per (name, description), nanosecond times, each
+/// frame's comment kept (Wireshark shows it as `frame.comment`).
+pub fn write_sample_pcapng<'a>(
+    path: &Path,
+    interfaces: &[(String, String)],
+    snap_len: u32,
+    packets: impl IntoIterator<Item = SamplePacket<'a>>,
+) -> Result<(), Error> {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+    let werr = |e: &dyn std::fmt::Display| Error::Write {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    };
+    let tmp = path.with_extension("pcapng.tmp");
+    let mut w = begin(&tmp).map_err(|e| werr(&e))?;
+    for (name, description) in interfaces {
+        interface(&mut w, name.clone(), description.clone(), snap_len).map_err(|e| werr(&e))?;
+    }
+    for p in packets {
+        w.write_pcapng_block(EnhancedPacketBlock {
+            interface_id: p.iface,
+            timestamp: Duration::from_nanos(p.ts_ns),
+            original_len: p.len,
+            data: Cow::Borrowed(p.data),
+            options: vec![EnhancedPacketOption::Comment(Cow::Owned(p.comment))],
+        })
+        .map_err(|e| werr(&e))?;
+    }
+    finish(w, &tmp, path).map_err(|e| werr(&e))
 }
 
 /// Counters of one switch port for the integrity check.

@@ -134,6 +134,7 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
             }
         }
         assert!(u(&oc["sent"]) > 0, "{}", show());
+        let lost = u(&oc["sent"]) - u(&oc["received"]);
         // Every frame that arrived was stamped and is in the run's
         // latency histogram once.
         let in_hist: u64 = oc["latency_buckets"]
@@ -143,6 +144,43 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
             .map(|b| u(&b[1]))
             .sum();
         assert_eq!(in_hist, u(&oc["received"]), "{}", show());
+        // The pcapng sample: every 1000th sequence number as sent (t0)
+        // and as received (t1), readable by tshark; only a search's
+        // trials restart the numbers.
+        let o = Command::new("tshark")
+            .args(["-r", dir.join("sample.pcapng").to_str().unwrap()])
+            .args([
+                "-T",
+                "fields",
+                "-e",
+                "frame.interface_id",
+                "-e",
+                "frame.comment",
+            ])
+            .output()
+            .expect("tshark (make deps installs it)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rows = String::from_utf8_lossy(&o.stdout).into_owned();
+        let side = |i: &str| {
+            rows.lines()
+                .filter(|l| l.starts_with(&format!("{i}\t")))
+                .count() as u64
+        };
+        if s["search"].is_null() {
+            let sent = u(&oc["sent"]);
+            assert_eq!(side("0"), (sent - 1) / 1000 + 1, "{rows}");
+            if lost == 0 {
+                assert_eq!(side("1"), side("0"), "{rows}");
+            }
+            assert!(side("1") <= side("0"), "{rows}");
+            for l in rows.lines().filter(|l| l.starts_with("1\t")) {
+                let seq = l.split("seq=").nth(1).unwrap().split(' ').next().unwrap();
+                assert!(
+                    rows.contains(&format!("0\twirelab load seq={seq} sent")),
+                    "{l}"
+                );
+            }
+        }
         let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
         assert_eq!(
             page.matches("<svg").count(),
@@ -156,7 +194,6 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         assert_eq!(kept.lines().count(), intervals.len(), "{}", show());
         let dut = |f: &str| std::fs::read_to_string(dir.join("dut").join(f)).unwrap();
         assert!(dut("links.txt").contains("d1"), "{}", show());
-        let lost = u(&oc["sent"]) - u(&oc["received"]);
         match s["setup"]["dut"].as_str().unwrap() {
             "nat" => {
                 // One connection per source port the editor stepped

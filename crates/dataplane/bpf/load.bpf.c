@@ -57,6 +57,8 @@ enum wl_load_limits {
 	 * each octave has 2^WL_HIST_BITS buckets (under 1.6% wide), up to
 	 * 2^40 ns (18 minutes); wirelab_load::hist is the same function. */
 	WL_HIST_BITS = 6,
+	/* Bytes of a sampled frame kept (the pcapng sample's snap length). */
+	WL_SAMPLE_CAP = 128,
 	WL_HIST_BUCKETS = 64 + (40 - 6) * 64,
 };
 
@@ -110,6 +112,10 @@ struct wl_gen_conf {
 	__u16 csum_off;
 	__u16 stamp_off;
 	__u32 edits;
+	/* Frames whose sequence number is a multiple of this are copied to
+	 * sample_ring (0: none); the sink samples the same numbers, so the
+	 * sample holds each frame as sent and as received. */
+	__u32 sample_every;
 	struct wl_load_unit unit[WL_LOAD_UNITS];
 	struct wl_load_edit edit[WL_LOAD_EDITS];
 };
@@ -150,6 +156,20 @@ struct wl_sink_conf {
 	__u16 port;
 	/* The stamp's offset in the UDP payload (0xffff: none). */
 	__u16 stamp_off;
+	/* As the generator's (wl_gen_conf.sample_every). */
+	__u32 sample_every;
+};
+
+/* One sampled frame: the side (0 sent, 1 received), its sequence number,
+ * the time, its length and its first bytes. */
+struct wl_sample {
+	__u64 ts;
+	__u64 seq;
+	__u32 len;
+	__u32 cap;
+	__u32 side;
+	__u32 pad;
+	__u8 data[WL_SAMPLE_CAP];
 };
 
 struct {
@@ -215,9 +235,61 @@ struct {
 	__type(value, __u64);
 } sink_hist SEC(".maps");
 
+/* The pcapng sample, drained by user space while the stream runs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} sample_ring SEC(".maps");
+
+/* Samples the ring had no room for, by side. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} sample_lost SEC(".maps");
+
 /* Force the enums into BTF, for the skeleton's types. */
 const volatile enum wl_load_limits wl_load_limits_btf = WL_LOAD_UNITS;
 const volatile enum wl_edit_mode wl_edit_mode_btf = WL_EDIT_OFF;
+const volatile struct wl_sample wl_sample_btf;
+
+/* Copies the frame's first bytes to sample_ring. A global function,
+ * verified once for both programs. */
+__noinline int wl_take_sample(struct xdp_md *ctx, __u32 side, __u64 seq, __u64 now)
+{
+	struct wl_sample *r;
+	__u32 len, cap, k = side & 1;
+	__u64 *lost;
+
+	if (!ctx)
+		return 0;
+	len = bpf_xdp_get_buff_len(ctx);
+	cap = len < WL_SAMPLE_CAP ? len : WL_SAMPLE_CAP;
+	if (cap < 1 || cap > WL_SAMPLE_CAP)
+		return 0;
+	r = bpf_ringbuf_reserve(&sample_ring, sizeof(*r), 0);
+	if (!r) {
+		lost = bpf_map_lookup_elem(&sample_lost, &k);
+		if (lost)
+			__sync_fetch_and_add(lost, 1);
+		return 0;
+	}
+	r->ts = now;
+	r->seq = seq;
+	r->len = len;
+	r->cap = cap;
+	r->side = k;
+	r->pad = 0;
+	/* The same value, in a form whose bounds (1..WL_SAMPLE_CAP) survive
+	 * clang's register choices for the verifier. */
+	if (bpf_xdp_load_bytes(ctx, 0, r->data, ((cap - 1) & (WL_SAMPLE_CAP - 1)) + 1)) {
+		bpf_ringbuf_discard(r, 0);
+		return 0;
+	}
+	bpf_ringbuf_submit(r, 0);
+	return 1;
+}
 
 /* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), on 16-bit words. */
 static __always_inline __u16 csum_update(__u16 hc, __u16 old, __u16 new)
@@ -479,6 +551,8 @@ int wl_gen(struct xdp_md *ctx)
 			if (put16(ctx, c, s + 8 + 2 * i, bpf_htons((now >> (48 - 16 * i)) & 0xffff)))
 				return XDP_ABORTED;
 	}
+	if (c->sample_every && seq % c->sample_every == 0)
+		wl_take_sample(ctx, 0, seq, now);
 	/* 6. Counted in its version's bank and in the naive total. */
 	bank = bpf_map_lookup_elem(&gen_banks, &version);
 	i = 2;
@@ -573,6 +647,8 @@ int wl_sink(struct xdp_md *ctx)
 			bank->late_seq++;
 		else
 			bank->max_seq = seq;
+		if (c->sample_every && seq % c->sample_every == 0)
+			wl_take_sample(ctx, 1, seq, now);
 		key = version * WL_HIST_BUCKETS + hist_bucket(lat);
 		h = bpf_map_lookup_elem(&sink_hist, &key);
 		if (h)

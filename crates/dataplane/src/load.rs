@@ -99,7 +99,26 @@ pub struct GenConfig {
     /// The template frame: its first `HEAD` bytes are written back into
     /// every frame before the edits.
     pub template: Vec<u8>,
+    /// Frames whose sequence number is a multiple of this are sampled
+    /// (0: none); set the sink's alike to have each as sent and received.
+    pub sample_every: u32,
 }
+
+/// A sampled frame (`struct wl_sample`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// false: as sent; true: as received.
+    pub received: bool,
+    pub seq: u64,
+    /// The pipeline clock (CLOCK_MONOTONIC, ns).
+    pub ts: u64,
+    /// The frame's length, and its first bytes (at most `SAMPLE_CAP`).
+    pub len: u32,
+    pub data: Vec<u8>,
+}
+
+/// Bytes of a sampled frame kept (`WL_SAMPLE_CAP`).
+pub const SAMPLE_CAP: usize = types::wl_load_limits::WL_SAMPLE_CAP.0 as usize;
 
 /// One version's counters, summed over CPUs (`struct wl_load_bank`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -198,7 +217,7 @@ fn zero_per_cpu(
 }
 
 object::maps! {
-    struct Maps { gen_conf, gen_head, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock }
+    struct Maps { gen_conf, gen_head, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock, sample_ring, sample_lost }
 }
 
 /// The tester's programs: one object for the generator and the sink (a
@@ -240,6 +259,7 @@ impl Tester {
             csum_off: c.csum_off,
             stamp_off: c.stamp_off,
             edits: c.edits.len() as u32,
+            sample_every: c.sample_every,
             ..Default::default()
         };
         for (u, &(pass, skip)) in raw.unit.iter_mut().zip(&c.units) {
@@ -436,10 +456,16 @@ impl Tester {
 
     /// The sink counts UDP packets to `port`, reading the stamp at
     /// `stamp_off` bytes into their payload (None: no stamp).
-    pub fn configure_sink(&self, port: u16, stamp_off: Option<u16>) -> Result<(), Error> {
+    pub fn configure_sink(
+        &self,
+        port: u16,
+        stamp_off: Option<u16>,
+        sample_every: u32,
+    ) -> Result<(), Error> {
         let raw = types::wl_sink_conf {
             port: port.to_be(),
             stamp_off: stamp_off.unwrap_or(0xffff),
+            sample_every,
         };
         self.maps
             .sink_conf
@@ -449,6 +475,49 @@ impl Tester {
             self.clear_sink_bank(v)?;
         }
         Ok(())
+    }
+
+    /// Takes every sampled frame waiting in the ring, in the ring's order.
+    pub fn drain_samples(&self, mut f: impl FnMut(Sample)) -> Result<(), Error> {
+        let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = got.clone();
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&self.maps.sample_ring, move |d: &[u8]| {
+            if let Some(r) = from_bytes::<types::wl_sample>(d) {
+                let cap = (r.cap as usize).min(SAMPLE_CAP);
+                sink.borrow_mut().push(Sample {
+                    received: r.side == 1,
+                    seq: r.seq,
+                    ts: r.ts,
+                    len: r.len,
+                    data: r.data[..cap].to_vec(),
+                });
+            }
+            0
+        })
+        .map_err(map_err("reading the sample ring"))?;
+        b.build()
+            .and_then(|r| r.consume())
+            .map_err(map_err("reading the sample ring"))?;
+        for x in got.take() {
+            f(x);
+        }
+        Ok(())
+    }
+
+    /// Samples the ring had no room for: (sent side, received side).
+    pub fn samples_lost(&self) -> Result<(u64, u64), Error> {
+        let read = |k: u32| -> Result<u64, Error> {
+            let v = self
+                .maps
+                .sample_lost
+                .lookup(&k.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("reading the samples lost"))?
+                .unwrap_or_default();
+            Ok(v.get(..8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))))
+        };
+        Ok((read(0)?, read(1)?))
     }
 
     /// Attaches the sink to `ifindex` as its XDP program (native: the

@@ -313,7 +313,7 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     let t0 = template(60);
     let mut t = Tester::load(true).unwrap();
     t.configure(&conf(&t0)).unwrap();
-    t.configure_sink(STREAM.dport, Some(0)).unwrap();
+    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
     // Three packets in version 1 sent at 1000, 1010, 1020 and received at
     // 1105, 1120, 1130; one in version 0 around them.
     t.set_version(1).unwrap();
@@ -379,6 +379,61 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     t.clear_sink_bank(1).unwrap();
     assert_eq!(t.sink_bank(1).unwrap(), Default::default());
     assert_eq!(t.sink_hist(1).unwrap().iter().sum::<u64>(), 0);
+}
+
+#[test]
+fn frames_whose_sequence_is_a_multiple_of_the_sampling_are_sampled_as_sent_and_received() {
+    if !have_bpf() {
+        return;
+    }
+    let t0 = template(100);
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&GenConfig {
+        sample_every: 3,
+        ..conf(&t0)
+    })
+    .unwrap();
+    t.configure_sink(STREAM.dport, Some(0), 3).unwrap();
+    let mut sent = Vec::new();
+    for k in 0..7u64 {
+        t.set_test_clock(1000 + 10 * k).unwrap();
+        sent.push(t.test_gen(&t0.bytes).unwrap().1);
+    }
+    for (k, f) in sent.iter().enumerate() {
+        t.set_test_clock(2000 + 10 * k as u64).unwrap();
+        assert_eq!(t.test_sink(f).unwrap(), XDP_DROP);
+    }
+    let mut got = Vec::new();
+    t.drain_samples(|s| got.push(s)).unwrap();
+    let summary: Vec<(bool, u64, u64, u32)> = got
+        .iter()
+        .map(|s| (s.received, s.seq, s.ts, s.len))
+        .collect();
+    // Sequence numbers 0, 3 and 6 on each side, at their times, whole
+    // frames (100 bytes is below the 128 kept), as they left the editor.
+    assert_eq!(
+        summary,
+        vec![
+            (false, 0, 1000, 100),
+            (false, 3, 1030, 100),
+            (false, 6, 1060, 100),
+            (true, 0, 2000, 100),
+            (true, 3, 2030, 100),
+            (true, 6, 2060, 100),
+        ]
+    );
+    for s in &got {
+        assert_eq!(s.data, sent[s.seq as usize], "seq {}", s.seq);
+    }
+    assert_eq!(t.samples_lost().unwrap(), (0, 0));
+    // Off: nothing.
+    t.configure(&conf(&t0)).unwrap();
+    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
+    let f = t.test_gen(&t0.bytes).unwrap().1;
+    t.test_sink(&f).unwrap();
+    let mut none = 0;
+    t.drain_samples(|_| none += 1).unwrap();
+    assert_eq!(none, 0);
 }
 
 #[test]

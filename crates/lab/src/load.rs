@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Serialize;
-use wirelab_dataplane::load::{Edit, EditMode};
+use wirelab_dataplane::load::{Edit, EditMode, Sample};
 use wirelab_load::rate;
 use wirelab_load::template::{self, Template};
 use wirelab_netns::tester::{self, TesterLab};
@@ -310,6 +310,7 @@ pub fn run(
     };
     let path = dir.join("intervals.jsonl");
     let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
+    let mut sampled: Vec<(Option<u32>, Sample)> = Vec::new();
     // One run of the stream at `plan`'s rate, for `duration`.
     let mut stream_at = |plan: &rate::Plan,
                          pps: f64,
@@ -328,6 +329,7 @@ pub fn run(
             } else {
                 setup.schedule.clone()
             },
+            sample_every: spec.sample_every,
         };
         let timing = Timing {
             duration,
@@ -352,7 +354,13 @@ pub fn run(
         if let Some(e) = line_err {
             return Err(e).during(format!("writing {}", path.display()));
         }
-        outcome.during("running the stream")
+        let mut outcome = outcome.during("running the stream")?;
+        sampled.extend(
+            std::mem::take(&mut outcome.samples)
+                .into_iter()
+                .map(|x| (trial, x)),
+        );
+        Ok(outcome)
     };
     let (outcome, search) = match &spec.search {
         None => (
@@ -374,6 +382,9 @@ pub fn run(
             (o, Some(r))
         }
     };
+    if spec.sample_every > 0 {
+        write_sample(&dir.join("sample.pcapng"), &sampled)?;
+    }
     std::fs::create_dir_all(dir.join("dut")).during("creating dut/")?;
     for (file, text) in lab.dut_statistics() {
         write(&format!("dut/{file}"), text.as_bytes())?;
@@ -530,6 +541,49 @@ fn throughput(
     };
     let outcome = best.or(last).ok_or_else(|| Error::Interrupted)?;
     Ok((outcome, result))
+}
+
+/// sample.pcapng: the sampled frames as the tester sent them (interface
+/// 0) and as the receiver got them (interface 1), on the wall clock.
+fn write_sample(path: &std::path::Path, sampled: &[(Option<u32>, Sample)]) -> Result<(), Error> {
+    let offset = wirelab_capture::monotonic_to_realtime_ns();
+    let ifaces = [
+        (
+            tester::TX_DEV.to_string(),
+            "wirelab load: frames as the tester sent them".to_string(),
+        ),
+        (
+            tester::RX_DEV.to_string(),
+            "wirelab load: frames as the tester received them".to_string(),
+        ),
+    ];
+    let packets = sampled
+        .iter()
+        .map(|(trial, x)| wirelab_capture::SamplePacket {
+            iface: u32::from(x.received),
+            ts_ns: (i128::from(x.ts) + offset).max(0) as u64,
+            len: x.len,
+            data: &x.data,
+            comment: match trial {
+                Some(k) => format!(
+                    "wirelab load trial={k} seq={} {}",
+                    x.seq,
+                    if x.received { "received" } else { "sent" }
+                ),
+                None => format!(
+                    "wirelab load seq={} {}",
+                    x.seq,
+                    if x.received { "received" } else { "sent" }
+                ),
+            },
+        });
+    wirelab_capture::write_sample_pcapng(
+        path,
+        &ifaces,
+        wirelab_dataplane::load::SAMPLE_CAP as u32,
+        packets,
+    )
+    .during(format!("writing {}", path.display()))
 }
 
 /// report.html: what ran, its claims, the rate per interval, the latency.

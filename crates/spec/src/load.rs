@@ -67,6 +67,10 @@ pub struct LoadSpec {
     #[serde(default = "default_grace")]
     pub grace: Nanos,
     pub stream: Stream,
+    /// Every Nth frame (by sequence number) as sent and as received goes
+    /// into the results folder's sample.pcapng (0: none).
+    #[serde(default = "default_sample_every")]
+    pub sample_every: u32,
     /// An RFC 2544 search instead of one run at the stream's rate.
     #[serde(default)]
     pub search: Option<Search>,
@@ -119,6 +123,9 @@ fn default_duration() -> Nanos {
 }
 fn default_interval() -> Nanos {
     Nanos(1_000_000_000)
+}
+fn default_sample_every() -> u32 {
+    1000
 }
 fn default_grace() -> Nanos {
     Nanos(10_000_000)

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use wirelab_dataplane::load::{Bank, Edit, GenConfig, GenCounts, Tester};
+use wirelab_dataplane::load::{Bank, Edit, GenConfig, GenCounts, Sample, Tester};
 use wirelab_load::measure::{Interval, Side};
 use wirelab_load::rate::Plan;
 use wirelab_load::template::Template;
@@ -41,7 +41,13 @@ pub struct Stream {
     /// Later rates (Norma's steps and ramps), each at a flip: an interval
     /// has one rate.
     pub schedule: Vec<RateChange>,
+    /// Sample frames whose sequence number is a multiple of this, as sent
+    /// and as received (0: none).
+    pub sample_every: u32,
 }
+
+/// Samples kept per side at most: the pcapng sample stays a sample.
+pub const MAX_SAMPLES: usize = 100_000;
 
 /// The rate from `at` (since the start) on.
 #[derive(Debug, Clone, Serialize)]
@@ -121,6 +127,12 @@ pub struct Outcome {
     /// The run's latency histogram, its non-empty buckets: (the bucket's
     /// highest value in ns, frames), in order.
     pub latency_buckets: Vec<(u64, u64)>,
+    /// The sampled frames, as sent and as received, in the order taken.
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
+    /// Samples taken beyond `MAX_SAMPLES` a side, or that the ring had no
+    /// room for.
+    pub samples_dropped: u64,
 }
 
 /// The run's latency, gathered interval by interval (each version's
@@ -239,7 +251,11 @@ pub fn run(
     let rx = ifindex(&ports.rx_ns, &ports.rx_dev)? as i32;
     t(
         "configuring the sink",
-        tester.configure_sink(stream.dport, stream.template.stamp_off.map(|_| 0)),
+        tester.configure_sink(
+            stream.dport,
+            stream.template.stamp_off.map(|_| 0),
+            stream.sample_every,
+        ),
     )?;
     wirelab_netns::in_netns(&ports.rx_ns, || tester.attach_sink(rx))?.map_err(|source| {
         Error::Tester {
@@ -279,6 +295,7 @@ pub fn run(
             units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
             edits: stream.edits.clone(),
             template: tm.bytes.clone(),
+            sample_every: stream.sample_every,
         }),
     )?;
     t(
@@ -296,6 +313,7 @@ pub fn run(
     let mut prev_flip = 0.0;
     let mut run_lat = RunLatency::default();
     let mut pps_now = stream.rate.pps;
+    let mut samples = Samples::default();
     let mut applied = Duration::ZERO;
     let tid = std::sync::OnceLock::new();
     let generator_cpu_ns = std::thread::scope(|s| -> Result<u64, Error> {
@@ -316,6 +334,7 @@ pub fn run(
                 if abort.load(Ordering::SeqCst) || gen_thread.is_finished() {
                     break;
                 }
+                samples.drain(&tester)?;
                 if now < next_flip.min(end) {
                     std::thread::sleep((next_flip.min(end) - now).min(Duration::from_millis(50)));
                     continue;
@@ -404,6 +423,8 @@ pub fn run(
         t("reading the totals", tester.sink_bank(2))?,
     );
     let counts = t("reading the generator", tester.gen_counts())?;
+    samples.drain(&tester)?;
+    let lost = t("reading the samples lost", tester.samples_lost())?;
     Ok(Outcome {
         sent: gs.packets,
         received: rs.packets,
@@ -425,6 +446,8 @@ pub fn run(
             .map(|(b, c)| (wirelab_load::hist::range(b).1, *c))
             .collect(),
         late: intervals.iter().map(|i| i.late).sum(),
+        samples_dropped: samples.dropped + lost.0 + lost.1,
+        samples: samples.kept,
         intervals,
     })
 }
@@ -444,6 +467,31 @@ fn worst_full_interval_error(intervals: &[Report]) -> Option<f64> {
                 .map_or(1.0, |p| (p - i.requested_pps) / i.requested_pps)
         })
         .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+}
+
+/// The sample as it is drained: at most `MAX_SAMPLES` a side kept.
+#[derive(Default)]
+struct Samples {
+    kept: Vec<Sample>,
+    per_side: [usize; 2],
+    dropped: u64,
+}
+
+impl Samples {
+    fn drain(&mut self, tester: &Tester) -> Result<(), Error> {
+        t(
+            "reading the sample",
+            tester.drain_samples(|s| {
+                let side = &mut self.per_side[s.received as usize];
+                if *side < MAX_SAMPLES {
+                    *side += 1;
+                    self.kept.push(s);
+                } else {
+                    self.dropped += 1;
+                }
+            }),
+        )
+    }
 }
 
 /// The calling thread's CPU time, user and system (ns).
