@@ -39,6 +39,12 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// "median [min..max]" of rate errors.
+fn spread(v: &mut [f64]) -> String {
+    let m = median(v);
+    format!("{m:+.2e} [{:+.1e}..{:+.1e}]", v[0], v[v.len() - 1])
+}
+
 /// wirelab's receiver count per second for a stream of `size`-byte frames
 /// at `pps` through a bridge for `secs`: (received pps, rate error).
 fn wirelab(abort: &Arc<AtomicBool>, size: u32, pps: f64, secs: f64) -> Result<(f64, f64)> {
@@ -189,10 +195,10 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
         println!("  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x", w / t);
     }
     println!(
-        "rate error at the receiver over {seconds} s, 64-byte frames (medians of {rounds} rounds)"
+        "rate error at the receiver over {seconds} s, 64-byte frames (medians [ranges] of {rounds} rounds)"
     );
     println!(
-        "  {:>10}  {:>12}  {:>12}",
+        "  {:>10}  {:>28}  {:>28}",
         "rate", "wirelab", "iperf3 -u -b"
     );
     for pps in [10_000.0, 100_000.0, 300_000.0] {
@@ -202,10 +208,10 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
             i.push(iperf3(64, pps, seconds)?);
         }
         println!(
-            "  {:>10.0}  {:>+12.2e}  {:>+12.2e}",
+            "  {:>10.0}  {:>28}  {:>28}",
             pps,
-            median(&mut w),
-            median(&mut i)
+            spread(&mut w),
+            spread(&mut i)
         );
     }
     Ok(())

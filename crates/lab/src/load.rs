@@ -676,6 +676,7 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         Metric::LossRatio => (o.sent > 0).then(|| lost / o.sent as f64),
         Metric::RateError => o.rate_error.map(f64::abs),
         Metric::ReceivedPps => o.received_pps,
+        Metric::LatencyMean => lat.map(|l| l.mean),
         Metric::LatencyP50 => lat.map(|l| l.p50 as f64),
         Metric::LatencyP99 => lat.map(|l| l.p99 as f64),
         Metric::LatencyP999 => lat.map(|l| l.p999 as f64),

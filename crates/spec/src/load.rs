@@ -393,6 +393,7 @@ pub enum Metric {
     /// Packets received per second, first packet to last.
     ReceivedPps,
     /// One-way latency over the run's stamped packets.
+    LatencyMean,
     LatencyP50,
     LatencyP99,
     LatencyP999,
@@ -408,9 +409,11 @@ pub enum Metric {
 impl Metric {
     pub fn unit(self) -> Unit {
         match self {
-            Metric::LatencyP50 | Metric::LatencyP99 | Metric::LatencyP999 | Metric::LatencyMax => {
-                Unit::Nanos
-            }
+            Metric::LatencyMean
+            | Metric::LatencyP50
+            | Metric::LatencyP99
+            | Metric::LatencyP999
+            | Metric::LatencyMax => Unit::Nanos,
             _ => Unit::Count,
         }
     }
@@ -422,6 +425,7 @@ impl Metric {
             Metric::LossRatio => "loss_ratio",
             Metric::RateError => "rate_error",
             Metric::ReceivedPps => "received_pps",
+            Metric::LatencyMean => "latency_mean",
             Metric::LatencyP50 => "latency_p50",
             Metric::LatencyP99 => "latency_p99",
             Metric::LatencyP999 => "latency_p999",
