@@ -78,12 +78,21 @@ fn trafgen(size: u32, secs: f64) -> Result<f64> {
     };
     let payload = size as usize - 4 - 42;
     // trafgen's packet syntax: one frame, the template's headers.
+    let octets = |a: std::net::Ipv4Addr| {
+        a.octets()
+            .iter()
+            .map(u8::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let conf = format!(
         "{{ {}, {}, 0x08, 0x00, 0x45, 0x00, const16({}), 0x00, 0x00, 0x40, 0x00, 64, 17, csumip(14, 33), \
-         198, 18, 1, 2, 198, 18, 1, 3, const16(40000), const16(7001), const16({}), 0x00, 0x00, fill(0x00, {payload}) }}\n",
+         {}, {}, const16(40000), const16(7001), const16({}), 0x00, 0x00, fill(0x00, {payload}) }}\n",
         mac(lab.next_hop_mac),
         mac(lab.tx_mac),
         20 + 8 + payload,
+        octets(lab.tx_ip),
+        octets(lab.rx_ip),
         8 + payload,
     );
     let dir = tempfile::tempdir()?;

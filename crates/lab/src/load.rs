@@ -120,7 +120,7 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let tm = template(spec, [0; 6], [0; 6], spec.dut.kind.routes())?;
+    let tm = template(spec, [0; 6], [0; 6])?;
     let (edits, table) = edits(&spec.stream.edits);
     Ok((
         Setup {
@@ -136,20 +136,16 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
     ))
 }
 
-fn template(
-    spec: &LoadSpec,
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    routed: bool,
-) -> Result<Template, Error> {
+/// The stream's frame, addressed in the lab (`wirelab_netns::tester`'s
+/// addresses; the MACs are known once the lab exists).
+fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Template, Error> {
+    let at = tester::addresses(spec.dut.kind);
     template::udp(
         &template::Udp {
             src_mac,
             dst_mac,
-            src: "198.18.1.2".parse().expect("an address"),
-            dst: if routed { "198.18.2.2" } else { "198.18.1.3" }
-                .parse()
-                .expect("an address"),
+            src: at.tx,
+            dst: at.rx,
             sport: spec.stream.sport,
             dport: spec.stream.dport,
         },
@@ -300,7 +296,7 @@ pub fn run(
     .during("bringing the tester's lab up")?;
     opts.check_abort()?;
     lab.learn().during("sending the learning frames")?;
-    setup.template = template(spec, lab.tx_mac, lab.next_hop_mac, spec.dut.kind.routes())?;
+    setup.template = template(spec, lab.tx_mac, lab.next_hop_mac)?;
     let ports = Ports {
         tx_ns: lab.tx_ns.clone(),
         tx_dev: tester::TX_DEV.into(),

@@ -28,6 +28,36 @@ pub const RX_DEV: &str = "t1";
 pub const DUT_IN: &str = "d0";
 pub const DUT_OUT: &str = "d1";
 
+/// The lab's addresses for a DUT of `kind`: (the sender's, the
+/// receiver's, the router's on each side; a bridge has none and gets the
+/// sender's twice).
+pub fn addresses(kind: DutKind) -> Addresses {
+    let a = |net, host| Ipv4Addr::new(198, 18, net, host);
+    if kind.routes() {
+        Addresses {
+            tx: a(1, 2),
+            rx: a(2, 2),
+            dut_tx_side: a(1, 1),
+            dut_rx_side: a(2, 1),
+        }
+    } else {
+        Addresses {
+            tx: a(1, 2),
+            rx: a(1, 3),
+            dut_tx_side: a(1, 2),
+            dut_rx_side: a(1, 2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addresses {
+    pub tx: Ipv4Addr,
+    pub rx: Ipv4Addr,
+    pub dut_tx_side: Ipv4Addr,
+    pub dut_rx_side: Ipv4Addr,
+}
+
 /// One load test's lab.
 pub struct TesterLab {
     ns: Namespaces,
@@ -82,8 +112,10 @@ impl TesterLab {
                 offloads_off(ns, dev)?;
             }
         }
-        let (tx_ip, rx_ip, dut_rx_side_ip) = if kind.routes() {
-            let (a, b) = (Ipv4Addr::new(198, 18, 1, 1), Ipv4Addr::new(198, 18, 2, 1));
+        let at = addresses(kind);
+        let (tx_ip, rx_ip, dut_rx_side_ip) = (at.tx, at.rx, at.dut_rx_side);
+        if kind.routes() {
+            let (a, b) = (at.dut_tx_side, at.dut_rx_side);
             ip(&[
                 "-n",
                 &dut_ns,
@@ -103,11 +135,6 @@ impl TesterLab {
                 DUT_OUT,
             ])?;
             in_netns(&dut_ns, || crate::write_sysctl("net.ipv4.ip_forward", "1"))??;
-            (
-                Ipv4Addr::new(198, 18, 1, 2),
-                Ipv4Addr::new(198, 18, 2, 2),
-                b,
-            )
         } else {
             // No spanning tree, no forwarding delay: a port forwards as
             // soon as it is up, not after listening and learning.
@@ -128,9 +155,7 @@ impl TesterLab {
                 ip(&["-n", &dut_ns, "link", "set", dev, "master", "br0"])?;
             }
             ip(&["-n", &dut_ns, "link", "set", "br0", "up"])?;
-            let tx = Ipv4Addr::new(198, 18, 1, 2);
-            (tx, Ipv4Addr::new(198, 18, 1, 3), tx)
-        };
+        }
         ip(&[
             "-n",
             &tx_ns,
@@ -158,8 +183,25 @@ impl TesterLab {
             ip(&["-n", ns, "link", "set", dev, "up"])?;
         }
         if kind.routes() {
-            ip(&["-n", &tx_ns, "route", "add", "default", "via", "198.18.1.1"])?;
-            ip(&["-n", &rx_ns, "route", "add", "default", "via", "198.18.2.1"])?;
+            let via = |a: Ipv4Addr| a.to_string();
+            ip(&[
+                "-n",
+                &tx_ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &via(at.dut_tx_side),
+            ])?;
+            ip(&[
+                "-n",
+                &rx_ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &via(at.dut_rx_side),
+            ])?;
         }
         if kind == DutKind::Nat {
             nat(&dut_ns)?;
@@ -234,7 +276,7 @@ impl TesterLab {
         // behind the bridge) is known statically, since the generator
         // writes the MAC into its frames itself.
         let target = if self.kind.routes() {
-            "198.18.1.1".to_string()
+            addresses(self.kind).dut_tx_side.to_string()
         } else {
             self.rx_ip.to_string()
         };

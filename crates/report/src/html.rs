@@ -628,6 +628,8 @@ pub fn lines_chart(
 /// The page of a load test (`wirelab load`, Norma): what ran and its
 /// claims, the rate asked, sent and received per interval, and the
 /// one-way latency's distribution from the run's histogram.
+pub type IntervalRates = (f64, f64, Option<f64>, Option<f64>);
+
 pub struct LoadPage<'a> {
     pub title: &'a str,
     pub verdict: &'a str,
@@ -636,7 +638,7 @@ pub struct LoadPage<'a> {
     /// (claim, pass, observed).
     pub claims: Vec<(String, bool, String)>,
     /// Per interval: (end time s, requested, sent, received pps).
-    pub intervals: Vec<(f64, f64, Option<f64>, Option<f64>)>,
+    pub intervals: Vec<IntervalRates>,
     /// The latency histogram: (bucket's highest value ns, frames).
     pub latency: &'a [(u64, u64)],
 }
