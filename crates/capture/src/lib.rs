@@ -261,10 +261,7 @@ pub fn write_pcapng(
     snap_len: u32,
     clock_offset_ns: i128,
 ) -> Result<(), Error> {
-    let werr = |e: &dyn std::fmt::Display| Error::Write {
-        path: path.display().to_string(),
-        detail: e.to_string(),
-    };
+    let werr = write_error(path);
     let tmp = path.with_extension("pcapng.tmp");
     let mut w = begin(&tmp).map_err(|e| werr(&e))?;
     let mut max_port = 0;
@@ -318,6 +315,14 @@ pub fn write_pcapng(
 }
 
 type Writer = PcapNgWriter<BufWriter<File>>;
+
+/// An error of writing `path`, from any error's text.
+fn write_error(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> Error + '_ {
+    move |e| Error::Write {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    }
+}
 
 /// A pcapng file begun at `tmp`, with wirelab's section header.
 fn begin(tmp: &Path) -> Result<Writer, Box<dyn std::error::Error>> {
@@ -385,10 +390,7 @@ pub fn write_sample_pcapng<'a>(
     packets: impl IntoIterator<Item = SamplePacket<'a>>,
 ) -> Result<(), Error> {
     use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
-    let werr = |e: &dyn std::fmt::Display| Error::Write {
-        path: path.display().to_string(),
-        detail: e.to_string(),
-    };
+    let werr = write_error(path);
     let tmp = path.with_extension("pcapng.tmp");
     let mut w = begin(&tmp).map_err(|e| werr(&e))?;
     for (name, description) in interfaces {

@@ -17,22 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+
+use crate::bench_record::sh;
 use wirelab_lab::RunOptions;
 use wirelab_netns::tester::{TesterLab, RX_DEV, TX_DEV};
 use wirelab_spec::load::DutKind;
-
-fn sh(prog: &str, args: &[&str]) -> Result<String> {
-    let o = Command::new(prog)
-        .args(args)
-        .output()
-        .with_context(|| format!("{prog} (make deps installs it)"))?;
-    ensure!(
-        o.status.success(),
-        "{prog} {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -24,7 +24,9 @@ use anyhow::{bail, ensure, Context, Result};
 /// Every process stops by itself after this long.
 const BOUND_S: &str = "120";
 
-fn sh(prog: &str, args: &[&str]) -> Result<String> {
+/// Runs `prog` to completion: its stdout, or an error with its stderr
+/// (the benches that drive users' tools share it).
+pub fn sh(prog: &str, args: &[&str]) -> Result<String> {
     let o = Command::new(prog)
         .args(args)
         .output()
