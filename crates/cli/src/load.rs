@@ -95,7 +95,8 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         Err(e) => return Err(e.into()),
     };
     if json {
-        println!("{}", serde_json::to_string(&out.summary)?);
+        // The same object as summary.json, on one line.
+        println!("{}", out.summary.to_json()?);
     } else {
         footer(&out.summary);
     }

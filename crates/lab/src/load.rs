@@ -69,6 +69,21 @@ pub struct LoadSummary {
     pub duration_ms: u64,
 }
 
+impl LoadSummary {
+    /// summary.json's content: the intervals are in intervals.jsonl and
+    /// the trials in trials.json, so here they are counted, not repeated.
+    pub fn to_json(&self) -> Result<serde_json::Value, Error> {
+        let mut v = serde_json::to_value(self).during("encoding the summary")?;
+        if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
+            o.insert("intervals".into(), self.outcome.intervals.into());
+        }
+        if let Some(o) = v.get_mut("search").and_then(|o| o.as_object_mut()) {
+            o.remove("trials");
+        }
+        Ok(v)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct OutcomeSummary {
     pub intervals: usize,
@@ -405,18 +420,9 @@ pub fn run(
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    // The intervals are in intervals.jsonl already, the trials in
-    // trials.json.
-    let mut v = serde_json::to_value(&summary).during("encoding the summary")?;
-    if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
-        o.insert("intervals".into(), summary.outcome.intervals.into());
-    }
-    if let Some(o) = v.get_mut("search").and_then(|o| o.as_object_mut()) {
-        o.remove("trials");
-    }
     write(
         "summary.json",
-        &serde_json::to_vec_pretty(&v).during("encoding the summary")?,
+        &serde_json::to_vec_pretty(&summary.to_json()?).during("encoding the summary")?,
     )?;
     write("report.html", page(&summary).as_bytes())?;
     Ok(LoadOutput {

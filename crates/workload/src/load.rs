@@ -321,6 +321,11 @@ pub fn run(
             wirelab_netns::in_netns(&ports.tx_ns, || -> Result<u64, Error> {
                 // SAFETY: pthread_self has no preconditions.
                 tid.get_or_init(|| unsafe { libc::pthread_self() });
+                // The meter, the units, the editor and the sequence numbers
+                // are per-CPU state: a generator that migrated would go on
+                // from another CPU's (a stale schedule, numbers from 0
+                // again). It stays on the CPU it starts on.
+                pin_to_this_cpu()?;
                 if !stop.load(Ordering::SeqCst) {
                     t("generating", gen.generate_until_signalled(&frame))?;
                 }
@@ -492,6 +497,18 @@ impl Samples {
             }),
         )
     }
+}
+
+/// Binds the calling thread to the CPU it runs on.
+fn pin_to_this_cpu() -> Result<(), Error> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    let mut set = nix::sched::CpuSet::new();
+    usize::try_from(cpu)
+        .map_err(|_| Error::Other("sched_getcpu failed".into()))
+        .and_then(|c| set.set(c).map_err(|e| Error::Other(format!("CPU {c}: {e}"))))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| Error::Other(format!("pinning the generator to CPU {cpu}: {e}")))
 }
 
 /// The calling thread's CPU time, user and system (ns).
