@@ -220,10 +220,10 @@ pub enum Tick<'a> {
         pps: f64,
         rate: &'a rate::Plan,
     },
-    /// An interval was measured (of trial `trial`, when searching).
+    /// An interval was measured (of trial `trial`, when searching); the
+    /// report carries the rate asked for in it.
     Interval {
         trial: Option<u32>,
-        pps: f64,
         report: &'a Report,
     },
     /// A trial of the search ended.
@@ -324,7 +324,6 @@ pub fn run(
     let mut sampled: Vec<(Option<u32>, Sample)> = Vec::new();
     // One run of the stream at `plan`'s rate, for `duration`.
     let mut stream_at = |plan: &rate::Plan,
-                         pps: f64,
                          duration: Duration,
                          trial: Option<u32>,
                          each: &mut dyn FnMut(&Tick)|
@@ -349,11 +348,7 @@ pub fn run(
         };
         let mut line_err = None;
         let outcome = wirelab_workload::load::run(&ports, &stream, timing, &opts.abort, |r| {
-            each(&Tick::Interval {
-                trial,
-                pps,
-                report: r,
-            });
+            each(&Tick::Interval { trial, report: r });
             // Written as measured: an interrupted run keeps what it measured.
             let r = serde_json::to_string(&IntervalLine { trial, report: r })
                 .map_err(std::io::Error::other)
@@ -375,13 +370,7 @@ pub fn run(
     };
     let (outcome, search) = match &spec.search {
         None => (
-            stream_at(
-                &setup.rate,
-                setup.requested_pps,
-                spec.duration.as_std(),
-                None,
-                &mut each,
-            )?,
+            stream_at(&setup.rate, spec.duration.as_std(), None, &mut each)?,
             None,
         ),
         Some(s) => {
@@ -443,7 +432,7 @@ impl Below for Option<f64> {
     }
 }
 
-type StreamAt<'a> = dyn FnMut(&rate::Plan, f64, Duration, Option<u32>, &mut dyn FnMut(&Tick)) -> Result<Outcome, Error>
+type StreamAt<'a> = dyn FnMut(&rate::Plan, Duration, Option<u32>, &mut dyn FnMut(&Tick)) -> Result<Outcome, Error>
     + 'a;
 
 /// RFC 2544 §26.1: the first trial at the stream's rate; then halving the
@@ -477,7 +466,7 @@ fn throughput(
             pps,
             rate: &plan,
         });
-        let o = stream_at(&plan, pps, t.trial.as_std(), Some(k), each)?;
+        let o = stream_at(&plan, t.trial.as_std(), Some(k), each)?;
         let lost = o.sent as i64 - o.received as i64;
         let loss_ratio = if o.sent > 0 {
             lost as f64 / o.sent as f64

@@ -506,7 +506,10 @@ fn pin_to_this_cpu() -> Result<(), Error> {
     let mut set = nix::sched::CpuSet::new();
     usize::try_from(cpu)
         .map_err(|_| Error::Other("sched_getcpu failed".into()))
-        .and_then(|c| set.set(c).map_err(|e| Error::Other(format!("CPU {c}: {e}"))))?;
+        .and_then(|c| {
+            set.set(c)
+                .map_err(|e| Error::Other(format!("CPU {c}: {e}")))
+        })?;
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
         .map_err(|e| Error::Other(format!("pinning the generator to CPU {cpu}: {e}")))
 }
