@@ -19,9 +19,11 @@ need_root "${MAKECMDGOALS:-}"
 # openvswitch-switch: ScalaCN's DUT 2 (`flowtables.dut: ovs`), which
 # wirelab starts in a lab namespace of its own and stops. netsniff-ng:
 # trafgen, the baseline `wirelab bench load` measures its generator against.
+# haproxy and nginx-light: `wirelab load`'s stateful DUT and real server
+# (started in a lab namespace, never as services); wrk: the HTTP baseline.
 PKGS=(clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make iproute2 ethtool
       tshark tcpdump iperf3 nftables procps bpftool linux-libc-dev python3 python3-venv
-      openvswitch-switch netsniff-ng)
+      openvswitch-switch netsniff-ng haproxy nginx-light wrk)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

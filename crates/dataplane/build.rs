@@ -11,7 +11,7 @@ fn main() {
         "aarch64" => "aarch64-linux-gnu",
         other => other,
     };
-    for name in ["switch", "truth", "dctcp", "recorder", "load"] {
+    for name in ["switch", "truth", "dctcp", "recorder", "load", "efsm"] {
         let skel = out.join(format!("{name}.skel.rs"));
         SkeletonBuilder::new()
             .source(format!("bpf/{name}.bpf.c"))

@@ -35,6 +35,9 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             return Ok(code::ERROR);
         }
     };
+    if spec.stateful.is_some() {
+        return stateful(&args, &spec, abort);
+    }
     // What the control plane chose is shown before anything exists, and
     // a stream it cannot make is bad input.
     let setup = match wirelab_lab::load::setup(&spec) {
@@ -252,4 +255,100 @@ fn footer(s: &LoadSummary) {
         );
     }
     println!("{} {}  {}", s.verdict, s.name, s.results);
+}
+
+/// A stateful test: a line per interval with connections and
+/// transactions per second, goodput, resets and the flows held.
+fn stateful(
+    args: &Args,
+    spec: &wirelab_spec::load::LoadSpec,
+    abort: &Arc<AtomicBool>,
+) -> Result<u8> {
+    require_root()?;
+    let st = spec.stateful.as_ref().expect("checked by the caller");
+    let json = args.json;
+    if !json {
+        let (c, v) = (st.clients.as_ref(), st.servers.as_ref());
+        println!(
+            "{}: {} connections kept open through {} to {} emulated server(s), {} B responses, lines every {} for {}",
+            spec.name.as_deref().unwrap_or("load"),
+            c.map_or(0, |c| c.connections),
+            spec.dut.kind.name(),
+            v.map_or(0, |v| v.count),
+            v.map_or(0, |v| v.response.0),
+            spec.interval,
+            spec.duration,
+        );
+        println!(
+            "  {:>13}  {:>9} {:>9} {:>10} {:>6} {:>13}",
+            "interval", "conn/s", "trans/s", "Mbit/s", "resets", "active c/s"
+        );
+    }
+    let opts = RunOptions {
+        abort: abort.clone(),
+        ..RunOptions::new(&args.out)
+    };
+    let out = match wirelab_lab::stateful::run(spec, &opts, |i| {
+        if json {
+            println!("{}", serde_json::to_value(i).unwrap_or_default());
+        } else {
+            println!(
+                "  {:5.2}-{:5.2} s  {:>9} {:>9} {:>10.1} {:>6} {:>13}",
+                i.start_s,
+                i.end_s,
+                group(i.connections_per_s.round() as u64),
+                group(i.transactions_per_s.round() as u64),
+                i.goodput_bps / 1e6,
+                i.resets,
+                format!("{}/{}", i.active_clients, i.active_servers),
+            );
+        }
+    }) {
+        Ok(o) => o,
+        Err(e @ wirelab_lab::Error::BadInput(_)) => {
+            eprintln!("wirelab: {:#}", anyhow::Error::from(e));
+            return Ok(code::ERROR);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let s = &out.summary;
+    if json {
+        let mut v = serde_json::to_value(s)?;
+        if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
+            o.insert("intervals".into(), s.outcome.intervals.len().into());
+        }
+        println!("{v}");
+        return Ok(exit_code(out.verdict));
+    }
+    let o = &s.outcome;
+    println!(
+        "  {} connections ({:.0}/s), {} transactions, goodput {:.1} Mbit/s, {} resets{}",
+        group(o.connections),
+        o.connections_per_second,
+        group(o.transactions),
+        o.goodput_bps / 1e6,
+        o.resets,
+        if o.drained {
+            ""
+        } else {
+            "; the drain did not end every flow"
+        }
+    );
+    if let Some(h) = &o.haproxy {
+        println!(
+            "  haproxy: frontend {} sessions, {} requests; backend {} sessions, {} 2xx (EFSMs: {} requests sent, {} answered)",
+            h.frontend_sessions, h.frontend_requests, h.backend_sessions, h.backend_2xx,
+            h.efsm_requests_sent, h.efsm_transactions
+        );
+    }
+    for c in &s.expect {
+        println!(
+            "  {} {}: {}",
+            if c.pass { "ok  " } else { "FAIL" },
+            c.claim,
+            c.observed
+        );
+    }
+    println!("{} {}  {}", s.verdict, s.name, s.results);
+    Ok(exit_code(out.verdict))
 }

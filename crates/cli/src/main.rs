@@ -365,13 +365,22 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                 if std::fs::read_to_string(p).is_ok_and(|t| wirelab_spec::load::is_load_text(&t)) {
                     match wirelab_spec::load::load(p)
                         .map_err(|e| e.to_string())
-                        .and_then(|s| {
-                            wirelab_lab::load::setup(&s)
-                                .map_err(|e| format!("{}: {e}", p.display()))
+                        .and_then(|s| match &s.stateful {
+                            // Its tables were checked as it was parsed.
+                            Some(t) => Ok(format!(
+                                "stateful load test: clients {}, servers {}",
+                                t.clients
+                                    .as_ref()
+                                    .map_or("none".into(), |c| efsm_name(&c.efsm)),
+                                t.servers
+                                    .as_ref()
+                                    .map_or("none".into(), |v| efsm_name(&v.efsm)),
+                            )),
+                            None => wirelab_lab::load::setup(&s)
+                                .map(|(s, ..)| format!("load test: {}", s.rate.describe()))
+                                .map_err(|e| format!("{}: {e}", p.display())),
                         }) {
-                        Ok((s, ..)) => {
-                            println!("{}: ok (load test: {})", p.display(), s.rate.describe())
-                        }
+                        Ok(what) => println!("{}: ok ({what})", p.display()),
                         Err(e) => {
                             eprintln!("wirelab: {e}");
                             bad = true;
@@ -605,4 +614,14 @@ fn schema(analysis: bool) -> anyhow::Result<u8> {
         );
     }
     Ok(code::OK)
+}
+
+/// A stateful side's EFSM as `wirelab check` names it.
+fn efsm_name(e: &wirelab_spec::efsm::EfsmRef) -> String {
+    match e {
+        wirelab_spec::efsm::EfsmRef::Builtin(n) => n.clone(),
+        wirelab_spec::efsm::EfsmRef::Table(t) => {
+            format!("a table of {} transitions", t.transitions.len())
+        }
+    }
 }

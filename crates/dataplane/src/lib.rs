@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
 
 pub mod dctcp;
+pub mod efsm;
 pub mod ext;
 pub mod load;
 mod object;

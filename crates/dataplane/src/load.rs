@@ -609,13 +609,24 @@ impl GenHandle {
     /// the kernel (about 20 ms here, asleep in its setup and teardown),
     /// during which the meter's slots would pass unsent.
     pub fn generate_until_signalled(&self, frame: &[u8]) -> Result<(), Error> {
+        self.live(frame, u32::MAX)
+    }
+
+    /// Runs the generator `runs` times on `frame` as live frames, and
+    /// returns: exactly `runs` frames leave when no meter or unit holds
+    /// any back (a stateful test's clients open their connections so).
+    pub fn generate(&self, frame: &[u8], runs: u32) -> Result<(), Error> {
+        self.live(frame, runs)
+    }
+
+    fn live(&self, frame: &[u8], repeat: u32) -> Result<(), Error> {
         // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
         // outlives the call; libbpf reads `sz` bytes of opts.
         let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
         opts.sz = std::mem::size_of_val(&opts) as _;
         opts.data_in = frame.as_ptr().cast();
         opts.data_size_in = frame.len() as u32;
-        opts.repeat = u32::MAX as _;
+        opts.repeat = repeat as _;
         opts.flags = LIVE_FRAMES;
         opts.batch_size = BATCH;
         use std::os::fd::AsRawFd;

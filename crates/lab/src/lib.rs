@@ -22,10 +22,12 @@
 pub mod bump;
 pub mod capability;
 mod engine;
+mod haproxy;
 pub mod load;
 pub mod ovs;
 pub mod record;
 mod results;
+pub mod stateful;
 pub mod summary;
 pub mod switch;
 

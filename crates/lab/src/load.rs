@@ -108,7 +108,7 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             packets,
             peak_pps: spec.peak_pps().unwrap_or(spec.pps()),
         }),
-        None => spec.stream.burst.as_ref().map(|b| rate::Burst {
+        None => spec.stream().burst.as_ref().map(|b| rate::Burst {
             packets: b.packets,
             peak_pps: spec.peak_pps().unwrap_or(spec.pps()),
         }),
@@ -136,11 +136,11 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
         })
         .collect::<Result<Vec<_>, Error>>()?;
     let tm = template(spec, [0; 6], [0; 6])?;
-    let (edits, table) = edits(&spec.stream.edits);
+    let (edits, table) = edits(&spec.stream().edits);
     Ok((
         Setup {
             dut: spec.dut.kind.name(),
-            frame_bytes: spec.stream.size,
+            frame_bytes: spec.stream().size,
             requested_pps: spec.pps(),
             rate: plan,
             schedule,
@@ -161,8 +161,8 @@ fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Templ
             dst_mac,
             src: at.tx,
             dst: at.rx,
-            sport: spec.stream.sport,
-            dport: spec.stream.dport,
+            sport: spec.stream().sport,
+            dport: spec.stream().dport,
         },
         spec.template_len(),
     )
@@ -333,7 +333,7 @@ pub fn run(
             rate: plan.clone(),
             edits: edits.clone(),
             table: table.clone(),
-            dport: spec.stream.dport,
+            dport: spec.stream().dport,
             schedule: if trial.is_some() {
                 Vec::new()
             } else {
@@ -520,7 +520,7 @@ fn throughput(
         .iter()
         .filter(|t| t.pass)
         .max_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps));
-    let wire = ((u64::from(spec.stream.size) + wirelab_spec::load::WIRE_OVERHEAD) * 8) as f64;
+    let wire = ((u64::from(spec.stream().size) + wirelab_spec::load::WIRE_OVERHEAD) * 8) as f64;
     let result = SearchResult {
         throughput_pps: found.map(|t| t.requested_pps),
         offered_pps: found.and_then(|t| t.sent_pps),
@@ -651,6 +651,8 @@ fn page(s: &LoadSummary) -> String {
             .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
             .collect(),
         intervals,
+        series: ["asked", "sent", "received"],
+        unit: "thousand frames/s",
         latency: &o.latency_buckets,
     })
 }
@@ -674,15 +676,29 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         Metric::LatencyMax => lat.map(|l| l.max as f64),
         Metric::Late => Some(o.late as f64),
         Metric::ThroughputPps => search.and_then(|s| s.throughput_pps),
+        // A stateful test's (validation keeps them out of a stream's).
+        Metric::Connections
+        | Metric::ConnectionsPerSecond
+        | Metric::Transactions
+        | Metric::Resets
+        | Metric::Goodput => None,
     }
 }
 
 fn claims(spec: &LoadSpec, o: &Outcome, search: Option<&SearchResult>) -> Vec<Claim> {
-    spec.expect
+    judge(&spec.expect, |m| metric(m, o, search))
+}
+
+/// `expect:` judged against the run's `value` of each metric.
+pub(crate) fn judge(
+    expect: &[wirelab_spec::load::LoadExpect],
+    value: impl Fn(Metric) -> Option<f64>,
+) -> Vec<Claim> {
+    expect
         .iter()
         .map(|x| {
             let (lo, hi) = x.bounds();
-            let v = metric(x.metric, o, search);
+            let v = value(x.metric);
             let pass = v.is_some_and(|v| {
                 !matches!(lo, Some(lo) if v < lo) && !matches!(hi, Some(hi) if v > hi)
             });

@@ -301,7 +301,7 @@ impl Recording {
 }
 
 /// CLOCK_MONOTONIC, the recorders' clock (bpf_ktime_get_ns).
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)

@@ -67,6 +67,44 @@ pub fn udp(a: &Udp, frame_len: usize) -> Result<Template, String> {
     })
 }
 
+/// A TCP SYN from `a.sport` to `a.dport` with sequence number `isn` and
+/// the MSS option (RFC 793 §3.1; RFC 879), padded to Ethernet's minimum:
+/// the stateful test's clients open their connections with it, the
+/// generator stepping its source port (`Udp` holds the addresses).
+pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
+    let mut tcp = etherparse::TcpHeader::new(a.sport, a.dport, isn, 65535);
+    tcp.syn = true;
+    tcp.set_options(&[etherparse::TcpOptionElement::MaximumSegmentSize(mss)])
+        .map_err(|e| e.to_string())?;
+    let mut ip = Ipv4Header::new(
+        tcp.header_len() as u16,
+        64,
+        IpNumber::TCP,
+        a.src.octets(),
+        a.dst.octets(),
+    )
+    .map_err(|e| e.to_string())?;
+    ip.dont_fragment = true;
+    ip.header_checksum = ip.calc_header_checksum();
+    tcp.checksum = tcp
+        .calc_checksum_ipv4(&ip, &[])
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(MIN_FRAME);
+    out.extend_from_slice(&a.dst_mac);
+    out.extend_from_slice(&a.src_mac);
+    out.extend_from_slice(&0x0800u16.to_be_bytes());
+    ip.write(&mut out).map_err(|e| e.to_string())?;
+    tcp.write(&mut out).map_err(|e| e.to_string())?;
+    out.resize(out.len().max(MIN_FRAME), 0);
+    Ok(Template {
+        bytes: out,
+        l3_off: 14,
+        l4_off: 34,
+        csum_off: 34 + 16,
+        stamp_off: None,
+    })
+}
+
 fn ip_header(a: &Udp, payload: usize) -> Result<Ipv4Header, String> {
     let mut ip = Ipv4Header::new(
         (8 + payload) as u16,
@@ -104,5 +142,26 @@ mod tests {
         };
         assert_eq!(u.destination_port(), 9);
         assert!(udp(&A, 59).unwrap_err().contains("minimum"));
+    }
+
+    #[test]
+    fn a_syn_carries_the_mss_and_right_checksums() {
+        let t = tcp_syn(&A, 1000, 1460).unwrap();
+        assert_eq!(t.bytes.len(), 60);
+        let p = etherparse::SlicedPacket::from_ethernet(&t.bytes).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        let Some(etherparse::TransportSlice::Tcp(tcp)) = &p.transport else {
+            panic!("not TCP")
+        };
+        let h = ip.header().to_header();
+        assert!(tcp.syn() && !tcp.ack());
+        assert_eq!(tcp.sequence_number(), 1000);
+        assert_eq!(&t.bytes[54..58], &[2, 4, 0x05, 0xb4]);
+        assert_eq!(
+            tcp.checksum(),
+            tcp.to_header().calc_checksum_ipv4(&h, &[]).unwrap()
+        );
     }
 }

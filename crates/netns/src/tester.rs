@@ -8,8 +8,9 @@
 //!
 //! The DUT is what Linux makes of its namespace: a router between
 //! 198.18.1.0/24 and 198.18.2.0/24, a bridge joining both ports into
-//! 198.18.1.0/24, or a router with a stateful nftables firewall and source
-//! NAT. Lab addresses are RFC 2544's benchmark range (198.18.0.0/15), only
+//! 198.18.1.0/24, a router with a stateful nftables firewall and source
+//! NAT, or the same two subnets with forwarding off for haproxy, which
+//! `wirelab_lab` starts there. Lab addresses are RFC 2544's benchmark range (198.18.0.0/15), only
 //! ever inside these namespaces. Every link has its offloads off, so the DUT
 //! forwards wire-sized frames. Removed on drop (with whatever runs inside),
 //! registered for `wirelab clean` until then.
@@ -134,7 +135,18 @@ impl TesterLab {
                 "dev",
                 DUT_OUT,
             ])?;
-            in_netns(&dut_ns, || crate::write_sysctl("net.ipv4.ip_forward", "1"))??;
+            // haproxy terminates the clients' connections and opens its
+            // own to the servers: nothing is forwarded around it.
+            let forward = if kind == DutKind::Haproxy { "0" } else { "1" };
+            in_netns(&dut_ns, || -> Result<(), Error> {
+                crate::write_sysctl("net.ipv4.ip_forward", forward)?;
+                if kind == DutKind::Haproxy {
+                    // Its listen backlog is its maxconn, capped by these.
+                    crate::write_sysctl("net.core.somaxconn", "65535")?;
+                    crate::write_sysctl("net.ipv4.tcp_max_syn_backlog", "65535")?;
+                }
+                Ok(())
+            })??;
         } else {
             // No spanning tree, no forwarding delay: a port forwards as
             // soon as it is up, not after listening and learning.
@@ -356,6 +368,7 @@ impl TesterLab {
                 );
             }
             DutKind::Router => take("routes.txt", "ip", &["-n", ns, "route", "show"]),
+            DutKind::Haproxy => take("sockets.txt", "ip", &["netns", "exec", ns, "ss", "-s"]),
         }
         out
     }

@@ -637,8 +637,12 @@ pub struct LoadPage<'a> {
     pub facts: Vec<(String, String)>,
     /// (claim, pass, observed).
     pub claims: Vec<(String, bool, String)>,
-    /// Per interval: (end time s, requested, sent, received pps).
+    /// Per interval: (end time s, requested, sent, received pps), or the
+    /// three rates `series` names.
     pub intervals: Vec<IntervalRates>,
+    /// The three rates' names and their unit (in thousands).
+    pub series: [&'a str; 3],
+    pub unit: &'a str,
     /// The latency histogram: (bucket's highest value ns, frames).
     pub latency: &'a [(u64, u64)],
 }
@@ -681,9 +685,9 @@ pub fn load_page(p: &LoadPage) -> String {
                 .collect()
         };
     let lines = vec![
-        ("asked".to_string(), series(&|i| Some(i.1))),
-        ("sent".to_string(), series(&|i| i.2)),
-        ("received".to_string(), series(&|i| i.3)),
+        (p.series[0].to_string(), series(&|i| Some(i.1))),
+        (p.series[1].to_string(), series(&|i| i.2)),
+        (p.series[2].to_string(), series(&|i| i.3)),
     ];
     let xmax = p.intervals.iter().map(|i| i.0).fold(1e-3, f64::max);
     let ymax = lines
@@ -692,12 +696,7 @@ pub fn load_page(p: &LoadPage) -> String {
         .fold(1e-9, f64::max);
     o.push_str(&lines_chart(
         lines,
-        (
-            xmax * 1.02,
-            ymax * 1.1,
-            "s (interval's end)".into(),
-            "thousand frames/s",
-        ),
+        (xmax * 1.02, ymax * 1.1, "s (interval's end)".into(), p.unit),
         2,
     ));
     let n: u64 = p.latency.iter().map(|b| b.1).sum();

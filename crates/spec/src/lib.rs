@@ -5,6 +5,7 @@
 //! and line, e.g. `events[2].packet: must be >= 1 (line 23)`.
 
 mod capture;
+pub mod efsm;
 mod events;
 mod expect;
 pub mod findings;

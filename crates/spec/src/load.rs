@@ -66,7 +66,12 @@ pub struct LoadSpec {
     /// than the DUT can hold a packet (§6.1).
     #[serde(default = "default_grace")]
     pub grace: Nanos,
-    pub stream: Stream,
+    /// A stream of template frames (stateless) ...
+    #[serde(default)]
+    pub stream: Option<Stream>,
+    /// ... or emulated TCP clients and servers around the DUT (§4).
+    #[serde(default)]
+    pub stateful: Option<crate::efsm::Stateful>,
     /// Every Nth frame (by sequence number) as sent and as received goes
     /// into the results folder's sample.pcapng (0: none).
     #[serde(default = "default_sample_every")]
@@ -162,6 +167,10 @@ pub enum DutKind {
     /// A router with a stateful nftables firewall: conntrack, established
     /// replies only, and the sender's address masqueraded (source NAT).
     Nat,
+    /// haproxy (Debian's) as an HTTP load balancer: it listens on the
+    /// router's address on the sending side and balances over the
+    /// receiving side's servers, a config generated from the spec.
+    Haproxy,
 }
 
 impl DutKind {
@@ -170,6 +179,7 @@ impl DutKind {
             DutKind::Router => "router",
             DutKind::Bridge => "bridge",
             DutKind::Nat => "nat",
+            DutKind::Haproxy => "haproxy",
         }
     }
     /// Whether it routes (two subnets, a neighbour table).
@@ -404,6 +414,16 @@ pub enum Metric {
     /// The rate an RFC 2544 search found (packets per second offered in
     /// its best passing trial); needs `search:`.
     ThroughputPps,
+    /// Stateful: connections the clients completed (their request
+    /// answered and closed), over the run and per second.
+    Connections,
+    ConnectionsPerSecond,
+    /// Stateful: requests the servers answered.
+    Transactions,
+    /// Stateful: resets either side received.
+    Resets,
+    /// Stateful: response bytes the clients received per second, as bits.
+    Goodput,
 }
 
 impl Metric {
@@ -432,7 +452,23 @@ impl Metric {
             Metric::LatencyMax => "latency_max",
             Metric::Late => "late",
             Metric::ThroughputPps => "throughput_pps",
+            Metric::Connections => "connections",
+            Metric::ConnectionsPerSecond => "connections_per_second",
+            Metric::Transactions => "transactions",
+            Metric::Resets => "resets",
+            Metric::Goodput => "goodput",
         }
+    }
+    /// A stateful test's figure (not a stream's).
+    pub fn stateful(self) -> bool {
+        matches!(
+            self,
+            Metric::Connections
+                | Metric::ConnectionsPerSecond
+                | Metric::Transactions
+                | Metric::Resets
+                | Metric::Goodput
+        )
     }
 }
 
@@ -456,9 +492,15 @@ impl LoadExpect {
 }
 
 impl LoadSpec {
+    /// The stream of a stateless test (validation makes sure it has one).
+    pub fn stream(&self) -> &Stream {
+        self.stream
+            .as_ref()
+            .expect("a load test without `stateful:` has a `stream:` (validated)")
+    }
     /// Frames per second on the wire for `bits` per second.
     fn pps_of(&self, bits: BitsPerSec) -> f64 {
-        bits.0 as f64 / ((u64::from(self.stream.size) + WIRE_OVERHEAD) * 8) as f64
+        bits.0 as f64 / ((u64::from(self.stream().size) + WIRE_OVERHEAD) * 8) as f64
     }
     /// The average rate asked for at the start (packets per second).
     pub fn pps(&self) -> f64 {
@@ -469,7 +511,7 @@ impl LoadSpec {
     }
     /// `pps` or `rate`, as written.
     fn rate_pps(&self) -> f64 {
-        match (self.stream.pps, self.stream.rate) {
+        match (self.stream().pps, self.stream().rate) {
             (Some(p), _) => p,
             (None, Some(r)) => self.pps_of(r),
             (None, None) => 0.0,
@@ -477,22 +519,22 @@ impl LoadSpec {
     }
     /// The burst's peak rate (packets per second); on/off's rate while on.
     pub fn peak_pps(&self) -> Option<f64> {
-        if self.stream.on_off.is_some() {
+        if self.stream().on_off.is_some() {
             return Some(self.rate_pps());
         }
-        let b = self.stream.burst.as_ref()?;
+        let b = self.stream().burst.as_ref()?;
         b.peak_pps.or_else(|| b.peak.map(|r| self.pps_of(r)))
     }
     /// On/off as a burst: (packets while on, the average rate).
     pub fn on_off_burst(&self) -> Option<(u32, f64)> {
-        let o = self.stream.on_off?;
+        let o = self.stream().on_off?;
         let p = self.rate_pps();
         let on = (p * o.on.0 as f64 / 1e9).round();
         Some((on as u32, p * o.on.0 as f64 / (o.on.0 + o.off.0) as f64))
     }
     /// The rate changes over time after the first: (offset, pps), in order.
     pub fn schedule(&self) -> Vec<(Nanos, f64)> {
-        if let Some(r) = self.stream.ramp {
+        if let Some(r) = self.stream().ramp {
             let n = (self.duration.0 - 1) / r.every.0;
             let from = self.rate_pps();
             return (1..=n)
@@ -502,7 +544,7 @@ impl LoadSpec {
                 })
                 .collect();
         }
-        self.stream.steps.iter().map(|s| (s.at, s.pps)).collect()
+        self.stream().steps.iter().map(|s| (s.at, s.pps)).collect()
     }
     /// The fastest the port carries frames of this size.
     pub fn port_pps(&self) -> f64 {
@@ -510,7 +552,7 @@ impl LoadSpec {
     }
     /// The template's length: the frame without its FCS (veth carries none).
     pub fn template_len(&self) -> usize {
-        self.stream.size as usize - 4
+        self.stream().size as usize - 4
     }
 }
 
@@ -520,10 +562,10 @@ pub fn parse(text: &str) -> Result<LoadSpec, SpecError> {
 }
 
 /// Whether a YAML document is a load test (its top level has `dut:` and
-/// `stream:`), for commands that take either kind of file.
+/// `stream:` or `stateful:`), for commands that take either kind of file.
 pub fn is_load_text(text: &str) -> bool {
     let top = |k: &str| text.lines().any(|l| l.starts_with(k));
-    top("dut:") && top("stream:")
+    top("dut:") && (top("stream:") || top("stateful:"))
 }
 
 /// Reads and parses a load test; its name defaults to the file's.
@@ -544,13 +586,25 @@ pub fn load(path: &std::path::Path) -> Result<LoadSpec, crate::LoadError> {
 
 fn validate(s: &LoadSpec) -> Result<(), Invalid> {
     crate::validate_name(&s.name)?;
-    let st = &s.stream;
     let mtu = s.ports.mtu;
     if !(68..=9000).contains(&mtu) {
         return err("ports.mtu", format!("{mtu} is outside 68..9000"));
     }
     if s.ports.speed.0 == 0 {
         return err("ports.speed", "must be above 0");
+    }
+    validate_timing(s)?;
+    let st = match (&s.stream, &s.stateful) {
+        (Some(_), Some(_)) => return err("stateful", "`stream:` or `stateful:`, not both"),
+        (None, None) => return err("dut", "a load test needs a `stream:` or a `stateful:`"),
+        (None, Some(t)) => return validate_stateful(s, t),
+        (Some(st), None) => st,
+    };
+    if s.dut.kind == DutKind::Haproxy {
+        return err(
+            "dut.kind",
+            "haproxy forwards TCP connections: its test is `stateful:`, not a stream",
+        );
     }
     let largest = mtu + FRAME_OVERHEAD;
     if st.size < 64 {
@@ -638,35 +692,6 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
     }
     validate_patterns(s, &fits)?;
     validate_edits(st)?;
-    let (i, d) = (s.interval.0, s.duration.0);
-    if i == 0 || d == 0 {
-        let at = if i == 0 { "interval" } else { "duration" };
-        return err(at, "must be above 0");
-    }
-    if i > d {
-        return err(
-            "interval",
-            format!("{} is longer than the duration {}", s.interval, s.duration),
-        );
-    }
-    if d / i > 100_000 {
-        return err(
-            "interval",
-            "more than 100,000 intervals: choose a longer one",
-        );
-    }
-    if s.grace.0 >= i {
-        return err(
-            "grace",
-            format!(
-                "{} must be shorter than the interval {}",
-                s.grace, s.interval
-            ),
-        );
-    }
-    if d > 3_600_000_000_000 {
-        return err("duration", "at most 1h");
-    }
     if let Some(e) = &s.dut.egress {
         if e.rate.0 == 0 {
             return err("dut.egress.rate", "must be above 0");
@@ -706,8 +731,89 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
             );
         }
     }
+    validate_expect(s)
+}
+
+/// The stateful test's own checks; the timing and the claims are shared.
+fn validate_stateful(s: &LoadSpec, t: &crate::efsm::Stateful) -> Result<(), Invalid> {
+    crate::efsm::validate(t, s.ports.mtu)?;
+    if s.search.is_some() {
+        return err(
+            "search",
+            "a search varies a stream's rate: a stateful test has none",
+        );
+    }
+    if s.dut.kind != DutKind::Haproxy && t.clients.is_some() && t.servers.is_none() {
+        return err(
+            "stateful.servers",
+            format!(
+                "clients through a {} need servers behind it (only haproxy answers them itself)",
+                s.dut.kind.name()
+            ),
+        );
+    }
+    if s.dut.kind == DutKind::Haproxy && t.servers.is_some() && t.clients.is_none() {
+        return err(
+            "stateful.clients",
+            "haproxy's servers are reached through its clients",
+        );
+    }
+    for (k, x) in s.expect.iter().enumerate() {
+        if !x.metric.stateful() {
+            return err(
+                format!("expect[{k}].metric"),
+                format!(
+                    "`{}` is a stream's figure; a stateful test has none",
+                    x.metric.name()
+                ),
+            );
+        }
+    }
+    validate_expect(s)
+}
+
+fn validate_timing(s: &LoadSpec) -> Result<(), Invalid> {
+    let (i, d) = (s.interval.0, s.duration.0);
+    if i == 0 || d == 0 {
+        let at = if i == 0 { "interval" } else { "duration" };
+        return err(at, "must be above 0");
+    }
+    if i > d {
+        return err(
+            "interval",
+            format!("{} is longer than the duration {}", s.interval, s.duration),
+        );
+    }
+    if d / i > 100_000 {
+        return err(
+            "interval",
+            "more than 100,000 intervals: choose a longer one",
+        );
+    }
+    if s.grace.0 >= i {
+        return err(
+            "grace",
+            format!(
+                "{} must be shorter than the interval {}",
+                s.grace, s.interval
+            ),
+        );
+    }
+    if d > 3_600_000_000_000 {
+        return err("duration", "at most 1h");
+    }
+    Ok(())
+}
+
+fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
     for (k, x) in s.expect.iter().enumerate() {
         let at = format!("expect[{k}]");
+        if x.metric.stateful() && s.stateful.is_none() {
+            return err(
+                format!("{at}.metric"),
+                format!("`{}` counts a stateful test's connections", x.metric.name()),
+            );
+        }
         if x.metric == Metric::ThroughputPps && s.search.is_none() {
             return err(format!("{at}.metric"), "`throughput_pps` needs a `search:`");
         }
@@ -739,7 +845,7 @@ fn validate_patterns(
     s: &LoadSpec,
     fits: &dyn Fn(&str, f64, &str) -> Result<(), Invalid>,
 ) -> Result<(), Invalid> {
-    let st = &s.stream;
+    let st = s.stream();
     let i = s.interval.0;
     let changes = !st.steps.is_empty() || st.ramp.is_some();
     if let Some(o) = st.on_off {
@@ -953,7 +1059,7 @@ expect:
         let s = parse(GOOD).unwrap();
         assert_eq!(s.dut.kind, DutKind::Router);
         assert_eq!(s.ports.speed, BitsPerSec(10_000_000_000));
-        assert_eq!((s.stream.sport, s.stream.dport), (40000, 7001));
+        assert_eq!((s.stream().sport, s.stream().dport), (40000, 7001));
         assert_eq!(s.pps(), 100000.0);
         assert_eq!(s.template_len(), 60);
         assert_eq!(s.expect[1].bounds(), (None, Some(1e6)));

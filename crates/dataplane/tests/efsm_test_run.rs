@@ -1,0 +1,337 @@
+//! Norma's stateful responder (bpf/efsm.bpf.c) through
+//! `BPF_PROG_TEST_RUN`, against the executor without I/O
+//! (wirelab_load::efsm) packet by packet: every transition of the
+//! built-in HTTP server and client tables fires, with the program's reply
+//! the reference's byte for byte (headers, payload, both checksums, which
+//! etherparse checks too), and the counters alike at the end.
+//!
+//! Needs root (BPF). Without it every test is skipped with the reason.
+
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use wirelab_dataplane::efsm::Responder as Bpf;
+use wirelab_load::efsm::{clock_isn, flag, Count, Payload, Responder, Side};
+use wirelab_spec::efsm::{builtin, compile, EfsmRef};
+
+mod common;
+use common::have_bpf;
+
+const TC_ACT_OK: u32 = 0;
+const TC_ACT_SHOT: u32 = 2;
+const TC_ACT_REDIRECT: u32 = 7;
+
+const PEER: [u8; 4] = [198, 18, 1, 1];
+const LOCAL: [u8; 4] = [198, 18, 2, 2];
+const NOW: u64 = 5_000_000_000;
+
+fn side(efsm: &str, payload: Option<Payload>, fin_after_data: bool, segments: u8) -> Side {
+    Side {
+        table: compile(&EfsmRef::Builtin(efsm.into()), "t", payload.is_some()).unwrap(),
+        local_ip: u32::from_be_bytes(LOCAL),
+        mss: 1460,
+        segments_per_ack: segments,
+        payload,
+        fin_after_data,
+        port_base: 20000,
+        connections: 4,
+        port_range: 40,
+    }
+}
+
+/// A segment from the peer's `port` to the side's `local` port.
+#[allow(clippy::too_many_arguments)]
+fn seg(port: u16, local: u16, flags: u8, seq: u32, ack: u32, win: u16, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(PEER, LOCAL, 64)
+        .tcp(port, local, seq, win);
+    let b = if flags & flag::SYN != 0 { b.syn() } else { b };
+    let b = if flags & flag::ACK != 0 {
+        b.ack(ack)
+    } else {
+        b
+    };
+    let b = if flags & flag::FIN != 0 { b.fin() } else { b };
+    let b = if flags & flag::RST != 0 { b.rst() } else { b };
+    let b = if flags & flag::PSH != 0 { b.psh() } else { b };
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+/// A reply's (flags, seq, ack, payload length), its checksums checked.
+fn read(f: &[u8]) -> (u8, u32, u32, usize) {
+    let s = SlicedPacket::from_ethernet(f).expect("a parsable reply");
+    let Some(etherparse::NetSlice::Ipv4(ip)) = &s.net else {
+        panic!("not IPv4")
+    };
+    let Some(TransportSlice::Tcp(t)) = &s.transport else {
+        panic!("not TCP")
+    };
+    let h = ip.header().to_header();
+    assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 checksum");
+    let want = t.to_header().calc_checksum_ipv4(&h, t.payload()).unwrap();
+    assert_eq!(t.checksum(), want, "TCP checksum");
+    (
+        f[47],
+        t.sequence_number(),
+        t.acknowledgment_number(),
+        t.payload().len(),
+    )
+}
+
+struct Pair {
+    reference: Responder,
+    bpf: Bpf,
+}
+
+impl Pair {
+    fn new(s: Side) -> Pair {
+        let mut bpf = Bpf::load(true).expect("the responder loads");
+        bpf.configure(&s, 0).expect("configured");
+        bpf.set_test_clock(NOW).unwrap();
+        Pair {
+            reference: Responder::new(s),
+            bpf,
+        }
+    }
+
+    /// One packet through both: the program's verdict and output are the
+    /// reference's. Returns the reference's replies.
+    fn step(&mut self, what: &str, frame: &[u8]) -> Vec<Vec<u8>> {
+        let want = self.reference.receive(frame, NOW);
+        let (rv, out) = self.bpf.test_run(frame).expect("test run");
+        match &want {
+            None => assert_eq!(rv, TC_ACT_OK, "{what}: passed to the stack"),
+            Some(r) if r.is_empty() => assert_eq!(rv, TC_ACT_SHOT, "{what}: no reply"),
+            Some(r) => {
+                assert_eq!(rv, TC_ACT_REDIRECT, "{what}: a reply");
+                let last = r.last().unwrap();
+                read(last);
+                assert_eq!(&out, last, "{what}: the reply's bytes");
+            }
+        }
+        want.unwrap_or_default()
+    }
+
+    /// The counters and the flows are the reference's; every row fired.
+    fn finish(&self) {
+        let counts = self.bpf.counts().unwrap();
+        assert_eq!(counts, self.reference.counts, "counters (rows, then Count)");
+        assert_eq!(self.bpf.flows(), self.reference.flows.len(), "flows held");
+        let t = &self.reference.side.table;
+        for (i, c) in self.reference.counts[..t.rows.len()].iter().enumerate() {
+            assert!(*c > 0, "row {i} ({}) never fired", t.describe(i));
+        }
+    }
+}
+
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: wirelab\r\n\r\n";
+
+#[test]
+fn every_transition_of_the_http_server_replies_as_the_reference_does() {
+    if !have_bpf() {
+        return;
+    }
+    let body = 4000;
+    let mut p = Pair::new(side(
+        "http-server",
+        Some(Payload::http_response(body, 1460)),
+        true,
+        2,
+    ));
+    let len = p.reference.side.payload.as_ref().unwrap().len as u32;
+    let isn = clock_isn(NOW);
+    let w = 65535;
+    // listen: a reset gets nothing, an unknown flow's ACK a reset.
+    p.step("listen, RST", &seg(1000, 8080, flag::RST, 7, 0, w, &[]));
+    p.step(
+        "listen, unknown",
+        &seg(1001, 8080, flag::ACK, 7, 99, w, b"x"),
+    );
+    // A whole exchange on port 1002.
+    let r = p.step("listen, SYN", &seg(1002, 8080, flag::SYN, 100, 0, w, &[]));
+    assert_eq!(read(&r[0]).0, flag::SYN | flag::ACK);
+    p.step(
+        "syn-received, ACK",
+        &seg(1002, 8080, flag::ACK, 101, isn + 1, w, &[]),
+    );
+    p.step(
+        "established, other data",
+        &seg(1002, 8080, flag::ACK, 101, isn + 1, w, b"PUT"),
+    );
+    let after_get = 104 + GET.len() as u32;
+    let r = p.step(
+        "established, GET",
+        &seg(1002, 8080, flag::ACK | flag::PSH, 104, isn + 1, w, GET),
+    );
+    assert_eq!(r.len(), 2, "two segments per ACK");
+    let r = p.step(
+        "sending, ACK",
+        &seg(1002, 8080, flag::ACK, after_get, isn + 1 + 2920, w, &[]),
+    );
+    assert_eq!(
+        read(&r[0]).0,
+        flag::ACK | flag::PSH | flag::FIN,
+        "FIN on the last"
+    );
+    let end = isn + 1 + len + 1;
+    let r = p.step(
+        "sending, ACK of all",
+        &seg(1002, 8080, flag::ACK, after_get, end, w, &[]),
+    );
+    assert!(r.is_empty());
+    p.step(
+        "sending, other",
+        &seg(1002, 8080, flag::SYN, after_get, 0, w, &[]),
+    );
+    let r = p.step(
+        "sending, FIN",
+        &seg(1002, 8080, flag::FIN | flag::ACK, after_get, end, w, &[]),
+    );
+    assert_eq!(read(&r[0]).2, after_get + 1);
+    // The other ways out.
+    p.step(
+        "listen, SYN (1003)",
+        &seg(1003, 8080, flag::SYN, 5, 0, w, &[]),
+    );
+    p.step(
+        "syn-received, GET",
+        &seg(1003, 8080, flag::ACK, 6, isn + 1, w, GET),
+    );
+    p.step(
+        "sending, RST",
+        &seg(1003, 8080, flag::RST, 6 + GET.len() as u32, 0, w, &[]),
+    );
+    p.step(
+        "listen, SYN (1004)",
+        &seg(1004, 8080, flag::SYN, 5, 0, w, &[]),
+    );
+    p.step(
+        "syn-received, RST",
+        &seg(1004, 8080, flag::RST, 6, 0, w, &[]),
+    );
+    for (port, last, flags) in [
+        (1005, "established, RST", flag::RST),
+        (1006, "established, FIN", flag::FIN | flag::ACK),
+    ] {
+        p.step("listen, SYN", &seg(port, 8080, flag::SYN, 5, 0, w, &[]));
+        p.step(
+            "syn-received, ACK",
+            &seg(port, 8080, flag::ACK, 6, isn + 1, w, &[]),
+        );
+        p.step(last, &seg(port, 8080, flags, 6, isn + 1, w, &[]));
+    }
+    // A window of 2000 bytes lets one segment of two out.
+    p.step(
+        "listen, SYN (1007)",
+        &seg(1007, 8080, flag::SYN, 5, 0, w, &[]),
+    );
+    let r = p.step(
+        "syn-received, GET, small window",
+        &seg(1007, 8080, flag::ACK, 6, isn + 1, 2000, GET),
+    );
+    assert_eq!(r.len(), 1);
+    // Not the side's: another address, and not TCP.
+    let mut other = seg(1008, 8080, flag::SYN, 5, 0, w, &[]);
+    other[33] = 9;
+    p.step("another address", &other);
+    let mut arp = other.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    p.step("not IPv4", &arp);
+    assert_eq!(p.reference.counted(Count::FlowsCreated), 6);
+    assert_eq!(p.reference.counted(Count::FlowsEnded), 5);
+    p.finish();
+}
+
+#[test]
+fn the_http_client_requests_acks_closes_and_reopens_as_the_reference_does() {
+    if !have_bpf() {
+        return;
+    }
+    let req = Payload::new(GET, GET.len() as u64, 1460);
+    let mut p = Pair::new(side("http-client", Some(req), false, 2));
+    let w = 65535;
+    // Our SYN (the generator's) left port 20006 with ISN 999.
+    let r = p.step(
+        "syn-sent, SYN|ACK",
+        &seg(80, 20006, flag::SYN | flag::ACK, 7000, 1000, w, &[]),
+    );
+    assert_eq!(read(&r[0]).3, GET.len());
+    let sent = 1000 + GET.len() as u32;
+    p.step(
+        "requested, other",
+        &seg(80, 20006, flag::ACK, 7001, sent, w, &[]),
+    );
+    let resp = vec![b'w'; 1460];
+    let r = p.step(
+        "requested, data",
+        &seg(80, 20006, flag::ACK | flag::PSH, 7001, sent, w, &resp),
+    );
+    assert_eq!(read(&r[0]).2, 7001 + 1460);
+    let r = p.step(
+        "requested, FIN",
+        &seg(80, 20006, flag::FIN | flag::ACK, 8461, sent, w, b"end"),
+    );
+    assert_eq!(read(&r[0]).0, flag::FIN | flag::ACK);
+    p.step(
+        "closing, other",
+        &seg(80, 20006, flag::ACK, 8465, sent, w, &[]),
+    );
+    let r = p.step(
+        "closing, ACK of our FIN",
+        &seg(80, 20006, flag::ACK, 8465, sent + 1, w, &[]),
+    );
+    // Slot 6 of 4 connections in a range of 40: next port 20010.
+    assert_eq!(u16::from_be_bytes([r[0][34], r[0][35]]), 20010);
+    // The ways a client's flow ends abnormally, and an unknown packet.
+    p.step(
+        "syn-sent, RST",
+        &seg(80, 20001, flag::RST | flag::ACK, 1, 1, w, &[]),
+    );
+    p.step(
+        "syn-sent, unknown",
+        &seg(80, 20001, flag::ACK, 1, 1, w, b"?"),
+    );
+    p.step(
+        "syn-sent, SYN|ACK (2)",
+        &seg(80, 20002, flag::SYN | flag::ACK, 50, 10, w, &[]),
+    );
+    p.step("requested, RST", &seg(80, 20002, flag::RST, 51, 0, w, &[]));
+    p.step(
+        "syn-sent, SYN|ACK (3)",
+        &seg(80, 20003, flag::SYN | flag::ACK, 50, 10, w, &[]),
+    );
+    p.step(
+        "requested, FIN (3)",
+        &seg(
+            80,
+            20003,
+            flag::FIN | flag::ACK,
+            51,
+            10 + GET.len() as u32,
+            w,
+            &[],
+        ),
+    );
+    p.step("closing, RST", &seg(80, 20003, flag::RST, 52, 0, w, &[]));
+    p.finish();
+}
+
+#[test]
+fn the_syn_flood_responder_resets_every_syn_and_keeps_nothing() {
+    if !have_bpf() {
+        return;
+    }
+    let mut s = side("http-server", Some(Payload::new(b"x", 1, 1460)), false, 1);
+    s.table = compile(&EfsmRef::Table(builtin("syn-flood").unwrap()), "t", false).unwrap();
+    s.payload = None;
+    let mut p = Pair::new(s);
+    for k in 0..50u32 {
+        let r = p.step(
+            "SYN",
+            &seg(3000 + k as u16, 80, flag::SYN, k * 1000, 0, 65535, &[]),
+        );
+        assert_eq!(read(&r[0]).0, flag::RST | flag::ACK);
+    }
+    p.step("an ACK", &seg(3000, 80, flag::ACK, 1, 1, 65535, &[]));
+    p.finish();
+}

@@ -1,0 +1,657 @@
+//! A stateful load test's life cycle (Norma §4 and §8; `wirelab load`
+//! with `stateful:`): emulated clients on the sending port and emulated
+//! servers on the receiving port, each an EFSM in eBPF
+//! (`wirelab_dataplane::efsm`), around a DUT whose TCP is the kernel's:
+//!
+//! 1. the EFSM tables and payloads from the spec alone (bad tables were
+//!    refused when it was parsed);
+//! 2. the tester lab up, haproxy started in the DUT's namespace when it
+//!    is the DUT, the responders on both tester ports' ingress;
+//! 3. the clients' first SYNs, one per connection, from the generator's
+//!    live frames (the template's source port stepped by the editor);
+//!    from then on the EFSMs answer and each connection that ends
+//!    normally opens again from its slot's next port (Norma §8);
+//! 4. one line per interval from the responders' counters;
+//! 5. the drain: clients stop reopening, the connections in flight end,
+//!    so the EFSMs' counts and haproxy's own statistics cover the same
+//!    exchanges; both go into the results;
+//! 6. the lab torn down on every way out.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use wirelab_dataplane::efsm::Responder;
+use wirelab_dataplane::load::{Edit, EditMode, GenConfig, Tester};
+use wirelab_load::efsm::{flag, Count, Payload, Reply, Side, Table, COUNTS};
+use wirelab_load::template;
+use wirelab_netns::tester::{self, TesterLab};
+use wirelab_spec::efsm::{compile, Stateful};
+use wirelab_spec::load::{DutKind, LoadSpec, Metric};
+
+use crate::haproxy::{self, Haproxy};
+use crate::load::{judge, Claim};
+use crate::{During, Error, RunOptions, Verdict};
+
+/// The first port a client slot opens from.
+pub const PORT_BASE: u16 = 1024;
+
+/// One interval's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Connections the clients completed, and per second.
+    pub connections: u64,
+    pub connections_per_s: f64,
+    /// Requests the servers answered.
+    pub transactions: u64,
+    pub transactions_per_s: f64,
+    /// Response bytes the clients received in order, as bits per second.
+    pub goodput_bps: f64,
+    /// Resets either side received.
+    pub resets: u64,
+    /// Flows each side holds at the interval's end.
+    pub active_clients: usize,
+    pub active_servers: usize,
+    /// Packets no row matched, segments out of order (both sides).
+    pub unmatched: u64,
+    pub out_of_order: u64,
+}
+
+/// A side's counters at the end (after the drain).
+#[derive(Debug, Clone, Serialize)]
+pub struct SideCounts {
+    pub efsm: String,
+    /// Each transition ("from -> next (reply)") and how often it fired.
+    pub transitions: Vec<(String, u64)>,
+    pub unmatched: u64,
+    pub out_of_order: u64,
+    pub flows_created: u64,
+    pub flows_ended: u64,
+    pub bytes_received: u64,
+    pub segments_sent: u64,
+    pub bytes_sent: u64,
+    pub table_full: u64,
+    /// Flows still held after the drain.
+    pub active_at_end: usize,
+}
+
+/// haproxy's own account next to the EFSMs'.
+#[derive(Debug, Clone, Serialize)]
+pub struct HaproxyCheck {
+    /// The frontend's sessions and HTTP requests.
+    pub frontend_sessions: u64,
+    pub frontend_requests: u64,
+    /// The backend's sessions and 2xx responses.
+    pub backend_sessions: u64,
+    pub backend_2xx: u64,
+    /// The same as the EFSMs counted them: the clients' requests sent,
+    /// the servers' requests answered.
+    pub efsm_requests_sent: u64,
+    pub efsm_transactions: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatefulOutcome {
+    pub intervals: Vec<Interval>,
+    /// Over the measured duration (before the drain).
+    pub seconds: f64,
+    pub connections: u64,
+    pub connections_per_second: f64,
+    pub transactions: u64,
+    pub goodput_bps: f64,
+    pub resets: u64,
+    pub clients: SideCounts,
+    pub servers: SideCounts,
+    /// The drain ended every flow (else the counts may differ by the
+    /// exchanges in flight).
+    pub drained: bool,
+    pub haproxy: Option<HaproxyCheck>,
+}
+
+/// `summary.json` of a stateful load test.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatefulSummary {
+    pub schema: &'static str,
+    pub name: String,
+    pub description: Option<String>,
+    pub run_id: String,
+    pub results: String,
+    pub verdict: &'static str,
+    pub dut: &'static str,
+    pub connections_kept: u32,
+    pub outcome: StatefulOutcome,
+    pub expect: Vec<Claim>,
+    pub duration_ms: u64,
+}
+
+pub struct StatefulOutput {
+    pub summary: StatefulSummary,
+    pub verdict: Verdict,
+    pub dir: PathBuf,
+}
+
+/// Rows of `t` whose reply is `r`.
+fn rows_with(t: &Table, r: Reply) -> Vec<usize> {
+    (0..t.rows.len())
+        .filter(|&i| t.rows[i].reply == r)
+        .collect()
+}
+
+/// What the counters mean for each side's table.
+struct Meaning {
+    /// Client rows that complete a connection (reopen; or, in a table
+    /// without one, every row that ends a flow normally).
+    completed: Vec<usize>,
+    /// Client rows that send the request.
+    requests: Vec<usize>,
+    /// Server rows that answer a request: data for a packet with data.
+    answers: Vec<usize>,
+    resets_c: Vec<usize>,
+    resets_s: Vec<usize>,
+}
+
+fn meaning(c: &Table, s: &Table) -> Meaning {
+    let rst = |t: &Table| -> Vec<usize> {
+        (0..t.rows.len())
+            .filter(|&i| t.rows[i].flags_value & flag::RST != 0)
+            .collect()
+    };
+    let mut completed = rows_with(c, Reply::Reopen);
+    if completed.is_empty() {
+        completed = (0..c.rows.len())
+            .filter(|&i| c.rows[i].forget && c.rows[i].flags_value & flag::RST == 0)
+            .collect();
+    }
+    Meaning {
+        completed,
+        requests: rows_with(c, Reply::Data),
+        answers: (0..s.rows.len())
+            .filter(|&i| s.rows[i].reply == Reply::Data && s.rows[i].payload == 2)
+            .collect(),
+        resets_c: rst(c),
+        resets_s: rst(s),
+    }
+}
+
+fn sum(counts: &[u64], rows: &[usize]) -> u64 {
+    rows.iter().map(|&i| counts[i]).sum()
+}
+
+fn extra(counts: &[u64], rows: usize, c: Count) -> u64 {
+    counts[rows + c as usize]
+}
+
+/// The sides for `st`, addressed for a DUT of `kind`.
+fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Side), Error> {
+    let bad = |(at, m): (String, String)| Error::BadInput(format!("{at}: {m}"));
+    let (Some(c), Some(s)) = (&st.clients, &st.servers) else {
+        return Err(Error::BadInput(
+            "stateful: needs both `clients:` and `servers:`".into(),
+        ));
+    };
+    let at = tester::addresses(kind);
+    let ctab = compile(&c.efsm, "stateful.clients.efsm", true).map_err(bad)?;
+    let stab = compile(&s.efsm, "stateful.servers.efsm", true).map_err(bad)?;
+    let n = c.connections;
+    let range = (u32::from(u16::MAX) + 1 - u32::from(PORT_BASE)) / n * n;
+    let client = Side {
+        table: ctab,
+        local_ip: u32::from(at.tx),
+        mss: st.mss,
+        segments_per_ack: st.segments_per_ack,
+        payload: Some(Payload::new(
+            c.request.as_bytes(),
+            c.request.len() as u64,
+            st.mss,
+        )),
+        fin_after_data: false,
+        port_base: PORT_BASE,
+        connections: n,
+        port_range: range,
+    };
+    let server = Side {
+        table: stab,
+        local_ip: u32::from(at.rx),
+        mss: st.mss,
+        segments_per_ack: st.segments_per_ack,
+        payload: Some(Payload::http_response(s.response.0, st.mss)),
+        fin_after_data: true,
+        port_base: 0,
+        connections: 0,
+        port_range: 1,
+    };
+    Ok((client, server))
+}
+
+/// The clients' side with reopening off: what ends, ends.
+fn drained(side: &Side) -> Side {
+    let mut d = side.clone();
+    for r in &mut d.table.rows {
+        if r.reply == Reply::Reopen {
+            r.reply = Reply::None;
+        }
+    }
+    d
+}
+
+fn side_counts(t: &Table, counts: &[u64], active: usize) -> SideCounts {
+    let n = t.rows.len();
+    SideCounts {
+        efsm: t.name.clone(),
+        transitions: (0..n).map(|i| (t.describe(i), counts[i])).collect(),
+        unmatched: extra(counts, n, Count::Unmatched),
+        out_of_order: extra(counts, n, Count::OutOfOrder),
+        flows_created: extra(counts, n, Count::FlowsCreated),
+        flows_ended: extra(counts, n, Count::FlowsEnded),
+        bytes_received: extra(counts, n, Count::BytesReceived),
+        segments_sent: extra(counts, n, Count::SegmentsSent),
+        bytes_sent: extra(counts, n, Count::BytesSent),
+        table_full: extra(counts, n, Count::TableFull),
+        active_at_end: active,
+    }
+}
+
+/// Runs the stateful test `spec`; `each` is told of every interval as it
+/// is measured. The lab is gone when this returns, whatever it returns.
+pub fn run(
+    spec: &LoadSpec,
+    opts: &RunOptions,
+    mut each: impl FnMut(&Interval),
+) -> Result<StatefulOutput, Error> {
+    let started = Instant::now();
+    let st = spec
+        .stateful
+        .as_ref()
+        .ok_or_else(|| Error::BadInput("not a stateful test".into()))?;
+    let (client, server) = sides(st, spec.dut.kind)?;
+    let m = meaning(&client.table, &server.table);
+    let clients = st.clients.as_ref().expect("sides() checked");
+    let servers = st.servers.as_ref().expect("sides() checked");
+    let run_id = opts.run_id.clone().unwrap_or_else(crate::new_run_id);
+    let name = spec.name.clone().unwrap_or_else(|| "load".into());
+    let dir = opts.out.join(format!("{name}-{run_id}"));
+    std::fs::create_dir_all(dir.join("dut")).during(format!("creating {}", dir.display()))?;
+    let write = |file: &str, bytes: &[u8]| -> Result<(), Error> {
+        let p = dir.join(file);
+        std::fs::write(&p, bytes).during(format!("writing {}", p.display()))
+    };
+    write(
+        "spec.json",
+        &serde_json::to_vec_pretty(spec).during("encoding the spec")?,
+    )?;
+    opts.check_abort()?;
+    let lab = TesterLab::up(
+        &run_id,
+        spec.dut.kind,
+        spec.ports.mtu,
+        spec.dut.egress.as_ref(),
+    )
+    .during("bringing the tester's lab up")?;
+    let at = tester::addresses(spec.dut.kind);
+    let (target, target_port) = if spec.dut.kind == DutKind::Haproxy {
+        (at.dut_tx_side, clients.port)
+    } else {
+        (at.rx, servers.port)
+    };
+    let proxy = if spec.dut.kind == DutKind::Haproxy {
+        let cfg = haproxy::Config {
+            listen: (at.dut_tx_side, clients.port),
+            servers: (0..servers.count)
+                .map(|i| (at.rx, servers.port + i as u16))
+                .collect(),
+            maxconn: (clients.connections * 2).max(1000),
+        };
+        Some(Haproxy::start(&lab.dut_ns, &run_id, &cfg)?)
+    } else {
+        None
+    };
+    opts.check_abort()?;
+    // The responders, each in its port's namespace.
+    let attach = |ns: &str, dev: &str, side: &Side| -> Result<(Responder, u32), Error> {
+        let ifindex = wirelab_netns::ifindex(ns, dev).during(format!("finding {dev}"))?;
+        let mut r = Responder::load(false).during("loading the responder")?;
+        r.configure(side, ifindex)
+            .during("configuring the responder")?;
+        wirelab_netns::in_netns(ns, || r.attach(ifindex as i32))
+            .during(format!("entering {ns}"))?
+            .during(format!("attaching the responder to {dev}"))?;
+        Ok((r, ifindex))
+    };
+    let (srv, _) = attach(&lab.rx_ns, tester::RX_DEV, &server)?;
+    let (cli, cli_ifindex) = attach(&lab.tx_ns, tester::TX_DEV, &client)?;
+    // The first SYNs: the generator's live frames, one per connection,
+    // the source port stepped over the slots (App. C's direct step).
+    let mut gen = Tester::load(false).during("loading the generator")?;
+    let dut_in = wirelab_netns::ifindex(&lab.dut_ns, tester::DUT_IN).during("finding d0")?;
+    wirelab_netns::in_netns(&lab.dut_ns, || gen.attach_pass(dut_in as i32))
+        .during("entering the DUT's namespace")?
+        .during("turning NAPI on at d0")?;
+    let syn = template::tcp_syn(
+        &template::Udp {
+            src_mac: lab.tx_mac,
+            dst_mac: lab.next_hop_mac,
+            src: at.tx,
+            dst: target,
+            sport: PORT_BASE,
+            dport: target_port,
+        },
+        // Any ISN: a slot's later SYNs take the clock's (RFC 793 §3.3).
+        wirelab_load::efsm::clock_isn(crate::record::monotonic_ns()),
+        st.mss,
+    )
+    .map_err(Error::BadInput)?;
+    gen.configure(&GenConfig {
+        ifindex: cli_ifindex,
+        l3_off: syn.l3_off,
+        l4_off: syn.l4_off,
+        csum_off: syn.csum_off,
+        stamp_off: 0,
+        edits: vec![Edit {
+            offset: 34,
+            width: 2,
+            mode: EditMode::Step,
+            carry_from: None,
+            rand_bits: 0,
+            table: 0,
+            lo: u32::from(PORT_BASE),
+            hi: u32::from(PORT_BASE) + clients.connections - 1,
+            step: 1,
+        }],
+        template: syn.bytes.clone(),
+        ..Default::default()
+    })
+    .during("configuring the generator")?;
+    let handle = gen.generator().during("the generator's program")?;
+    wirelab_netns::in_netns(&lab.tx_ns, || {
+        handle.generate(&syn.bytes, clients.connections)
+    })
+    .during("entering the sender's namespace")?
+    .during("opening the connections")?;
+
+    // The intervals.
+    let path = dir.join("intervals.jsonl");
+    let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
+    let (cn, sn) = (client.table.rows.len(), server.table.rows.len());
+    let zero = (vec![0u64; cn + COUNTS], vec![0u64; sn + COUNTS]);
+    let mut last = zero.clone();
+    let t0 = Instant::now();
+    let interval = spec.interval.as_std();
+    let duration = spec.duration.as_std();
+    let mut intervals = Vec::new();
+    let mut k = 1u32;
+    while !opts.abort.load(Ordering::SeqCst) {
+        let due = interval * k;
+        if due > duration + Duration::from_millis(1) {
+            break;
+        }
+        if let Some(wait) = due.checked_sub(t0.elapsed()) {
+            // In slices, so Ctrl-C is heard.
+            let end = Instant::now() + wait;
+            while Instant::now() < end && !opts.abort.load(Ordering::SeqCst) {
+                std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+            }
+        }
+        let now = (
+            cli.counts().during("reading the clients' counters")?,
+            srv.counts().during("reading the servers' counters")?,
+        );
+        let d = |a: &[u64], b: &[u64], rows: &[usize]| sum(a, rows) - sum(b, rows);
+        let secs = interval.as_secs_f64();
+        let conns = d(&now.0, &last.0, &m.completed);
+        let trans = d(&now.1, &last.1, &m.answers);
+        let rx = extra(&now.0, cn, Count::BytesReceived) - extra(&last.0, cn, Count::BytesReceived);
+        let i = Interval {
+            start_s: (interval * (k - 1)).as_secs_f64(),
+            end_s: due.as_secs_f64(),
+            connections: conns,
+            connections_per_s: conns as f64 / secs,
+            transactions: trans,
+            transactions_per_s: trans as f64 / secs,
+            goodput_bps: rx as f64 * 8.0 / secs,
+            resets: d(&now.0, &last.0, &m.resets_c) + d(&now.1, &last.1, &m.resets_s),
+            active_clients: cli.flows(),
+            active_servers: srv.flows(),
+            unmatched: extra(&now.0, cn, Count::Unmatched) + extra(&now.1, sn, Count::Unmatched)
+                - extra(&last.0, cn, Count::Unmatched)
+                - extra(&last.1, sn, Count::Unmatched),
+            out_of_order: extra(&now.0, cn, Count::OutOfOrder)
+                + extra(&now.1, sn, Count::OutOfOrder)
+                - extra(&last.0, cn, Count::OutOfOrder)
+                - extra(&last.1, sn, Count::OutOfOrder),
+        };
+        each(&i);
+        let l = serde_json::to_string(&i).during("encoding an interval")?;
+        writeln!(lines, "{l}").during(format!("writing {}", path.display()))?;
+        intervals.push(i);
+        last = now;
+        k += 1;
+    }
+    let measured = last.clone();
+    let seconds = intervals.last().map_or(0.0, |i| i.end_s);
+
+    // The drain: no connection opens again; the ones in flight end.
+    let mut cli = cli;
+    cli.configure(&drained(&client), cli_ifindex)
+        .during("stopping the clients' reopening")?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut drained_all = false;
+    while Instant::now() < deadline {
+        if cli.flows() == 0 && srv.flows() == 0 {
+            drained_all = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let end = (
+        cli.counts().during("reading the clients' counters")?,
+        srv.counts().during("reading the servers' counters")?,
+    );
+    let check = match &proxy {
+        Some(h) => {
+            let s = h.stats()?;
+            write("dut/haproxy-stats.csv", s.csv.as_bytes())?;
+            Some(HaproxyCheck {
+                frontend_sessions: s.get("clients", "FRONTEND", "stot"),
+                frontend_requests: s.get("clients", "FRONTEND", "req_tot"),
+                backend_sessions: s.get("servers", "BACKEND", "stot"),
+                backend_2xx: s.get("servers", "BACKEND", "hrsp_2xx"),
+                efsm_requests_sent: sum(&end.0, &m.requests),
+                efsm_transactions: sum(&end.1, &m.answers),
+            })
+        }
+        None => None,
+    };
+    if let Some(mut h) = proxy {
+        h.stop();
+        for (f, text) in h.files() {
+            write(&format!("dut/{f}"), text.as_bytes())?;
+        }
+    }
+    for (file, text) in lab.dut_statistics() {
+        write(&format!("dut/{file}"), text.as_bytes())?;
+    }
+    let outcome = StatefulOutcome {
+        seconds,
+        connections: sum(&measured.0, &m.completed),
+        connections_per_second: if seconds > 0.0 {
+            sum(&measured.0, &m.completed) as f64 / seconds
+        } else {
+            0.0
+        },
+        transactions: sum(&end.1, &m.answers),
+        goodput_bps: if seconds > 0.0 {
+            extra(&measured.0, cn, Count::BytesReceived) as f64 * 8.0 / seconds
+        } else {
+            0.0
+        },
+        resets: sum(&end.0, &m.resets_c) + sum(&end.1, &m.resets_s),
+        clients: side_counts(&client.table, &end.0, cli.flows()),
+        servers: side_counts(&server.table, &end.1, srv.flows()),
+        drained: drained_all,
+        haproxy: check,
+        intervals,
+    };
+    drop((cli, srv, gen));
+    drop(lab);
+    let interrupted = opts.abort.load(Ordering::SeqCst);
+    let expect = judge(&spec.expect, |x| metric(x, &outcome));
+    let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
+    let mut summary = StatefulSummary {
+        schema: "wirelab.load-stateful/1",
+        name,
+        description: spec.description.clone(),
+        run_id,
+        results: dir.display().to_string(),
+        verdict: verdict.name(),
+        dut: spec.dut.kind.name(),
+        connections_kept: clients.connections,
+        outcome,
+        expect,
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    let mut json = serde_json::to_value(&summary).during("encoding the summary")?;
+    // The intervals are in intervals.jsonl: counted here, not repeated.
+    if let Some(o) = json.get_mut("outcome").and_then(|o| o.as_object_mut()) {
+        o.insert("intervals".into(), summary.outcome.intervals.len().into());
+    }
+    write(
+        "summary.json",
+        &serde_json::to_vec_pretty(&json).during("encoding the summary")?,
+    )?;
+    write("report.html", page(&summary).as_bytes())?;
+    summary.results = dir.display().to_string();
+    Ok(StatefulOutput {
+        summary,
+        verdict,
+        dir,
+    })
+}
+
+/// A metric's value over the run.
+pub fn metric(m: Metric, o: &StatefulOutcome) -> Option<f64> {
+    match m {
+        Metric::Connections => Some(o.connections as f64),
+        Metric::ConnectionsPerSecond => Some(o.connections_per_second),
+        Metric::Transactions => Some(o.transactions as f64),
+        Metric::Resets => Some(o.resets as f64),
+        Metric::Goodput => Some(o.goodput_bps),
+        _ => None,
+    }
+}
+
+/// report.html: the test, its claims, connections and transactions per
+/// interval, every EFSM transition's count.
+fn page(s: &StatefulSummary) -> String {
+    let o = &s.outcome;
+    let mut facts = vec![
+        ("DUT".to_string(), s.dut.to_string()),
+        (
+            "connections kept open".into(),
+            format!("{} (Norma §8: each that ends normally opens again)", s.connections_kept),
+        ),
+        (
+            "measured".into(),
+            format!(
+                "{} connections ({:.0}/s), {} transactions, goodput {:.1} Mbit/s, {} resets over {:.1} s",
+                o.connections,
+                o.connections_per_second,
+                o.transactions,
+                o.goodput_bps / 1e6,
+                o.resets,
+                o.seconds
+            ),
+        ),
+    ];
+    if let Some(h) = &o.haproxy {
+        facts.push((
+            "haproxy's statistics".into(),
+            format!(
+                "frontend {} sessions, {} requests; backend {} sessions, {} 2xx — EFSMs: {} requests sent, {} answered",
+                h.frontend_sessions,
+                h.frontend_requests,
+                h.backend_sessions,
+                h.backend_2xx,
+                h.efsm_requests_sent,
+                h.efsm_transactions
+            ),
+        ));
+    }
+    for (who, side) in [("client", &o.clients), ("server", &o.servers)] {
+        for (t, n) in &side.transitions {
+            facts.push((format!("{who} EFSM ({}): {t}", side.efsm), n.to_string()));
+        }
+        facts.push((
+            format!("{who} side"),
+            format!(
+                "{} unmatched, {} out of order, {} flows held at the end",
+                side.unmatched, side.out_of_order, side.active_at_end
+            ),
+        ));
+    }
+    facts.push(("results".into(), s.results.clone()));
+    let intervals = o
+        .intervals
+        .iter()
+        .map(|i| {
+            (
+                i.end_s,
+                i.connections_per_s,
+                Some(i.transactions_per_s),
+                Some(i.goodput_bps / 1e6),
+            )
+        })
+        .collect();
+    wirelab_report::html::load_page(&wirelab_report::html::LoadPage {
+        title: &s.name,
+        verdict: s.verdict,
+        facts,
+        claims: s
+            .expect
+            .iter()
+            .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
+            .collect(),
+        intervals,
+        series: ["connections/s", "transactions/s", "goodput (Mbit/s)"],
+        unit: "thousands",
+        latency: &[],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_built_in_tables_mean_what_the_counts_say() {
+        let s = wirelab_spec::load::parse(
+            "dut: {kind: haproxy}
+stateful:
+  clients: {efsm: http-client, connections: 100}
+  servers: {efsm: http-server, count: 2}
+",
+        )
+        .unwrap();
+        let (c, v) = sides(s.stateful.as_ref().unwrap(), DutKind::Haproxy).unwrap();
+        let m = meaning(&c.table, &v.table);
+        assert_eq!(m.completed.len(), 1);
+        assert_eq!(c.table.rows[m.completed[0]].reply, Reply::Reopen);
+        assert_eq!(m.requests.len(), 1);
+        // The GET in syn-received and in established.
+        assert_eq!(m.answers.len(), 2);
+        // 64512 ports in slots of 100: 645 ports each.
+        assert_eq!(c.port_range, 64500);
+        assert_eq!(
+            c.local_ip,
+            u32::from(std::net::Ipv4Addr::new(198, 18, 1, 2))
+        );
+        assert!(drained(&c)
+            .table
+            .rows
+            .iter()
+            .all(|r| r.reply != Reply::Reopen));
+    }
+}
