@@ -72,6 +72,7 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         .collect();
     specs.sort();
     assert!(specs.len() >= 5, "{specs:?}");
+    let mut stateful = Vec::new();
     for spec in &specs {
         let o = wirelab(&[
             "load",
@@ -92,6 +93,11 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         let (intervals, s) = json_lines(&o);
         assert_eq!(s["verdict"], "PASS", "{}", show());
         nothing_left(s["run_id"].as_str().unwrap());
+        if s["schema"] == "wirelab.load-stateful/1" {
+            stateful_agrees_with_haproxy(&intervals, &s, &show());
+            stateful.push((name.clone(), s.clone()));
+            continue;
+        }
         // Every frame is in exactly one interval, on both sides (§6.1): of
         // the run, or of each trial of a search.
         let oc = &s["outcome"];
@@ -225,6 +231,101 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
             _ => {}
         }
     }
+    // Norma Fig. 7's shape: short flows are bound by connection setup,
+    // long ones by bandwidth.
+    let get = |n: &str| {
+        let (_, s) = stateful
+            .iter()
+            .find(|(name, _)| name.contains(n))
+            .unwrap_or_else(|| panic!("no shipped spec of {n}"));
+        let o = &s["outcome"];
+        (
+            o["connections_per_second"].as_f64().unwrap(),
+            o["goodput_bps"].as_f64().unwrap(),
+        )
+    };
+    let (short_cps, short_bps) = get("short-flows");
+    let (long_cps, long_bps) = get("long-flows");
+    assert!(
+        short_cps > 10.0 * long_cps,
+        "{short_cps} vs {long_cps} connections/s"
+    );
+    assert!(
+        long_bps > 10.0 * short_bps,
+        "{long_bps} vs {short_bps} bit/s"
+    );
+}
+
+/// A stateful test through haproxy: every exchange it started ended (the
+/// drain), the intervals add up to the run, and what the EFSMs counted is
+/// what haproxy counted, request for request; haproxy is gone.
+fn stateful_agrees_with_haproxy(intervals: &[Value], s: &Value, show: &str) {
+    let o = &s["outcome"];
+    let total: u64 = intervals.iter().map(|i| u(&i["connections"])).sum();
+    assert_eq!(total, u(&o["connections"]), "{show}");
+    assert!(u(&o["transactions"]) > 0, "{show}");
+    assert_eq!(o["drained"], true, "{show}");
+    assert_eq!(u(&o["resets"]), 0, "{show}");
+    for side in ["clients", "servers"] {
+        assert_eq!(u(&o[side]["active_at_end"]), 0, "{show}");
+        assert_eq!(u(&o[side]["unmatched"]), 0, "{show}");
+        assert_eq!(u(&o[side]["table_full"]), 0, "{show}");
+    }
+    let h = &o["haproxy"];
+    assert_eq!(
+        u(&h["frontend_requests"]),
+        u(&h["efsm_requests_sent"]),
+        "{show}"
+    );
+    assert_eq!(
+        u(&h["frontend_sessions"]),
+        u(&h["efsm_requests_sent"]),
+        "{show}"
+    );
+    assert_eq!(
+        u(&h["backend_sessions"]),
+        u(&h["efsm_transactions"]),
+        "{show}"
+    );
+    assert_eq!(u(&h["backend_2xx"]), u(&h["efsm_transactions"]), "{show}");
+    assert_eq!(u(&h["efsm_transactions"]), u(&o["transactions"]), "{show}");
+    // The client's transitions: the SYN|ACK answered with the request as
+    // often as requests went out; every response's FIN with ours.
+    let t = |side: &str, name: &str| -> u64 {
+        o[side]["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x[0] == name)
+            .map(|x| u(&x[1]))
+            .sum()
+    };
+    assert_eq!(
+        t("clients", "syn-sent -> requested (data)"),
+        u(&h["efsm_requests_sent"]),
+        "{show}"
+    );
+    assert_eq!(
+        t("clients", "requested -> closing (fin)"),
+        u(&h["efsm_requests_sent"]),
+        "{show}"
+    );
+    let dir = PathBuf::from(s["results"].as_str().unwrap());
+    let cfg = std::fs::read_to_string(dir.join("dut/haproxy.cfg")).unwrap();
+    assert!(cfg.contains("server s3 198.18.2.2:8083"), "{cfg}");
+    assert!(std::fs::read_to_string(dir.join("dut/haproxy-stats.csv"))
+        .unwrap()
+        .contains("FRONTEND"));
+    let id = s["run_id"].as_str().unwrap();
+    let o = Command::new("pgrep")
+        .args(["-f", &format!("dut-{id}/haproxy.cfg")])
+        .output()
+        .unwrap();
+    assert!(
+        o.stdout.is_empty(),
+        "haproxy left running: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 /// A load test of `kind` for `secs`, with extra `expect:` lines.

@@ -707,6 +707,9 @@ pub(crate) fn judge(
                 (Some(v), wirelab_spec::Unit::Nanos) => {
                     format!("{}", wirelab_spec::Nanos(v as u64))
                 }
+                (Some(v), wirelab_spec::Unit::BitsPerSec) => {
+                    format!("{:.1} Mbit/s", v / 1e6)
+                }
                 (Some(v), _) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
                 (Some(v), _) => format!("{v:.3e}"),
             };

@@ -227,9 +227,11 @@ pub fn parse_flags(s: &str) -> Result<u8, String> {
             "SYN" | "S" => flag::SYN,
             "RST" | "R" => flag::RST,
             "ACK" | "A" => flag::ACK,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "`{other}` is not one of FIN, SYN, RST, ACK (PSH and the others are not compared)"
-            )),
+            ))
+            }
         };
     }
     if v == 0 {
@@ -631,10 +633,11 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
         );
     }
     let most = mtu.saturating_sub(40);
-    if s.mss < 64 || u32::from(s.mss) > most {
+    // The response's HTTP head goes in its first segment.
+    if s.mss < 256 || u32::from(s.mss) > most {
         return err(
             "stateful.mss",
-            format!("from 64 to the MTU's {most} (MTU − 40), got {}", s.mss),
+            format!("from 256 to the MTU's {most} (MTU − 40), got {}", s.mss),
         );
     }
     if let Some(c) = &s.clients {
@@ -669,4 +672,136 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::parse;
+
+    /// A haproxy test whose servers run `table` (YAML, indented 6).
+    fn with_servers(table: &str) -> String {
+        format!(
+            "dut: {{kind: haproxy}}
+stateful:
+  clients: {{efsm: http-client, connections: 10}}
+  servers:
+    efsm:
+{table}"
+        )
+    }
+
+    const GOOD: &str = "      states: [listen, open]
+      transitions:
+        - {from: listen, when: {flags: SYN}, next: open, reply: syn-ack}
+        - {from: open, when: {prefix: 'GET '}, next: open, reply: data}
+        - {from: open, when: {has: FIN}, next: listen, reply: ack}
+";
+
+    #[test]
+    fn a_table_of_ones_own_compiles_grouped_by_state() {
+        let s = parse(&with_servers(GOOD)).unwrap();
+        let v = s.stateful.unwrap().servers.unwrap();
+        let t = compile(&v.efsm, "x", true).unwrap();
+        assert_eq!(t.states, ["listen", "open"]);
+        assert_eq!(t.rows[0].flags_value, flag::SYN);
+        assert_eq!(t.rows[0].flags_mask, flag::COMPARED);
+        assert_eq!((t.rows[1].prefix_len, t.rows[1].payload), (4, 2));
+        assert_eq!(
+            (t.rows[2].flags_mask, t.rows[2].flags_value),
+            (flag::FIN, flag::FIN)
+        );
+        // Every built-in compiles.
+        for b in BUILTINS {
+            compile(&EfsmRef::Builtin(b.into()), "x", true).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_unreachable_state_is_named_with_its_line() {
+        let t = GOOD.replace("[listen, open]", "[listen, open, lost]");
+        let e = parse(&with_servers(&t)).unwrap_err();
+        assert_eq!(e.path, "stateful.servers.efsm.states[2]");
+        assert!(e.message.contains("`lost` is unreachable"), "{}", e.message);
+        assert_eq!(e.line, Some(6));
+    }
+
+    #[test]
+    fn a_transition_without_an_action_is_refused() {
+        let t = GOOD.replace(", reply: ack}", "}");
+        let e = parse(&with_servers(&t)).unwrap_err();
+        assert_eq!(e.path, "stateful.servers.efsm.transitions[2]");
+        assert!(e.message.contains("has no action"), "{}", e.message);
+        assert_eq!(e.line, Some(10));
+    }
+
+    #[test]
+    fn conditions_on_what_the_executor_cannot_see_are_refused() {
+        let long = GOOD.replace("'GET '", "'GET /index.html'");
+        let e = parse(&with_servers(&long)).unwrap_err();
+        assert_eq!(e.path, "stateful.servers.efsm.transitions[1].when.prefix");
+        assert!(e.message.contains("from 1 to 8 bytes"), "{}", e.message);
+        let flags = GOOD.replace("flags: SYN", "flags: SYN|PSH");
+        let e = parse(&with_servers(&flags)).unwrap_err();
+        assert!(e.message.contains("`PSH` is not one of"), "{}", e.message);
+        let state = GOOD.replace("next: open, reply: syn-ack", "next: opened, reply: syn-ack");
+        let e = parse(&with_servers(&state)).unwrap_err();
+        assert_eq!(e.path, "stateful.servers.efsm.transitions[0].next");
+        // all_acked compares what the flow sent: a table that sends
+        // neither data nor FIN has nothing to compare.
+        let acked = "      states: [a, b]
+      transitions:
+        - {from: a, when: {flags: SYN}, next: b, reply: syn-ack}
+        - {from: b, when: {all_acked: true}, next: a, reply: none}
+";
+        let e = parse(&with_servers(acked)).unwrap_err();
+        assert_eq!(
+            e.path,
+            "stateful.servers.efsm.transitions[1].when.all_acked"
+        );
+        let e = parse(&with_servers("      http-serverr\n")).unwrap_err();
+        assert!(
+            e.message.contains("no built-in EFSM `http-serverr`"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_stateful_test_is_checked_as_a_whole() {
+        let both = "dut: {kind: router}
+stream: {size: 64, pps: 1000}
+stateful:
+  clients: {efsm: http-client, connections: 10}
+";
+        assert_eq!(parse(both).unwrap_err().path, "stateful");
+        let no_servers = "dut: {kind: router}
+stateful:
+  clients: {efsm: http-client, connections: 10}
+";
+        assert_eq!(parse(no_servers).unwrap_err().path, "stateful.servers");
+        let stream_metric = "dut: {kind: haproxy}
+stateful:
+  clients: {efsm: http-client, connections: 10}
+  servers: {efsm: http-server}
+expect:
+  - {metric: latency_p99, at_most: 1ms}
+";
+        let e = parse(stream_metric).unwrap_err();
+        assert_eq!((e.path.as_str(), e.line), ("expect[0].metric", Some(6)));
+        let mss = "dut: {kind: haproxy}
+ports: {mtu: 1500}
+stateful:
+  clients: {efsm: http-client, connections: 10}
+  servers: {efsm: http-server}
+  mss: 1461
+";
+        assert_eq!(parse(mss).unwrap_err().path, "stateful.mss");
+        let conn_metric = "dut: {kind: router}
+stream: {size: 64, pps: 1000}
+expect:
+  - {metric: transactions, at_least: 1}
+";
+        assert_eq!(parse(conn_metric).unwrap_err().path, "expect[0].metric");
+    }
 }

@@ -434,6 +434,7 @@ impl Metric {
             | Metric::LatencyP99
             | Metric::LatencyP999
             | Metric::LatencyMax => Unit::Nanos,
+            Metric::Goodput => Unit::BitsPerSec,
             _ => Unit::Count,
         }
     }
