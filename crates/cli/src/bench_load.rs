@@ -9,7 +9,13 @@
 //!   receiver per second;
 //! - **rate error** at the receiver over `seconds`, at rates from 10,000
 //!   frames/s up: wirelab's version-counted stream against iperf3
-//!   `-u -b` (its server's count over its own interval).
+//!   `-u -b` (its server's count over its own interval);
+//! - **HTTP transactions per second** through haproxy to nginx (four
+//!   workers' worth of backends, one worker), one request per connection:
+//!   wirelab's EFSM clients against wrk (`-t1`, `Connection: close`) with
+//!   as many connections, each with the tester's own CPU time: the
+//!   responders' BPF run time (kernel.bpf_stats_enabled), wrk's process
+//!   time.
 
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
@@ -176,7 +182,140 @@ fn iperf3(size: u32, pps: f64, secs: u32) -> Result<f64> {
     Ok(((sent - lost) / s - pps) / pps)
 }
 
-pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
+/// Connections both HTTP clients keep open, and the response's body.
+const HTTP_CONNECTIONS: u32 = 100;
+const HTTP_BODY: u64 = 1024;
+
+/// wirelab's EFSM clients through haproxy to nginx for `secs`:
+/// (transactions/s, the tester's CPU s per second).
+fn http_wirelab(abort: &Arc<AtomicBool>, secs: u32) -> Result<(f64, f64)> {
+    let text = format!(
+        "name: bench-http\ndut: {{kind: haproxy}}\nduration: {secs}s\ninterval: 1s\n\
+         stateful:\n  clients: {{efsm: http-client, connections: {HTTP_CONNECTIONS}}}\n  \
+         servers: {{real: nginx, count: 4, response: {HTTP_BODY}}}\n"
+    );
+    let spec = wirelab_spec::load::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = tempfile::tempdir()?;
+    let opts = RunOptions {
+        abort: abort.clone(),
+        ..RunOptions::new(dir.path())
+    };
+    let out = wirelab_lab::stateful::run(&spec, &opts, |_| {})?;
+    let o = &out.summary.outcome;
+    ensure!(o.resets == 0, "{} resets", o.resets);
+    let cpu = o
+        .tester_cpu_ns
+        .context("no BPF run time (kernel.bpf_stats_enabled)")?;
+    Ok((o.connections_per_second, cpu as f64 / 1e9 / o.seconds))
+}
+
+/// wrk with as many connections, one request each, through the same DUT
+/// and server for `secs`: (requests/s, wrk's CPU s per second).
+fn http_wrk(secs: u32) -> Result<(f64, f64)> {
+    use wirelab_lab::{haproxy, nginx};
+    let id = format!("bh{}", std::process::id());
+    let lab = TesterLab::up(&id, DutKind::Haproxy, 1500, None)?;
+    let at = wirelab_netns::tester::addresses(DutKind::Haproxy);
+    let servers: Vec<_> = (0..4).map(|i| (at.rx, 8080 + i)).collect();
+    let dut = wirelab_netns::dut_dir(&id);
+    struct Gone(std::path::PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _gone = Gone(dut);
+    // The CPUs wirelab's run gives the tester and the DUT.
+    let (tester_cpu, dut_cpu) = wirelab_lab::stateful::cpus();
+    lab.split_cpus(tester_cpu, dut_cpu)?;
+    let _h = haproxy::Haproxy::start(
+        &lab.dut_ns,
+        &id,
+        Some(dut_cpu),
+        &haproxy::Config {
+            listen: (at.dut_tx_side, 80),
+            servers: servers.clone(),
+            maxconn: 1000,
+        },
+    )?;
+    let _n = nginx::Nginx::start(&lab.rx_ns, &id, Some(tester_cpu), &servers, HTTP_BODY)?;
+    use nix::sys::resource::{getrusage, UsageWho};
+    let cpu = || -> Result<f64> {
+        let u = getrusage(UsageWho::RUSAGE_CHILDREN)?;
+        let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+        Ok(t(u.user_time()) + t(u.system_time()))
+    };
+    let before = cpu()?;
+    let out = sh(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &lab.tx_ns,
+            "taskset",
+            "-c",
+            &tester_cpu.to_string(),
+            "wrk",
+            "-t1",
+            &format!("-c{HTTP_CONNECTIONS}"),
+            &format!("-d{secs}s"),
+            "-H",
+            "Connection: close",
+            &format!("http://{}/", at.dut_tx_side),
+        ],
+    )?;
+    let used = cpu()? - before;
+    let rps = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .with_context(|| format!("wrk's Requests/sec in: {out}"))?;
+    ensure!(!out.contains("Non-2xx"), "wrk saw non-2xx responses: {out}");
+    Ok((rps, used / f64::from(secs)))
+}
+
+/// kernel.bpf_stats_enabled on while it lives (the BPF programs' run
+/// time is counted only then), back to what it was after.
+struct BpfStats(String);
+
+impl BpfStats {
+    const PATH: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
+    fn on() -> Result<BpfStats> {
+        let was = std::fs::read_to_string(Self::PATH)?;
+        std::fs::write(Self::PATH, "1")?;
+        Ok(BpfStats(was.trim().to_string()))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
+}
+
+/// A part of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    Rate,
+    Error,
+    Http,
+}
+
+pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32, only: &[Part]) -> Result<()> {
+    let part = |p: Part| only.is_empty() || only.contains(&p);
+    if part(Part::Rate) {
+        generation(abort, rounds)?;
+    }
+    if part(Part::Error) {
+        rate_error(abort, rounds, seconds)?;
+    }
+    if part(Part::Http) {
+        http(abort, rounds, seconds)?;
+    }
+    Ok(())
+}
+
+fn generation(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
     println!("generation rate (frames/s at the receiver, through a Linux bridge; medians of {rounds} rounds of 3 s)");
     println!(
         "  {:>6}  {:>12}  {:>12}  {:>8}",
@@ -192,6 +331,10 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
         let (w, t) = (median(&mut w), median(&mut t));
         println!("  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x", w / t);
     }
+    Ok(())
+}
+
+fn rate_error(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
     println!(
         "rate error at the receiver over {seconds} s, 64-byte frames (medians [ranges] of {rounds} rounds)"
     );
@@ -212,5 +355,33 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
             spread(&mut i)
         );
     }
+    Ok(())
+}
+
+fn http(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
+    println!(
+        "HTTP transactions/s through haproxy to nginx, {HTTP_CONNECTIONS} connections, one {HTTP_BODY}-byte GET each (medians of {rounds} rounds of {seconds} s)"
+    );
+    println!(
+        "  {:>12}  {:>12}  {:>7}   tester CPU s/s: {:>8}  {:>8}",
+        "wirelab", "wrk -t1", "ratio", "wirelab", "wrk"
+    );
+    let _stats = BpfStats::on()?;
+    let (mut w, mut k, mut wc, mut kc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (t, c) = http_wirelab(abort, seconds)?;
+        w.push(t);
+        wc.push(c);
+        let (t, c) = http_wrk(seconds)?;
+        k.push(t);
+        kc.push(c);
+    }
+    let (w, k) = (median(&mut w), median(&mut k));
+    println!(
+        "  {w:>12.0}  {k:>12.0}  {:>6.2}x   {:>23.3}  {:>8.3}",
+        w / k,
+        median(&mut wc),
+        median(&mut kc)
+    );
     Ok(())
 }

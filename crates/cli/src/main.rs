@@ -245,14 +245,18 @@ enum BenchCmd {
         #[arg(long, value_name = "ADDRESS")]
         ray: Option<String>,
     },
-    /// Norma's tester against trafgen (generation rate, 64 and 1518 B)
-    /// and iperf3 -u -b (rate error at the receiver), on the same lab.
+    /// Norma's tester against trafgen (generation rate, 64 and 1518 B),
+    /// iperf3 -u -b (rate error at the receiver) and wrk (HTTP
+    /// transactions through haproxy to nginx), on the same lab.
     Load {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
-        /// Length of each rate-error run.
+        /// Length of each rate-error and HTTP run.
         #[arg(long, default_value_t = 10)]
         seconds: u32,
+        /// Only these parts (default: all).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        only: Vec<bench_load::Part>,
     },
     /// Many runs in one process through the run engine, with the process's
     /// resident memory every tenth run (it must stay flat).
@@ -372,9 +376,10 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                                 t.clients
                                     .as_ref()
                                     .map_or("none".into(), |c| efsm_name(&c.efsm)),
-                                t.servers
-                                    .as_ref()
-                                    .map_or("none".into(), |v| efsm_name(&v.efsm)),
+                                t.servers.as_ref().map_or("none".into(), |v| match &v.efsm {
+                                    Some(e) => efsm_name(e),
+                                    None => "real (nginx)".into(),
+                                }),
                             )),
                             None => wirelab_lab::load::setup(&s)
                                 .map(|(s, ..)| format!("load test: {}", s.rate.describe()))
@@ -592,7 +597,11 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
         BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
-        BenchCmd::Load { rounds, seconds } => bench_load::run(abort, rounds, seconds)?,
+        BenchCmd::Load {
+            rounds,
+            seconds,
+            only,
+        } => bench_load::run(abort, rounds, seconds, &only)?,
         BenchCmd::Fuzz {
             seeds,
             runs,

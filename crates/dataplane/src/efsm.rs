@@ -178,6 +178,27 @@ impl Responder {
         Ok(out)
     }
 
+    /// The program's CPU time and runs so far, as the kernel counts them
+    /// while `kernel.bpf_stats_enabled` is 1 (None: it is not).
+    pub fn run_time(&self) -> Option<(u64, u64)> {
+        use std::os::fd::AsRawFd;
+        let prog = object::program(&self.obj, PROG);
+        // SAFETY: a zeroed bpf_prog_info is valid; the kernel writes at
+        // most `len` bytes of it.
+        let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of_val(&info) as u32;
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                prog.as_fd().as_raw_fd(),
+                &mut info,
+                &mut len,
+            )
+        };
+        let on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+            .is_ok_and(|v| v.trim() == "1");
+        (rc == 0 && (on || info.run_cnt > 0)).then_some((info.run_time_ns, info.run_cnt))
+    }
+
     /// Flows the side holds now.
     pub fn flows(&self) -> usize {
         self.maps.efsm_flows.keys().count()

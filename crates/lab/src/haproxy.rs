@@ -2,16 +2,16 @@
 //! Debian's haproxy in the DUT's namespace, listening on the router's
 //! address on the clients' side and balancing over the servers on the
 //! other, with a config generated from the spec. Its folder (config, stats
-//! socket) is the run's DUT folder, which `wirelab clean` removes; the
-//! process is stopped on drop, and the namespace's removal kills whatever
-//! is left.
+//! socket, log) is the run's DUT folder (`crate::daemon`).
 
 use std::io::{Read, Write};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
+use crate::daemon::Daemon;
 use crate::{During, Error};
 
 /// What the config says.
@@ -67,74 +67,66 @@ backend servers
 }
 
 pub struct Haproxy {
-    child: Option<Child>,
+    daemon: Daemon,
     dir: PathBuf,
     socket: PathBuf,
 }
 
+/// A command on the stats socket at `socket` (haproxy's management guide
+/// §9.3).
+fn command(socket: &Path, cmd: &str) -> std::io::Result<String> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("{cmd}\n").as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 impl Haproxy {
-    /// Starts haproxy in `ns` and waits until its stats socket answers.
-    pub fn start(ns: &str, run_id: &str, config: &Config) -> Result<Haproxy, Error> {
+    /// Starts haproxy in `ns` (on CPU `cpu`, when given) and waits until
+    /// its stats socket answers.
+    pub fn start(
+        ns: &str,
+        run_id: &str,
+        cpu: Option<usize>,
+        config: &Config,
+    ) -> Result<Haproxy, Error> {
         let dir = wirelab_netns::dut_dir(run_id);
         std::fs::create_dir_all(&dir).during(format!("creating {}", dir.display()))?;
         let socket = dir.join("haproxy.sock");
         let cfg = dir.join("haproxy.cfg");
         std::fs::write(&cfg, config.text(&socket)).during(format!("writing {}", cfg.display()))?;
-        let log = std::fs::File::create(dir.join("haproxy.log")).during("creating haproxy.log")?;
-        let err = log.try_clone().during("creating haproxy.log")?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, "haproxy", "-db", "-f"])
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .during("starting haproxy (is it installed? `make deps`)")?;
-        let mut h = Haproxy {
-            child: Some(child),
+        let daemon = Daemon::start(
+            "haproxy",
+            ns,
+            cpu,
+            "haproxy",
+            &["-db", "-f", &cfg.display().to_string()],
+            &dir.join("haproxy.log"),
+            // A soft stop (the management guide §4).
+            Signal::SIGUSR1,
+            || command(&socket, "show info").is_ok(),
+        )?;
+        Ok(Haproxy {
+            daemon,
             dir,
             socket,
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if h.command("show info").is_ok() {
-                return Ok(h);
-            }
-            if let Some(c) = h.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    let log =
-                        std::fs::read_to_string(h.dir.join("haproxy.log")).unwrap_or_default();
-                    let why = format!("it exited ({status}): {}", log.trim());
-                    return Err(std::io::Error::other(why)).during("starting haproxy");
-                }
-            }
-            if Instant::now() > deadline {
-                let why = "its stats socket did not answer within 5 s";
-                return Err(std::io::Error::other(why)).during("starting haproxy");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// A command on the stats socket (haproxy's management guide §9.3).
-    pub fn command(&self, cmd: &str) -> std::io::Result<String> {
-        let mut s = std::os::unix::net::UnixStream::connect(&self.socket)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.write_all(format!("{cmd}\n").as_bytes())?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
+        })
     }
 
     /// `show stat` as (proxy, server) -> field -> value.
     pub fn stats(&self) -> Result<Stats, Error> {
-        let csv = self
-            .command("show stat")
-            .during("reading haproxy's statistics")?;
+        let csv = command(&self.socket, "show stat").during("reading haproxy's statistics")?;
         Ok(Stats::parse(&csv))
     }
 
-    /// The config and the log, for the results folder.
+    pub fn pid(&self) -> Option<i32> {
+        self.daemon.pid()
+    }
+
+    /// The config and the log, for the results folder (the log is
+    /// complete once stopped).
     pub fn files(&self) -> Vec<(String, String)> {
         ["haproxy.cfg", "haproxy.log"]
             .iter()
@@ -147,29 +139,8 @@ impl Haproxy {
             .collect()
     }
 
-    /// SIGUSR1 (a soft stop), then SIGKILL after 2 s.
     pub fn stop(&mut self) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
-        // `ip netns exec` execs haproxy: the child's pid is haproxy's.
-        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR1);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        self.stop();
+        self.daemon.stop();
     }
 }
 

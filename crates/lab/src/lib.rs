@@ -21,9 +21,11 @@
 
 pub mod bump;
 pub mod capability;
+mod daemon;
 mod engine;
-mod haproxy;
+pub mod haproxy;
 pub mod load;
+pub mod nginx;
 pub mod ovs;
 pub mod record;
 mod results;

@@ -28,11 +28,12 @@ use wirelab_dataplane::load::{Edit, EditMode, GenConfig, Tester};
 use wirelab_load::efsm::{flag, Count, Payload, Reply, Side, Table, COUNTS};
 use wirelab_load::template;
 use wirelab_netns::tester::{self, TesterLab};
-use wirelab_spec::efsm::{compile, Stateful};
+use wirelab_spec::efsm::{compile, RealServer, Stateful};
 use wirelab_spec::load::{DutKind, LoadSpec, Metric};
 
 use crate::haproxy::{self, Haproxy};
 use crate::load::{judge, Claim};
+use crate::nginx::Nginx;
 use crate::{During, Error, RunOptions, Verdict};
 
 /// The first port a client slot opens from.
@@ -105,10 +106,16 @@ pub struct StatefulOutcome {
     pub goodput_bps: f64,
     pub resets: u64,
     pub clients: SideCounts,
-    pub servers: SideCounts,
+    /// None: the servers are real (nginx).
+    pub servers: Option<SideCounts>,
     /// The drain ended every flow (else the counts may differ by the
     /// exchanges in flight).
     pub drained: bool,
+    /// The responders' CPU time and runs (both sides), as the kernel
+    /// counts BPF programs' while `kernel.bpf_stats_enabled` is 1
+    /// (`wirelab bench load` turns it on); None when it is off.
+    pub tester_cpu_ns: Option<u64>,
+    pub tester_runs: Option<u64>,
     pub haproxy: Option<HaproxyCheck>,
 }
 
@@ -154,7 +161,7 @@ struct Meaning {
     resets_s: Vec<usize>,
 }
 
-fn meaning(c: &Table, s: &Table) -> Meaning {
+fn meaning(c: &Table, s: Option<&Table>) -> Meaning {
     let rst = |t: &Table| -> Vec<usize> {
         (0..t.rows.len())
             .filter(|&i| t.rows[i].flags_value & flag::RST != 0)
@@ -169,11 +176,13 @@ fn meaning(c: &Table, s: &Table) -> Meaning {
     Meaning {
         completed,
         requests: rows_with(c, Reply::Data),
-        answers: (0..s.rows.len())
-            .filter(|&i| s.rows[i].reply == Reply::Data && s.rows[i].payload == 2)
-            .collect(),
+        answers: s.map_or(Vec::new(), |s| {
+            (0..s.rows.len())
+                .filter(|&i| s.rows[i].reply == Reply::Data && s.rows[i].payload == 2)
+                .collect()
+        }),
         resets_c: rst(c),
-        resets_s: rst(s),
+        resets_s: s.map_or(Vec::new(), rst),
     }
 }
 
@@ -185,8 +194,9 @@ fn extra(counts: &[u64], rows: usize, c: Count) -> u64 {
     counts[rows + c as usize]
 }
 
-/// The sides for `st`, addressed for a DUT of `kind`.
-fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Side), Error> {
+/// The sides for `st`, addressed for a DUT of `kind` (no server side when
+/// the servers are real).
+fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Option<Side>), Error> {
     let bad = |(at, m): (String, String)| Error::BadInput(format!("{at}: {m}"));
     let (Some(c), Some(s)) = (&st.clients, &st.servers) else {
         return Err(Error::BadInput(
@@ -195,7 +205,10 @@ fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Side), Error> {
     };
     let at = tester::addresses(kind);
     let ctab = compile(&c.efsm, "stateful.clients.efsm", true).map_err(bad)?;
-    let stab = compile(&s.efsm, "stateful.servers.efsm", true).map_err(bad)?;
+    let stab = match &s.efsm {
+        Some(e) => Some(compile(e, "stateful.servers.efsm", true).map_err(bad)?),
+        None => None,
+    };
     let n = c.connections;
     let range = (u32::from(u16::MAX) + 1 - u32::from(PORT_BASE)) / n * n;
     let client = Side {
@@ -213,8 +226,8 @@ fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Side), Error> {
         connections: n,
         port_range: range,
     };
-    let server = Side {
-        table: stab,
+    let server = stab.map(|table| Side {
+        table,
         local_ip: u32::from(at.rx),
         mss: st.mss,
         segments_per_ack: st.segments_per_ack,
@@ -223,7 +236,7 @@ fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Side), Error> {
         port_base: 0,
         connections: 0,
         port_range: 1,
-    };
+    });
     Ok((client, server))
 }
 
@@ -268,7 +281,7 @@ pub fn run(
         .as_ref()
         .ok_or_else(|| Error::BadInput("not a stateful test".into()))?;
     let (client, server) = sides(st, spec.dut.kind)?;
-    let m = meaning(&client.table, &server.table);
+    let m = meaning(&client.table, server.as_ref().map(|s| &s.table));
     let clients = st.clients.as_ref().expect("sides() checked");
     let servers = st.servers.as_ref().expect("sides() checked");
     let run_id = opts.run_id.clone().unwrap_or_else(crate::new_run_id);
@@ -291,12 +304,19 @@ pub fn run(
         spec.dut.egress.as_ref(),
     )
     .during("bringing the tester's lab up")?;
+    // The tester (its responders, in softirq, and real servers) on the
+    // first CPU, the DUT on the last: two machines' worth of separation.
+    let (tester_cpu, dut_cpu) = cpus();
+    lab.split_cpus(tester_cpu, dut_cpu)
+        .during("putting the tester and the DUT on CPUs of their own")?;
     let at = tester::addresses(spec.dut.kind);
     let (target, target_port) = if spec.dut.kind == DutKind::Haproxy {
         (at.dut_tx_side, clients.port)
     } else {
         (at.rx, servers.port)
     };
+    // Removed after the daemons stop (declared before them).
+    let _dut_dir = crate::daemon::DutDir::create(&run_id)?;
     let proxy = if spec.dut.kind == DutKind::Haproxy {
         let cfg = haproxy::Config {
             listen: (at.dut_tx_side, clients.port),
@@ -305,9 +325,24 @@ pub fn run(
                 .collect(),
             maxconn: (clients.connections * 2).max(1000),
         };
-        Some(Haproxy::start(&lab.dut_ns, &run_id, &cfg)?)
+        Some(Haproxy::start(&lab.dut_ns, &run_id, Some(dut_cpu), &cfg)?)
     } else {
         None
+    };
+    let nginx = match servers.real {
+        Some(RealServer::Nginx) => {
+            let listen: Vec<_> = (0..servers.count)
+                .map(|i| (at.rx, servers.port + i as u16))
+                .collect();
+            Some(Nginx::start(
+                &lab.rx_ns,
+                &run_id,
+                Some(tester_cpu),
+                &listen,
+                servers.response.0,
+            )?)
+        }
+        None => None,
     };
     opts.check_abort()?;
     // The responders, each in its port's namespace.
@@ -321,7 +356,10 @@ pub fn run(
             .during(format!("attaching the responder to {dev}"))?;
         Ok((r, ifindex))
     };
-    let (srv, _) = attach(&lab.rx_ns, tester::RX_DEV, &server)?;
+    let srv = match &server {
+        Some(side) => Some(attach(&lab.rx_ns, tester::RX_DEV, side)?.0),
+        None => None,
+    };
     let (cli, cli_ifindex) = attach(&lab.tx_ns, tester::TX_DEV, &client)?;
     // The first SYNs: the generator's live frames, one per connection,
     // the source port stepped over the slots (App. C's direct step).
@@ -375,7 +413,25 @@ pub fn run(
     // The intervals.
     let path = dir.join("intervals.jsonl");
     let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
-    let (cn, sn) = (client.table.rows.len(), server.table.rows.len());
+    let cn = client.table.rows.len();
+    let sn = server.as_ref().map_or(0, |s| s.table.rows.len());
+    // The servers' counters (none when they are real).
+    let srv_counts = |srv: &Option<Responder>| -> Result<Vec<u64>, Error> {
+        match srv {
+            Some(r) => r.counts().during("reading the servers' counters"),
+            None => Ok(vec![0; sn + COUNTS]),
+        }
+    };
+    let srv_flows = |srv: &Option<Responder>| srv.as_ref().map_or(0, |r| r.flows());
+    // Transactions: the emulated servers' answers; with real servers, the
+    // clients' completed exchanges (one request each).
+    let transactions = |c: &[u64], s: &[u64]| -> u64 {
+        if m.answers.is_empty() {
+            sum(c, &m.completed)
+        } else {
+            sum(s, &m.answers)
+        }
+    };
     let zero = (vec![0u64; cn + COUNTS], vec![0u64; sn + COUNTS]);
     let mut last = zero.clone();
     let t0 = Instant::now();
@@ -397,12 +453,12 @@ pub fn run(
         }
         let now = (
             cli.counts().during("reading the clients' counters")?,
-            srv.counts().during("reading the servers' counters")?,
+            srv_counts(&srv)?,
         );
         let d = |a: &[u64], b: &[u64], rows: &[usize]| sum(a, rows) - sum(b, rows);
         let secs = interval.as_secs_f64();
         let conns = d(&now.0, &last.0, &m.completed);
-        let trans = d(&now.1, &last.1, &m.answers);
+        let trans = transactions(&now.0, &now.1) - transactions(&last.0, &last.1);
         let rx = extra(&now.0, cn, Count::BytesReceived) - extra(&last.0, cn, Count::BytesReceived);
         let i = Interval {
             start_s: (interval * (k - 1)).as_secs_f64(),
@@ -414,7 +470,7 @@ pub fn run(
             goodput_bps: rx as f64 * 8.0 / secs,
             resets: d(&now.0, &last.0, &m.resets_c) + d(&now.1, &last.1, &m.resets_s),
             active_clients: cli.flows(),
-            active_servers: srv.flows(),
+            active_servers: srv_flows(&srv),
             unmatched: extra(&now.0, cn, Count::Unmatched) + extra(&now.1, sn, Count::Unmatched)
                 - extra(&last.0, cn, Count::Unmatched)
                 - extra(&last.1, sn, Count::Unmatched),
@@ -440,7 +496,7 @@ pub fn run(
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut drained_all = false;
     while Instant::now() < deadline {
-        if cli.flows() == 0 && srv.flows() == 0 {
+        if cli.flows() == 0 && srv_flows(&srv) == 0 {
             drained_all = true;
             break;
         }
@@ -448,8 +504,16 @@ pub fn run(
     }
     let end = (
         cli.counts().during("reading the clients' counters")?,
-        srv.counts().during("reading the servers' counters")?,
+        srv_counts(&srv)?,
     );
+    let times: Vec<_> = std::iter::once(cli.run_time())
+        .chain(srv.as_ref().map(|s| s.run_time()))
+        .collect();
+    let tester = times
+        .iter()
+        .copied()
+        .collect::<Option<Vec<_>>>()
+        .map(|v| v.iter().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)));
     let check = match &proxy {
         Some(h) => {
             let s = h.stats()?;
@@ -460,7 +524,7 @@ pub fn run(
                 backend_sessions: s.get("servers", "BACKEND", "stot"),
                 backend_2xx: s.get("servers", "BACKEND", "hrsp_2xx"),
                 efsm_requests_sent: sum(&end.0, &m.requests),
-                efsm_transactions: sum(&end.1, &m.answers),
+                efsm_transactions: transactions(&end.0, &end.1),
             })
         }
         None => None,
@@ -469,6 +533,13 @@ pub fn run(
         h.stop();
         for (f, text) in h.files() {
             write(&format!("dut/{f}"), text.as_bytes())?;
+        }
+    }
+    if let Some(mut n) = nginx {
+        n.stop();
+        std::fs::create_dir_all(dir.join("servers")).during("creating servers/")?;
+        for (f, text) in n.files() {
+            write(&format!("servers/{f}"), text.as_bytes())?;
         }
     }
     for (file, text) in lab.dut_statistics() {
@@ -482,7 +553,7 @@ pub fn run(
         } else {
             0.0
         },
-        transactions: sum(&end.1, &m.answers),
+        transactions: transactions(&end.0, &end.1),
         goodput_bps: if seconds > 0.0 {
             extra(&measured.0, cn, Count::BytesReceived) as f64 * 8.0 / seconds
         } else {
@@ -490,8 +561,12 @@ pub fn run(
         },
         resets: sum(&end.0, &m.resets_c) + sum(&end.1, &m.resets_s),
         clients: side_counts(&client.table, &end.0, cli.flows()),
-        servers: side_counts(&server.table, &end.1, srv.flows()),
+        servers: server
+            .as_ref()
+            .map(|s| side_counts(&s.table, &end.1, srv_flows(&srv))),
         drained: drained_all,
+        tester_cpu_ns: tester.map(|t| t.0),
+        tester_runs: tester.map(|t| t.1),
         haproxy: check,
         intervals,
     };
@@ -529,6 +604,12 @@ pub fn run(
         verdict,
         dir,
     })
+}
+
+/// (the tester's CPU, the DUT's): the first and the last.
+pub fn cpus() -> (usize, usize) {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (0, n - 1)
 }
 
 /// A metric's value over the run.
@@ -580,7 +661,8 @@ fn page(s: &StatefulSummary) -> String {
             ),
         ));
     }
-    for (who, side) in [("client", &o.clients), ("server", &o.servers)] {
+    for (who, side) in [("client", Some(&o.clients)), ("server", o.servers.as_ref())] {
+        let Some(side) = side else { continue };
         for (t, n) in &side.transitions {
             facts.push((format!("{who} EFSM ({}): {t}", side.efsm), n.to_string()));
         }
@@ -636,7 +718,7 @@ stateful:
         )
         .unwrap();
         let (c, v) = sides(s.stateful.as_ref().unwrap(), DutKind::Haproxy).unwrap();
-        let m = meaning(&c.table, &v.table);
+        let m = meaning(&c.table, v.as_ref().map(|v| &v.table));
         assert_eq!(m.completed.len(), 1);
         assert_eq!(c.table.rows[m.completed[0]].reply, Reply::Reopen);
         assert_eq!(m.requests.len(), 1);

@@ -521,7 +521,7 @@ impl Drop for Namespaces {
 /// migrated, ACK-clocked sends in softirq, a qdisc dequeued by another CPU)
 /// can overtake each other: the lab would reorder packets on its own. With
 /// RPS to a single CPU they are queued in the order they were transmitted.
-fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), Error> {
+pub fn steer_rx(ns: &str, dev: &str, cpu: usize) -> Result<(), Error> {
     let mask = format!("{:x}", 1u64 << (cpu % 64));
     // sysfs shows a namespace's devices only when mounted from inside it,
     // which `ip netns exec` does.

@@ -267,6 +267,19 @@ impl TesterLab {
         })
     }
 
+    /// Puts the tester and the DUT on CPUs of their own, as if they were
+    /// two machines: what the tester's ports receive is processed (RPS)
+    /// on `tester_cpu`, what the DUT's ports receive on `dut_cpu`, where
+    /// the caller also runs the DUT's processes. Without it, a veth
+    /// delivers on the sending CPU, and a tester answering in softirq
+    /// would take its CPU time from the DUT's core.
+    pub fn split_cpus(&self, tester_cpu: usize, dut_cpu: usize) -> Result<(), Error> {
+        crate::steer_rx(&self.tx_ns, TX_DEV, tester_cpu)?;
+        crate::steer_rx(&self.rx_ns, RX_DEV, tester_cpu)?;
+        crate::steer_rx(&self.dut_ns, DUT_IN, dut_cpu)?;
+        crate::steer_rx(&self.dut_ns, DUT_OUT, dut_cpu)
+    }
+
     pub fn namespaces(&self) -> &[String] {
         self.ns.names()
     }

@@ -87,7 +87,13 @@ fn default_request() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Servers {
-    pub efsm: EfsmRef,
+    /// Emulated servers, an EFSM each ...
+    #[serde(default)]
+    pub efsm: Option<EfsmRef>,
+    /// ... or real ones: nginx (Debian's) in the receiving port's
+    /// namespace, serving the response from a file, on the kernel's TCP.
+    #[serde(default)]
+    pub real: Option<RealServer>,
     /// Servers, on ports `port`, `port`+1, ... of the receiving port's
     /// address (a DUT that balances load gets one backend each).
     #[serde(default = "one")]
@@ -107,6 +113,12 @@ fn default_server_port() -> u16 {
 }
 fn default_response() -> Bytes {
     Bytes(1024)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RealServer {
+    Nginx,
 }
 
 /// A built-in EFSM by name, or a table.
@@ -660,7 +672,13 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
         }
     }
     if let Some(v) = &s.servers {
-        compile(&v.efsm, "stateful.servers.efsm", true)?;
+        match (&v.efsm, v.real) {
+            (Some(e), None) => {
+                compile(e, "stateful.servers.efsm", true)?;
+            }
+            (None, Some(_)) => {}
+            _ => return err("stateful.servers", "needs `efsm:` or `real:`, one of them"),
+        }
         if v.count == 0 || v.count > 64 {
             return err("stateful.servers.count", "from 1 to 64");
         }
@@ -702,7 +720,7 @@ stateful:
     fn a_table_of_ones_own_compiles_grouped_by_state() {
         let s = parse(&with_servers(GOOD)).unwrap();
         let v = s.stateful.unwrap().servers.unwrap();
-        let t = compile(&v.efsm, "x", true).unwrap();
+        let t = compile(v.efsm.as_ref().unwrap(), "x", true).unwrap();
         assert_eq!(t.states, ["listen", "open"]);
         assert_eq!(t.rows[0].flags_value, flag::SYN);
         assert_eq!(t.rows[0].flags_mask, flag::COMPARED);
