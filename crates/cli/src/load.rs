@@ -108,9 +108,9 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
 
 fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
     println!(
-        "{}: {} B frames through a Linux {}{}, lines every {}",
+        "{}: {} through a Linux {}{}, lines every {}",
         spec.name.as_deref().unwrap_or("load"),
-        s.frame_bytes,
+        frames(spec.stream(), s.frame_bytes),
         s.dut,
         if spec.search.is_some() {
             String::new()
@@ -137,6 +137,25 @@ fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
         "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/max",
         "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
     );
+}
+
+/// "64 B frames", or a mix: "frames of 64/594/1518 B in 7:4:1 (mean 353.8 B)".
+fn frames(st: &wirelab_spec::load::Stream, mean: f64) -> String {
+    if st.sizes.is_none() {
+        return format!("{mean} B frames");
+    }
+    let m = st.mix();
+    let join = |f: fn(&(u32, u32)) -> u32, sep: &str| {
+        m.iter()
+            .map(|x| f(x).to_string())
+            .collect::<Vec<_>>()
+            .join(sep)
+    };
+    format!(
+        "frames of {} B in {} (mean {mean:.1} B)",
+        join(|x| x.0, "/"),
+        join(|x| x.1, ":")
+    )
 }
 
 /// `1234567` as `1,234,567`.
@@ -170,13 +189,13 @@ fn lat(l: &Option<Latency>) -> String {
     }
 }
 
-fn line(frame_bytes: u32, requested_pps: f64, r: &Report) -> String {
+fn line(frame_bytes: f64, requested_pps: f64, r: &Report) -> String {
     let c = &r.counts;
     // Bits on the wire at the receiver: frames with FCS, preamble and gap.
-    let wire = (u64::from(frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
+    let wire = (frame_bytes + wirelab_spec::load::WIRE_OVERHEAD as f64) * 8.0;
     let mbit = r
         .received_pps
-        .map_or("-".into(), |p| format!("{:.1}", p * wire as f64 / 1e6));
+        .map_or("-".into(), |p| format!("{:.1}", p * wire / 1e6));
     let err = r.sent_pps.map_or("-".into(), |p| {
         format!("{:+.1e}", (p - requested_pps) / requested_pps)
     });
@@ -225,12 +244,12 @@ fn footer(s: &LoadSummary) {
         o.generator_cpu_ns as f64 / 1e9
     );
     if let Some(r) = &s.search {
-        let wire = (u64::from(s.setup.frame_bytes) + wirelab_spec::load::WIRE_OVERHEAD) * 8;
+        let wire = (s.setup.frame_bytes + wirelab_spec::load::WIRE_OVERHEAD as f64) * 8.0;
         match r.throughput_pps {
             Some(p) => println!(
                 "  throughput (RFC 2544): {} pps, {:.1} Mbit/s on the wire, after {} trials (failed at {} pps){}",
                 group(p.round() as u64),
-                p * wire as f64 / 1e6,
+                p * wire / 1e6,
                 r.trials.len(),
                 group(r.hi_pps.round() as u64),
                 if r.tester_limited {

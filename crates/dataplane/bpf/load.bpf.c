@@ -59,6 +59,8 @@ enum wl_load_limits {
 	WL_HIST_BITS = 6,
 	/* Bytes of a sampled frame kept (the pcapng sample's snap length). */
 	WL_SAMPLE_CAP = 128,
+	/* A size mix's pattern (IMIX): frame lengths taken in turn. */
+	WL_LOAD_SIZES = 64,
 	WL_HIST_BUCKETS = 64 + (40 - 6) * 64,
 };
 
@@ -118,6 +120,11 @@ struct wl_gen_conf {
 	__u32 sample_every;
 	struct wl_load_unit unit[WL_LOAD_UNITS];
 	struct wl_load_edit edit[WL_LOAD_EDITS];
+	/* A size mix (IMIX; 0 sizes: every frame the template's length):
+	 * frame k is sizes[k % nsizes] bytes long, cut from the template (a
+	 * UDP frame of the largest size, its payload zeros past the stamp). */
+	__u32 nsizes;
+	__u16 sizes[WL_LOAD_SIZES];
 };
 
 /* A generator CPU's state: the meter's theoretical arrival time, the
@@ -376,6 +383,48 @@ static __always_inline int put_field(struct xdp_md *ctx, const struct wl_gen_con
 	return put16(ctx, c, even, bpf_htons(w));
 }
 
+/* A frame of a size mix, `want` bytes long now: what counts the length,
+ * the IPv4 total length and the UDP length (each a word put16 patches the
+ * checksums of), and the UDP checksum once more for the length in its
+ * pseudo-header (RFC 768). The payload cut away is zeros, which no
+ * checksum counts. A global function, verified once. */
+__noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
+{
+	struct wl_gen_conf *c;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	void *data, *end;
+	__u32 zero = 0, l3, l4;
+	__u16 old_ulen, new_ulen, *ck;
+
+	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	if (!c)
+		return -1;
+	l3 = c->l3_off & (WL_LOAD_MAX_FRAME - 1);
+	l4 = c->l4_off & (WL_LOAD_MAX_FRAME - 1);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	ip = data + l3;
+	udp = data + l4;
+	if ((void *)(ip + 1) > end || (void *)(udp + 1) > end)
+		return -1;
+	old_ulen = udp->len;
+	new_ulen = bpf_htons(want - l4);
+	if (put16(ctx, c, (void *)&ip->tot_len - data, bpf_htons(want - l3)))
+		return -1;
+	if (put16(ctx, c, (void *)&udp->len - data, new_ulen))
+		return -1;
+	/* The pseudo-header's copy of the length. */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	ck = data + (c->csum_off & (WL_LOAD_MAX_FRAME - 2));
+	if (c->csum_off && (void *)(ck + 1) <= end && *ck) {
+		__u16 v = csum_update(*ck, old_ulen, new_ulen);
+		*ck = v ? v : 0xffff;
+	}
+	return 0;
+}
+
 /* Edit i of the template; returns 1 when a step wrapped (its cascade
  * moves), -1 when the frame is too short. A global function: the editor
  * is verified once, not once per edit and branch. */
@@ -484,6 +533,7 @@ int wl_gen(struct xdp_md *ctx)
 	struct wl_gen_conf *c;
 	__u64 now, late, seq;
 	struct iphdr *ip;
+	__u32 want = 0;
 	int r;
 
 	c = bpf_map_lookup_elem(&gen_conf, &zero);
@@ -512,7 +562,19 @@ int wl_gen(struct xdp_md *ctx)
 	if (unit_step(c, st, 0) || unit_step(c, st, 1) || unit_step(c, st, 2) ||
 	    unit_step(c, st, 3))
 		return XDP_DROP;
-	/* 3. The template's head, back as it was (see the top). */
+	/* 3. The frame's length when the stream mixes sizes (before its head
+	 * is written: a live frame keeps the length its last run left, and
+	 * the bytes past the head are the template's, untouched), then the
+	 * template's head, back as it was (see the top). */
+	if (c->nsizes) {
+		__s64 have = bpf_xdp_get_buff_len(ctx);
+
+		want = c->sizes[(st->seq % c->nsizes) & (WL_LOAD_SIZES - 1)];
+		if (want < 60 || want > WL_LOAD_MAX_FRAME)
+			return XDP_ABORTED;
+		if (want != have && bpf_xdp_adjust_tail(ctx, (__s64)want - have))
+			return XDP_ABORTED;
+	}
 	head = bpf_map_lookup_elem(&gen_head, &zero);
 	if (!head)
 		return XDP_ABORTED;
@@ -520,6 +582,9 @@ int wl_gen(struct xdp_md *ctx)
 	if (n > WL_LOAD_HEAD)
 		n = WL_LOAD_HEAD;
 	if (n < 1 || bpf_xdp_store_bytes(ctx, 0, head->w, n))
+		return XDP_ABORTED;
+	/* The lengths, when the stream mixes sizes. */
+	if (want && wl_lengths(ctx, want) < 0)
 		return XDP_ABORTED;
 	/* 4. The editor (App. C), in the order of the edits, so a cascaded
 	 * step follows the one that drives it. */

@@ -102,7 +102,13 @@ pub struct GenConfig {
     /// Frames whose sequence number is a multiple of this are sampled
     /// (0: none); set the sink's alike to have each as sent and received.
     pub sample_every: u32,
+    /// A size mix (IMIX): frame k is `sizes[k % len]` bytes, cut from the
+    /// template (a UDP frame of the largest); empty: the template's size.
+    pub sizes: Vec<u16>,
 }
+
+/// Entries of a size mix's pattern (`WL_LOAD_SIZES`).
+pub const SIZES: usize = types::wl_load_limits::WL_LOAD_SIZES.0 as usize;
 
 /// A sampled frame (`struct wl_sample`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,8 +266,10 @@ impl Tester {
             stamp_off: c.stamp_off,
             edits: c.edits.len() as u32,
             sample_every: c.sample_every,
+            nsizes: c.sizes.len() as u32,
             ..Default::default()
         };
+        raw.sizes[..c.sizes.len()].copy_from_slice(&c.sizes);
         for (u, &(pass, skip)) in raw.unit.iter_mut().zip(&c.units) {
             u.pass = pass;
             u.skip = skip;
@@ -646,7 +654,8 @@ impl GenHandle {
 }
 
 fn test_run(obj: &libbpf_rs::Object, prog: &str, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
-    let mut out = vec![0u8; frame.len() + 256];
+    // Room for a frame the program grows (a size mix's).
+    let mut out = vec![0u8; frame.len().max(MAX_FRAME) + 256];
     let mut input = libbpf_rs::ProgramInput::default();
     input.data_in = Some(frame);
     input.data_out = Some(&mut out);
@@ -664,6 +673,22 @@ fn check(c: &GenConfig) -> Result<(), Error> {
     if c.template.len() < 60 || c.template.len() > MAX_FRAME {
         return bad(format!(
             "a template of {} bytes (60 to {MAX_FRAME})",
+            c.template.len()
+        ));
+    }
+    if c.sizes.len() > SIZES {
+        return bad(format!(
+            "a size mix of {} frames, the generator takes {SIZES}",
+            c.sizes.len()
+        ));
+    }
+    if let Some(z) = c
+        .sizes
+        .iter()
+        .find(|&&z| z < 60 || usize::from(z) > c.template.len())
+    {
+        return bad(format!(
+            "a {z}-byte frame of the size mix (60 to the template's {})",
             c.template.len()
         ));
     }

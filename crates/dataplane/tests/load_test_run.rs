@@ -468,3 +468,51 @@ fn configurations_the_program_cannot_run_are_refused() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+#[test]
+fn a_size_mix_cuts_each_frame_to_its_turn_with_both_checksums_right() {
+    if !have_bpf() {
+        return;
+    }
+    // The simple IMIX's sizes without the FCS, in a pattern of five.
+    let pattern = vec![60u16, 590, 60, 1514, 60];
+    let t0 = template(1514);
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&GenConfig {
+        sizes: pattern.clone(),
+        ..conf(&t0)
+    })
+    .unwrap();
+    for k in 0..15usize {
+        // A live frame starts a run at the length its last run left:
+        // every other run here starts from a 60-byte one.
+        let input = if k % 2 == 1 {
+            &t0.bytes[..60]
+        } else {
+            &t0.bytes[..]
+        };
+        let (v, out) = t.test_gen(input).expect("test run");
+        assert_eq!(v, XDP_REDIRECT);
+        let want = usize::from(pattern[k % pattern.len()]);
+        assert_eq!(out.len(), want, "frame {k}");
+        let s = seen(&out);
+        assert_eq!(s.seq, k as u64, "frame {k}");
+        assert_eq!(
+            usize::from(u16::from_be_bytes([out[16], out[17]])),
+            want - 14,
+            "frame {k}: IPv4 total length"
+        );
+    }
+    // The banks count each frame's own bytes.
+    let b = t.gen_bank(0).unwrap();
+    let bytes: u64 = (0..15).map(|k| u64::from(pattern[k % 5])).sum();
+    assert_eq!((b.packets, b.bytes), (15, bytes));
+    // Sizes the template cannot be cut to are refused before loading.
+    let err = t
+        .configure(&GenConfig {
+            sizes: vec![60, 1600],
+            ..conf(&t0)
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("1600-byte frame"), "{err}");
+}

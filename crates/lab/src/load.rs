@@ -34,7 +34,10 @@ use crate::{During, Error, RunOptions, Verdict};
 #[derive(Debug, Clone, Serialize)]
 pub struct Setup {
     pub dut: &'static str,
-    pub frame_bytes: u32,
+    /// The frames' mean size (with the FCS); a size mix's pattern, in
+    /// the order sent (without it; empty: one size).
+    pub frame_bytes: f64,
+    pub sizes: Vec<u16>,
     pub requested_pps: f64,
     pub rate: rate::Plan,
     /// The rate's steps after the start (steps and ramps).
@@ -140,7 +143,8 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
     Ok((
         Setup {
             dut: spec.dut.kind.name(),
-            frame_bytes: spec.stream().size,
+            frame_bytes: spec.stream().mean_size(),
+            sizes: spec.stream().pattern(),
             requested_pps: spec.pps(),
             rate: plan,
             schedule,
@@ -340,6 +344,7 @@ pub fn run(
                 setup.schedule.clone()
             },
             sample_every: spec.sample_every,
+            sizes: setup.sizes.clone(),
         };
         let timing = Timing {
             duration,
@@ -520,7 +525,7 @@ fn throughput(
         .iter()
         .filter(|t| t.pass)
         .max_by(|a, b| a.requested_pps.total_cmp(&b.requested_pps));
-    let wire = ((u64::from(spec.stream().size) + wirelab_spec::load::WIRE_OVERHEAD) * 8) as f64;
+    let wire = (spec.stream().mean_size() + wirelab_spec::load::WIRE_OVERHEAD as f64) * 8.0;
     let result = SearchResult {
         throughput_pps: found.map(|t| t.requested_pps),
         offered_pps: found.and_then(|t| t.sent_pps),

@@ -222,8 +222,13 @@ impl Default for Ports {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Stream {
-    /// Frame size with the FCS, as RFC 2544 counts it (64 to MTU + 18).
+    /// Frame size with the FCS, as RFC 2544 counts it (64 to MTU + 18) ...
+    #[serde(default)]
     pub size: u32,
+    /// ... or a size mix: `imix` (the simple IMIX: 64, 594 and 1518 bytes
+    /// in 7:4:1) or `[{size, weight}]`, frames taken in turn, interleaved.
+    #[serde(default)]
+    pub sizes: Option<Sizes>,
     /// The average rate in packets per second ...
     #[serde(default)]
     pub pps: Option<f64>,
@@ -254,6 +259,75 @@ pub struct Stream {
     /// Norma's packet editor (App. C), in order.
     #[serde(default)]
     pub edits: Vec<EditSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Sizes {
+    Named(String),
+    List(Vec<SizeWeight>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SizeWeight {
+    pub size: u32,
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+/// The simple IMIX: 7 frames of 64 bytes, 4 of 594, 1 of 1518.
+pub const SIMPLE_IMIX: [(u32, u32); 3] = [(64, 7), (594, 4), (1518, 1)];
+/// Frames in a mix's pattern (`WL_LOAD_SIZES`): the weights' sum.
+pub const MAX_MIX: u32 = 64;
+
+impl Stream {
+    /// (size, weight) of every frame size (one of weight 1 without a mix).
+    pub fn mix(&self) -> Vec<(u32, u32)> {
+        match &self.sizes {
+            None => vec![(self.size, 1)],
+            Some(Sizes::Named(_)) => SIMPLE_IMIX.to_vec(),
+            Some(Sizes::List(l)) => l.iter().map(|w| (w.size, w.weight)).collect(),
+        }
+    }
+    /// The mean frame size (with the FCS), by weight.
+    pub fn mean_size(&self) -> f64 {
+        let m = self.mix();
+        let w: u32 = m.iter().map(|x| x.1).sum();
+        m.iter()
+            .map(|&(z, k)| f64::from(z) * f64::from(k))
+            .sum::<f64>()
+            / f64::from(w.max(1))
+    }
+    pub fn largest(&self) -> u32 {
+        self.mix().iter().map(|x| x.0).max().unwrap_or(0)
+    }
+    /// The frames' sizes in the order they are sent, one pattern: each
+    /// size as often as its weight, spread evenly (smooth weighted
+    /// round-robin, as nginx balances), without the FCS. Empty without a
+    /// mix.
+    pub fn pattern(&self) -> Vec<u16> {
+        if self.sizes.is_none() {
+            return Vec::new();
+        }
+        let m = self.mix();
+        let total: i64 = m.iter().map(|x| i64::from(x.1)).sum();
+        let mut current = vec![0i64; m.len()];
+        (0..total)
+            .map(|_| {
+                for (c, x) in current.iter_mut().zip(&m) {
+                    *c += i64::from(x.1);
+                }
+                let (i, _) = current
+                    .iter()
+                    .enumerate()
+                    .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))
+                    .expect("a mix has a size");
+                current[i] -= total;
+                (m[i].0 - 4) as u16
+            })
+            .collect()
+    }
 }
 
 fn default_sport() -> u16 {
@@ -501,7 +575,7 @@ impl LoadSpec {
     }
     /// Frames per second on the wire for `bits` per second.
     fn pps_of(&self, bits: BitsPerSec) -> f64 {
-        bits.0 as f64 / ((u64::from(self.stream().size) + WIRE_OVERHEAD) * 8) as f64
+        bits.0 as f64 / ((self.stream().mean_size() + WIRE_OVERHEAD as f64) * 8.0)
     }
     /// The average rate asked for at the start (packets per second).
     pub fn pps(&self) -> f64 {
@@ -553,7 +627,7 @@ impl LoadSpec {
     }
     /// The template's length: the frame without its FCS (veth carries none).
     pub fn template_len(&self) -> usize {
-        self.stream().size as usize - 4
+        self.stream().largest() as usize - 4
     }
 }
 
@@ -607,33 +681,7 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
             "haproxy forwards TCP connections: its test is `stateful:`, not a stream",
         );
     }
-    let largest = mtu + FRAME_OVERHEAD;
-    if st.size < 64 {
-        return err(
-            "stream.size",
-            format!("{} bytes is below Ethernet's minimum frame of 64", st.size),
-        );
-    }
-    if st.size > largest {
-        return err(
-            "stream.size",
-            format!(
-                "a {}-byte frame carries {} bytes of IP, above the MTU of {mtu} \
-                 (the largest frame is {largest})",
-                st.size,
-                st.size - FRAME_OVERHEAD
-            ),
-        );
-    }
-    if st.size > 2048 {
-        return err(
-            "stream.size",
-            format!(
-                "the generator edits frames up to 2048 bytes, not {}",
-                st.size
-            ),
-        );
-    }
+    validate_sizes(st, mtu)?;
     let pps = match (st.pps, st.rate) {
         (Some(_), Some(_)) => return err("stream", "`pps` or `rate`, not both"),
         (None, None) => return err("stream", "needs a rate: `pps` or `rate`"),
@@ -649,14 +697,14 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
         "stream.rate"
     };
     let fits = |what: &str, p: f64, at: &str| -> Result<(), Invalid> {
-        let wire = p * ((u64::from(st.size) + WIRE_OVERHEAD) * 8) as f64;
+        let wire = p * (st.mean_size() + WIRE_OVERHEAD as f64) * 8.0;
         if wire > s.ports.speed.0 as f64 * (1.0 + 1e-9) {
             return err(
                 at,
                 format!(
                     "{what} of {p:.0} frames/s of {} bytes is {:.3} Gbit/s on the wire, \
                      above the port's {} (at most {:.0} frames/s)",
-                    st.size,
+                    st.mean_size(),
                     wire / 1e9,
                     s.ports.speed,
                     s.port_pps()
@@ -840,6 +888,71 @@ fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// Every frame size fits Ethernet, the MTU and the generator; a mix is
+/// `imix` or weights summing to at most 64.
+fn validate_sizes(st: &Stream, mtu: u32) -> Result<(), Invalid> {
+    let largest = mtu + FRAME_OVERHEAD;
+    let one = |size: u32, at: &str| -> Result<(), Invalid> {
+        if size < 64 {
+            return err(
+                at,
+                format!("{size} bytes is below Ethernet's minimum frame of 64"),
+            );
+        }
+        if size > largest {
+            return err(
+                at,
+                format!(
+                    "a {size}-byte frame carries {} bytes of IP, above the MTU of {mtu} \
+                     (the largest frame is {largest})",
+                    size - FRAME_OVERHEAD
+                ),
+            );
+        }
+        if size > 2048 {
+            return err(
+                at,
+                format!("the generator edits frames up to 2048 bytes, not {size}"),
+            );
+        }
+        Ok(())
+    };
+    match (&st.sizes, st.size) {
+        (None, size) => one(size, "stream.size"),
+        (Some(_), 1..) => err("stream.sizes", "`size` or `sizes`, not both"),
+        (Some(Sizes::Named(n)), _) => {
+            if n != "imix" {
+                return err(
+                    "stream.sizes",
+                    format!("`{n}`: the named mix is `imix` (64, 594 and 1518 bytes, 7:4:1)"),
+                );
+            }
+            SIMPLE_IMIX
+                .iter()
+                .try_for_each(|&(z, _)| one(z, "stream.sizes"))
+        }
+        (Some(Sizes::List(l)), _) => {
+            if l.is_empty() {
+                return err("stream.sizes", "names no size");
+            }
+            for (k, w) in l.iter().enumerate() {
+                one(w.size, &format!("stream.sizes[{k}].size"))?;
+                if w.weight == 0 {
+                    return err(format!("stream.sizes[{k}].weight"), "must be at least 1");
+                }
+            }
+            let total: u32 = l.iter().map(|w| w.weight).sum();
+            if total > MAX_MIX {
+                return err(
+                    "stream.sizes",
+                    format!("weights summing to at most {MAX_MIX} (the generator's pattern), got {total}"),
+                );
+            }
+            Ok(())
+        }
+    }
 }
 
 fn validate_patterns(
@@ -1177,5 +1290,43 @@ expect:
         assert_eq!(e.path, "stream.on_off.on");
         let e = bad(&GOOD.replace("kind: router", "kind: switch"));
         assert!(e.message.contains("unknown variant"), "{e}");
+    }
+
+    #[test]
+    fn a_size_mix_interleaves_its_sizes_by_weight() {
+        let s = parse(&GOOD.replace("size: 64", "sizes: imix")).unwrap();
+        let p = s.stream().pattern();
+        assert_eq!(p.len(), 12);
+        for (z, n) in [(60, 7), (590, 4), (1514, 1)] {
+            assert_eq!(p.iter().filter(|&&x| x == z).count(), n, "{p:?}");
+        }
+        // Spread: never two 594s in a row, and the 64s at most two.
+        assert!(p.windows(2).all(|w| !(w[0] == 590 && w[1] == 590)), "{p:?}");
+        assert!(p.windows(3).all(|w| !w.iter().all(|&x| x == 60)), "{p:?}");
+        assert!((s.stream().mean_size() - 4342.0 / 12.0).abs() < 1e-9);
+        assert_eq!(s.template_len(), 1514);
+        // A rate in bits counts the mean frame.
+        let r = parse(
+            &GOOD
+                .replace("size: 64", "sizes: imix")
+                .replace("pps: 100000", "rate: 1gbit"),
+        )
+        .unwrap();
+        assert!((r.pps() - 1e9 / ((4342.0 / 12.0 + 20.0) * 8.0)).abs() < 1e-6);
+        let l = parse(&GOOD.replace("size: 64", "sizes: [{size: 128, weight: 3}, {size: 1024}]"))
+            .unwrap();
+        assert_eq!(l.stream().pattern(), vec![124, 124, 1020, 124]);
+        // Checked as sizes are.
+        let e = bad(&GOOD.replace("size: 64", "size: 64\n  sizes: imix"));
+        assert_eq!(e.path, "stream.sizes");
+        let e = bad(&GOOD.replace("size: 64", "sizes: imx"));
+        assert!(e.message.contains("`imx`"), "{e}");
+        let e = bad(&GOOD.replace("size: 64", "sizes: [{size: 64}, {size: 9000}]"));
+        assert_eq!((e.path.as_str(), e.line), ("stream.sizes[1].size", Some(5)));
+        let e = bad(&GOOD.replace(
+            "size: 64",
+            "sizes: [{size: 64, weight: 60}, {size: 128, weight: 5}]",
+        ));
+        assert!(e.message.contains("at most 64"), "{e}");
     }
 }

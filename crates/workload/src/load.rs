@@ -44,6 +44,9 @@ pub struct Stream {
     /// Sample frames whose sequence number is a multiple of this, as sent
     /// and as received (0: none).
     pub sample_every: u32,
+    /// A size mix's frame lengths in the order sent (empty: the
+    /// template's length).
+    pub sizes: Vec<u16>,
 }
 
 /// Samples kept per side at most: the pcapng sample stays a sample.
@@ -296,6 +299,7 @@ pub fn run(
             edits: stream.edits.clone(),
             template: tm.bytes.clone(),
             sample_every: stream.sample_every,
+            sizes: stream.sizes.clone(),
         }),
     )?;
     t(

@@ -78,6 +78,7 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         dport: 7001,
         schedule: Vec::new(),
         sample_every: 0,
+        sizes: Vec::new(),
     };
     let ports = Ports {
         tx_ns: net.a.clone(),
