@@ -72,8 +72,10 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             rate.describe()
         ),
         Tick::TrialDone(t) if !json => println!(
-            "  trial {}: {} sent, {} lost ({:.2e}): {}",
+            "  trial {}{}: {} sent, {} lost ({:.2e}): {}",
             t.trial,
+            t.burst
+                .map_or(String::new(), |b| format!(" (a burst of {b})")),
             group(t.sent),
             t.lost,
             t.loss_ratio,
@@ -123,15 +125,23 @@ fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
         },
         spec.interval,
     );
-    match &spec.search {
-        Some(x) => println!(
+    match spec.search.as_ref().map(|x| (&x.throughput, &x.back_to_back)) {
+        Some((Some(t), _)) => println!(
             "  RFC 2544 throughput search from {} pps down: trials of {}, loss tolerated {}, resolution {}%",
             group(s.requested_pps.round() as u64),
-            x.throughput.trial,
-            x.throughput.loss,
-            x.throughput.resolution * 100.0
+            t.trial,
+            t.loss,
+            t.resolution * 100.0
         ),
-        None => println!("  rate plan (Norma §5.2): {}", s.rate.describe()),
+        Some((_, Some(b))) => println!(
+            "  RFC 2544 back-to-back search (§26.4): bursts at {} pps of up to {} frames, resolution {}, {} repeat(s), {} to drain",
+            group(s.requested_pps.round() as u64),
+            group(u64::from(b.max_frames)),
+            b.resolution,
+            b.repeat,
+            b.drain
+        ),
+        _ => println!("  rate plan (Norma §5.2): {}", s.rate.describe()),
     }
     println!(
         "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/max",
@@ -264,6 +274,25 @@ fn footer(s: &LoadSummary) {
                 group(r.hi_pps.round() as u64)
             ),
         }
+    }
+    if let Some(r) = &s.back_to_back {
+        println!(
+            "  back-to-back (RFC 2544 §26.4): {:.1} frames at {} pps (repeats: {:?}), after {} trials{}{}",
+            r.mean,
+            group(r.pps.round() as u64),
+            r.frames,
+            r.trials.len(),
+            if r.at_bound {
+                "; every burst up to the bound passed: the DUT may take more"
+            } else {
+                ""
+            },
+            if r.tester_limited {
+                "; the tester sent less than some burst"
+            } else {
+                ""
+            }
+        );
     }
     for c in &s.expect {
         println!(

@@ -68,6 +68,7 @@ pub struct LoadSummary {
     /// The RFC 2544 search, when the spec asked for one (its trials are
     /// in trials.json).
     pub search: Option<SearchResult>,
+    pub back_to_back: Option<BackToBackResult>,
     pub expect: Vec<Claim>,
     pub duration_ms: u64,
 }
@@ -80,8 +81,10 @@ impl LoadSummary {
         if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
             o.insert("intervals".into(), self.outcome.intervals.into());
         }
-        if let Some(o) = v.get_mut("search").and_then(|o| o.as_object_mut()) {
-            o.remove("trials");
+        for k in ["search", "back_to_back"] {
+            if let Some(o) = v.get_mut(k).and_then(|o| o.as_object_mut()) {
+                o.remove("trials");
+            }
         }
         Ok(v)
     }
@@ -253,6 +256,27 @@ pub struct Trial {
     /// for the tester's sake, not the DUT's.
     pub tester_short: bool,
     pub pass: bool,
+    /// A back-to-back trial's burst (frames) and its repeat (from 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
+}
+
+/// What an RFC 2544 back-to-back search found (§26.4).
+#[derive(Debug, Clone, Serialize)]
+pub struct BackToBackResult {
+    /// The burst's rate (frames/s).
+    pub pps: f64,
+    /// Per repeat, the longest burst forwarded whole (0: none).
+    pub frames: Vec<u32>,
+    /// Their mean: the back-to-back value §26.4 reports.
+    pub mean: f64,
+    /// Every burst up to the search's bound passed: the DUT may take more.
+    pub at_bound: bool,
+    /// Some trial's tester sent less than its burst.
+    pub tester_limited: bool,
+    pub trials: Vec<Trial>,
 }
 
 /// What an RFC 2544 search found.
@@ -373,19 +397,35 @@ pub fn run(
         );
         Ok(outcome)
     };
-    let (outcome, search) = match &spec.search {
-        None => (
-            stream_at(&setup.rate, spec.duration.as_std(), None, &mut each)?,
-            None,
-        ),
-        Some(s) => {
-            let (o, r) = throughput(spec, &s.throughput, opts, &mut stream_at, &mut each)?;
+    let mut b2b = None;
+    let (outcome, search) = match spec.search.as_ref() {
+        Some(wirelab_spec::load::Search {
+            throughput: Some(t),
+            ..
+        }) => {
+            let (o, r) = throughput(spec, t, opts, &mut stream_at, &mut each)?;
             write(
                 "trials.json",
                 &serde_json::to_vec_pretty(&r.trials).during("encoding the trials")?,
             )?;
             (o, Some(r))
         }
+        Some(wirelab_spec::load::Search {
+            back_to_back: Some(b),
+            ..
+        }) => {
+            let (o, r) = back_to_back(spec, b, opts, &mut stream_at, &mut each)?;
+            write(
+                "trials.json",
+                &serde_json::to_vec_pretty(&r.trials).during("encoding the trials")?,
+            )?;
+            b2b = Some(r);
+            (o, None)
+        }
+        _ => (
+            stream_at(&setup.rate, spec.duration.as_std(), None, &mut each)?,
+            None,
+        ),
     };
     if spec.sample_every > 0 {
         write_sample(&dir.join("sample.pcapng"), &sampled)?;
@@ -396,7 +436,10 @@ pub fn run(
     }
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
-    let expect = claims(spec, &outcome, search.as_ref());
+    let expect = judge(&spec.expect, |m| match m {
+        Metric::BackToBack => b2b.as_ref().map(|r| r.mean),
+        m => metric(m, &outcome, search.as_ref()),
+    });
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
     let summary = LoadSummary {
         schema: "wirelab.load/1",
@@ -411,6 +454,7 @@ pub fn run(
             outcome,
         },
         search,
+        back_to_back: b2b,
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };
@@ -503,6 +547,8 @@ fn throughput(
             latency: o.latency,
             tester_short: short,
             pass,
+            burst: None,
+            repeat: None,
         };
         each(&Tick::TrialDone(&trial));
         trials.push(trial);
@@ -537,6 +583,117 @@ fn throughput(
     };
     let outcome = best.or(last).ok_or_else(|| Error::Interrupted)?;
     Ok((outcome, result))
+}
+
+/// RFC 2544 §26.4: bursts of back-to-back frames at the stream's rate
+/// (the meter's gap; the port's line rate when the stream asks for it),
+/// the burst's length searched between 1 and `max_frames` by halving
+/// until the longest that passed and the shortest that failed are within
+/// `resolution`; a burst passes when every frame of it arrives. The
+/// search is repeated and the mean of its results reported. Returns the
+/// last trial's outcome.
+fn back_to_back(
+    spec: &LoadSpec,
+    b: &wirelab_spec::load::BackToBack,
+    opts: &RunOptions,
+    stream_at: &mut StreamAt,
+    each: &mut dyn FnMut(&Tick),
+) -> Result<(Outcome, BackToBackResult), Error> {
+    let pps = spec.pps();
+    let base = rate::plan(
+        rate::Request { pps, burst: None },
+        wirelab_spec::load::UNITS,
+    )
+    .map_err(|e| Error::BadInput(format!("stream: {e}")))?;
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut found = Vec::new();
+    let mut last = None;
+    let mut k = 0;
+    let (mut at_bound, mut short_any) = (false, false);
+    'repeats: for rep in 1..=b.repeat {
+        let (mut lo, mut hi) = (0u32, b.max_frames + 1);
+        let mut n = b.max_frames;
+        loop {
+            if opts.abort.load(Ordering::SeqCst) {
+                break 'repeats;
+            }
+            k += 1;
+            // The burst: the meter's rate, then one unit passing n and
+            // skipping for longer than the trial lasts.
+            let mut plan = base.clone();
+            plan.units = vec![rate::Unit {
+                pass: n,
+                skip: u32::MAX - n,
+            }];
+            plan.burst_unit = Some(0);
+            each(&Tick::Trial {
+                trial: k,
+                pps,
+                rate: &plan,
+            });
+            let burst_ns = (f64::from(n) / pps * 1e9) as u64;
+            let len = Duration::from_nanos(burst_ns) + b.drain.as_std();
+            let o = stream_at(&plan, len.max(spec.interval.as_std()), Some(k), each)?;
+            if opts.abort.load(Ordering::SeqCst) {
+                last = Some(o);
+                break 'repeats;
+            }
+            let short = o.sent < u64::from(n);
+            short_any |= short;
+            let pass = !short && o.received == o.sent;
+            let trial = Trial {
+                trial: k,
+                requested_pps: pps,
+                rate: plan,
+                sent: o.sent,
+                received: o.received,
+                lost: o.sent as i64 - o.received as i64,
+                loss_ratio: if o.sent > 0 {
+                    (o.sent as f64 - o.received as f64) / o.sent as f64
+                } else {
+                    1.0
+                },
+                sent_pps: o.sent_pps,
+                missed: o.generator.missed,
+                latency: o.latency,
+                tester_short: short,
+                pass,
+                burst: Some(n),
+                repeat: Some(rep),
+            };
+            each(&Tick::TrialDone(&trial));
+            trials.push(trial);
+            last = Some(o);
+            if pass {
+                lo = n;
+            } else {
+                hi = n;
+            }
+            if hi - lo <= b.resolution {
+                break;
+            }
+            n = lo + (hi - lo) / 2;
+        }
+        at_bound |= lo == b.max_frames;
+        found.push(lo);
+    }
+    let mean = if found.is_empty() {
+        0.0
+    } else {
+        found.iter().map(|&f| f64::from(f)).sum::<f64>() / found.len() as f64
+    };
+    let outcome = last.ok_or(Error::Interrupted)?;
+    Ok((
+        outcome,
+        BackToBackResult {
+            pps,
+            frames: found,
+            mean,
+            at_bound,
+            tester_limited: short_any,
+            trials,
+        },
+    ))
 }
 
 /// sample.pcapng: the sampled frames as the tester sent them (interface
@@ -681,6 +838,8 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         Metric::LatencyMax => lat.map(|l| l.max as f64),
         Metric::Late => Some(o.late as f64),
         Metric::ThroughputPps => search.and_then(|s| s.throughput_pps),
+        // The back-to-back search's (`run` judges it).
+        Metric::BackToBack => None,
         // A stateful test's (validation keeps them out of a stream's).
         Metric::Connections
         | Metric::ConnectionsPerSecond
@@ -688,10 +847,6 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         | Metric::Resets
         | Metric::Goodput => None,
     }
-}
-
-fn claims(spec: &LoadSpec, o: &Outcome, search: Option<&SearchResult>) -> Vec<Claim> {
-    judge(&spec.expect, |m| metric(m, o, search))
 }
 
 /// `expect:` judged against the run's `value` of each metric.
@@ -716,6 +871,7 @@ pub(crate) fn judge(
                     format!("{:.1} Mbit/s", v / 1e6)
                 }
                 (Some(v), _) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+                (Some(v), _) if (0.1..1e6).contains(&v.abs()) => format!("{v:.2}"),
                 (Some(v), _) => format!("{v:.3e}"),
             };
             Claim {

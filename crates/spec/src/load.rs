@@ -83,14 +83,48 @@ pub struct LoadSpec {
     pub expect: Vec<LoadExpect>,
 }
 
-/// RFC 2544 §26.1's throughput: the fastest rate at which the DUT
-/// forwards every frame offered (or, with `loss`, all but that share: a
-/// partial-drop rate), found by binary search between 0 and the stream's
-/// rate, each trial a run of `trial`.
+/// An RFC 2544 search: one of
+/// - §26.1's throughput: the fastest rate at which the DUT forwards every
+///   frame offered (or, with `loss`, all but that share: a partial-drop
+///   rate), found by binary search between 0 and the stream's rate, each
+///   trial a run of `trial`;
+/// - §26.4's back-to-back frames: the longest burst at the stream's rate
+///   the DUT forwards without losing a frame, by binary search on the
+///   burst's length, the search repeated and its results averaged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Search {
-    pub throughput: Throughput,
+    #[serde(default)]
+    pub throughput: Option<Throughput>,
+    #[serde(default)]
+    pub back_to_back: Option<BackToBack>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackToBack {
+    /// The longest burst tried: the search's upper bound.
+    #[serde(default = "default_b2b_max")]
+    pub max_frames: u32,
+    /// The search stops when the longest burst that passed and the
+    /// shortest that failed are this many frames apart.
+    #[serde(default = "one")]
+    pub resolution: u32,
+    /// The search is repeated this many times and the mean reported
+    /// (§26.4 asks for at least 50).
+    #[serde(default = "one")]
+    pub repeat: u32,
+    /// How long a burst is left to drain from the DUT before it is
+    /// counted (with the version's grace).
+    #[serde(default = "default_b2b_drain")]
+    pub drain: Nanos,
+}
+
+fn default_b2b_max() -> u32 {
+    10_000
+}
+fn default_b2b_drain() -> Nanos {
+    Nanos(100_000_000)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -488,6 +522,10 @@ pub enum Metric {
     /// The rate an RFC 2544 search found (packets per second offered in
     /// its best passing trial); needs `search:`.
     ThroughputPps,
+    /// The longest burst a back-to-back search found the DUT forwarding
+    /// whole (frames, the mean over its repeats); needs
+    /// `search: {back_to_back}`.
+    BackToBack,
     /// Stateful: connections the clients completed (their request
     /// answered and closed), over the run and per second.
     Connections,
@@ -527,6 +565,7 @@ impl Metric {
             Metric::LatencyMax => "latency_max",
             Metric::Late => "late",
             Metric::ThroughputPps => "throughput_pps",
+            Metric::BackToBack => "back_to_back",
             Metric::Connections => "connections",
             Metric::ConnectionsPerSecond => "connections_per_second",
             Metric::Transactions => "transactions",
@@ -747,7 +786,45 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
         }
         crate::frame_fits(mtu, e.buffer, "dut.egress.buffer".into())?;
     }
-    if let Some(t) = s.search.as_ref().map(|x| &x.throughput) {
+    if let Some(x) = &s.search {
+        match (&x.throughput, &x.back_to_back) {
+            (Some(_), Some(_)) => {
+                return err(
+                    "search",
+                    "`throughput` or `back_to_back`, one search at a time",
+                )
+            }
+            (None, None) => {
+                return err("search", "names no search: `throughput` or `back_to_back`")
+            }
+            _ => {}
+        }
+    }
+    if let Some(b) = s.search.as_ref().and_then(|x| x.back_to_back.as_ref()) {
+        let at = "search.back_to_back";
+        if !(2..=1_000_000).contains(&b.max_frames) {
+            return err(format!("{at}.max_frames"), "from 2 to 1,000,000");
+        }
+        if b.resolution == 0 || b.resolution >= b.max_frames {
+            return err(
+                format!("{at}.resolution"),
+                format!("from 1 to below max_frames ({})", b.max_frames),
+            );
+        }
+        if !(1..=50).contains(&b.repeat) {
+            return err(format!("{at}.repeat"), "from 1 to 50");
+        }
+        if b.drain.0 < 1_000_000 || b.drain.0 > 10_000_000_000 {
+            return err(format!("{at}.drain"), "from 1ms to 10s");
+        }
+        if st.burst.is_some() || st.on_off.is_some() {
+            return err(
+                "stream",
+                "a back-to-back search makes its own bursts: no `burst` or `on_off`",
+            );
+        }
+    }
+    if let Some(t) = s.search.as_ref().and_then(|x| x.throughput.as_ref()) {
         let at = "search.throughput";
         if !(0.0..1.0).contains(&t.loss) {
             return err(
@@ -863,8 +940,18 @@ fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
                 format!("`{}` counts a stateful test's connections", x.metric.name()),
             );
         }
-        if x.metric == Metric::ThroughputPps && s.search.is_none() {
-            return err(format!("{at}.metric"), "`throughput_pps` needs a `search:`");
+        let search = |f: fn(&Search) -> bool| s.search.as_ref().is_some_and(f);
+        if x.metric == Metric::ThroughputPps && !search(|x| x.throughput.is_some()) {
+            return err(
+                format!("{at}.metric"),
+                "`throughput_pps` needs a `search: {throughput}`",
+            );
+        }
+        if x.metric == Metric::BackToBack && !search(|x| x.back_to_back.is_some()) {
+            return err(
+                format!("{at}.metric"),
+                "`back_to_back` needs a `search: {back_to_back}`",
+            );
         }
         if x.at_least.is_none() && x.at_most.is_none() {
             return err(at, "needs `at_least` and/or `at_most`");
@@ -1253,7 +1340,7 @@ expect:
         assert_eq!((e.path.as_str(), e.line), ("expect[0].metric", Some(11)));
         let s = parse(&GOOD.replace("expect:", "search: {throughput: {loss: 0.001}}\nexpect:"))
             .unwrap();
-        let t = &s.search.unwrap().throughput;
+        let t = s.search.unwrap().throughput.unwrap();
         assert_eq!((t.loss, t.resolution, t.max_trials), (0.001, 0.01, 20));
         let e = bad(&GOOD.replace("expect:", "search: {throughput: {resolution: 0}}\nexpect:"));
         assert_eq!(e.path, "search.throughput.resolution");
@@ -1328,5 +1415,40 @@ expect:
             "sizes: [{size: 64, weight: 60}, {size: 128, weight: 5}]",
         ));
         assert!(e.message.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn a_back_to_back_search_is_checked() {
+        let b = parse(&GOOD.replace(
+            "expect:",
+            "search: {back_to_back: {max_frames: 500}}\nexpect:",
+        ))
+        .unwrap();
+        let x = b.search.unwrap().back_to_back.unwrap();
+        assert_eq!((x.max_frames, x.resolution, x.repeat), (500, 1, 1));
+        let e = bad(&GOOD.replace(
+            "expect:",
+            "search: {back_to_back: {}, throughput: {}}\nexpect:",
+        ));
+        assert_eq!(e.path, "search");
+        let e = bad(&GOOD.replace("expect:", "search: {back_to_back: {repeat: 51}}\nexpect:"));
+        assert_eq!(e.path, "search.back_to_back.repeat");
+        let e = bad(&GOOD.replace("expect:", "search: {}\nexpect:"));
+        assert!(e.message.contains("names no search"), "{e}");
+        let e = bad(&GOOD.replace(
+            "  - {metric: lost, at_most: 0}",
+            "  - {metric: back_to_back, at_least: 10}",
+        ));
+        assert!(
+            e.message.contains("needs a `search: {back_to_back}`"),
+            "{e}"
+        );
+        let e = bad(&GOOD
+            .replace(
+                "pps: 100000",
+                "pps: 100000\n  burst: {packets: 10, peak_pps: 200000}",
+            )
+            .replace("expect:", "search: {back_to_back: {}}\nexpect:"));
+        assert_eq!(e.path, "stream");
     }
 }
