@@ -275,6 +275,17 @@ fn footer(s: &LoadSummary) {
             ),
         }
     }
+    if let Some(w) = &s.switch {
+        let i = &w.integrity;
+        println!(
+            "  the switch's capture: {} frames of {} it received, {} lost ({}): {}",
+            group(i.in_trace),
+            group(i.switch_rx),
+            i.mirror_lost,
+            if i.valid { "complete" } else { "INCOMPLETE" },
+            w.trace
+        );
+    }
     if let Some(r) = &s.back_to_back {
         println!(
             "  back-to-back (RFC 2544 §26.4): {:.1} frames at {} pps (repeats: {:?}), after {} trials{}{}",

@@ -237,6 +237,26 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         let dut = |f: &str| std::fs::read_to_string(dir.join("dut").join(f)).unwrap();
         assert!(dut("links.txt").contains("d1"), "{}", show());
         match s["setup"]["dut"].as_str().unwrap() {
+            "switch" => {
+                // The switch's capture is complete and holds every frame
+                // the tester counted through it, as tshark reads it.
+                let i = &s["switch"]["integrity"];
+                assert_eq!(i["valid"], true, "{}", show());
+                assert!(u(&i["in_trace"]) >= u(&oc["sent"]), "{}", show());
+                let o = Command::new("tshark")
+                    .args([
+                        "-r",
+                        s["switch"]["trace"].as_str().unwrap(),
+                        "-T",
+                        "fields",
+                        "-e",
+                        "frame.number",
+                    ])
+                    .output()
+                    .expect("tshark");
+                let frames = String::from_utf8_lossy(&o.stdout).lines().count() as u64;
+                assert_eq!(frames, u(&i["in_trace"]), "{}", show());
+            }
             "nat" => {
                 // One connection per source port the editor stepped
                 // through (and one for the learning frame), each

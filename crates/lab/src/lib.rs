@@ -32,6 +32,7 @@ mod results;
 pub mod stateful;
 pub mod summary;
 pub mod switch;
+pub mod switch_dut;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -69,6 +69,9 @@ pub struct LoadSummary {
     /// in trials.json).
     pub search: Option<SearchResult>,
     pub back_to_back: Option<BackToBackResult>,
+    /// wirelab's switch as the DUT: its capture's integrity (Lumina §3.5)
+    /// and where the capture is.
+    pub switch: Option<crate::switch_dut::SwitchDutSummary>,
     pub expect: Vec<Claim>,
     pub duration_ms: u64,
 }
@@ -339,6 +342,12 @@ pub fn run(
     .during("bringing the tester's lab up")?;
     opts.check_abort()?;
     lab.learn().during("sending the learning frames")?;
+    // wirelab's switch as the DUT: attached once the lab is quiet, so its
+    // capture holds the stream's frames and nothing before.
+    let switch = match spec.dut.kind {
+        wirelab_spec::load::DutKind::Switch => Some(crate::switch_dut::SwitchDut::start(&lab)?),
+        _ => None,
+    };
     setup.template = template(spec, lab.tx_mac, lab.next_hop_mac)?;
     let ports = Ports {
         tx_ns: lab.tx_ns.clone(),
@@ -431,6 +440,10 @@ pub fn run(
         write_sample(&dir.join("sample.pcapng"), &sampled)?;
     }
     std::fs::create_dir_all(dir.join("dut")).during("creating dut/")?;
+    let switch = match switch {
+        Some(s) => Some(s.finish(&dir.join("dut"))?),
+        None => None,
+    };
     for (file, text) in lab.dut_statistics() {
         write(&format!("dut/{file}"), text.as_bytes())?;
     }
@@ -455,6 +468,7 @@ pub fn run(
         },
         search,
         back_to_back: b2b,
+        switch,
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };

@@ -9,8 +9,9 @@
 //! The DUT is what Linux makes of its namespace: a router between
 //! 198.18.1.0/24 and 198.18.2.0/24, a bridge joining both ports into
 //! 198.18.1.0/24, a router with a stateful nftables firewall and source
-//! NAT, or the same two subnets with forwarding off for haproxy, which
-//! `wirelab_lab` starts there. Lab addresses are RFC 2544's benchmark range (198.18.0.0/15), only
+//! NAT, the same two subnets with forwarding off for haproxy, which
+//! `wirelab_lab` starts there, or two bare ports for wirelab's own switch,
+//! which `wirelab_lab` attaches (one subnet, as a bridge's). Lab addresses are RFC 2544's benchmark range (198.18.0.0/15), only
 //! ever inside these namespaces. Every link has its offloads off, so the DUT
 //! forwards wire-sized frames. Removed on drop (with whatever runs inside),
 //! registered for `wirelab clean` until then.
@@ -147,7 +148,7 @@ impl TesterLab {
                 }
                 Ok(())
             })??;
-        } else {
+        } else if kind == DutKind::Bridge {
             // No spanning tree, no forwarding delay: a port forwards as
             // soon as it is up, not after listening and learning.
             ip(&[
@@ -334,6 +335,9 @@ impl TesterLab {
             // both must be forwarding too.
             let known = if self.kind.routes() {
                 out.contains("lladdr")
+            } else if self.kind == DutKind::Switch {
+                // wirelab's switch forwards port to port: nothing to learn.
+                true
             } else {
                 let ports = run("bridge", &["-n", &self.dut_ns, "link", "show"])?;
                 fdb.contains(&rx_mac) && ports.matches("state forwarding").count() == 2
@@ -381,6 +385,7 @@ impl TesterLab {
                 );
             }
             DutKind::Router => take("routes.txt", "ip", &["-n", ns, "route", "show"]),
+            DutKind::Switch => {}
             DutKind::Haproxy => take("sockets.txt", "ip", &["netns", "exec", ns, "ss", "-s"]),
         }
         out

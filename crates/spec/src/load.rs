@@ -201,6 +201,10 @@ pub enum DutKind {
     /// A router with a stateful nftables firewall: conntrack, established
     /// replies only, and the sender's address masqueraded (source NAT).
     Nat,
+    /// wirelab's own switch pipeline between the two ports, forwarding
+    /// each to the other and capturing every frame (one subnet, as a
+    /// bridge).
+    Switch,
     /// haproxy (Debian's) as an HTTP load balancer: it listens on the
     /// router's address on the sending side and balances over the
     /// receiving side's servers, a config generated from the spec.
@@ -214,11 +218,12 @@ impl DutKind {
             DutKind::Bridge => "bridge",
             DutKind::Nat => "nat",
             DutKind::Haproxy => "haproxy",
+            DutKind::Switch => "switch",
         }
     }
     /// Whether it routes (two subnets, a neighbour table).
     pub fn routes(self) -> bool {
-        !matches!(self, DutKind::Bridge)
+        !matches!(self, DutKind::Bridge | DutKind::Switch)
     }
 }
 
