@@ -36,6 +36,7 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
@@ -113,6 +114,10 @@ struct wl_gen_conf {
 	__u16 l4_off;
 	__u16 csum_off;
 	__u16 stamp_off;
+	/* 1: the network header is IPv6 (no header checksum; the version bit
+	 * in the flow label's low word; the pseudo-header's addresses at
+	 * l3 + 8 .. l3 + 40, RFC 8200 §8.1). */
+	__u32 ipv6;
 	__u32 edits;
 	/* Frames whose sequence number is a multiple of this are copied to
 	 * sample_ring (0: none); the sink samples the same numbers, so the
@@ -318,6 +323,9 @@ __noinline int wl_put16(struct xdp_md *ctx, __u32 off, __u32 new_w, __u32 l3_l4,
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	/* BPF calls take 5 arguments: the two header offsets share one. */
 	__u32 l3 = l3_l4 & (WL_LOAD_MAX_FRAME - 1), l4 = (l3_l4 >> 16) & (WL_LOAD_MAX_FRAME - 1);
+	/* ... and the IPv6 flag rides in the checksum offset's top bit. */
+	__u32 v6 = ck >> 31;
+	__u32 ph_lo = v6 ? l3 + 8 : l3 + 12, ph_hi = v6 ? l3 + 40 : l3 + 20;
 	__u16 *w, *h, old, new = new_w;
 
 	ck &= WL_LOAD_MAX_FRAME - 1;
@@ -330,13 +338,13 @@ __noinline int wl_put16(struct xdp_md *ctx, __u32 off, __u32 new_w, __u32 l3_l4,
 	if (old == new)
 		return 0;
 	*w = new;
-	if (off >= l3 && off < l4) {
+	if (!v6 && off >= l3 && off < l4) {
 		h = data + l3 + offsetof(struct iphdr, check);
 		if ((void *)(h + 1) > end)
 			return -1;
 		*h = csum_update(*h, old, new);
 	}
-	if (ck && (off >= l4 || (off >= l3 + 12 && off < l3 + 20))) {
+	if (ck && (off >= l4 || (off >= ph_lo && off < ph_hi))) {
 		h = data + ck;
 		if ((void *)(h + 1) > end)
 			return -1;
@@ -353,7 +361,8 @@ __noinline int wl_put16(struct xdp_md *ctx, __u32 off, __u32 new_w, __u32 l3_l4,
 static __always_inline int put16(struct xdp_md *ctx, const struct wl_gen_conf *c, __u32 off,
 				 __u16 new)
 {
-	return wl_put16(ctx, off, new, c->l3_off | ((__u32)c->l4_off << 16), c->csum_off);
+	return wl_put16(ctx, off, new, c->l3_off | ((__u32)c->l4_off << 16),
+			c->csum_off | ((__u32)(c->ipv6 & 1) << 31));
 }
 
 /* Writes `width` bytes of `v` (big-endian) at `off`, word by word. */
@@ -410,8 +419,13 @@ __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 		return -1;
 	old_ulen = udp->len;
 	new_ulen = bpf_htons(want - l4);
-	if (put16(ctx, c, (void *)&ip->tot_len - data, bpf_htons(want - l3)))
+	/* IPv4's total length, or IPv6's payload length (RFC 8200 §3). */
+	if (c->ipv6) {
+		if (put16(ctx, c, l3 + 4, bpf_htons(want - l3 - 40)))
+			return -1;
+	} else if (put16(ctx, c, (void *)&ip->tot_len - data, bpf_htons(want - l3))) {
 		return -1;
+	}
 	if (put16(ctx, c, (void *)&udp->len - data, new_ulen))
 		return -1;
 	/* The pseudo-header's copy of the length. */
@@ -604,7 +618,9 @@ int wl_gen(struct xdp_md *ctx)
 	ip = data + (c->l3_off & (WL_LOAD_MAX_FRAME - 1));
 	if ((void *)(ip + 1) > end)
 		return XDP_ABORTED;
-	if (put16(ctx, c, (void *)&ip->id - data, bpf_htons((version << 15) | (seq & 0x7fff))))
+	/* IPv4: the ID; IPv6 has none: the flow label's low word. */
+	if (put16(ctx, c, c->ipv6 ? (void *)ip + 2 - data : (void *)&ip->id - data,
+		  bpf_htons((version << 15) | (seq & 0x7fff))))
 		return XDP_ABORTED;
 	if (c->stamp_off) {
 		__u32 s = c->stamp_off & (WL_LOAD_MAX_FRAME - 2);
@@ -672,17 +688,44 @@ int wl_sink(struct xdp_md *ctx)
 	struct udphdr *udp;
 	__u64 now, *h;
 
+	void *l3;
+	__u16 proto, vword;
+
 	c = bpf_map_lookup_elem(&sink_conf, &zero);
-	if (!c || (void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if (!c || (void *)(eth + 1) > end)
 		return XDP_PASS;
-	ip = (void *)(eth + 1);
-	if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+	proto = eth->h_proto;
+	l3 = eth + 1;
+	/* One 802.1Q tag. */
+	if (proto == bpf_htons(ETH_P_8021Q)) {
+		__u16 *tag = l3;
+
+		if ((void *)(tag + 2) > end)
+			return XDP_PASS;
+		proto = tag[1];
+		l3 = tag + 2;
+	}
+	if (proto == bpf_htons(ETH_P_IP)) {
+		ip = l3;
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+			return XDP_PASS;
+		udp = (void *)(ip + 1);
+		vword = ip->id;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+			return XDP_PASS;
+		udp = (void *)(ip6 + 1);
+		/* The flow label's low word (the generator's version bit). */
+		vword = ((__u16 *)ip6)[1];
+	} else {
 		return XDP_PASS;
-	udp = (void *)(ip + 1);
+	}
 	if ((void *)(udp + 1) > end || udp->dest != c->port)
 		return XDP_PASS;
 	now = pipeline_now();
-	version = bpf_ntohs(ip->id) >> 15;
+	version = bpf_ntohs(vword) >> 15;
 	bank = bpf_map_lookup_elem(&sink_banks, &version);
 	total = bpf_map_lookup_elem(&sink_banks, &two);
 	if (!bank || !total)

@@ -105,6 +105,8 @@ pub struct GenConfig {
     /// A size mix (IMIX): frame k is `sizes[k % len]` bytes, cut from the
     /// template (a UDP frame of the largest); empty: the template's size.
     pub sizes: Vec<u16>,
+    /// The network header is IPv6 (at `l3_off`).
+    pub ipv6: bool,
 }
 
 /// Entries of a size mix's pattern (`WL_LOAD_SIZES`).
@@ -267,6 +269,7 @@ impl Tester {
             edits: c.edits.len() as u32,
             sample_every: c.sample_every,
             nsizes: c.sizes.len() as u32,
+            ipv6: c.ipv6 as u32,
             ..Default::default()
         };
         raw.sizes[..c.sizes.len()].copy_from_slice(&c.sizes);

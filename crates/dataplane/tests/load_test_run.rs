@@ -516,3 +516,81 @@ fn a_size_mix_cuts_each_frame_to_its_turn_with_both_checksums_right() {
         .unwrap_err();
     assert!(err.to_string().contains("1600-byte frame"), "{err}");
 }
+
+#[test]
+fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() {
+    if !have_bpf() {
+        return;
+    }
+    let v6 = |h: u8| {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[0x20, 0x01, 0x00, 0x02]);
+        a[15] = h;
+        a
+    };
+    let stack = template::Stack {
+        vlan: Some(100),
+        ipv6: Some((v6(2), v6(3))),
+    };
+    let tm = template::udp_on(&STREAM, &stack, 200).unwrap();
+    assert_eq!((tm.l3_off, tm.l4_off, tm.ipv6), (18, 58, true));
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&GenConfig {
+        ipv6: true,
+        l3_off: tm.l3_off,
+        l4_off: tm.l4_off,
+        csum_off: tm.csum_off,
+        stamp_off: tm.stamp_off.unwrap(),
+        // udp.sport stepped, and cut to 100 and 200 bytes in turn.
+        edits: vec![Edit {
+            offset: tm.l4_off,
+            width: 2,
+            mode: EditMode::Step,
+            carry_from: None,
+            rand_bits: 0,
+            table: 0,
+            lo: 5000,
+            hi: 5002,
+            step: 1,
+        }],
+        sizes: vec![100, 200],
+        template: tm.bytes.clone(),
+        ifindex: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
+    for k in 0..6u64 {
+        if k == 3 {
+            t.set_version(1).unwrap();
+        }
+        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        assert_eq!(v, XDP_REDIRECT);
+        assert_eq!(out.len(), if k % 2 == 0 { 100 } else { 200 });
+        let p = SlicedPacket::from_ethernet(&out).expect("parses");
+        assert!(p.link_exts.len() == 1, "one VLAN tag");
+        let Some(etherparse::NetSlice::Ipv6(ip)) = &p.net else {
+            panic!("not IPv6")
+        };
+        let h = ip.header().to_header();
+        assert_eq!(usize::from(h.payload_length), out.len() - 58, "frame {k}");
+        // The version bit and the sequence in the flow label's low word.
+        let label = u32::from(h.flow_label);
+        assert_eq!(label >> 15 & 1, u32::from(k >= 3), "frame {k}: {label:#x}");
+        assert_eq!(u64::from(label & 0x7fff), k);
+        let Some(TransportSlice::Udp(u)) = &p.transport else {
+            panic!("not UDP")
+        };
+        let udp = u.to_header();
+        assert_eq!(udp.source_port, 5000 + (k % 3) as u16);
+        assert_eq!(
+            udp.checksum,
+            udp.calc_checksum_ipv6(&h, u.payload()).unwrap(),
+            "frame {k}: UDP checksum"
+        );
+        // The sink counts it in the bank of its version.
+        assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP);
+    }
+    assert_eq!(t.sink_bank(0).unwrap().packets, 3);
+    assert_eq!(t.sink_bank(1).unwrap().packets, 3);
+}

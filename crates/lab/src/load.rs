@@ -145,7 +145,7 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
         })
         .collect::<Result<Vec<_>, Error>>()?;
     let tm = template(spec, [0; 6], [0; 6])?;
-    let (edits, table) = edits(&spec.stream().edits);
+    let (edits, table) = edits(&spec.stream().edits, spec.stream().offsets());
     Ok((
         Setup {
             dut: spec.dut.kind.name(),
@@ -165,15 +165,30 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
 /// addresses; the MACs are known once the lab exists).
 fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Template, Error> {
     let at = tester::addresses(spec.dut.kind);
-    template::udp(
+    let st = spec.stream();
+    // RFC 5180's IPv6 benchmarking range, the sender ::1:2, the
+    // receiver ::1:3 (only ever inside the lab, on layer-2 DUTs).
+    let v6 = |host: u8| {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[0x20, 0x01, 0x00, 0x02]);
+        a[13] = 1;
+        a[15] = host;
+        a
+    };
+    let stack = template::Stack {
+        vlan: st.vlan,
+        ipv6: (st.ip == 6).then(|| (v6(2), v6(3))),
+    };
+    template::udp_on(
         &template::Udp {
             src_mac,
             dst_mac,
             src: at.tx,
             dst: at.rx,
-            sport: spec.stream().sport,
-            dport: spec.stream().dport,
+            sport: st.sport,
+            dport: st.dport,
         },
+        &stack,
         spec.template_len(),
     )
     .map_err(|e| Error::BadInput(format!("stream.size: {e}")))
@@ -181,12 +196,12 @@ fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Templ
 
 /// The spec's edits in the generator's terms, and the indirect tables'
 /// values laid end to end.
-fn edits(specs: &[EditSpec]) -> (Vec<Edit>, Vec<u32>) {
+fn edits(specs: &[EditSpec], (l3, l4): (u16, u16)) -> (Vec<Edit>, Vec<u32>) {
     let mut table = Vec::new();
     let out = specs
         .iter()
         .map(|e| {
-            let (offset, width) = e.field.place();
+            let (offset, width) = e.field.place_in(l3, l4);
             let mut x = Edit {
                 offset,
                 width,

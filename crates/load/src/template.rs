@@ -25,6 +25,24 @@ pub struct Template {
     pub csum_off: u16,
     /// The stamp, at the start of the payload (None: no room).
     pub stamp_off: Option<u16>,
+    /// The network header is IPv6.
+    pub ipv6: bool,
+}
+
+/// A stream's header stack below UDP: an 802.1Q tag, and IPv6 instead of
+/// IPv4 (with these addresses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stack {
+    pub vlan: Option<u16>,
+    pub ipv6: Option<([u8; 16], [u8; 16])>,
+}
+
+impl Stack {
+    /// (network header, UDP header) offsets.
+    pub fn offsets(&self) -> (u16, u16) {
+        let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
+        (l3, l3 + if self.ipv6.is_some() { 40 } else { 20 })
+    }
 }
 
 /// Addresses of a UDP stream.
@@ -36,6 +54,52 @@ pub struct Udp {
     pub dst: Ipv4Addr,
     pub sport: u16,
     pub dport: u16,
+}
+
+/// A UDP frame of `frame_len` bytes on `stack` (an 802.1Q tag, IPv6),
+/// built by etherparse: its payload zeros, its checksums computed. The
+/// IPv4 addresses of `a` are unused with IPv6.
+pub fn udp_on(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, String> {
+    if *stack == Stack::default() {
+        return udp(a, frame_len);
+    }
+    let (l3, l4) = stack.offsets();
+    let headers = usize::from(l4) + 8;
+    if frame_len < MIN_FRAME.max(headers) {
+        return Err(format!(
+            "a frame of {frame_len} bytes is below its headers' {headers} or Ethernet's minimum of {MIN_FRAME}"
+        ));
+    }
+    let payload = vec![0u8; frame_len - headers];
+    let eth = etherparse::PacketBuilder::ethernet2(a.src_mac, a.dst_mac);
+    let vid = |v: u16| etherparse::VlanId::try_new(v).map_err(|e| e.to_string());
+    let mut out = Vec::with_capacity(frame_len);
+    let r = match (stack.vlan, stack.ipv6) {
+        (Some(v), Some((s, d))) => eth
+            .single_vlan(vid(v)?)
+            .ipv6(s, d, 64)
+            .udp(a.sport, a.dport)
+            .write(&mut out, &payload),
+        (Some(v), None) => eth
+            .single_vlan(vid(v)?)
+            .ipv4(a.src.octets(), a.dst.octets(), 64)
+            .udp(a.sport, a.dport)
+            .write(&mut out, &payload),
+        (None, Some((s, d))) => eth
+            .ipv6(s, d, 64)
+            .udp(a.sport, a.dport)
+            .write(&mut out, &payload),
+        (None, None) => unreachable!("handled above"),
+    };
+    r.map_err(|e| e.to_string())?;
+    Ok(Template {
+        bytes: out,
+        l3_off: l3,
+        l4_off: l4,
+        csum_off: l4 + 6,
+        stamp_off: (payload.len() >= STAMP).then_some(headers as u16),
+        ipv6: stack.ipv6.is_some(),
+    })
 }
 
 /// A UDP frame of `frame_len` bytes (Ethernet header to the end of the
@@ -64,6 +128,7 @@ pub fn udp(a: &Udp, frame_len: usize) -> Result<Template, String> {
         l4_off: 34,
         csum_off: 34 + 6,
         stamp_off: (payload.len() >= STAMP).then_some(UDP_HEADERS as u16),
+        ipv6: false,
     })
 }
 
@@ -102,6 +167,7 @@ pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
         l4_off: 34,
         csum_off: 34 + 16,
         stamp_off: None,
+        ipv6: false,
     })
 }
 

@@ -290,6 +290,13 @@ pub struct Stream {
     /// (a multiple of the interval), over the duration.
     #[serde(default)]
     pub ramp: Option<Ramp>,
+    /// An IEEE 802.1Q tag with this VLAN ID on every frame.
+    #[serde(default)]
+    pub vlan: Option<u16>,
+    /// The IP version: 4, or 6 (RFC 5180's benchmarking range
+    /// 2001:2::/48).
+    #[serde(default = "four")]
+    pub ip: u8,
     #[serde(default = "default_sport")]
     pub sport: u16,
     /// The sink counts the stream's frames by this UDP destination port.
@@ -321,6 +328,11 @@ pub const SIMPLE_IMIX: [(u32, u32); 3] = [(64, 7), (594, 4), (1518, 1)];
 pub const MAX_MIX: u32 = 64;
 
 impl Stream {
+    /// (network header, UDP header) offsets of the stack.
+    pub fn offsets(&self) -> (u16, u16) {
+        let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
+        (l3, l3 + if self.ip == 6 { 40 } else { 20 })
+    }
     /// (size, weight) of every frame size (one of weight 1 without a mix).
     pub fn mix(&self) -> Vec<(u32, u32)> {
         match &self.sizes {
@@ -367,6 +379,10 @@ impl Stream {
             })
             .collect()
     }
+}
+
+fn four() -> u8 {
+    4
 }
 
 fn default_sport() -> u16 {
@@ -426,13 +442,21 @@ pub enum Field {
 impl Field {
     /// (offset in an untagged Ethernet + IPv4 + UDP frame, width).
     pub fn place(self) -> (u16, u8) {
+        self.place_in(14, 34)
+    }
+    /// (offset in a frame whose network header is at `l3` and UDP header
+    /// at `l4`, width).
+    pub fn place_in(self, l3: u16, l4: u16) -> (u16, u8) {
         match self {
-            Field::Ipv4Tos => (15, 1),
-            Field::Ipv4Ttl => (22, 1),
-            Field::Ipv4Src => (26, 4),
-            Field::Ipv4Dst => (30, 4),
-            Field::UdpSport => (34, 2),
+            Field::Ipv4Tos => (l3 + 1, 1),
+            Field::Ipv4Ttl => (l3 + 8, 1),
+            Field::Ipv4Src => (l3 + 12, 4),
+            Field::Ipv4Dst => (l3 + 16, 4),
+            Field::UdpSport => (l4, 2),
         }
+    }
+    pub fn is_ipv4(self) -> bool {
+        !matches!(self, Field::UdpSport)
     }
     /// The largest value the field holds.
     pub fn max(self) -> u64 {
@@ -725,6 +749,7 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
             "haproxy forwards TCP connections: its test is `stateful:`, not a stream",
         );
     }
+    validate_stack(s, st)?;
     validate_sizes(st, mtu)?;
     let pps = match (st.pps, st.rate) {
         (Some(_), Some(_)) => return err("stream", "`pps` or `rate`, not both"),
@@ -978,6 +1003,66 @@ fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// The header stack: IPv4 or IPv6, a VLAN ID, and what a DUT of this kind
+/// forwards (the lab's routers route untagged IPv4: their namespaces have
+/// IPv6 off and no VLAN interfaces).
+fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
+    if st.ip != 4 && st.ip != 6 {
+        return err("stream.ip", format!("4 or 6, not {}", st.ip));
+    }
+    if let Some(v) = st.vlan {
+        if !(1..=4094).contains(&v) {
+            return err("stream.vlan", format!("a VLAN ID from 1 to 4094, not {v}"));
+        }
+    }
+    let l2_only = matches!(s.dut.kind, DutKind::Bridge | DutKind::Switch);
+    if !l2_only {
+        if st.ip == 6 {
+            return err(
+                "stream.ip",
+                format!(
+                    "IPv6 through a {}: the lab routes IPv4 only (its namespaces have IPv6 off); \
+                     a bridge or the switch forwards it",
+                    s.dut.kind.name()
+                ),
+            );
+        }
+        if st.vlan.is_some() {
+            return err(
+                "stream.vlan",
+                format!(
+                    "tagged frames through a {}: the lab's routers have no VLAN interfaces; \
+                     a bridge or the switch forwards them",
+                    s.dut.kind.name()
+                ),
+            );
+        }
+    }
+    if st.ip == 6 {
+        if let Some(k) = st.edits.iter().position(|e| e.field.is_ipv4()) {
+            return err(
+                format!("stream.edits[{k}].field"),
+                "an IPv4 field, and the stream's frames are IPv6",
+            );
+        }
+    }
+    // Every frame holds its headers (and 4 bytes of FCS).
+    let headers = u32::from(st.offsets().1) + 8 + 4;
+    if let Some(&(z, _)) = st.mix().iter().find(|&&(z, _)| z < headers) {
+        return err(
+            if st.sizes.is_some() {
+                "stream.sizes"
+            } else {
+                "stream.size"
+            },
+            format!(
+                "a {z}-byte frame cannot hold its headers: at least {headers} bytes with the FCS"
+            ),
+        );
     }
     Ok(())
 }
@@ -1380,7 +1465,7 @@ expect:
         assert_eq!(o.pps(), 25000.0);
         let e = bad(&GOOD.replace("pps: 100000", "pps: 100000\n  on_off: {on: 1us, off: 30ms}"));
         assert_eq!(e.path, "stream.on_off.on");
-        let e = bad(&GOOD.replace("kind: router", "kind: switch"));
+        let e = bad(&GOOD.replace("kind: router", "kind: hub"));
         assert!(e.message.contains("unknown variant"), "{e}");
     }
 
@@ -1455,5 +1540,33 @@ expect:
             )
             .replace("expect:", "search: {back_to_back: {}}\nexpect:"));
         assert_eq!(e.path, "stream");
+    }
+
+    #[test]
+    fn a_header_stack_is_checked_against_its_dut_and_its_sizes() {
+        let bridge = GOOD.replace("kind: router", "kind: bridge");
+        let v = parse(
+            &bridge
+                .replace("size: 64", "size: 128\n  vlan: 7\n  ip: 6")
+                .replace("    - {field: ipv4.src, table: [1, 2, 3], carry: 0}\n", ""),
+        )
+        .unwrap();
+        assert_eq!(v.stream().offsets(), (18, 58));
+        let e = bad(&bridge.replace("size: 64", "size: 128\n  ip: 6"));
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("stream.edits[1].field", Some(10))
+        );
+        let e = bad(&GOOD.replace("size: 64", "size: 128\n  ip: 6"));
+        assert_eq!(e.path, "stream.ip");
+        assert!(e.message.contains("a bridge or the switch"), "{e}");
+        let e = bad(&GOOD.replace("size: 64", "size: 64\n  vlan: 5"));
+        assert_eq!(e.path, "stream.vlan");
+        let e = bad(&bridge.replace("size: 64", "size: 64\n  vlan: 4095"));
+        assert!(e.message.contains("1 to 4094"), "{e}");
+        let e = bad(&bridge
+            .replace("size: 64", "sizes: imix\n  vlan: 5\n  ip: 6")
+            .replace("    - {field: ipv4.src, table: [1, 2, 3], carry: 0}\n", ""));
+        assert!(e.message.contains("at least 70 bytes"), "{e}");
     }
 }

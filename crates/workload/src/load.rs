@@ -300,6 +300,7 @@ pub fn run(
             template: tm.bytes.clone(),
             sample_every: stream.sample_every,
             sizes: stream.sizes.clone(),
+            ipv6: tm.ipv6,
         }),
     )?;
     t(
