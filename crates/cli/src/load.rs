@@ -144,7 +144,7 @@ fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
         _ => println!("  rate plan (Norma §5.2): {}", s.rate.describe()),
     }
     println!(
-        "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/max",
+        "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/p99.99/max",
         "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
     );
 }
@@ -188,11 +188,12 @@ fn us(ns: u64) -> String {
 fn lat(l: &Option<Latency>) -> String {
     match l {
         Some(l) => format!(
-            "{}/{}/{}/{}/{}",
+            "{}/{}/{}/{}/{}/{}",
             us(l.min),
             us(l.p50),
             us(l.p99),
             us(l.p999),
+            us(l.p9999),
             us(l.max)
         ),
         None => "-".into(),
@@ -244,7 +245,7 @@ fn footer(s: &LoadSummary) {
         o.rate_error.map_or("-".into(), |e| format!("{e:+.2e}")),
     );
     println!(
-        "  latency µs min/p50/p99/p99.9/max {}, reordered or duplicated {}",
+        "  latency µs min/p50/p99/p99.9/p99.99/max {}, reordered or duplicated {}",
         lat(&o.latency),
         o.late
     );

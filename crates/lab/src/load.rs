@@ -810,8 +810,8 @@ fn page(s: &LoadSummary) -> String {
         facts.push((
             "latency (ns)".into(),
             format!(
-                "min {} p50 {} p99 {} p99.9 {} max {} mean {:.0}",
-                l.min, l.p50, l.p99, l.p999, l.max, l.mean
+                "min {} p50 {} p99 {} p99.9 {} p99.99 {} max {} mean {:.0}",
+                l.min, l.p50, l.p99, l.p999, l.p9999, l.max, l.mean
             ),
         ));
     }
@@ -864,6 +864,7 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         Metric::LatencyP50 => lat.map(|l| l.p50 as f64),
         Metric::LatencyP99 => lat.map(|l| l.p99 as f64),
         Metric::LatencyP999 => lat.map(|l| l.p999 as f64),
+        Metric::LatencyP9999 => lat.map(|l| l.p9999 as f64),
         Metric::LatencyMax => lat.map(|l| l.max as f64),
         Metric::Late => Some(o.late as f64),
         Metric::ThroughputPps => search.and_then(|s| s.throughput_pps),

@@ -544,6 +544,7 @@ pub enum Metric {
     LatencyP50,
     LatencyP99,
     LatencyP999,
+    LatencyP9999,
     LatencyMax,
     /// Sequence numbers received not above one seen before: reordered or
     /// duplicated.
@@ -574,6 +575,7 @@ impl Metric {
             | Metric::LatencyP50
             | Metric::LatencyP99
             | Metric::LatencyP999
+            | Metric::LatencyP9999
             | Metric::LatencyMax => Unit::Nanos,
             Metric::Goodput => Unit::BitsPerSec,
             _ => Unit::Count,
@@ -591,6 +593,7 @@ impl Metric {
             Metric::LatencyP50 => "latency_p50",
             Metric::LatencyP99 => "latency_p99",
             Metric::LatencyP999 => "latency_p999",
+            Metric::LatencyP9999 => "latency_p9999",
             Metric::LatencyMax => "latency_max",
             Metric::Late => "late",
             Metric::ThroughputPps => "throughput_pps",

@@ -164,6 +164,7 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
     for i in &out.intervals {
         let l = i.latency.expect("every packet is stamped");
         assert!(l.min > 0 && l.min <= l.p50 && l.p50 <= l.p99 && l.p99 <= l.p999);
+        assert!(l.p999 <= l.p9999 && l.p9999 <= l.max + l.max / 50, "{l:?}");
         assert!(l.p999 <= l.max + l.max / 50, "{l:?}");
         if i.counts.lost == 0 && i.counts.sent.packets > 100 {
             let d = i.counts.blind_delay_ns.unwrap();
