@@ -298,6 +298,7 @@ impl Drop for BpfStats {
 pub enum Part {
     Rate,
     Error,
+    Burst,
     Http,
 }
 
@@ -309,8 +310,61 @@ pub fn run(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32, only: &[Part]) 
     if part(Part::Error) {
         rate_error(abort, rounds, seconds)?;
     }
+    if part(Part::Burst) {
+        burst(abort, rounds)?;
+    }
     if part(Part::Http) {
         http(abort, rounds, seconds)?;
+    }
+    Ok(())
+}
+
+/// Bursts of 100 frames at a peak of 200,000 frames/s, 5,000 on average,
+/// through a bridge for 2 s, every frame's arrival kept: the gaps inside
+/// bursts and the periods between them against the request.
+fn burst(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
+    println!("burst shape at the receiver: bursts of 100 at 200,000 frames/s, one per 20 ms (medians of {rounds} rounds of 2 s)");
+    println!(
+        "  {:>24}  {:>10}  {:>10}  {:>10}  {:>10}",
+        "", "asked µs", "mean", "p50", "p99"
+    );
+    let text =
+        "name: bench-burst\ndut: {kind: bridge}\nduration: 2s\ninterval: 1s\nsample_every: 1\n\
+                stream: {size: 64, pps: 5000, burst: {packets: 100, peak_pps: 200000}}\n";
+    let spec = wirelab_spec::load::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut rows: Vec<(&str, Vec<wirelab_load::shape::Gaps>, f64)> = vec![
+        ("sent: inside a burst", Vec::new(), 0.0),
+        ("sent: burst to burst", Vec::new(), 0.0),
+        ("received: inside", Vec::new(), 0.0),
+        ("received: burst to burst", Vec::new(), 0.0),
+    ];
+    for _ in 0..rounds {
+        let dir = tempfile::tempdir()?;
+        let opts = RunOptions {
+            abort: abort.clone(),
+            ..RunOptions::new(dir.path())
+        };
+        let out = wirelab_lab::load::run(&spec, &opts, |_| {})?;
+        let shapes = out.summary.burst_shape.context("no burst shape")?;
+        for (k, b) in [shapes.sent, shapes.received].iter().enumerate() {
+            rows[2 * k].1.push(b.gaps.context("no gap inside a burst")?);
+            rows[2 * k].2 = b.requested_gap_ns;
+            rows[2 * k + 1].1.push(b.periods.context("no period")?);
+            rows[2 * k + 1].2 = b.requested_period_ns;
+        }
+    }
+    for (what, v, a) in rows {
+        let pick = |f: fn(&wirelab_load::shape::Gaps) -> f64| {
+            let mut x: Vec<f64> = v.iter().map(f).collect();
+            median(&mut x) / 1e3
+        };
+        println!(
+            "  {what:>24}  {:>10.1}  {:>10.1}  {:>10.1}  {:>10.1}",
+            a / 1e3,
+            pick(|g| g.mean),
+            pick(|g| g.p50 as f64),
+            pick(|g| g.p99 as f64)
+        );
     }
     Ok(())
 }

@@ -276,6 +276,27 @@ fn footer(s: &LoadSummary) {
             ),
         }
     }
+    if let Some(shapes) = &s.burst_shape {
+        let g = |x: &Option<wirelab_load::shape::Gaps>| {
+            x.map_or("-".into(), |g| {
+                format!(
+                    "mean {:.1} p50 {:.1} p99 {:.1}",
+                    g.mean / 1e3,
+                    g.p50 as f64 / 1e3,
+                    g.p99 as f64 / 1e3
+                )
+            })
+        };
+        for (side, b) in [("sent", &shapes.sent), ("received", &shapes.received)] {
+            println!(
+                "  burst shape µs, {side}: inside bursts {} (asked {:.1}); burst to burst {} (asked {:.1})",
+                g(&b.gaps),
+                b.requested_gap_ns / 1e3,
+                g(&b.periods),
+                b.requested_period_ns / 1e3
+            );
+        }
+    }
     if let Some(w) = &s.switch {
         let i = &w.integrity;
         println!(

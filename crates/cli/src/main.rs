@@ -254,7 +254,7 @@ enum BenchCmd {
         /// Length of each rate-error and HTTP run.
         #[arg(long, default_value_t = 10)]
         seconds: u32,
-        /// Only these parts (default: all).
+        /// Only these parts (default: all): rate, error, burst, http.
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<bench_load::Part>,
     },

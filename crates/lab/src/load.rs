@@ -69,6 +69,9 @@ pub struct LoadSummary {
     /// in trials.json).
     pub search: Option<SearchResult>,
     pub back_to_back: Option<BackToBackResult>,
+    /// The bursts as sent and as they arrived (with `sample_every: 1`,
+    /// every frame's times): gaps inside bursts and periods between them.
+    pub burst_shape: Option<BurstShapes>,
     /// wirelab's switch as the DUT: its capture's integrity (Lumina §3.5)
     /// and where the capture is.
     pub switch: Option<crate::switch_dut::SwitchDutSummary>,
@@ -281,6 +284,14 @@ pub struct Trial {
     pub repeat: Option<u32>,
 }
 
+/// A run's bursts as the generator sent them (its meter's times) and as
+/// the receiver got them (after the DUT and veth's NAPI batches).
+#[derive(Debug, Clone, Serialize)]
+pub struct BurstShapes {
+    pub sent: wirelab_load::shape::BurstShape,
+    pub received: wirelab_load::shape::BurstShape,
+}
+
 /// What an RFC 2544 back-to-back search found (§26.4).
 #[derive(Debug, Clone, Serialize)]
 pub struct BackToBackResult {
@@ -454,6 +465,51 @@ pub fn run(
     if spec.sample_every > 0 {
         write_sample(&dir.join("sample.pcapng"), &sampled)?;
     }
+    // Every frame sampled, a run of bursts: their shape as received.
+    let burst_len =
+        spec.on_off_burst()
+            .map(|(n, _)| n)
+            .or(spec.stream().burst.as_ref().map(|b| b.packets));
+    let burst_shape = match (burst_len, spec.sample_every, &spec.search) {
+        (Some(n), 1, None) => {
+            let side = |received: bool| {
+                let got: Vec<(u64, u64)> = sampled
+                    .iter()
+                    .filter(|(_, x)| x.received == received)
+                    .map(|(_, x)| (x.seq, x.ts))
+                    .collect();
+                wirelab_load::shape::burst_shape(
+                    &got,
+                    n,
+                    spec.peak_pps().unwrap_or(spec.pps()),
+                    spec.pps(),
+                )
+            };
+            Some(BurstShapes {
+                sent: side(false),
+                received: side(true),
+            })
+        }
+        _ => None,
+    };
+    // The first bursts at µs scale, for the report: (µs since the first
+    // frame, frames so far).
+    let pattern: Vec<(f64, f64)> = match (burst_len, &burst_shape) {
+        (Some(n), Some(_)) => {
+            let mut got: Vec<(u64, u64)> = sampled
+                .iter()
+                .filter(|(_, x)| x.received && x.seq < 4 * u64::from(n))
+                .map(|(_, x)| (x.ts, x.seq))
+                .collect();
+            got.sort_unstable();
+            let t0 = got.first().map_or(0, |g| g.0);
+            got.iter()
+                .enumerate()
+                .map(|(i, &(t, _))| ((t - t0) as f64 / 1e3, (i + 1) as f64))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
     std::fs::create_dir_all(dir.join("dut")).during("creating dut/")?;
     let switch = match switch {
         Some(s) => Some(s.finish(&dir.join("dut"))?),
@@ -483,6 +539,7 @@ pub fn run(
         },
         search,
         back_to_back: b2b,
+        burst_shape,
         switch,
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
@@ -491,7 +548,7 @@ pub fn run(
         "summary.json",
         &serde_json::to_vec_pretty(&summary.to_json()?).during("encoding the summary")?,
     )?;
-    write("report.html", page(&summary).as_bytes())?;
+    write("report.html", page(&summary, &pattern).as_bytes())?;
     Ok(LoadOutput {
         summary,
         verdict,
@@ -769,7 +826,7 @@ fn write_sample(path: &std::path::Path, sampled: &[(Option<u32>, Sample)]) -> Re
 }
 
 /// report.html: what ran, its claims, the rate per interval, the latency.
-fn page(s: &LoadSummary) -> String {
+fn page(s: &LoadSummary, pattern: &[(f64, f64)]) -> String {
     let o = &s.outcome.outcome;
     let st = &s.setup;
     let f = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.3}"));
@@ -815,6 +872,28 @@ fn page(s: &LoadSummary) -> String {
             ),
         ));
     }
+    if let Some(shapes) = &s.burst_shape {
+        let g = |x: &Option<wirelab_load::shape::Gaps>| {
+            x.map_or("-".into(), |g| {
+                format!(
+                    "mean {:.0} p50 {} p99 {} ns ({})",
+                    g.mean, g.p50, g.p99, g.count
+                )
+            })
+        };
+        for (side, b) in [("sent", &shapes.sent), ("received", &shapes.received)] {
+            facts.push((
+                format!("burst shape ({side})"),
+                format!(
+                    "gaps inside bursts {} against {:.0} ns asked; periods {} against {:.0} ns",
+                    g(&b.gaps),
+                    b.requested_gap_ns,
+                    g(&b.periods),
+                    b.requested_period_ns
+                ),
+            ));
+        }
+    }
     if let Some(r) = &s.search {
         facts.push((
             "RFC 2544 throughput".into(),
@@ -845,6 +924,7 @@ fn page(s: &LoadSummary) -> String {
         series: ["asked", "sent", "received"],
         unit: "thousand frames/s",
         latency: &o.latency_buckets,
+        pattern,
     })
 }
 

@@ -700,6 +700,7 @@ fn page(s: &StatefulSummary) -> String {
         series: ["connections/s", "transactions/s", "goodput (Mbit/s)"],
         unit: "thousands",
         latency: &[],
+        pattern: &[],
     })
 }
 

@@ -8,6 +8,8 @@
 //!   (§5.2), with a model of what they pass;
 //! - [`hist`]: the latency histogram's log-linear buckets, shared with
 //!   `bpf/load.bpf.c`, and its percentiles;
+//! - [`shape`]: the burst pattern as it arrived: gaps inside bursts and
+//!   periods between them, against the request;
 //! - [`template`]: the frames the generator replicates, with the offsets
 //!   its editor and stamp need;
 //! - [`measure`]: one interval's figures from the version banks (§6.1)
@@ -17,4 +19,5 @@ pub mod efsm;
 pub mod hist;
 pub mod measure;
 pub mod rate;
+pub mod shape;
 pub mod template;

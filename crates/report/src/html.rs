@@ -645,6 +645,9 @@ pub struct LoadPage<'a> {
     pub unit: &'a str,
     /// The latency histogram: (bucket's highest value ns, frames).
     pub latency: &'a [(u64, u64)],
+    /// The first bursts as they arrived: (µs since the first frame,
+    /// frames so far); empty: none shown.
+    pub pattern: &'a [(f64, f64)],
 }
 
 pub fn load_page(p: &LoadPage) -> String {
@@ -699,6 +702,21 @@ pub fn load_page(p: &LoadPage) -> String {
         (xmax * 1.02, ymax * 1.1, "s (interval's end)".into(), p.unit),
         2,
     ));
+    if !p.pattern.is_empty() {
+        o.push_str("<h2>Burst pattern</h2><p>The first bursts as the receiver got them: every frame's arrival, at µs scale (Norma Fig. 11).</p>");
+        let xmax = p.pattern.iter().map(|x| x.0).fold(1e-3, f64::max);
+        let ymax = p.pattern.iter().map(|x| x.1).fold(1.0, f64::max);
+        o.push_str(&lines_chart(
+            vec![("frames received".into(), p.pattern.to_vec())],
+            (
+                xmax * 1.02,
+                ymax * 1.05,
+                "µs since the first frame".into(),
+                "frames",
+            ),
+            2,
+        ));
+    }
     let n: u64 = p.latency.iter().map(|b| b.1).sum();
     if n > 0 {
         o.push_str("<h2>One-way latency</h2><p>Every stamped frame, from the run's histogram (buckets under 1.6% wide).</p>");
