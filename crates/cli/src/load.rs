@@ -327,15 +327,7 @@ fn footer(s: &LoadSummary) {
             }
         );
     }
-    for c in &s.expect {
-        println!(
-            "  {} {}: {}",
-            if c.pass { "ok  " } else { "FAIL" },
-            c.claim,
-            c.observed
-        );
-    }
-    println!("{} {}  {}", s.verdict, s.name, s.results);
+    verdict_lines(&s.expect, s.verdict, &s.name, &s.results);
 }
 
 /// A stateful test: a line per interval with connections and
@@ -422,7 +414,13 @@ fn stateful(
             h.efsm_requests_sent, h.efsm_transactions
         );
     }
-    for c in &s.expect {
+    verdict_lines(&s.expect, s.verdict, &s.name, &s.results);
+    Ok(exit_code(out.verdict))
+}
+
+/// Each claim, then the verdict with the test's name and results folder.
+fn verdict_lines(expect: &[wirelab_lab::load::Claim], verdict: &str, name: &str, results: &str) {
+    for c in expect {
         println!(
             "  {} {}: {}",
             if c.pass { "ok  " } else { "FAIL" },
@@ -430,6 +428,5 @@ fn stateful(
             c.observed
         );
     }
-    println!("{} {}  {}", s.verdict, s.name, s.results);
-    Ok(exit_code(out.verdict))
+    println!("{verdict} {name}  {results}");
 }

@@ -6,7 +6,7 @@
 
 use std::os::fd::AsFd;
 
-use libbpf_rs::{MapCore, MapFlags, TcHookBuilder};
+use libbpf_rs::{MapCore, MapFlags};
 use wirelab_load::efsm::{Reply, Side, COUNTS, ROW_COUNTS};
 
 use crate::object;
@@ -140,17 +140,7 @@ impl Responder {
     /// with the device (the lab's namespace). The caller must be in the
     /// device's namespace.
     pub fn attach(&self, ifindex: i32) -> Result<(), Error> {
-        let prog = object::program(&self.obj, PROG);
-        let mut hook = TcHookBuilder::new(prog.as_fd())
-            .ifindex(ifindex)
-            .replace(true)
-            .handle(1)
-            .priority(1)
-            .hook(libbpf_rs::TC_INGRESS);
-        hook.create()
-            .and_then(|mut h| h.attach())
-            .map_err(|source| Error::Attach { ifindex, source })?;
-        Ok(())
+        object::attach_tc_ingress(&object::program(&self.obj, PROG), ifindex)
     }
 
     /// Per row (in the table's order), then `wirelab_load::efsm::Count`s,

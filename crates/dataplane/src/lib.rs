@@ -584,16 +584,7 @@ impl Switch {
     }
 
     fn attach_prog(&self, ifindex: i32, prog: libbpf_rs::ProgramMut<'_>) -> Result<(), Error> {
-        let mut hook = TcHookBuilder::new(prog.as_fd())
-            .ifindex(ifindex)
-            .replace(true)
-            .handle(1)
-            .priority(1)
-            .hook(libbpf_rs::TC_INGRESS);
-        hook.create()
-            .and_then(|mut h| h.attach())
-            .map_err(|source| Error::Attach { ifindex, source })?;
-        Ok(())
+        object::attach_tc_ingress(&prog, ifindex)
     }
 
     pub fn add_port(&self, ifindex: u32, port: u32) -> Result<(), Error> {

@@ -195,3 +195,23 @@ macro_rules! maps {
     };
 }
 pub(crate) use maps;
+
+/// Attaches `prog` to tc ingress of `ifindex` (handle 1, priority 1,
+/// replacing what is there), creating the clsact qdisc if needed. The
+/// caller must be in the device's namespace.
+pub(crate) fn attach_tc_ingress(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    ifindex: i32,
+) -> Result<(), crate::Error> {
+    use std::os::fd::AsFd;
+    let mut hook = libbpf_rs::TcHookBuilder::new(prog.as_fd())
+        .ifindex(ifindex)
+        .replace(true)
+        .handle(1)
+        .priority(1)
+        .hook(libbpf_rs::TC_INGRESS);
+    hook.create()
+        .and_then(|mut h| h.attach())
+        .map_err(|source| crate::Error::Attach { ifindex, source })?;
+    Ok(())
+}

@@ -109,6 +109,20 @@ impl Drop for Daemon {
     }
 }
 
+/// `names` in `dir` as (name, text), for the results folder (a file not
+/// written is empty).
+pub fn files(dir: &Path, names: &[&str]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .map(|f| {
+            (
+                f.to_string(),
+                std::fs::read_to_string(dir.join(f)).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// The run's DUT folder (`wirelab_netns::dut_dir`): the daemons' configs,
 /// sockets and logs. Removed on drop, so declare it before the daemons
 /// that use it (they stop first).

@@ -128,15 +128,7 @@ impl Haproxy {
     /// The config and the log, for the results folder (the log is
     /// complete once stopped).
     pub fn files(&self) -> Vec<(String, String)> {
-        ["haproxy.cfg", "haproxy.log"]
-            .iter()
-            .map(|f| {
-                (
-                    f.to_string(),
-                    std::fs::read_to_string(self.dir.join(f)).unwrap_or_default(),
-                )
-            })
-            .collect()
+        crate::daemon::files(&self.dir, &["haproxy.cfg", "haproxy.log"])
     }
 
     pub fn stop(&mut self) {

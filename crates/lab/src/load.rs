@@ -346,26 +346,13 @@ pub fn run(
 ) -> Result<LoadOutput, Error> {
     let started = std::time::Instant::now();
     let (mut setup, edits, table) = setup(spec)?;
-    let run_id = opts.run_id.clone().unwrap_or_else(crate::new_run_id);
-    let name = spec.name.clone().unwrap_or_else(|| "load".into());
-    let dir = opts.out.join(format!("{name}-{run_id}"));
-    std::fs::create_dir_all(&dir).during(format!("creating {}", dir.display()))?;
-    let write = |file: &str, bytes: &[u8]| -> Result<(), Error> {
-        let p = dir.join(file);
-        std::fs::write(&p, bytes).during(format!("writing {}", p.display()))
-    };
-    write(
-        "spec.json",
-        &serde_json::to_vec_pretty(spec).during("encoding the spec")?,
-    )?;
-    opts.check_abort()?;
-    let lab = TesterLab::up(
-        &run_id,
-        spec.dut.kind,
-        spec.ports.mtu,
-        spec.dut.egress.as_ref(),
-    )
-    .during("bringing the tester's lab up")?;
+    let Begun {
+        run_id,
+        name,
+        dir,
+        lab,
+    } = begin(spec, opts)?;
+    let write = |file: &str, bytes: &[u8]| write_in(&dir, file, bytes);
     opts.check_abort()?;
     lab.learn().during("sending the learning frames")?;
     // wirelab's switch as the DUT: attached once the lab is quiet, so its
@@ -439,10 +426,6 @@ pub fn run(
             ..
         }) => {
             let (o, r) = throughput(spec, t, opts, &mut stream_at, &mut each)?;
-            write(
-                "trials.json",
-                &serde_json::to_vec_pretty(&r.trials).during("encoding the trials")?,
-            )?;
             (o, Some(r))
         }
         Some(wirelab_spec::load::Search {
@@ -450,10 +433,6 @@ pub fn run(
             ..
         }) => {
             let (o, r) = back_to_back(spec, b, opts, &mut stream_at, &mut each)?;
-            write(
-                "trials.json",
-                &serde_json::to_vec_pretty(&r.trials).during("encoding the trials")?,
-            )?;
             b2b = Some(r);
             (o, None)
         }
@@ -462,6 +441,16 @@ pub fn run(
             None,
         ),
     };
+    let trials = search
+        .as_ref()
+        .map(|r| &r.trials)
+        .or(b2b.as_ref().map(|r| &r.trials));
+    if let Some(t) = trials {
+        write(
+            "trials.json",
+            &serde_json::to_vec_pretty(t).during("encoding the trials")?,
+        )?;
+    }
     if spec.sample_every > 0 {
         write_sample(&dir.join("sample.pcapng"), &sampled)?;
     }
@@ -510,7 +499,6 @@ pub fn run(
         }
         _ => Vec::new(),
     };
-    std::fs::create_dir_all(dir.join("dut")).during("creating dut/")?;
     let switch = match switch {
         Some(s) => Some(s.finish(&dir.join("dut"))?),
         None => None,
@@ -554,6 +542,47 @@ pub fn run(
         verdict,
         dir,
     })
+}
+
+/// A load test's start: its results folder with `spec.json` and `dut/`,
+/// and its lab.
+pub(crate) struct Begun {
+    pub run_id: String,
+    pub name: String,
+    pub dir: PathBuf,
+    pub lab: TesterLab,
+}
+
+pub(crate) fn begin(spec: &LoadSpec, opts: &RunOptions) -> Result<Begun, Error> {
+    let run_id = opts.run_id.clone().unwrap_or_else(crate::new_run_id);
+    let name = spec.name.clone().unwrap_or_else(|| "load".into());
+    let dir = opts.out.join(format!("{name}-{run_id}"));
+    std::fs::create_dir_all(dir.join("dut")).during(format!("creating {}", dir.display()))?;
+    write_in(
+        &dir,
+        "spec.json",
+        &serde_json::to_vec_pretty(spec).during("encoding the spec")?,
+    )?;
+    opts.check_abort()?;
+    let lab = TesterLab::up(
+        &run_id,
+        spec.dut.kind,
+        spec.ports.mtu,
+        spec.dut.egress.as_ref(),
+    )
+    .during("bringing the tester's lab up")?;
+    Ok(Begun {
+        run_id,
+        name,
+        dir,
+        lab,
+    })
+}
+
+/// Writes `file` in the results folder `dir`.
+pub(crate) fn write_in(dir: &std::path::Path, file: &str, bytes: &[u8]) -> Result<(), Error> {
+    let p = dir.join(file);
+    std::fs::write(&p, bytes).during(format!("writing {}", p.display()))
 }
 
 /// A measured rate that is missing or below a bound.

@@ -96,15 +96,7 @@ impl Nginx {
 
     /// The config and the logs, for the results folder.
     pub fn files(&self) -> Vec<(String, String)> {
-        ["nginx.conf", "nginx.log", "nginx-error.log"]
-            .iter()
-            .map(|f| {
-                (
-                    f.to_string(),
-                    std::fs::read_to_string(self.dir.join(f)).unwrap_or_default(),
-                )
-            })
-            .collect()
+        crate::daemon::files(&self.dir, &["nginx.conf", "nginx.log", "nginx-error.log"])
     }
 
     pub fn stop(&mut self) {

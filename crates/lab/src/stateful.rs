@@ -27,7 +27,7 @@ use wirelab_dataplane::efsm::Responder;
 use wirelab_dataplane::load::{Edit, EditMode, GenConfig, Tester};
 use wirelab_load::efsm::{flag, Count, Payload, Reply, Side, Table, COUNTS};
 use wirelab_load::template;
-use wirelab_netns::tester::{self, TesterLab};
+use wirelab_netns::tester;
 use wirelab_spec::efsm::{compile, RealServer, Stateful};
 use wirelab_spec::load::{DutKind, LoadSpec, Metric};
 
@@ -284,26 +284,13 @@ pub fn run(
     let m = meaning(&client.table, server.as_ref().map(|s| &s.table));
     let clients = st.clients.as_ref().expect("sides() checked");
     let servers = st.servers.as_ref().expect("sides() checked");
-    let run_id = opts.run_id.clone().unwrap_or_else(crate::new_run_id);
-    let name = spec.name.clone().unwrap_or_else(|| "load".into());
-    let dir = opts.out.join(format!("{name}-{run_id}"));
-    std::fs::create_dir_all(dir.join("dut")).during(format!("creating {}", dir.display()))?;
-    let write = |file: &str, bytes: &[u8]| -> Result<(), Error> {
-        let p = dir.join(file);
-        std::fs::write(&p, bytes).during(format!("writing {}", p.display()))
-    };
-    write(
-        "spec.json",
-        &serde_json::to_vec_pretty(spec).during("encoding the spec")?,
-    )?;
-    opts.check_abort()?;
-    let lab = TesterLab::up(
-        &run_id,
-        spec.dut.kind,
-        spec.ports.mtu,
-        spec.dut.egress.as_ref(),
-    )
-    .during("bringing the tester's lab up")?;
+    let crate::load::Begun {
+        run_id,
+        name,
+        dir,
+        lab,
+    } = crate::load::begin(spec, opts)?;
+    let write = |file: &str, bytes: &[u8]| crate::load::write_in(&dir, file, bytes);
     // The tester (its responders, in softirq, and real servers) on the
     // first CPU, the DUT on the last: two machines' worth of separation.
     let (tester_cpu, dut_cpu) = cpus();
