@@ -280,7 +280,7 @@ int wl_efsm(struct __sk_buff *skb)
 	struct reply r = {};
 	__u8 prefix[WL_EFSM_PREFIX] = {};
 	__u32 zero = 0, i, plen, syn, fin, doff, tot, hit = WL_EFSM_ROWS, nsent = 0;
-	__u32 rows, all_acked, ahead;
+	__u32 rows, all_acked, ahead, broken = 0;
 	__u64 now, bytes = 0;
 	__u8 flags;
 	int keep;
@@ -462,8 +462,12 @@ int wl_efsm(struct __sk_buff *skb)
 			r.tcp.seq = bpf_htonl(f.snd_nxt);
 			r.tcp.ack_seq = bpf_htonl(f.rcv_nxt);
 			((__u8 *)&r.tcp)[13] = fl;
-			if (wl_build(skb, &r, 20, ch, len))
+			if (wl_build(skb, &r, 20, ch, len)) {
+				/* The skb is half written, and the segment
+				 * before it (if any) has left as a clone. */
+				broken = 1;
 				break;
+			}
 			f.snd_nxt += len + !!(fl & F_FIN);
 			bytes += len;
 			nsent++;
@@ -487,10 +491,10 @@ int wl_efsm(struct __sk_buff *skb)
 	} else if (known) {
 		bpf_map_delete_elem(&efsm_flows, &key);
 	}
-	if (!nsent)
-		return TC_ACT_SHOT;
 	bump(WL_EFSM_ROWS + WL_COUNT_SEGMENTS, nsent);
 	bump(WL_EFSM_ROWS + WL_COUNT_TX_BYTES, bytes);
+	if (!nsent || broken)
+		return TC_ACT_SHOT;
 	/* Back out of the port it came in by, to the DUT. */
 	return bpf_redirect(c->ifindex, 0);
 }

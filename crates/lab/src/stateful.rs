@@ -111,6 +111,8 @@ pub struct StatefulOutcome {
     /// The drain ended every flow (else the counts may differ by the
     /// exchanges in flight).
     pub drained: bool,
+    /// wirelab's switch as the DUT: its capture's integrity.
+    pub switch: Option<crate::switch_dut::SwitchDutSummary>,
     /// The responders' CPU time and runs (both sides), as the kernel
     /// counts BPF programs' while `kernel.bpf_stats_enabled` is 1
     /// (`wirelab bench load` turns it on); None when it is off.
@@ -291,6 +293,11 @@ pub fn run(
         lab,
     } = crate::load::begin(spec, opts)?;
     let write = |file: &str, bytes: &[u8]| crate::load::write_in(&dir, file, bytes);
+    // wirelab's switch as the DUT: attached before anything flows.
+    let switch = match spec.dut.kind {
+        DutKind::Switch => Some(crate::switch_dut::SwitchDut::start(&lab)?),
+        _ => None,
+    };
     // The tester (its responders, in softirq, and real servers) on the
     // first CPU, the DUT on the last: two machines' worth of separation.
     let (tester_cpu, dut_cpu) = cpus();
@@ -529,6 +536,10 @@ pub fn run(
             write(&format!("servers/{f}"), text.as_bytes())?;
         }
     }
+    let switch = match switch {
+        Some(s) => Some(s.finish(&dir.join("dut"))?),
+        None => None,
+    };
     for (file, text) in lab.dut_statistics() {
         write(&format!("dut/{file}"), text.as_bytes())?;
     }
@@ -552,6 +563,7 @@ pub fn run(
             .as_ref()
             .map(|s| side_counts(&s.table, &end.1, srv_flows(&srv))),
         drained: drained_all,
+        switch,
         tester_cpu_ns: tester.map(|t| t.0),
         tester_runs: tester.map(|t| t.1),
         haproxy: check,
