@@ -399,10 +399,19 @@ pub fn run(
     .during("configuring the generator")?;
     let handle = gen.generator().during("the generator's program")?;
     wirelab_netns::in_netns(&lab.tx_ns, || {
-        handle.generate(&syn.bytes, clients.connections)
+        // On one CPU throughout: the editor's port counter is per CPU, and
+        // a move between batches would open some ports twice.
+        let mut here = nix::sched::CpuSet::new();
+        nix::sched::sched_getcpu()
+            .and_then(|c| here.set(c))
+            .and_then(|_| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &here))
+            .map_err(|e| std::io::Error::other(format!("pinning the opener: {e}")))
+            .during("opening the connections")?;
+        handle
+            .generate(&syn.bytes, clients.connections)
+            .during("opening the connections")
     })
-    .during("entering the sender's namespace")?
-    .during("opening the connections")?;
+    .during("entering the sender's namespace")??;
 
     // The intervals.
     let path = dir.join("intervals.jsonl");
