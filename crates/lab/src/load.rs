@@ -944,11 +944,7 @@ fn page(s: &LoadSummary, pattern: &[(f64, f64)]) -> String {
         title: &s.name,
         verdict: s.verdict,
         facts,
-        claims: s
-            .expect
-            .iter()
-            .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
-            .collect(),
+        claims: claim_rows(&s.expect),
         intervals,
         series: ["asked", "sent", "received"],
         unit: "thousand frames/s",
@@ -986,6 +982,14 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         | Metric::Resets
         | Metric::Goodput => None,
     }
+}
+
+/// The claims as report.html lists them: (claim, pass, observed).
+pub(crate) fn claim_rows(expect: &[Claim]) -> Vec<(String, bool, String)> {
+    expect
+        .iter()
+        .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
+        .collect()
 }
 
 /// `expect:` judged against the run's `value` of each metric.

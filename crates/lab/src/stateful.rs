@@ -699,11 +699,7 @@ fn page(s: &StatefulSummary) -> String {
         title: &s.name,
         verdict: s.verdict,
         facts,
-        claims: s
-            .expect
-            .iter()
-            .map(|c| (c.claim.clone(), c.pass, c.observed.clone()))
-            .collect(),
+        claims: crate::load::claim_rows(&s.expect),
         intervals,
         series: ["connections/s", "transactions/s", "goodput (Mbit/s)"],
         unit: "thousands",
