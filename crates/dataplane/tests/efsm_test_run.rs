@@ -25,7 +25,7 @@ const NOW: u64 = 5_000_000_000;
 
 fn side(efsm: &str, payload: Option<Payload>, fin_after_data: bool, segments: u8) -> Side {
     Side {
-        table: compile(&EfsmRef::Builtin(efsm.into()), "t", payload.is_some()).unwrap(),
+        table: compile(&EfsmRef::Builtin(efsm.into()), "t").unwrap(),
         local_ip: u32::from_be_bytes(LOCAL),
         mss: 1460,
         segments_per_ack: segments,
@@ -322,7 +322,7 @@ fn the_syn_flood_responder_resets_every_syn_and_keeps_nothing() {
         return;
     }
     let mut s = side("http-server", Some(Payload::new(b"x", 1, 1460)), false, 1);
-    s.table = compile(&EfsmRef::Table(builtin("syn-flood").unwrap()), "t", false).unwrap();
+    s.table = compile(&EfsmRef::Table(builtin("syn-flood").unwrap()), "t").unwrap();
     s.payload = None;
     let mut p = Pair::new(s);
     for k in 0..50u32 {

@@ -78,11 +78,6 @@ impl Daemon {
         }
     }
 
-    /// The daemon's pid, while it runs.
-    pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().map(|c| c.id() as i32)
-    }
-
     /// Its graceful stop, then SIGKILL after 2 s; its log is complete
     /// when this returns.
     pub fn stop(&mut self) {

@@ -121,10 +121,6 @@ impl Haproxy {
         Ok(Stats::parse(&csv))
     }
 
-    pub fn pid(&self) -> Option<i32> {
-        self.daemon.pid()
-    }
-
     /// The config and the log, for the results folder (the log is
     /// complete once stopped).
     pub fn files(&self) -> Vec<(String, String)> {

@@ -292,6 +292,34 @@ pub struct BurstShapes {
     pub received: wirelab_load::shape::BurstShape,
 }
 
+impl Trial {
+    /// Trial `k` at `pps` with `plan`, from its outcome; not passed until
+    /// its search says so.
+    fn of(k: u32, pps: f64, plan: rate::Plan, o: &Outcome, tester_short: bool) -> Trial {
+        let lost = o.sent as i64 - o.received as i64;
+        Trial {
+            trial: k,
+            requested_pps: pps,
+            rate: plan,
+            sent: o.sent,
+            received: o.received,
+            lost,
+            loss_ratio: if o.sent > 0 {
+                lost as f64 / o.sent as f64
+            } else {
+                1.0
+            },
+            sent_pps: o.sent_pps,
+            missed: o.generator.missed,
+            latency: o.latency,
+            tester_short,
+            pass: false,
+            burst: None,
+            repeat: None,
+        }
+    }
+}
+
 /// What an RFC 2544 back-to-back search found (§26.4).
 #[derive(Debug, Clone, Serialize)]
 pub struct BackToBackResult {
@@ -631,12 +659,6 @@ fn throughput(
             rate: &plan,
         });
         let o = stream_at(&plan, t.trial.as_std(), Some(k), each)?;
-        let lost = o.sent as i64 - o.received as i64;
-        let loss_ratio = if o.sent > 0 {
-            lost as f64 / o.sent as f64
-        } else {
-            1.0
-        };
         // An interrupted trial decides nothing.
         if opts.abort.load(Ordering::SeqCst) {
             last = Some(o);
@@ -648,23 +670,9 @@ fn throughput(
         let short = o
             .sent_pps
             .is_none_or_below(pps * (1.0 - t.resolution / 2.0));
-        let pass = o.sent > 0 && loss_ratio <= t.loss && !short;
-        let trial = Trial {
-            trial: k,
-            requested_pps: pps,
-            rate: plan,
-            sent: o.sent,
-            received: o.received,
-            lost,
-            loss_ratio,
-            sent_pps: o.sent_pps,
-            missed: o.generator.missed,
-            latency: o.latency,
-            tester_short: short,
-            pass,
-            burst: None,
-            repeat: None,
-        };
+        let mut trial = Trial::of(k, pps, plan, &o, short);
+        trial.pass = o.sent > 0 && trial.loss_ratio <= t.loss && !short;
+        let pass = trial.pass;
         each(&Tick::TrialDone(&trial));
         trials.push(trial);
         if pass {
@@ -757,24 +765,10 @@ fn back_to_back(
             short_any |= short;
             let pass = !short && o.received == o.sent;
             let trial = Trial {
-                trial: k,
-                requested_pps: pps,
-                rate: plan,
-                sent: o.sent,
-                received: o.received,
-                lost: o.sent as i64 - o.received as i64,
-                loss_ratio: if o.sent > 0 {
-                    (o.sent as f64 - o.received as f64) / o.sent as f64
-                } else {
-                    1.0
-                },
-                sent_pps: o.sent_pps,
-                missed: o.generator.missed,
-                latency: o.latency,
-                tester_short: short,
                 pass,
                 burst: Some(n),
                 repeat: Some(rep),
+                ..Trial::of(k, pps, plan, &o, short)
             };
             each(&Tick::TrialDone(&trial));
             trials.push(trial);

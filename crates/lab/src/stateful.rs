@@ -137,6 +137,18 @@ pub struct StatefulSummary {
     pub duration_ms: u64,
 }
 
+impl StatefulSummary {
+    /// summary.json's content: the intervals are in intervals.jsonl, so
+    /// here they are counted, not repeated.
+    pub fn to_json(&self) -> Result<serde_json::Value, Error> {
+        let mut v = serde_json::to_value(self).during("encoding the summary")?;
+        if let Some(o) = v.get_mut("outcome").and_then(|o| o.as_object_mut()) {
+            o.insert("intervals".into(), self.outcome.intervals.len().into());
+        }
+        Ok(v)
+    }
+}
+
 pub struct StatefulOutput {
     pub summary: StatefulSummary,
     pub verdict: Verdict,
@@ -201,14 +213,12 @@ fn extra(counts: &[u64], rows: usize, c: Count) -> u64 {
 fn sides(st: &Stateful, kind: DutKind) -> Result<(Side, Option<Side>), Error> {
     let bad = |(at, m): (String, String)| Error::BadInput(format!("{at}: {m}"));
     let (Some(c), Some(s)) = (&st.clients, &st.servers) else {
-        return Err(Error::BadInput(
-            "stateful: needs both `clients:` and `servers:`".into(),
-        ));
+        unreachable!("validated: a stateful test has clients and servers")
     };
     let at = tester::addresses(kind);
-    let ctab = compile(&c.efsm, "stateful.clients.efsm", true).map_err(bad)?;
+    let ctab = compile(&c.efsm, "stateful.clients.efsm").map_err(bad)?;
     let stab = match &s.efsm {
-        Some(e) => Some(compile(e, "stateful.servers.efsm", true).map_err(bad)?),
+        Some(e) => Some(compile(e, "stateful.servers.efsm").map_err(bad)?),
         None => None,
     };
     let n = c.connections;
@@ -583,7 +593,7 @@ pub fn run(
     let interrupted = opts.abort.load(Ordering::SeqCst);
     let expect = judge(&spec.expect, |x| metric(x, &outcome));
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
-    let mut summary = StatefulSummary {
+    let summary = StatefulSummary {
         schema: "wirelab.load-stateful/1",
         name,
         description: spec.description.clone(),
@@ -596,17 +606,11 @@ pub fn run(
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    let mut json = serde_json::to_value(&summary).during("encoding the summary")?;
-    // The intervals are in intervals.jsonl: counted here, not repeated.
-    if let Some(o) = json.get_mut("outcome").and_then(|o| o.as_object_mut()) {
-        o.insert("intervals".into(), summary.outcome.intervals.len().into());
-    }
     write(
         "summary.json",
-        &serde_json::to_vec_pretty(&json).during("encoding the summary")?,
+        &serde_json::to_vec_pretty(&summary.to_json()?).during("encoding the summary")?,
     )?;
     write("report.html", page(&summary).as_bytes())?;
-    summary.results = dir.display().to_string();
     Ok(StatefulOutput {
         summary,
         verdict,

@@ -338,63 +338,39 @@ impl Responder {
         self.counts[i] += 1;
         // 3. The reply.
         let mut outs: Vec<(Out, Option<(u64, u32)>)> = Vec::new();
-        let mut dport = p.sport;
+        // A reply from the port the packet came to, without options.
+        let out = |seq: u32, ack: u32, flags: u8| Out {
+            sport: p.dport,
+            seq,
+            ack,
+            flags,
+            mss_option: false,
+        };
         match row.reply {
             Reply::None => {}
             Reply::Rst => {
                 let o = if p.flags & flag::ACK != 0 {
-                    Out {
-                        sport: p.dport,
-                        seq: p.ack,
-                        ack: 0,
-                        flags: flag::RST,
-                        mss_option: false,
-                    }
+                    out(p.ack, 0, flag::RST)
                 } else {
-                    Out {
-                        sport: p.dport,
-                        seq: 0,
-                        ack: p.seq.wrapping_add(plen + syn + fin),
-                        flags: flag::RST | flag::ACK,
-                        mss_option: false,
-                    }
+                    out(
+                        0,
+                        p.seq.wrapping_add(plen + syn + fin),
+                        flag::RST | flag::ACK,
+                    )
                 };
                 outs.push((o, None));
             }
             Reply::SynAck => {
-                outs.push((
-                    Out {
-                        sport: p.dport,
-                        seq: f.isn,
-                        ack: f.rcv_nxt,
-                        flags: flag::SYN | flag::ACK,
-                        mss_option: true,
-                    },
-                    None,
-                ));
+                let o = Out {
+                    mss_option: true,
+                    ..out(f.isn, f.rcv_nxt, flag::SYN | flag::ACK)
+                };
+                outs.push((o, None));
                 f.snd_nxt = f.isn.wrapping_add(1);
             }
-            Reply::Ack => outs.push((
-                Out {
-                    sport: p.dport,
-                    seq: f.snd_nxt,
-                    ack: f.rcv_nxt,
-                    flags: flag::ACK,
-                    mss_option: false,
-                },
-                None,
-            )),
+            Reply::Ack => outs.push((out(f.snd_nxt, f.rcv_nxt, flag::ACK), None)),
             Reply::Fin => {
-                outs.push((
-                    Out {
-                        sport: p.dport,
-                        seq: f.snd_nxt,
-                        ack: f.rcv_nxt,
-                        flags: flag::FIN | flag::ACK,
-                        mss_option: false,
-                    },
-                    None,
-                ));
+                outs.push((out(f.snd_nxt, f.rcv_nxt, flag::FIN | flag::ACK), None));
                 f.snd_nxt = f.snd_nxt.wrapping_add(1);
             }
             Reply::Data => {
@@ -416,16 +392,7 @@ impl Responder {
                     let last = off + u64::from(len) == pl.len;
                     let fin = last && self.side.fin_after_data;
                     let flags = flag::ACK | flag::PSH | if fin { flag::FIN } else { 0 };
-                    outs.push((
-                        Out {
-                            sport: p.dport,
-                            seq: f.snd_nxt,
-                            ack: f.rcv_nxt,
-                            flags,
-                            mss_option: false,
-                        },
-                        Some((off / mss, len)),
-                    ));
+                    outs.push((out(f.snd_nxt, f.rcv_nxt, flags), Some((off / mss, len))));
                     f.snd_nxt = f.snd_nxt.wrapping_add(len + u32::from(fin));
                 }
             }
@@ -433,17 +400,12 @@ impl Responder {
                 let s = &self.side;
                 let slot = u32::from(p.dport.wrapping_sub(s.port_base));
                 let next = (slot + s.connections) % s.port_range;
-                outs.push((
-                    Out {
-                        sport: s.port_base.wrapping_add(next as u16),
-                        seq: clock_isn(now),
-                        ack: 0,
-                        flags: flag::SYN,
-                        mss_option: true,
-                    },
-                    None,
-                ));
-                dport = p.sport;
+                let o = Out {
+                    sport: s.port_base.wrapping_add(next as u16),
+                    mss_option: true,
+                    ..out(clock_isn(now), 0, flag::SYN)
+                };
+                outs.push((o, None));
             }
         }
         // 4. The register.
@@ -474,7 +436,7 @@ impl Responder {
                 }
                 None => &[],
             };
-            frames.push(self.frame(&p, dport, o, payload));
+            frames.push(self.frame(&p, o, payload));
             bytes += payload.len() as u64;
         }
         self.count(Count::SegmentsSent, outs.len() as u64);
@@ -485,7 +447,7 @@ impl Responder {
     /// A reply to `p` (`bpf/efsm.bpf.c`'s build_reply): Ethernet with the
     /// addresses swapped, IPv4 (ID 0, DF, TTL 64), TCP with the MSS
     /// option on SYNs and a window of 65535.
-    fn frame(&self, p: &Seen, dport: u16, o: &Out, payload: &[u8]) -> Vec<u8> {
+    fn frame(&self, p: &Seen, o: &Out, payload: &[u8]) -> Vec<u8> {
         let tcp_len = if o.mss_option { 24 } else { 20 };
         let tot = 20 + tcp_len + payload.len();
         let mut f = Vec::with_capacity(14 + tot);
@@ -502,7 +464,7 @@ impl Responder {
         f[ip_at + 10..ip_at + 12].copy_from_slice(&ck.to_be_bytes());
         let tcp_at = f.len();
         f.extend_from_slice(&o.sport.to_be_bytes());
-        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&p.sport.to_be_bytes());
         f.extend_from_slice(&o.seq.to_be_bytes());
         f.extend_from_slice(&o.ack.to_be_bytes());
         f.push(((tcp_len / 4) as u8) << 4);
@@ -535,7 +497,7 @@ mod tests {
     const SERVER: [u8; 4] = [198, 18, 2, 2];
 
     fn server(segments: u8, body: u64) -> Responder {
-        let table = compile(&EfsmRef::Builtin("http-server".into()), "x", true).unwrap();
+        let table = compile(&EfsmRef::Builtin("http-server".into()), "x").unwrap();
         Responder::new(Side {
             table,
             local_ip: u32::from_be_bytes(SERVER),
@@ -680,7 +642,7 @@ mod tests {
 
     #[test]
     fn a_client_reopens_from_its_slots_next_port() {
-        let table = compile(&EfsmRef::Builtin("http-client".into()), "x", true).unwrap();
+        let table = compile(&EfsmRef::Builtin("http-client".into()), "x").unwrap();
         let req = b"GET / HTTP/1.1\r\n\r\n";
         let mut r = Responder::new(Side {
             table,
@@ -726,7 +688,7 @@ mod tests {
     #[test]
     fn the_syn_flood_responder_keeps_no_flow() {
         let e = builtin("syn-flood").unwrap();
-        let table = compile(&EfsmRef::Table(e), "x", false).unwrap();
+        let table = compile(&EfsmRef::Table(e), "x").unwrap();
         let mut r = Responder::new(Side {
             table,
             local_ip: u32::from_be_bytes(SERVER),

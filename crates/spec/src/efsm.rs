@@ -462,9 +462,8 @@ impl Table {
     }
 }
 
-/// Checks an EFSM and numbers it. `at` is its YAML path; `has_payload`
-/// whether the side has a payload its `data` reply sends.
-pub fn compile(e: &EfsmRef, at: &str, has_payload: bool) -> Result<Table, Invalid> {
+/// Checks an EFSM and numbers it. `at` is its YAML path.
+pub fn compile(e: &EfsmRef, at: &str) -> Result<Table, Invalid> {
     let (name, efsm) = match e {
         EfsmRef::Builtin(n) => match builtin(n) {
             Some(t) => (n.clone(), t),
@@ -526,12 +525,6 @@ pub fn compile(e: &EfsmRef, at: &str, has_payload: bool) -> Result<Table, Invali
                 "has no action: give a `reply:` (`none` is Norma's skip)",
             );
         };
-        if reply == Reply::Data && !has_payload {
-            return err(
-                row_at(k, ".reply"),
-                "`data` sends the side's payload, which this side has none of",
-            );
-        }
         let w = &t.when;
         let (mut mask, mut value) = (0u8, 0u8);
         if let Some(f) = &w.flags {
@@ -635,8 +628,19 @@ pub fn compile(e: &EfsmRef, at: &str, has_payload: bool) -> Result<Table, Invali
 
 /// Checks the stateful section; `mtu` is the ports'.
 pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
-    if s.clients.is_none() && s.servers.is_none() {
-        return err("stateful", "needs `clients:`, `servers:` or both");
+    // The clients open what the servers answer, through the DUT (haproxy
+    // too: its backends are the servers).
+    if s.clients.is_none() {
+        return err(
+            "stateful.clients",
+            "needed: the clients open the connections",
+        );
+    }
+    if s.servers.is_none() {
+        return err(
+            "stateful.servers",
+            "needed: emulated (`efsm:`) or real (`real: nginx`) servers answer the clients",
+        );
     }
     if !(1..=MAX_SEGMENTS_PER_ACK).contains(&s.segments_per_ack) {
         return err(
@@ -653,7 +657,7 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
         );
     }
     if let Some(c) = &s.clients {
-        compile(&c.efsm, "stateful.clients.efsm", true)?;
+        compile(&c.efsm, "stateful.clients.efsm")?;
         if c.connections == 0 || c.connections > MAX_FLOWS / 2 {
             return err(
                 "stateful.clients.connections",
@@ -674,7 +678,7 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
     if let Some(v) = &s.servers {
         match (&v.efsm, v.real) {
             (Some(e), None) => {
-                compile(e, "stateful.servers.efsm", true)?;
+                compile(e, "stateful.servers.efsm")?;
             }
             (None, Some(_)) => {}
             _ => return err("stateful.servers", "needs `efsm:` or `real:`, one of them"),
@@ -720,7 +724,7 @@ stateful:
     fn a_table_of_ones_own_compiles_grouped_by_state() {
         let s = parse(&with_servers(GOOD)).unwrap();
         let v = s.stateful.unwrap().servers.unwrap();
-        let t = compile(v.efsm.as_ref().unwrap(), "x", true).unwrap();
+        let t = compile(v.efsm.as_ref().unwrap(), "x").unwrap();
         assert_eq!(t.states, ["listen", "open"]);
         assert_eq!(t.rows[0].flags_value, flag::SYN);
         assert_eq!(t.rows[0].flags_mask, flag::COMPARED);
@@ -731,7 +735,7 @@ stateful:
         );
         // Every built-in compiles.
         for b in BUILTINS {
-            compile(&EfsmRef::Builtin(b.into()), "x", true).unwrap();
+            compile(&EfsmRef::Builtin(b.into()), "x").unwrap();
         }
     }
 

@@ -902,21 +902,6 @@ fn validate_stateful(s: &LoadSpec, t: &crate::efsm::Stateful) -> Result<(), Inva
             "a search varies a stream's rate: a stateful test has none",
         );
     }
-    if s.dut.kind != DutKind::Haproxy && t.clients.is_some() && t.servers.is_none() {
-        return err(
-            "stateful.servers",
-            format!(
-                "clients through a {} need servers behind it (only haproxy answers them itself)",
-                s.dut.kind.name()
-            ),
-        );
-    }
-    if s.dut.kind == DutKind::Haproxy && t.servers.is_some() && t.clients.is_none() {
-        return err(
-            "stateful.clients",
-            "haproxy's servers are reached through its clients",
-        );
-    }
     for (k, x) in s.expect.iter().enumerate() {
         if !x.metric.stateful() {
             return err(
