@@ -243,6 +243,8 @@ fn action_or_unknown<S: serde::Serializer>(a: &Option<Action>, s: S) -> Result<S
     }
 }
 
+/// An event the switch applied; `packet`/`iteration` 0: the packet was not
+/// a data segment (a wire event's ACK).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AppliedEvent {
     #[schemars(with = "String")]
@@ -1032,7 +1034,10 @@ impl Conn {
                     base,
                     ack: seg.rel,
                 };
-                seg.dupack = self.snd.on_ack(&mut self.out, &ack);
+                // An ACK the switch dropped never reached the sender.
+                if !seg.lost {
+                    seg.dupack = self.snd.on_ack(&mut self.out, &ack);
+                }
             }
             if !t.syn {
                 let acked = t.has_ack.then_some(seg.rel);
@@ -1070,6 +1075,18 @@ impl Conn {
     /// asked.
     fn record(&mut self, seg: &Seg, meta: Option<&wirelab_trace::Meta>) {
         self.out.last_ts_ns = Some(seg.ts);
+        // An event on a packet that is not a data segment (a wire event on
+        // an ACK; `data` lists those on data segments with their index).
+        let data_segment = seg.data && seg.tcp.payload_len > 0 && !seg.tcp.syn;
+        if let Some(m) = meta.filter(|m| m.event != Action::None && !data_segment) {
+            self.out.events.push(AppliedEvent {
+                event: m.event,
+                event_id: m.event_id,
+                at: seg.at,
+                packet: 0,
+                iteration: 0,
+            });
+        }
         let plot = &mut self.out.plot;
         let p = (seg.ts, seg.rel);
         if seg.data && seg.tcp.payload_len > 0 && !seg.tcp.syn {

@@ -54,8 +54,8 @@ fn load(cut: u8, lever: impl FnOnce(&mut Config)) -> Result<Switch> {
         sport: sp,
         dport: dp,
     };
-    sw.add_flow(key(A, B, 40001, 5201), 1, true)?;
-    sw.add_flow(key(B, A, 5201, 40001), 1, false)?;
+    sw.add_flow(key(A, B, 40001, 5201), 1, true, false)?;
+    sw.add_flow(key(B, A, 5201, 40001), 1, false, true)?;
     sw.add_event(1, 1, 99, Action::Drop, 1)?;
     sw.add_event(1, 0, 99, Action::Ecn, 2)?;
     sw.test_run(&tcp(true, 1000, true, 0)?)?;

@@ -127,6 +127,11 @@ struct Shown {
     /// Arrivals: packets, IDs lost on the way, late (reordered) ones.
     arrived: usize,
     lost: usize,
+    /// The lost packets by their place in the sender's series (1-based:
+    /// an event's `sent_by` + `packet` addresses the same packet again).
+    /// The first arrival is place 1, so a loss of the very first packet
+    /// after the handshake cannot be seen.
+    lost_packets: Vec<u64>,
     late: usize,
     ce_marked: usize,
     sent: u64,
@@ -172,6 +177,7 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             duration_ns: r.end_ns.saturating_sub(r.start_ns),
             arrived: a.order.len(),
             lost: a.lost.len(),
+            lost_packets: a.lost.iter().map(|o| o + 1).collect(),
             late: a.late.len(),
             ce_marked: r.ce.marked().len(),
             sent: r.tx_packets,

@@ -2132,16 +2132,11 @@ fn bump_runs_inline_between_existing_interfaces_and_leaves_them_as_found() {
 /// responder's record finds exactly those two from the requester's IP-ID
 /// gaps, and the requester's holds its retransmissions, the timeout that
 /// recovered the second loss (the move to Loss), and its socket calls.
-#[test]
-fn a_recorded_run_keeps_each_hosts_view_of_its_connection() {
-    let Some((_g, out)) = lab_test() else { return };
-    let spec = repo().join("specs/deter/record-a-drop-twice-and-its-timeout.yaml");
-    let r = run_spec(&spec, out.path());
-    assert_eq!(r.code, 0, "{}", r.why());
-    let rec = &r.summary["record"];
-    assert!(rec["records"].as_u64() >= Some(2), "{rec}");
-    assert_eq!(rec["incomplete"], 0, "{rec}");
-    let dir = PathBuf::from(r.summary["results"].as_str().unwrap()).join("record");
+/// The records a run with `record:` wrote, as `wirelab record --read
+/// --json` shows them: the requester's and the responder's of the busiest
+/// connection.
+fn requester_and_responder_records(summary: &Value) -> (Value, Value) {
+    let dir = PathBuf::from(summary["results"].as_str().unwrap()).join("record");
     let files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .flat_map(|h| std::fs::read_dir(h.unwrap().path()).unwrap())
@@ -2155,23 +2150,64 @@ fn a_recorded_run_keeps_each_hosts_view_of_its_connection() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let host_ns = |name: &str| -> String {
-        r.summary["hosts"]
+    let at = |name: &str| -> Value {
+        let ns = summary["hosts"]
             .as_array()
             .and_then(|h| h.iter().find(|h| h["name"] == name))
             .and_then(|h| h["namespace"].as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| panic!("host {name} in {}", r.summary["hosts"]))
-    };
-    let (req, resp) = (host_ns("requester"), host_ns("responder"));
-    let at = |ns: &str| -> &Value {
+            .unwrap_or_else(|| panic!("host {name} in {}", summary["hosts"]));
         records
             .iter()
             .filter(|x| x["host"] == ns)
             .max_by_key(|x| x["arrived"].as_u64().unwrap() + x["sent"].as_u64().unwrap())
             .unwrap_or_else(|| panic!("a record at {ns}: {records:#?}"))
+            .clone()
     };
-    let (a, b) = (at(&req), at(&resp));
+    (at("requester"), at("responder"))
+}
+
+/// Wire events (`sent_by`) drop a packet by its place in its end's series,
+/// and the other end's record finds the loss at that same place: the
+/// address a DETER replay re-applies drops at (issue 21).
+#[test]
+fn a_wire_event_drops_the_packet_the_record_finds_lost() {
+    let Some((_g, out)) = lab_test() else { return };
+    let spec = repo().join("specs/deter/drop-each-end-s-packet-by-its-place-in-its-series.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let events = r.summary["events"].as_array().unwrap();
+    for e in events {
+        assert_eq!(e["hits"], 1, "each end's packet once: {e}");
+        assert_eq!(
+            e["hit"].as_array().map(Vec::len),
+            Some(1),
+            "in the trace: {e}"
+        );
+    }
+    let (a, b) = requester_and_responder_records(&r.summary);
+    assert_eq!(
+        b["lost_packets"],
+        serde_json::json!([3]),
+        "the requester's 3rd: {b}"
+    );
+    assert_eq!(
+        a["lost_packets"],
+        serde_json::json!([2]),
+        "the responder's 2nd: {a}"
+    );
+    assert_nothing_left("after a run with wire events");
+}
+
+#[test]
+fn a_recorded_run_keeps_each_hosts_view_of_its_connection() {
+    let Some((_g, out)) = lab_test() else { return };
+    let spec = repo().join("specs/deter/record-a-drop-twice-and-its-timeout.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let rec = &r.summary["record"];
+    assert!(rec["records"].as_u64() >= Some(2), "{rec}");
+    assert_eq!(rec["incomplete"], 0, "{rec}");
+    let (a, b) = requester_and_responder_records(&r.summary);
     assert_eq!(b["lost"], 2, "the two drops, from IP-ID gaps: {b}");
     assert_eq!(a["lost"], 0, "no ACK dropped: {a}");
     assert!(a["retransmits"].as_u64() >= Some(2), "{a}");

@@ -31,6 +31,16 @@ struct {
 	__type(value, struct wl_ev_filter);
 } ev_filter SEC(".maps");
 
+/* wire_count[conn * 2 + side]: TCP packets that side of the connection
+ * has sent through the switch, SYN and RST excepted (WL_EVK_WIRE). Counted
+ * only for connections with wire events. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, (WL_MAX_CONNS + 1) * 2);
+	__type(key, __u32);
+	__type(value, __u32);
+} wire_count SEC(".maps");
+
 /* icrc_migreq[k]: what flipping MigReq changes in the ICRC of a packet with
  * k covered bytes after the BTH byte that holds it. Filled by the control
  * plane (wirelab_roce::packet::migreq_icrc_delta) before an edit event is
@@ -137,14 +147,46 @@ static __always_inline int edit_migreq(struct __sk_buff *skb, struct wl_pkt *p, 
 	return 1;
 }
 
+/*
+ * A wire event (WL_EVK_WIRE): the packet's number among those its side sent,
+ * data or not. SYN and RST are not numbered: the SYN-ACK's IP-ID is 0 and a
+ * RST comes from the stack's control socket, so neither is in the
+ * connection's IP-ID series DETER's recorder follows (recorder.bpf.c).
+ */
+static __always_inline struct wl_event *match_wire(struct wl_ctx *ctx)
+{
+	struct wl_event_key k = { .conn = ctx->conn };
+	struct wl_ev_filter *f;
+	__u32 slot, *n;
+
+	if (!ctx->conn || !ctx->pkt.is_tcp || (ctx->pkt.tcp_flags & 0x06))
+		return 0;
+	f = bpf_map_lookup_elem(&ev_filter, &k.conn);
+	if (!f || !(f->shapes & WL_EVK_WIRE))
+		return 0;
+	slot = ctx->conn * 2 + (ctx->side & 1);
+	n = bpf_map_lookup_elem(&wire_count, &slot);
+	if (!n)
+		return 0;
+	/* One end's packets enter by its host's port, which the lab steers to
+	 * one CPU (netns steer_rx), so a plain increment is serial here. */
+	k.index = *n + 1;
+	*n = k.index;
+	k.iter = WL_WIRE_ITER + (ctx->side & 1);
+	return bpf_map_lookup_elem(&events, &k);
+}
+
 WL_CORE_STAGE(wl_stage_events)
 {
 	struct wl_event *ev;
 	enum wl_action a;
 
-	if (!ctx->data_dir || !(ctx->index || ctx->iter))
-		return WL_CONTINUE;
-	ev = match_event(ctx->conn, ctx->index, ctx->iter);
+	ev = match_wire(ctx);
+	if (!ev) {
+		if (!ctx->data_dir || !(ctx->index || ctx->iter))
+			return WL_CONTINUE;
+		ev = match_event(ctx->conn, ctx->index, ctx->iter);
+	}
 	if (!ev)
 		return WL_CONTINUE;
 	__sync_fetch_and_add(&ev->hits, 1);

@@ -198,6 +198,7 @@ WL_CORE_STAGE(wl_stage_track)
 	if (!flow)
 		return WL_CONTINUE;
 	ctx->conn = flow->conn;
+	ctx->side = flow->side;
 	ctx->data_dir = !!flow->data_dir;
 	if (!flow->data_dir)
 		return WL_CONTINUE;

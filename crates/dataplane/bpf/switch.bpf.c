@@ -49,6 +49,7 @@ const volatile __u8 bench_cut = 0;
  * limits from there (crates/dataplane/src/lib.rs) instead of a copy. */
 const volatile enum wl_limits wl_abi_limits;
 const volatile enum wl_evk wl_abi_evk;
+const volatile enum wl_wire wl_abi_wire;
 const volatile enum wl_ext_limits wl_abi_ext_limits;
 const volatile enum wl_aqm_verdict wl_abi_aqm_verdict;
 const volatile enum wl_es_kind wl_abi_es_kind;

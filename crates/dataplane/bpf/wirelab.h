@@ -56,6 +56,19 @@ enum wl_evk {
 	WL_EVK_ANY_ITER = 2,  /* (index, any) */
 	WL_EVK_ALL_PKTS = 4,  /* (all, iter) */
 	WL_EVK_ALL_ALL = 8,   /* (all, any) */
+	/* (n, WL_WIRE_ITER + side): the n-th TCP packet one side sent on the
+	 * connection, data or not, SYN and RST excepted. DETER's logical
+	 * packet (seed 004 §4): Linux numbers a connected socket's packets
+	 * consecutively by IP-ID, so a recorded drop at ID offset k is wire
+	 * packet k + 1 of that side in a replay (issue 21). */
+	WL_EVK_WIRE = 16,
+};
+
+/* The iteration field of a wire event's key: WL_WIRE_ITER + side (0 = the
+ * requester's packets, 1 = the responder's); no real iteration gets this
+ * high. */
+enum wl_wire {
+	WL_WIRE_ITER = 0xfffffff0u,
 };
 
 /* What a connection's armed events can match, checked before the event
@@ -119,6 +132,8 @@ struct wl_flow {
 	 * (send + read) carries data both ways, and Lumina's ITER rule (§3.3)
 	 * compares a PSN with the last one sent the same way. */
 	__u32 data_dir;
+	/* 0: the requester sent it; 1: the responder (wire events). */
+	__u32 side;
 };
 /* Offset of a connection's second tracking slot in conn_state. */
 #define WL_STATE_SECOND (WL_MAX_CONNS + 1)

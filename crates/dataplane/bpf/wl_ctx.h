@@ -56,6 +56,7 @@ struct wl_ctx {
 	__u32 out_port;
 	/* Classify and track (Lumina §3.3). */
 	__u32 conn;        /* 0 = not a connection of the spec */
+	__u32 side;        /* 0: from the requester, 1: from the responder */
 	__u32 data_dir;
 	__u32 index;       /* data packet index, 0 = not a data packet / unknown */
 	__u32 iter;

@@ -49,6 +49,14 @@ pub const MAX_PORTS: u32 = types::wl_limits::WL_MAX_PORTS.0;
 pub const MAX_CONNS: u32 = types::wl_limits::WL_MAX_CONNS.0;
 /// Virtual queues are numbered 1..=MAX_VQS (`WL_MAX_VQS`).
 pub const MAX_VQS: u32 = types::wl_limits::WL_MAX_VQS.0;
+/// A wire event's iteration key for an end (wirelab.h `WL_WIRE_ITER`):
+/// `add_event(conn, n, wire_iter(responder), ..)` arms the n-th packet that
+/// end sent, data or not.
+pub const WIRE_ITER: u32 = types::wl_wire::WL_WIRE_ITER.0;
+
+pub fn wire_iter(from_responder: bool) -> u32 {
+    WIRE_ITER + from_responder as u32
+}
 
 /// A virtual queue's discipline (NetBump §4), in the switch's integer units.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -656,7 +664,15 @@ impl Switch {
             .map_err(map_err(format!("adding forwarding entry for port {port}")))
     }
 
-    pub fn add_flow(&self, key: FlowKey, conn: u32, data_dir: bool) -> Result<(), Error> {
+    /// One direction of a TCP connection; `from_responder`: its packets
+    /// are the responder's (wire events count each end's packets).
+    pub fn add_flow(
+        &self,
+        key: FlowKey,
+        conn: u32,
+        data_dir: bool,
+        from_responder: bool,
+    ) -> Result<(), Error> {
         let k = types::wl_flow_key {
             saddr: u32::from_ne_bytes(key.saddr.octets()),
             daddr: u32::from_ne_bytes(key.daddr.octets()),
@@ -664,7 +680,7 @@ impl Switch {
             dport: key.dport.to_be(),
             proto: 6,
         };
-        self.insert_flow(k, conn, data_dir as u32)
+        self.insert_flow(k, conn, data_dir as u32, from_responder as u32)
     }
 
     /// Arms one direction of a RoCEv2 connection: packets from `saddr` to
@@ -706,11 +722,21 @@ impl Switch {
                 .update(&slot.to_ne_bytes(), bytes_of(&st), MapFlags::ANY)
                 .map_err(map_err(format!("arming RoCE connection {conn}")))?;
         }
-        self.insert_flow(k, conn, data_dir)
+        self.insert_flow(k, conn, data_dir, 0)
     }
 
-    fn insert_flow(&self, k: types::wl_flow_key, conn: u32, data_dir: u32) -> Result<(), Error> {
-        let v = types::wl_flow { conn, data_dir };
+    fn insert_flow(
+        &self,
+        k: types::wl_flow_key,
+        conn: u32,
+        data_dir: u32,
+        side: u32,
+    ) -> Result<(), Error> {
+        let v = types::wl_flow {
+            conn,
+            data_dir,
+            side,
+        };
         self.maps
             .flows
             .update(bytes_of(&k), bytes_of(&v), MapFlags::ANY)
@@ -743,7 +769,8 @@ impl Switch {
     }
 
     /// Arms an event. `index`/`iter` 0 are the wildcards (`packet: all`,
-    /// any iteration).
+    /// any iteration); `iter` = [`wire_iter`] makes `index` the n-th packet
+    /// one end sent (a wire event).
     pub fn add_event(
         &self,
         conn: u32,
@@ -767,7 +794,9 @@ impl Switch {
         // The key shape and its iteration go into the connection's filter
         // (wirelab.h wl_ev_filter) after the entry exists, so the switch
         // never skips a live event.
+        let wire = iter >= WIRE_ITER;
         let shape = match (index, iter) {
+            _ if wire => types::wl_evk::WL_EVK_WIRE,
             (0, 0) => types::wl_evk::WL_EVK_ALL_ALL,
             (0, _) => types::wl_evk::WL_EVK_ALL_PKTS,
             (_, 0) => types::wl_evk::WL_EVK_ANY_ITER,
@@ -782,7 +811,7 @@ impl Switch {
             .map_err(map_err(what.clone()))?
             .and_then(|b| from_bytes(&b))
             .unwrap_or_default();
-        if iter != 0 {
+        if iter != 0 && !wire {
             if f.iter_lo == 0 || iter < f.iter_lo {
                 f.iter_lo = iter;
             }

@@ -50,6 +50,7 @@ fn build(p: &Pkt) -> Vec<u8> {
     let mut tcp = TcpHeader::new(sport, dport, p.seq, 64240);
     tcp.syn = p.flags.contains('S');
     tcp.ack = p.flags.contains('A');
+    tcp.rst = p.flags.contains('R');
     let mut ip = Ipv4Header::new(
         (tcp.header_len() + payload.len()) as u16,
         64,
@@ -90,8 +91,8 @@ fn switch(cfg: Config) -> Switch {
         sport: 5201,
         dport: 40001,
     };
-    sw.add_flow(fwd, 1, true).unwrap();
-    sw.add_flow(rev, 1, false).unwrap();
+    sw.add_flow(fwd, 1, true, false).unwrap();
+    sw.add_flow(rev, 1, false, true).unwrap();
     sw
 }
 
@@ -342,6 +343,157 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
     assert_eq!((h.cap_len, bytes.len()), (128, 128), "default snap length");
     assert_eq!(h.pkt_len as usize, 14 + 20 + 20 + MSS as usize);
     assert_eq!(h.seq, 6, "mirror sequence numbers have no gaps (SYN was 0)");
+}
+
+/// Wire events (DETER's logical packet, issue 21): the n-th packet one end
+/// sent, data or ACK, counted per end from the handshake on; SYNs and RSTs
+/// are not numbered, and retransmissions are, as IP-IDs number them.
+#[test]
+fn wire_events_count_each_ends_packets_data_or_not() {
+    if !have_bpf() {
+        return;
+    }
+    use wirelab_dataplane::wire_iter;
+    let sw = switch(Config::default());
+    sw.add_event(1, 2, wire_iter(true), Action::Drop, 1)
+        .unwrap();
+    sw.add_event(1, 3, wire_iter(false), Action::Ecn, 2)
+        .unwrap();
+    let from_b = |flags, payload| {
+        build(&Pkt {
+            seq: 9,
+            flags,
+            payload,
+            ecn: IpEcn::NotEct,
+            reverse: true,
+        })
+    };
+    let from_a = |flags, rel: u32, payload| {
+        build(&Pkt {
+            seq: seq(rel),
+            flags,
+            payload,
+            ecn: IpEcn::Ect0,
+            reverse: false,
+        })
+    };
+    let b_rec = |action, event_id| Rec {
+        conn: 1,
+        action,
+        event_id,
+        ..Rec::NONE
+    };
+    let a_ack = Rec {
+        conn: 1,
+        data_dir: 1,
+        ..Rec::NONE
+    };
+    let hits = |what: &'static str, read: fn(&Switch) -> u64, by| Change { what, read, by };
+    let drop_hits: fn(&Switch) -> u64 = |s| s.event_hits(1, 2, wire_iter(true)).unwrap();
+    let ecn_hits: fn(&Switch) -> u64 = |s| s.event_hits(1, 3, wire_iter(false)).unwrap();
+    let row = |what: &str, input, verdict, output, record, maps| Fixture {
+        what: what.into(),
+        at: None,
+        input,
+        verdict,
+        output,
+        record: Some(record),
+        maps,
+    };
+    let ce_input = from_a("A", 1 + MSS, MSS as usize);
+    let ce_output = common::with_ce(&ce_input);
+    check_table(
+        &sw,
+        &[
+            row(
+                "A's SYN is not numbered",
+                from_a("S", 0, 0),
+                verdict::REDIRECT,
+                Out::Same,
+                Rec {
+                    data_dir: 1,
+                    ..a_ack
+                },
+                vec![],
+            ),
+            row(
+                "B's SYN-ACK is not numbered",
+                from_b("SA", 0),
+                verdict::REDIRECT,
+                Out::Same,
+                b_rec(Action::None, 0),
+                vec![],
+            ),
+            row(
+                "A's 1st: the handshake's ACK",
+                from_a("A", 1, 0),
+                verdict::REDIRECT,
+                Out::Same,
+                a_ack,
+                vec![],
+            ),
+            row(
+                "A's 2nd: data packet 1",
+                from_a("A", 1, MSS as usize),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(1, 1, 1),
+                vec![],
+            ),
+            row(
+                "B's 1st, an ACK, passes",
+                from_b("A", 0),
+                verdict::REDIRECT,
+                Out::Same,
+                b_rec(Action::None, 0),
+                vec![hits("the drop's hits", drop_hits, 0)],
+            ),
+            row(
+                "a RST from B is not numbered",
+                from_b("R", 0),
+                verdict::REDIRECT,
+                Out::Same,
+                b_rec(Action::None, 0),
+                vec![hits("the drop's hits", drop_hits, 0)],
+            ),
+            row(
+                "B's 2nd, an ACK: dropped by event 1",
+                from_b("A", 0),
+                verdict::SHOT,
+                Out::Same,
+                b_rec(Action::Drop, 1),
+                vec![hits("the drop's hits", drop_hits, 1)],
+            ),
+            row(
+                "A's 3rd, data packet 2: CE by event 2",
+                ce_input,
+                verdict::REDIRECT,
+                Out::Bytes(ce_output),
+                Rec {
+                    action: Action::Ecn,
+                    event_id: 2,
+                    ..rec(2, 1, 1)
+                },
+                vec![hits("the mark's hits", ecn_hits, 1)],
+            ),
+            row(
+                "A's 4th, a retransmission of packet 1: numbered, passes",
+                from_a("A", 1, MSS as usize),
+                verdict::REDIRECT,
+                Out::Same,
+                rec(1, 2, 0),
+                vec![hits("the mark's hits", ecn_hits, 0)],
+            ),
+            row(
+                "B's 3rd passes: event 1 was for the 2nd only",
+                from_b("A", 0),
+                verdict::REDIRECT,
+                Out::Same,
+                b_rec(Action::None, 0),
+                vec![hits("the drop's hits", drop_hits, 0)],
+            ),
+        ],
+    );
 }
 
 #[test]

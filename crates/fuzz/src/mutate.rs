@@ -314,6 +314,7 @@ impl Mutator<'_> {
         s.events.push(Event {
             connection: Index(rng.gen_range(1..=total)),
             packet: draw_index_or_all(&e.packet, e.every_packet, rng),
+            sent_by: None,
             message: None,
             iteration: draw_index_or_all(&e.iteration, e.every_packet, rng),
             action: *e.actions.choose(rng).expect("validated"),

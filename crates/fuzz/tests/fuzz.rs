@@ -339,6 +339,7 @@ fn shrinking_reaches_the_known_minimal_spec() {
         .map(|c| wirelab_spec::Event {
             connection: wirelab_spec::Index(c),
             packet: IndexOrAll::One(wirelab_spec::Index(5)),
+            sent_by: None,
             message: None,
             iteration: IndexOrAll::One(wirelab_spec::Index(1)),
             action: if c == 5 { Action::Ecn } else { Action::Drop },

@@ -21,7 +21,7 @@ use wirelab_analyze::{Evidence, RunFacts};
 use wirelab_capture::TruthDumper;
 use wirelab_dataplane::{Action, Config, Switch};
 use wirelab_netns::Lab;
-use wirelab_plan::{Plan, Target};
+use wirelab_plan::{ConnPlan, EventPlan, Plan, Target};
 use wirelab_workload::{ConnMeta, Stop};
 
 use crate::summary::{
@@ -513,12 +513,43 @@ fn target_text(t: Target) -> String {
         Target::All => "all".into(),
         Target::Index(i) => format!("packet {i}"),
         Target::InMessage { message, packet } => format!("message {message} packet {packet}"),
+        Target::Sent { by, packet } => format!("packet {packet} sent by the {}", by.name()),
     }
+}
+
+/// A wire event's (index, iteration) key in the switch: the iteration
+/// names the end whose packets it counts. None for the other events.
+fn wire_key(e: &EventPlan) -> Option<(u32, u32)> {
+    match e.target {
+        Target::Sent { by, packet } => Some((
+            packet,
+            wirelab_dataplane::wire_iter(by == wirelab_spec::Side::Responder),
+        )),
+        _ => None,
+    }
+}
+
+/// The switch's (index, iteration) key of an event.
+fn switch_key(e: &EventPlan, conn: &ConnPlan, mss: u32) -> (u32, u32) {
+    wire_key(e).unwrap_or_else(|| (e.resolve_index(conn, mss), e.iteration))
 }
 
 impl Capability for Events {
     fn name(&self) -> &'static str {
         "events"
+    }
+    /// Wire events need no runtime metadata, and go in before the
+    /// handshake: the switch numbers an end's packets only once the
+    /// connection has one, and the first is the handshake's ACK.
+    fn arm(&mut self, cx: &Cx) -> Result<(), Error> {
+        for e in &cx.plan.events {
+            if let Some((index, iter)) = wire_key(e) {
+                cx.switch
+                    .add_event(e.conn, index, iter, action(e.action, e.edit), e.id)
+                    .during(format!("arming event {}", e.id))?;
+            }
+        }
+        Ok(())
     }
     fn connected(&mut self, cx: &Cx, meta: &[ConnMeta], log: &mut String) -> Result<(), Error> {
         let plan = cx.plan;
@@ -531,6 +562,16 @@ impl Capability for Events {
                 .during("filling the switch's ICRC table")?;
         }
         for e in &plan.events {
+            if wire_key(e).is_some() {
+                log.push_str(&format!(
+                    "event {} armed: conn {} {} {}\n",
+                    e.id,
+                    e.conn,
+                    target_text(e.target),
+                    e.action.name()
+                ));
+                continue;
+            }
             let conn = &plan.conns[e.conn as usize - 1];
             let index = e.resolve_index(conn, data_mss(meta, e.conn)?);
             cx.switch
@@ -556,7 +597,7 @@ impl Capability for Events {
     ) -> Result<(), Error> {
         for e in &cx.plan.events {
             let conn = &cx.plan.conns[e.conn as usize - 1];
-            let index = e.resolve_index(conn, data_mss(meta, e.conn)?);
+            let (index, iter) = switch_key(e, conn, data_mss(meta, e.conn)?);
             let hit: Vec<Evidence> = analysis
                 .analysis
                 .connections
@@ -577,7 +618,7 @@ impl Capability for Events {
                 armed_index: index,
                 hits: cx
                     .switch
-                    .event_hits(e.conn, index, e.iteration)
+                    .event_hits(e.conn, index, iter)
                     .during(format!("reading the hits of event {}", e.id))?,
                 hit,
             });

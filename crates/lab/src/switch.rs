@@ -112,7 +112,12 @@ pub fn arm(
 pub fn arm_flows(switch: &Switch, flows: &[Flow]) -> Result<(), Error> {
     for f in flows {
         match *f {
-            Flow::Tuple { key, conn, data } => switch.add_flow(key, conn, data),
+            Flow::Tuple {
+                key,
+                conn,
+                data,
+                from_responder,
+            } => switch.add_flow(key, conn, data, from_responder),
             Flow::Qp {
                 saddr,
                 daddr,

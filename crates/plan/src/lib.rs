@@ -326,6 +326,12 @@ pub enum Target {
         message: u32,
         packet: u32,
     },
+    /// The `packet`-th TCP packet (1-based, data or not, SYN and RST not
+    /// counted) that end `by` sent: DETER's logical packet.
+    Sent {
+        by: wirelab_spec::Side,
+        packet: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -350,7 +356,7 @@ impl EventPlan {
     pub fn resolve_index(&self, conn: &ConnPlan, mss: u32) -> u32 {
         match self.target {
             Target::All => 0,
-            Target::Index(i) => i,
+            Target::Index(i) | Target::Sent { packet: i, .. } => i,
             Target::InMessage { message, packet } => {
                 let per_msg = conn.message_size.0.div_ceil(mss.max(1) as u64) as u32;
                 message.saturating_sub(1) * per_msg + packet
@@ -502,15 +508,18 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
         .map(|(i, e)| EventPlan {
             id: i as u32 + 1,
             conn: e.connection.0,
-            target: match (e.packet, e.message) {
-                (IndexOrAll::All, _) => Target::All,
-                (IndexOrAll::One(p), None) => Target::Index(p.0),
-                (IndexOrAll::One(p), Some(m)) => Target::InMessage {
+            target: match (e.packet, e.message, e.sent_by) {
+                (IndexOrAll::One(p), _, Some(by)) => Target::Sent { by, packet: p.0 },
+                (IndexOrAll::All, _, _) => Target::All,
+                (IndexOrAll::One(p), None, None) => Target::Index(p.0),
+                (IndexOrAll::One(p), Some(m), None) => Target::InMessage {
                     message: m.0,
                     packet: p.0,
                 },
             },
+            // A wire event counts every transmission: any iteration.
             iteration: match e.iteration {
+                _ if e.sent_by.is_some() => 0,
                 IndexOrAll::All => 0,
                 IndexOrAll::One(i) => i.0,
             },

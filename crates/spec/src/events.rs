@@ -31,15 +31,45 @@ impl Action {
     }
 }
 
+/// An end of a connection.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The connection's `from:` host.
+    Requester,
+    /// Its `to:` host.
+    Responder,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Requester => "requester",
+            Side::Responder => "responder",
+        }
+    }
+}
+
 /// An injected event, addressed as in Lumina §3.3: a connection by its index,
 /// a data packet by its index among the connection's first transmissions
 /// (or within a message), and an iteration (1 = first transmission round).
+/// With `sent_by`, `packet` is instead the n-th TCP packet that end sent,
+/// data or ACK (DETER's logical packet, seed 004 §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
     pub connection: Index,
     /// With `message`, the packet index within that message.
     pub packet: IndexOrAll,
+    /// Count `packet` among every TCP packet this end of the connection
+    /// sent after the handshake (data or not; SYN and RST are not
+    /// counted), as DETER's IP-ID offsets do, instead of among data
+    /// packets: `{sent_by: responder, packet: 3}` is the responder's third
+    /// packet, typically an ACK. TCP only; no `message` or `iteration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_by: Option<Side>,
     #[serde(default)]
     pub message: Option<Index>,
     #[serde(default = "iter_one")]
@@ -87,6 +117,35 @@ pub(crate) fn validate(s: &Spec, groups: &[usize]) -> Result<(), Invalid> {
             );
         }
         let g = &s.traffic.connections[per_conn_group[e.connection.0 as usize - 1]];
+        if let Some(side) = e.sent_by {
+            if s.traffic.transport != Transport::Tcp {
+                return err(
+                    format!("{at}.sent_by"),
+                    "packets are counted per end for TCP (its IP-IDs); RoCE events address packets by PSN",
+                );
+            }
+            if e.packet == IndexOrAll::All {
+                return err(
+                    format!("{at}.packet"),
+                    format!(
+                        "`sent_by: {}` counts packets: give a number, not `all`",
+                        side.name()
+                    ),
+                );
+            }
+            if e.message.is_some() {
+                return err(
+                    format!("{at}.message"),
+                    "`sent_by` counts the end's packets from the handshake on, not within a message",
+                );
+            }
+            if e.iteration != iter_one() {
+                return err(
+                    format!("{at}.iteration"),
+                    "`sent_by` counts every packet, retransmissions included: it has no iteration",
+                );
+            }
+        }
         if let Some(m) = e.message {
             if m.0 > g.messages.0 {
                 return err(
@@ -140,7 +199,7 @@ pub(crate) fn validate(s: &Spec, groups: &[usize]) -> Result<(), Invalid> {
             }
             (_, None) => {}
         }
-        let key = (e.connection, e.message, e.packet, e.iteration);
+        let key = (e.connection, e.sent_by, e.message, e.packet, e.iteration);
         if !seen.insert(format!("{key:?}")) {
             return err(
                 at,

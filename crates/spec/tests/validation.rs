@@ -242,7 +242,7 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown field",
             with("events:\n  - connection: 1\n    packet: 1\n    acton: drop\n"),
-            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `message`, `iteration`, `action`, `edit` (line 13)",
+            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `sent_by`, `message`, `iteration`, `action`, `edit` (line 13)",
         ),
         (
             "unknown action",
@@ -353,6 +353,37 @@ fn each_rejection_names_path_and_line() {
         (
             "same packet twice",
             with("events:\n  - {connection: 1, packet: 2, action: drop}\n  - {connection: 1, packet: 2, action: ecn}\n"),
+            "events[1]: the same packet and iteration is already addressed by an earlier event (line 12)",
+        ),
+        (
+            "sent_by with all",
+            with("events:\n  - {connection: 1, sent_by: responder, packet: all, action: drop}\n"),
+            "events[0].packet: `sent_by: responder` counts packets: give a number, not `all` (line 11)",
+        ),
+        (
+            "sent_by with a message",
+            with("events:\n  - {connection: 1, sent_by: requester, message: 1, packet: 2, action: drop}\n"),
+            "events[0].message: `sent_by` counts the end's packets from the handshake on, not within a message (line 11)",
+        ),
+        (
+            "sent_by with an iteration",
+            with("events:\n  - {connection: 1, sent_by: requester, packet: 2, iteration: 2, action: drop}\n"),
+            "events[0].iteration: `sent_by` counts every packet, retransmissions included: it has no iteration (line 11)",
+        ),
+        (
+            "sent_by over RoCE",
+            with("events:\n  - {connection: 1, sent_by: requester, packet: 2, action: drop}\n")
+                .replace("connections:", "transport: roce\n  connections:"),
+            "events[0].sent_by: packets are counted per end for TCP (its IP-IDs); RoCE events address packets by PSN (line 12)",
+        ),
+        (
+            "sent_by that is no end",
+            with("events:\n  - {connection: 1, sent_by: switch, packet: 2, action: drop}\n"),
+            "events[0].sent_by: unknown variant `switch`, expected `requester` or `responder` (line 11)",
+        ),
+        (
+            "the same end's packet twice",
+            with("events:\n  - {connection: 1, sent_by: responder, packet: 2, action: drop}\n  - {connection: 1, sent_by: responder, packet: 2, action: ecn}\n"),
             "events[1]: the same packet and iteration is already addressed by an earlier event (line 12)",
         ),
         (

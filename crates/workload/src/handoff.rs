@@ -27,8 +27,14 @@ use crate::{ConnMeta, ConnReport, Error, Stop};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
     /// One direction of a 5-tuple; `data`: this direction carries the
-    /// connection's data packets (the ones events count).
-    Tuple { key: FlowKey, conn: u32, data: bool },
+    /// connection's data packets (the ones events count); `from_responder`:
+    /// the responder sends it (wire events count each end's packets).
+    Tuple {
+        key: FlowKey,
+        conn: u32,
+        data: bool,
+        from_responder: bool,
+    },
     /// One direction of a RoCE QP connection: srcIP, dstIP and dstQPN
     /// identify it (Lumina §3.3, Fig. 2); `track` says which data slot
     /// its packets are numbered in.
@@ -92,11 +98,13 @@ fn tuple_flows(plan: &Plan) -> Vec<Flow> {
                     key: fwd,
                     conn: c.id,
                     data: c.requester_sends_data(),
+                    from_responder: false,
                 },
                 Flow::Tuple {
                     key: rev,
                     conn: c.id,
                     data: c.responder_sends_data(),
+                    from_responder: true,
                 },
             ]
         })
@@ -286,7 +294,15 @@ mod tests {
         let data: Vec<(u32, u16, bool)> = flows
             .iter()
             .map(|f| match f {
-                Flow::Tuple { key, conn, data } => (*conn, key.sport, *data),
+                Flow::Tuple {
+                    key,
+                    conn,
+                    data,
+                    from_responder,
+                } => {
+                    assert_eq!(*from_responder, key.sport == wirelab_plan::SERVICE_PORT);
+                    (*conn, key.sport, *data)
+                }
                 Flow::Qp { .. } => panic!("a TCP plan has no QP flows"),
             })
             .collect();
