@@ -19,6 +19,7 @@ mod causal;
 mod fuzz;
 mod load;
 mod record;
+mod replay;
 mod run;
 mod summary;
 mod sweep;
@@ -150,6 +151,13 @@ enum Cmd {
     /// reordering and CE marks its arriving packets met (IP-ID gaps), and
     /// its send times sampled by Algorithm 1. `--read FILE...` shows them.
     Record(record::Args),
+    /// DETER's replay (seed 004 §3.4): each recorded connection in a lab
+    /// of its own, both ends repeating their socket calls at their
+    /// recorded times, the network's drops and CE marks re-applied to the
+    /// same logical packets; the replay is recorded and compared with the
+    /// recording. Exit 0 when every replay passed and matched, 1 when one
+    /// differed, 2 for bad input, 130 on Ctrl-C.
+    Replay(replay::Args),
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
         /// Also remove labs of runs that are still alive.
@@ -469,6 +477,7 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
             bump::run(&args, json, abort)
         }
         Cmd::Record(args) => record::run(&args, abort),
+        Cmd::Replay(args) => replay::run(&args, abort),
         Cmd::Clean { all } => clean(all),
         Cmd::Bench { which } => bench(which, abort),
         Cmd::Schema { analysis } => schema(analysis),

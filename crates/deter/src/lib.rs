@@ -5,9 +5,11 @@
 //! - [`ipid`]: the network's actions on arriving packets, from the gaps in
 //!   their IP-IDs (Linux numbers a connected socket's packets
 //!   consecutively, §4);
-//! - [`record`]: one connection's record and its file format.
+//! - [`record`]: one connection's record and its file format;
+//! - [`replay`]: what a replay of a connection takes from its two records.
 
 pub mod assemble;
 pub mod ipid;
 pub mod record;
+pub mod replay;
 pub mod sample;

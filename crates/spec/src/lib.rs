@@ -30,7 +30,9 @@ pub use events::{Action, Edit, Event, Side};
 pub use expect::{Claim, Expect, Recovery};
 pub use findings::{Amount, AnalyzerEntry, AnalyzerName, Catalog, Stat, Unit};
 pub use topology::{CongestionControl, Host, RoceStack, Stack, Topology, MAX_GIDS, MAX_HOSTS};
-pub use traffic::{ConnGroup, Traffic, Transport, Verb, Verbs, MAX_CONNECTIONS, ROCE_OVERHEAD};
+pub use traffic::{
+    ConnGroup, ReplayCalls, Traffic, Transport, Verb, Verbs, MAX_CONNECTIONS, ROCE_OVERHEAD,
+};
 pub use units::{BitsPerSec, Bytes, Nanos};
 
 /// A spec that failed to parse or validate.
@@ -325,6 +327,7 @@ pub fn load(path: &std::path::Path, catalog: &Catalog) -> Result<Spec, LoadError
         }
     }
     resolve_profiles(&mut spec, path, &text)?;
+    resolve_replays(&mut spec, path, &text)?;
     if spec.name.is_none() {
         spec.name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     }
@@ -356,6 +359,40 @@ fn resolve_profiles(spec: &mut Spec, path: &std::path::Path, text: &str) -> Resu
                     line: lines::LineIndex::build(text).line_of(&yaml_path),
                     path: yaml_path,
                     message: clip(&e.to_string()),
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A replay's records are named relative to the spec, and read now, so
+/// `check` says which file is damaged and where.
+fn resolve_replays(spec: &mut Spec, path: &std::path::Path, text: &str) -> Result<(), LoadError> {
+    let dir = path.parent().unwrap_or(std::path::Path::new(""));
+    for (i, g) in spec.traffic.connections.iter_mut().enumerate() {
+        let Some(r) = g.replay.as_mut() else { continue };
+        for (end, file) in [
+            ("requester", &mut r.requester),
+            ("responder", &mut r.responder),
+        ] {
+            if file.is_relative() {
+                *file = dir.join(&*file);
+            }
+            let why = match std::fs::read(&*file) {
+                Ok(bytes) => match wirelab_deter::record::decode(&bytes) {
+                    Ok(_) => continue,
+                    Err(d) => format!("{}: {d}", file.display()),
+                },
+                Err(e) => format!("{}: {e}", file.display()),
+            };
+            let yaml_path = format!("traffic.connections[{i}].replay.{end}");
+            return Err(LoadError::Invalid {
+                path: path.display().to_string(),
+                error: SpecError {
+                    line: lines::LineIndex::build(text).line_of(&yaml_path),
+                    path: yaml_path,
+                    message: clip(&why),
                 },
             });
         }

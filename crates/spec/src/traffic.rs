@@ -92,6 +92,23 @@ pub struct ConnGroup {
     /// the one before (DCTCP's convergence test: flows joining one by one).
     #[serde(default)]
     pub stagger: Option<Nanos>,
+    /// TCP: instead of messages, repeat a recorded connection's socket
+    /// calls at their recorded times (DETER's replay, seed 004 §3.4): each
+    /// end's record from `wirelab record` (paths relative to the spec).
+    /// `wirelab replay` writes such specs; the one message is the whole
+    /// exchange, complete when the requester's calls are done.
+    #[serde(default)]
+    pub replay: Option<ReplayCalls>,
+}
+
+/// The two records a replayed connection repeats.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayCalls {
+    /// The record of the end that opened the connection (`from:`).
+    pub requester: std::path::PathBuf,
+    /// The record of the end that accepted it (`to:`).
+    pub responder: std::path::PathBuf,
 }
 
 fn one() -> Index {
@@ -362,6 +379,20 @@ pub(crate) fn validate(s: &Spec, names: &BTreeSet<&str>) -> Result<Vec<usize>, I
             return err(format!("{at}.to"), "a connection needs two different hosts");
         }
         validate_transport(s, g, &at)?;
+        if g.replay.is_some() {
+            if s.traffic.transport != Transport::Tcp {
+                return err(
+                    format!("{at}.replay"),
+                    "a replay repeats TCP socket calls: needs `traffic.transport: tcp`",
+                );
+            }
+            if (g.count.0, g.messages.0, g.tx_depth.0) != (1, 1, 1) {
+                return err(
+                    format!("{at}.replay"),
+                    "a replay is one connection whose calls are its one message: count, messages and tx_depth must be 1",
+                );
+            }
+        }
         if g.message_size.0 == 0 || g.message_size.0 > (1 << 30) {
             return err(
                 format!("{at}.message_size"),

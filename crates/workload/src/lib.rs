@@ -531,6 +531,74 @@ fn requester(
     Ok(done)
 }
 
+/// A replayed connection's two ends' operations (requester, responder),
+/// from the records the plan names (decoded once already, when the spec
+/// was loaded).
+fn replay_steps(
+    c: &ConnPlan,
+    r: &wirelab_spec::ReplayCalls,
+) -> Result<
+    (
+        Vec<wirelab_deter::replay::Step>,
+        Vec<wirelab_deter::replay::Step>,
+    ),
+    Error,
+> {
+    let read = |p: &std::path::Path| -> Result<wirelab_deter::record::ConnRecord, Error> {
+        let bytes = std::fs::read(p).map_err(ioe(c.id, &format!("reading {}", p.display())))?;
+        wirelab_deter::record::decode(&bytes).map_err(|d| Error::Io {
+            conn: c.id,
+            what: format!("{}: {d}", p.display()),
+            source: ErrorKind::InvalidData.into(),
+        })
+    };
+    let pair = wirelab_deter::replay::Pair {
+        client: read(&r.requester)?,
+        server: read(&r.responder)?,
+    };
+    Ok(pair.steps())
+}
+
+/// One end of a replayed connection: its recorded calls at their times
+/// from `begin` (DETER §3.4), then the peer's FIN awaited so the teardown
+/// is in the trace and no unread byte turns the close into a RST.
+fn scripted(
+    c: &ConnPlan,
+    mut s: TcpStream,
+    steps: &[wirelab_deter::replay::Step],
+    begin: Instant,
+    stop: &Stop,
+) -> Result<(), Error> {
+    use wirelab_deter::replay::Op;
+    s.set_read_timeout(Some(POLL)).ok();
+    s.set_write_timeout(Some(POLL)).ok();
+    let mut buf = Vec::new();
+    for st in steps {
+        stop.wait_until(begin + Duration::from_nanos(st.at_ns), c.id)?;
+        match st.op {
+            Op::Send(n) => write_full(&mut s, &pattern(n, 0), c.id, stop)?,
+            Op::Recv(n) => {
+                buf.resize(n as usize, 0);
+                read_full(&mut s, &mut buf, c.id, stop)?
+            }
+            Op::Close => {
+                s.shutdown(std::net::Shutdown::Write).ok();
+            }
+        }
+    }
+    let mut sink = [0u8; 4096];
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                stop.check(c.id)?
+            }
+            Err(_) => return Ok(()),
+        }
+    }
+}
+
 /// Sends every message; returns one report per connection, in id order.
 /// A connection that fails reports its error; the others go on.
 pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
@@ -541,13 +609,37 @@ pub fn run(plan: &Plan, conns: Connected, stop: &Stop) -> Vec<ConnReport> {
         .max()
         .unwrap_or(0);
     let barrier = plan.barrier.then(|| Barrier::new(plan.conns.len()));
-    let begin = Instant::now();
+    let (begin, begin_ns) = (Instant::now(), now_ns());
     let mut reports: Vec<ConnReport> = std::thread::scope(|sc| {
         let handles: Vec<_> = conns
             .pairs
             .into_iter()
             .map(|(id, req, resp)| {
                 let c = &plan.conns[id as usize - 1];
+                if let Some(rp) = &c.replay {
+                    let (mine, theirs, failed) = match replay_steps(c, rp) {
+                        Ok((mine, theirs)) => (mine, theirs, None),
+                        Err(e) => (Vec::new(), Vec::new(), Some(e)),
+                    };
+                    let r = sc.spawn(move || scripted(c, resp, &theirs, begin, stop));
+                    let q = sc.spawn(move || {
+                        if let Some(e) = failed {
+                            return Err(e);
+                        }
+                        scripted(c, req, &mine, begin, stop)?;
+                        // The whole exchange is the one message.
+                        let (posted_ns, completed_ns) =
+                            (begin_ns + mine.first().map_or(0, |s| s.at_ns), now_ns());
+                        Ok(vec![MessageReport {
+                            message: 1,
+                            verb: Verb::Write,
+                            posted_ns,
+                            completed_ns,
+                            mct_ns: completed_ns.saturating_sub(posted_ns),
+                        }])
+                    });
+                    return (c, q, r);
+                }
                 let barrier = barrier.as_ref();
                 let r = sc.spawn(move || responder(c, resp, stop));
                 let q = sc.spawn(move || {

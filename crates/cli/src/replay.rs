@@ -1,0 +1,342 @@
+//! `wirelab replay`: each recorded connection in a fresh two-host lab of
+//! its own (DETER §3.4, seed 004; issue 21 item 3). Both ends repeat their
+//! recorded socket calls at their recorded times, and the switch's wire
+//! events re-apply the network's drops and CE marks to the same logical
+//! packets (each end's n-th packet, as the records' IP-ID gaps place
+//! them), which cuts the butterfly effect as DETER's packet corrector does.
+//! The replay records itself, so what the network did to it and how the
+//! stacks answered are compared with the original.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use wirelab_deter::record::{self, ConnRecord, Event};
+use wirelab_deter::replay::Pair;
+use wirelab_lab::RunOptions;
+
+use crate::code;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Record files, or folders searched for them (`wirelab record --out`,
+    /// a run's `record/`).
+    #[arg(required = true)]
+    pub records: Vec<PathBuf>,
+    /// Replay only this connection (numbered from 1 by start, as listed).
+    #[arg(long)]
+    pub connection: Option<usize>,
+    /// Where the replays' specs and results folders go.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Stop a replay whose calls have not finished after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+    /// One JSON object per connection instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A connection with both ends recorded.
+struct Conn {
+    pair: Pair,
+    client_file: PathBuf,
+    server_file: PathBuf,
+}
+
+/// How a replay compares with its recording.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct Fidelity {
+    /// The network's actions (drops, CE marks: sender, place, CE) in the
+    /// recording and in the replay.
+    recorded_actions: Vec<(String, u64, bool)>,
+    replayed_actions: Vec<(String, u64, bool)>,
+    /// Retransmissions by each end (client, server), recorded and replayed.
+    recorded_retransmissions: (usize, usize),
+    replayed_retransmissions: (usize, usize),
+    same: bool,
+}
+
+pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
+    let conns = match gather(&args.records) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("wirelab: {e:#}");
+            return Ok(code::ERROR);
+        }
+    };
+    if conns.is_empty() {
+        eprintln!("wirelab: no connection has both ends recorded: nothing to replay");
+        return Ok(code::ERROR);
+    }
+    let chosen: Vec<(usize, &Conn)> = match args.connection {
+        Some(n) if n == 0 || n > conns.len() => {
+            eprintln!(
+                "wirelab: --connection {n}: the records hold connections 1..={}",
+                conns.len()
+            );
+            return Ok(code::ERROR);
+        }
+        Some(n) => vec![(n, &conns[n - 1])],
+        None => conns.iter().enumerate().map(|(i, c)| (i + 1, c)).collect(),
+    };
+    crate::run::require_root()?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut worst = code::OK;
+    for (n, c) in chosen {
+        if abort.load(Ordering::SeqCst) {
+            return Ok(code::INTERRUPTED);
+        }
+        let spec_path = args.out.join(format!(
+            "replay-{}-{}.yaml",
+            c.pair.client_addr().port(),
+            c.pair.server_addr().port()
+        ));
+        std::fs::write(&spec_path, spec_text(n, c)?)
+            .with_context(|| format!("writing {}", spec_path.display()))?;
+        let spec = match wirelab_spec::load(&spec_path, wirelab_lab::catalog()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("wirelab: {e}");
+                return Ok(code::ERROR);
+            }
+        };
+        let opts = RunOptions {
+            timeout: Duration::from_secs(args.timeout),
+            abort: abort.clone(),
+            ..RunOptions::new(&args.out)
+        };
+        let out = wirelab_lab::run(&spec, None, &opts, &wirelab_lab::Quiet)?;
+        let fidelity = compare(&c.pair, &out.dir.join("record"));
+        let mut code_now = crate::run::exit_code(out.verdict);
+        if fidelity.as_ref().is_ok_and(|f| !f.same) {
+            code_now = code_now.max(code::EXPECT_FAILED);
+        }
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&serde_json::json!({
+                    "connection": n,
+                    "client": c.pair.client_addr().to_string(),
+                    "server": c.pair.server_addr().to_string(),
+                    "spec": spec_path,
+                    "summary": out.summary,
+                    "fidelity": fidelity.as_ref().ok(),
+                    "fidelity_error": fidelity.as_ref().err().map(|e| format!("{e:#}")),
+                }))?
+            );
+        } else {
+            println!(
+                "wirelab replay: connection {n}, {} -> {} (spec {})",
+                c.pair.client_addr(),
+                c.pair.server_addr(),
+                spec_path.display()
+            );
+            crate::summary::print(&out.summary, false);
+            match &fidelity {
+                Ok(f) => println!(
+                    "  replay     {}: network actions {} recorded, {} replayed; retransmissions client {}/{}, server {}/{} (recorded/replayed)",
+                    if f.same { "SAME" } else { "DIFFERENT" },
+                    f.recorded_actions.len(),
+                    f.replayed_actions.len(),
+                    f.recorded_retransmissions.0,
+                    f.replayed_retransmissions.0,
+                    f.recorded_retransmissions.1,
+                    f.replayed_retransmissions.1,
+                ),
+                Err(e) => println!("  replay     not compared: {e:#}"),
+            }
+        }
+        worst = worst.max(code_now);
+        if code_now == code::INTERRUPTED {
+            return Ok(code::INTERRUPTED);
+        }
+    }
+    Ok(worst)
+}
+
+/// Every record under the paths, paired by connection and ordered by when
+/// the client's record began. An end recorded alone is said and skipped.
+fn gather(paths: &[PathBuf]) -> Result<Vec<Conn>> {
+    let mut files = Vec::new();
+    for p in paths {
+        collect(p, &mut files)?;
+    }
+    let mut by_conn: BTreeMap<(SocketAddr, SocketAddr), Vec<(PathBuf, ConnRecord)>> =
+        BTreeMap::new();
+    for f in files {
+        let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+        let r = record::decode(&bytes).map_err(|d| anyhow::anyhow!("{}: {d}", f.display()))?;
+        let (Some(l), Some(rm)) = (r.local, r.remote) else {
+            eprintln!("wirelab: {}: no addresses; skipped", f.display());
+            continue;
+        };
+        by_conn
+            .entry((l.min(rm), l.max(rm)))
+            .or_default()
+            .push((f, r));
+    }
+    let mut out = Vec::new();
+    for ((a, b), mut ends) in by_conn {
+        if ends.len() != 2 {
+            eprintln!(
+                "wirelab: {a} <-> {b}: {} record(s) ({}); a replay needs one from each end: skipped",
+                ends.len(),
+                ends.iter().map(|e| e.0.display().to_string()).collect::<Vec<_>>().join(", ")
+            );
+            continue;
+        }
+        let (fb, rb) = ends.pop().expect("two");
+        let (fa, ra) = ends.pop().expect("two");
+        let pair =
+            Pair::of(ra.clone(), rb).map_err(|e| anyhow::anyhow!("{}: {e}", fa.display()))?;
+        let (client_file, server_file) = if pair.client.local == ra.local {
+            (fa, fb)
+        } else {
+            (fb, fa)
+        };
+        out.push(Conn {
+            pair,
+            client_file,
+            server_file,
+        });
+    }
+    out.sort_by_key(|c| (c.pair.client.start_ns, c.pair.client_addr()));
+    Ok(out)
+}
+
+fn collect(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    if p.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("reading {}", p.display()))?;
+        entries.sort();
+        for e in entries {
+            if e.is_dir() || e.extension().is_some_and(|x| x == record::EXTENSION) {
+                collect(&e, out)?;
+            }
+        }
+    } else if p.exists() {
+        out.push(p.to_path_buf());
+    } else {
+        anyhow::bail!("{}: no such file or folder", p.display());
+    }
+    Ok(())
+}
+
+/// The replay's spec: two hosts, the connection's calls, and a wire event
+/// per network action, recording on (so the replay can be compared).
+fn spec_text(n: usize, c: &Conn) -> Result<String> {
+    let abs = |p: &Path| -> Result<String> {
+        Ok(std::fs::canonicalize(p)
+            .with_context(|| format!("resolving {}", p.display()))?
+            .display()
+            .to_string())
+    };
+    let sent: u64 = c
+        .pair
+        .client
+        .calls
+        .iter(c.pair.client.start_ns)
+        .filter(|x| x.1.kind == record::CallKind::Send)
+        .map(|x| x.1.bytes)
+        .sum();
+    let actions = c.pair.actions();
+    let ecn = actions.iter().any(|a| a.2);
+    let mut s = format!(
+        "# Written by `wirelab replay`: connection {n} of the records, {} -> {}.\n\
+         description: >\n  DETER's replay (seed 004 §3.4) of {} -> {}, recorded at {} and {}:\n  \
+         each end repeats its socket calls at their recorded times, and the\n  \
+         switch re-applies the network's {} drops and CE marks to the same\n  \
+         logical packets (each end's n-th packet).\n\
+         topology:\n  hosts:\n    - name: client\n    - name: server\n",
+        c.pair.client_addr(),
+        c.pair.server_addr(),
+        c.pair.client_addr(),
+        c.pair.server_addr(),
+        c.pair.client.host,
+        c.pair.server.host,
+        actions.len(),
+    );
+    if ecn {
+        s.push_str("stack:\n  ecn: true\n");
+    }
+    s.push_str(&format!(
+        "traffic:\n  connections:\n    - from: client\n      to: server\n      message_size: {}\n      replay:\n        requester: {}\n        responder: {}\n",
+        sent.clamp(1, 1 << 30),
+        yaml_str(&abs(&c.client_file)?),
+        yaml_str(&abs(&c.server_file)?),
+    ));
+    if !actions.is_empty() {
+        s.push_str("events:\n");
+        for (from_server, place, ce) in actions {
+            s.push_str(&format!(
+                "  - {{connection: 1, sent_by: {}, packet: {place}, action: {}}}\n",
+                if from_server {
+                    "responder"
+                } else {
+                    "requester"
+                },
+                if ce { "ecn" } else { "drop" }
+            ));
+        }
+    }
+    s.push_str("record: {}\n");
+    Ok(s)
+}
+
+/// A path as a YAML double-quoted scalar.
+fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+fn retransmissions(r: &ConnRecord) -> usize {
+    r.events
+        .iter(r.start_ns)
+        .filter(|e| matches!(e.1, Event::Retransmit { .. }))
+        .count()
+}
+
+fn named(actions: Vec<(bool, u64, bool)>) -> Vec<(String, u64, bool)> {
+    actions
+        .into_iter()
+        .map(|(s, p, ce)| ((if s { "server" } else { "client" }).to_string(), p, ce))
+        .collect()
+}
+
+/// The replay's own records against the recording.
+fn compare(recorded: &Pair, replay_records: &Path) -> Result<Fidelity> {
+    let mut conns = gather(&[replay_records.to_path_buf()])?;
+    anyhow::ensure!(
+        conns.len() == 1,
+        "the replay recorded {} connections with both ends, not 1",
+        conns.len()
+    );
+    let replayed = conns.pop().expect("one").pair;
+    let f = Fidelity {
+        recorded_actions: named(recorded.actions()),
+        replayed_actions: named(replayed.actions()),
+        recorded_retransmissions: (
+            retransmissions(&recorded.client),
+            retransmissions(&recorded.server),
+        ),
+        replayed_retransmissions: (
+            retransmissions(&replayed.client),
+            retransmissions(&replayed.server),
+        ),
+        same: false,
+    };
+    Ok(Fidelity {
+        same: f.recorded_actions == f.replayed_actions
+            && f.recorded_retransmissions == f.replayed_retransmissions,
+        ..f
+    })
+}

@@ -1,0 +1,283 @@
+//! What a replay of one connection needs from its two records (seed 004
+//! §3.4; issue 21 item 3), without I/O: which end opened it, each end's
+//! socket calls at their times, and the network's actions on each end's
+//! packets, addressed by their place in that end's series (the switch's
+//! wire events: `sent_by` + `packet`).
+
+use std::net::SocketAddr;
+
+use crate::ipid;
+use crate::record::{CallKind, ConnRecord, Event};
+
+/// The first port of Linux's default ephemeral range
+/// (net.ipv4.ip_local_port_range = 32768 60999).
+const EPHEMERAL: u16 = 32768;
+
+/// inet_sock_set_state's states an application's close leads to: it closed
+/// first (FIN_WAIT1) or after the peer's FIN (LAST_ACK); include/net/tcp_states.h.
+const TCP_FIN_WAIT1: u8 = 4;
+const TCP_LAST_ACK: u8 = 9;
+
+/// One socket operation to repeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Write this many bytes.
+    Send(u64),
+    /// Read exactly this many bytes (what the recorded call returned).
+    Recv(u64),
+    /// Close the socket.
+    Close,
+}
+
+/// An operation and when it was issued, in ns from the connection's first
+/// recorded call (either end's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub at_ns: u64,
+    pub op: Op,
+}
+
+/// A connection's two records, the end that opened it first.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub client: ConnRecord,
+    pub server: ConnRecord,
+}
+
+/// Why two records do not make a replayable connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("a record without its connection's addresses")]
+    NoAddresses,
+    #[error("the records are of different connections: {a} and {b}")]
+    NotAPair { a: String, b: String },
+}
+
+impl Pair {
+    /// Orders two records of one connection: the client is the end on an
+    /// ephemeral port (records do not say who sent the SYN: the recorder
+    /// follows a connection from its first packet after the handshake); of
+    /// two such ends, or none, the higher port.
+    pub fn of(a: ConnRecord, b: ConnRecord) -> Result<Pair, Error> {
+        let (Some(al), Some(ar), Some(bl), Some(br)) = (a.local, a.remote, b.local, b.remote)
+        else {
+            return Err(Error::NoAddresses);
+        };
+        if al != br || ar != bl {
+            return Err(Error::NotAPair {
+                a: format!("{al} -> {ar}"),
+                b: format!("{bl} -> {br}"),
+            });
+        }
+        let client_a = match (al.port() >= EPHEMERAL, ar.port() >= EPHEMERAL) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => al.port() > ar.port(),
+        };
+        Ok(if client_a {
+            Pair {
+                client: a,
+                server: b,
+            }
+        } else {
+            Pair {
+                client: b,
+                server: a,
+            }
+        })
+    }
+
+    pub fn client_addr(&self) -> SocketAddr {
+        self.client.local.expect("checked in Pair::of")
+    }
+
+    pub fn server_addr(&self) -> SocketAddr {
+        self.server.local.expect("checked in Pair::of")
+    }
+
+    /// Each end's operations (client, server), timed from the earlier of
+    /// the two first calls: both records' times are the same host clock
+    /// (CLOCK_MONOTONIC), so their order between the ends holds.
+    pub fn steps(&self) -> (Vec<Step>, Vec<Step>) {
+        let (c, s) = (ops(&self.client), ops(&self.server));
+        let t0 = c.iter().chain(&s).map(|x| x.0).min().unwrap_or(0);
+        let rebase = |v: Vec<(u64, Op)>| {
+            v.into_iter()
+                .map(|(t, op)| Step { at_ns: t - t0, op })
+                .collect()
+        };
+        (rebase(c), rebase(s))
+    }
+
+    /// The network's actions to re-apply: (the sender is the server, its
+    /// packet's place, CE rather than a drop). A loss the server's record
+    /// saw is a client packet, and the other way round.
+    pub fn actions(&self) -> Vec<(bool, u64, bool)> {
+        let mut out = Vec::new();
+        for (from_server, at) in [(false, &self.server), (true, &self.client)] {
+            let Some((_, codes)) = &at.rx else { continue };
+            let a = ipid::arrivals(codes);
+            out.extend(a.lost.iter().map(|o| (from_server, o + 1, false)));
+            out.extend(
+                at.ce
+                    .marked()
+                    .into_iter()
+                    .filter_map(|i| a.order.get(i as usize))
+                    .map(|o| (from_server, o + 1, true)),
+            );
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// A record's calls as operations, with the application's close.
+fn ops(r: &ConnRecord) -> Vec<(u64, Op)> {
+    let mut v: Vec<(u64, Op)> = r
+        .calls
+        .iter(r.start_ns)
+        .filter_map(|(t, c)| match c.kind {
+            CallKind::Send if c.bytes > 0 => Some((t, Op::Send(c.bytes))),
+            CallKind::Recv if c.bytes > 0 => Some((t, Op::Recv(c.bytes))),
+            CallKind::Close => Some((t, Op::Close)),
+            _ => None,
+        })
+        .collect();
+    if !v.iter().any(|x| x.1 == Op::Close) {
+        let closed = r.events.iter(r.start_ns).find_map(|(t, e)| {
+            matches!(e, Event::State(TCP_FIN_WAIT1 | TCP_LAST_ACK)).then_some(t)
+        });
+        if let Some(t) = closed {
+            v.push((t, Op::Close));
+        }
+    }
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipid::IdCoder;
+    use crate::record::Call;
+
+    fn rec(local: &str, remote: &str) -> ConnRecord {
+        ConnRecord {
+            host: "h".into(),
+            local: Some(local.parse().unwrap()),
+            remote: Some(remote.parse().unwrap()),
+            start_ns: 1_000,
+            ..Default::default()
+        }
+    }
+
+    fn call(r: &mut ConnRecord, t: u64, kind: CallKind, bytes: u64) {
+        let s = r.start_ns;
+        r.calls.push(
+            s,
+            t,
+            Call {
+                kind,
+                bytes,
+                flags: 0,
+            },
+        );
+    }
+
+    #[test]
+    fn the_end_on_an_ephemeral_port_is_the_client() {
+        let c = rec("198.18.0.1:40001", "198.18.0.2:5001");
+        let s = rec("198.18.0.2:5001", "198.18.0.1:40001");
+        let p = Pair::of(s.clone(), c.clone()).unwrap();
+        assert_eq!(p.client_addr().port(), 40001);
+        assert_eq!(p.server_addr().port(), 5001);
+        let p = Pair::of(c, s).unwrap();
+        assert_eq!(p.client_addr().port(), 40001);
+        let other = rec("198.18.0.2:5001", "198.18.0.1:40002");
+        assert!(matches!(
+            Pair::of(rec("198.18.0.1:40001", "198.18.0.2:5001"), other),
+            Err(Error::NotAPair { .. })
+        ));
+    }
+
+    #[test]
+    fn steps_keep_both_ends_times_on_one_clock() {
+        let mut c = rec("198.18.0.1:40001", "198.18.0.2:5001");
+        let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
+        call(&mut c, 5_000, CallKind::Send, 14_480);
+        call(&mut s, 5_300, CallKind::Recv, 1_448);
+        call(&mut s, 5_400, CallKind::Recv, 13_032);
+        call(&mut s, 5_500, CallKind::Send, 8);
+        call(&mut c, 5_600, CallKind::Recv, 8);
+        call(&mut s, 5_700, CallKind::Recv, 0); // EOF: not repeated
+        c.events
+            .push(c.start_ns, 5_650, Event::State(TCP_FIN_WAIT1));
+        s.events.push(s.start_ns, 5_750, Event::State(TCP_LAST_ACK));
+        let (cs, ss) = Pair::of(c, s).unwrap().steps();
+        assert_eq!(
+            cs,
+            [
+                Step {
+                    at_ns: 0,
+                    op: Op::Send(14_480)
+                },
+                Step {
+                    at_ns: 600,
+                    op: Op::Recv(8)
+                },
+                Step {
+                    at_ns: 650,
+                    op: Op::Close
+                },
+            ]
+        );
+        assert_eq!(
+            ss,
+            [
+                Step {
+                    at_ns: 300,
+                    op: Op::Recv(1_448)
+                },
+                Step {
+                    at_ns: 400,
+                    op: Op::Recv(13_032)
+                },
+                Step {
+                    at_ns: 500,
+                    op: Op::Send(8)
+                },
+                Step {
+                    at_ns: 750,
+                    op: Op::Close
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_loss_seen_at_one_end_is_the_other_ends_packet() {
+        let mut c = rec("198.18.0.1:40001", "198.18.0.2:5001");
+        let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
+        // The server saw the client's IDs 100, 101, 103, 104: the 3rd lost;
+        // the 4th arrival (ID 104, place 5) was CE-marked.
+        let mut ids = IdCoder::default();
+        for (id, ce) in [(100, false), (101, false), (103, false), (104, true)] {
+            ids.arrive(id, 1);
+            s.ce.push(ce);
+        }
+        s.rx = ids.finish();
+        // The client saw the server's 1st, 2nd and 4th.
+        let mut ids = IdCoder::default();
+        for id in [7u16, 8, 10] {
+            ids.arrive(id, 1);
+            c.ce.push(false);
+        }
+        c.rx = ids.finish();
+        let p = Pair::of(c, s).unwrap();
+        assert_eq!(
+            p.actions(),
+            [(false, 3, false), (false, 5, true), (true, 3, false)]
+        );
+    }
+}
