@@ -40,6 +40,11 @@ pub struct Args {
     /// One JSON object per connection instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The recorded traffic's capture (pcap or pcapng), to compare each
+    /// replay's TCP headers with. Found by itself for a wirelab run's
+    /// `record/` folder (its `trace.pcapng`).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 /// A connection with both ends recorded.
@@ -59,7 +64,31 @@ struct Fidelity {
     /// Retransmissions by each end (client, server), recorded and replayed.
     recorded_retransmissions: (usize, usize),
     replayed_retransmissions: (usize, usize),
+    /// The TCP headers of both captures, when the recording's is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    headers: Option<Headers>,
     same: bool,
+}
+
+/// A TCP header as a replay must repeat it: sequence and acknowledgment
+/// numbers relative to each end's ISN, flags, payload length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+struct Hdr {
+    seq: u32,
+    ack: u32,
+    flags: &'static str,
+    len: u32,
+}
+
+/// Each direction's header sequence compared, in order.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct Headers {
+    /// Packets client -> server and server -> client, recorded and replayed.
+    recorded: (usize, usize),
+    replayed: (usize, usize),
+    /// The first packet that differs, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_difference: Option<String>,
 }
 
 pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
@@ -84,6 +113,22 @@ pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         }
         Some(n) => vec![(n, &conns[n - 1])],
         None => conns.iter().enumerate().map(|(i, c)| (i + 1, c)).collect(),
+    };
+    let trace = args.trace.clone().or_else(|| {
+        args.records.iter().find_map(|p| {
+            let t = p.parent()?.join("trace.pcapng");
+            (p.is_dir() && p.file_name()? == "record" && t.is_file()).then_some(t)
+        })
+    });
+    let recorded_trace = match &trace {
+        Some(t) => match wirelab_trace::read(t) {
+            Ok(tr) => Some(tr),
+            Err(e) => {
+                eprintln!("wirelab: --trace {}: {e}", t.display());
+                return Ok(code::ERROR);
+            }
+        },
+        None => None,
     };
     crate::run::require_root()?;
     std::fs::create_dir_all(&args.out)
@@ -113,7 +158,7 @@ pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             ..RunOptions::new(&args.out)
         };
         let out = wirelab_lab::run(&spec, None, &opts, &wirelab_lab::Quiet)?;
-        let fidelity = compare(&c.pair, &out.dir.join("record"));
+        let fidelity = compare(&c.pair, &out.dir, recorded_trace.as_ref());
         let mut code_now = crate::run::exit_code(out.verdict);
         if fidelity.as_ref().is_ok_and(|f| !f.same) {
             code_now = code_now.max(code::EXPECT_FAILED);
@@ -141,7 +186,7 @@ pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             crate::summary::print(&out.summary, false);
             match &fidelity {
                 Ok(f) => println!(
-                    "  replay     {}: network actions {} recorded, {} replayed; retransmissions client {}/{}, server {}/{} (recorded/replayed)",
+                    "  replay     {}: network actions {} recorded, {} replayed; retransmissions client {}/{}, server {}/{} (recorded/replayed); {}",
                     if f.same { "SAME" } else { "DIFFERENT" },
                     f.recorded_actions.len(),
                     f.replayed_actions.len(),
@@ -149,6 +194,16 @@ pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
                     f.replayed_retransmissions.0,
                     f.recorded_retransmissions.1,
                     f.replayed_retransmissions.1,
+                    match &f.headers {
+                        None => "TCP headers not compared (no capture of the recording: --trace)".to_string(),
+                        Some(h) => match &h.first_difference {
+                            None => format!(
+                                "TCP headers identical ({} + {} packets)",
+                                h.recorded.0, h.recorded.1
+                            ),
+                            Some(d) => format!("TCP headers differ: {d}"),
+                        },
+                    }
                 ),
                 Err(e) => println!("  replay     not compared: {e:#}"),
             }
@@ -312,9 +367,62 @@ fn named(actions: Vec<(bool, u64, bool)>) -> Vec<(String, u64, bool)> {
         .collect()
 }
 
-/// The replay's own records against the recording.
-fn compare(recorded: &Pair, replay_records: &Path) -> Result<Fidelity> {
-    let mut conns = gather(&[replay_records.to_path_buf()])?;
+/// One direction's headers of the connection `from` -> `to` in a capture,
+/// relative to the ISNs its SYNs carry (0 before one is seen).
+fn headers_of(t: &wirelab_trace::Trace, from: SocketAddr, to: SocketAddr) -> Vec<Hdr> {
+    let tcps: Vec<wirelab_trace::Tcp> = t.packets.iter().filter_map(|p| p.tcp().ok()).collect();
+    let is = |x: &wirelab_trace::Tcp, a: SocketAddr, b: SocketAddr| {
+        x.src == a.ip() && x.sport == a.port() && x.dst == b.ip() && x.dport == b.port()
+    };
+    let isn = |a, b| {
+        tcps.iter()
+            .find(|x| x.syn && is(x, a, b))
+            .map_or(0, |x| x.seq)
+    };
+    let (mine, theirs) = (isn(from, to), isn(to, from));
+    tcps.iter()
+        .filter(|x| is(x, from, to))
+        .map(|x| Hdr {
+            seq: x.seq.wrapping_sub(mine),
+            ack: if x.has_ack {
+                x.ack.wrapping_sub(theirs)
+            } else {
+                0
+            },
+            flags: match (x.syn, x.fin, x.rst, x.has_ack) {
+                (true, _, _, false) => "S",
+                (true, _, _, true) => "SA",
+                (_, true, _, _) => "FA",
+                (_, _, true, _) => "R",
+                _ => "A",
+            },
+            len: x.payload_len,
+        })
+        .collect()
+}
+
+/// Where two header sequences first differ.
+fn first_difference(what: &str, a: &[Hdr], b: &[Hdr]) -> Option<String> {
+    let i = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or_else(|| (a.len() != b.len()).then_some(a.len().min(b.len())))?;
+    Some(format!(
+        "{what} packet {}: recorded {}, replayed {}",
+        i + 1,
+        a.get(i).map_or("none".into(), |h| format!("{h:?}")),
+        b.get(i).map_or("none".into(), |h| format!("{h:?}"))
+    ))
+}
+
+/// The replay's own records (and capture) against the recording's.
+fn compare(
+    recorded: &Pair,
+    replay_dir: &Path,
+    recorded_trace: Option<&wirelab_trace::Trace>,
+) -> Result<Fidelity> {
+    let mut conns = gather(&[replay_dir.join("record")])?;
     anyhow::ensure!(
         conns.len() == 1,
         "the replay recorded {} connections with both ends, not 1",
@@ -332,11 +440,37 @@ fn compare(recorded: &Pair, replay_records: &Path) -> Result<Fidelity> {
             retransmissions(&replayed.client),
             retransmissions(&replayed.server),
         ),
+        headers: None,
         same: false,
+    };
+    let headers = match recorded_trace {
+        None => None,
+        Some(t) => {
+            let replay = wirelab_trace::read(&replay_dir.join("trace.pcapng"))
+                .map_err(|e| anyhow::anyhow!("reading the replay's capture: {e}"))?;
+            let (rc, rs) = (recorded.client_addr(), recorded.server_addr());
+            let (pc, ps) = (replayed.client_addr(), replayed.server_addr());
+            let (a_up, a_down) = (headers_of(t, rc, rs), headers_of(t, rs, rc));
+            let (b_up, b_down) = (headers_of(&replay, pc, ps), headers_of(&replay, ps, pc));
+            anyhow::ensure!(
+                !a_up.is_empty(),
+                "the capture holds no packet of {rc} -> {rs}"
+            );
+            Some(Headers {
+                recorded: (a_up.len(), a_down.len()),
+                replayed: (b_up.len(), b_down.len()),
+                first_difference: first_difference("client -> server", &a_up, &b_up)
+                    .or_else(|| first_difference("server -> client", &a_down, &b_down)),
+            })
+        }
     };
     Ok(Fidelity {
         same: f.recorded_actions == f.replayed_actions
-            && f.recorded_retransmissions == f.replayed_retransmissions,
+            && f.recorded_retransmissions == f.replayed_retransmissions
+            && headers
+                .as_ref()
+                .is_none_or(|h| h.first_difference.is_none()),
+        headers,
         ..f
     })
 }

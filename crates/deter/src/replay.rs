@@ -25,8 +25,10 @@ pub enum Op {
     Send(u64),
     /// Read exactly this many bytes (what the recorded call returned).
     Recv(u64),
-    /// Close the socket.
-    Close,
+    /// Close the socket; `after_peer`: the recorded close came after the
+    /// peer's FIN (LAST_ACK), so the replay waits for that FIN first, as
+    /// the application did (its read returned 0), whatever the clock says.
+    Close { after_peer: bool },
 }
 
 /// An operation and when it was issued, in ns from the connection's first
@@ -140,16 +142,18 @@ fn ops(r: &ConnRecord) -> Vec<(u64, Op)> {
         .filter_map(|(t, c)| match c.kind {
             CallKind::Send if c.bytes > 0 => Some((t, Op::Send(c.bytes))),
             CallKind::Recv if c.bytes > 0 => Some((t, Op::Recv(c.bytes))),
-            CallKind::Close => Some((t, Op::Close)),
+            CallKind::Close => Some((t, Op::Close { after_peer: false })),
             _ => None,
         })
         .collect();
-    if !v.iter().any(|x| x.1 == Op::Close) {
-        let closed = r.events.iter(r.start_ns).find_map(|(t, e)| {
-            matches!(e, Event::State(TCP_FIN_WAIT1 | TCP_LAST_ACK)).then_some(t)
+    if !v.iter().any(|x| matches!(x.1, Op::Close { .. })) {
+        let closed = r.events.iter(r.start_ns).find_map(|(t, e)| match e {
+            Event::State(TCP_FIN_WAIT1) => Some((t, false)),
+            Event::State(TCP_LAST_ACK) => Some((t, true)),
+            _ => None,
         });
-        if let Some(t) = closed {
-            v.push((t, Op::Close));
+        if let Some((t, after_peer)) = closed {
+            v.push((t, Op::Close { after_peer }));
         }
     }
     v.sort_by_key(|x| x.0);
@@ -228,7 +232,7 @@ mod tests {
                 },
                 Step {
                     at_ns: 650,
-                    op: Op::Close
+                    op: Op::Close { after_peer: false }
                 },
             ]
         );
@@ -249,7 +253,7 @@ mod tests {
                 },
                 Step {
                     at_ns: 750,
-                    op: Op::Close
+                    op: Op::Close { after_peer: true }
                 },
             ]
         );

@@ -581,18 +581,26 @@ fn scripted(
                 buf.resize(n as usize, 0);
                 read_full(&mut s, &mut buf, c.id, stop)?
             }
-            Op::Close => {
+            Op::Close { after_peer } => {
+                if after_peer {
+                    until_eof(&mut s, c.id, stop)?;
+                }
                 s.shutdown(std::net::Shutdown::Write).ok();
             }
         }
     }
+    until_eof(&mut s, c.id, stop)
+}
+
+/// Reads (and drops) until the peer's FIN.
+fn until_eof(s: &mut TcpStream, conn: u32, stop: &Stop) -> Result<(), Error> {
     let mut sink = [0u8; 4096];
     loop {
         match s.read(&mut sink) {
             Ok(0) => return Ok(()),
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                stop.check(c.id)?
+                stop.check(conn)?
             }
             Err(_) => return Ok(()),
         }
