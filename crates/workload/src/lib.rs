@@ -574,7 +574,12 @@ fn scripted(
     s.set_write_timeout(Some(POLL)).ok();
     let mut buf = Vec::new();
     for st in steps {
-        stop.wait_until(begin + Duration::from_nanos(st.at_ns), c.id)?;
+        // A read is recorded when it returned (sock_recv_length), so its
+        // time is when the data was there, not when the application asked:
+        // a reader blocked in read() asks at once, and so does the replay.
+        if !matches!(st.op, Op::Recv(_)) {
+            stop.wait_until(begin + Duration::from_nanos(st.at_ns), c.id)?;
+        }
         match st.op {
             Op::Send(n) => write_full(&mut s, &pattern(n, 0), c.id, stop)?,
             Op::Recv(n) => {
