@@ -8,6 +8,7 @@
 //! trait over their own model.
 
 pub mod analyzers;
+pub mod diagnose;
 pub mod distributed;
 pub mod expect;
 #[doc(hidden)]

@@ -26,6 +26,43 @@ fn bytes_bar(path: &Path) -> indicatif::ProgressBar {
     pb
 }
 
+/// The analyzers' report on a capture (with the facts of the results
+/// folder it sits in, if it does), progress shown on large files.
+pub fn report(
+    trace: &Path,
+    names: &[&str],
+    min_rto_ns: u64,
+    threads: Option<usize>,
+) -> std::result::Result<Report, String> {
+    let dir = trace.parent().unwrap_or(Path::new("."));
+    // A results folder's facts (with its ground truth) are read with the
+    // trace; a broken file is named here rather than silently left out.
+    let facts = wirelab_analyze::results::read(dir).map_err(|e| e.to_string())?;
+    let opts = match &facts {
+        Some(f) => f.options(min_rto_ns),
+        None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
+    };
+    // The file is read twice (survey, then model), never held: progress
+    // is over both passes, in the file's bytes.
+    let pb = bytes_bar(trace);
+    let threads = threads.unwrap_or_else(|| {
+        // The reader keeps one core; connections are built on the rest.
+        let size = std::fs::metadata(trace).map_or(0, |m| m.len());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if size >= 64 << 20 && cores > 1 {
+            cores - 1
+        } else {
+            0
+        }
+    });
+    let r = wirelab_analyze::report::stream(trace, opts, facts.as_ref(), names, threads, &|p| {
+        pb.set_length(2 * p.total);
+        pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
+    });
+    pb.finish_and_clear();
+    r.map_err(|e| e.to_string())
+}
+
 pub fn run(
     trace: &Path,
     json: bool,
@@ -50,46 +87,13 @@ pub fn run(
     if names.is_empty() {
         names = catalog.names();
     }
-    let dir = trace.parent().unwrap_or(Path::new("."));
-    // A results folder's facts (with its ground truth) are read with the
-    // trace; a broken file is named here rather than silently left out.
-    let facts = match wirelab_analyze::results::read(dir) {
-        Ok(f) => f,
+    let report = match report(trace, &names, min_rto_ns, threads) {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("wirelab: {e}");
             return Ok(code::ERROR);
         }
     };
-    let opts = match &facts {
-        Some(f) => f.options(min_rto_ns),
-        None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
-    };
-    // The file is read twice (survey, then model), never held: progress
-    // is over both passes, in the file's bytes.
-    let pb = bytes_bar(trace);
-    let threads = threads.unwrap_or_else(|| {
-        // The reader keeps one core; connections are built on the rest.
-        let size = std::fs::metadata(trace).map_or(0, |m| m.len());
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if size >= 64 << 20 && cores > 1 {
-            cores - 1
-        } else {
-            0
-        }
-    });
-    let report =
-        match wirelab_analyze::report::stream(trace, opts, facts.as_ref(), &names, threads, &|p| {
-            pb.set_length(2 * p.total);
-            pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
-        }) {
-            Ok(r) => r,
-            Err(e) => {
-                pb.finish_and_clear();
-                eprintln!("wirelab: {e}");
-                return Ok(code::ERROR);
-            }
-        };
-    pb.finish_and_clear();
     exit_on_interrupt.store(false, std::sync::atomic::Ordering::SeqCst);
     if let Some(h) = html {
         write_html(h, &report)?;

@@ -16,6 +16,7 @@ mod bench_stages;
 mod bench_vaqm;
 mod bump;
 mod causal;
+mod diagnose;
 mod fuzz;
 mod load;
 mod record;
@@ -158,6 +159,25 @@ enum Cmd {
     /// recording. Exit 0 when every replay passed and matched, 1 when one
     /// differed, 2 for bad input, 130 on Ctrl-C.
     Replay(replay::Args),
+    /// Why the slowest flows were slow (DETER §2.1, §5): each TCP
+    /// connection at or above a percentile of completion time, with its
+    /// retransmission timeouts (and why no fast retransmission repaired the
+    /// loss), fast and late fast retransmits, tail loss probes and CE
+    /// marks, each citing its packets. On a run's or a replay's results
+    /// folder, or any capture. Exit 0; 2 if the capture cannot be read, 3 if
+    /// it is cut short.
+    Diagnose {
+        /// A capture (pcap, pcapng), or a results folder (its trace.pcapng).
+        path: PathBuf,
+        /// Connections at or above this percentile of completion time.
+        #[arg(long, default_value_t = 99.0)]
+        percentile: f64,
+        /// The sender's smallest retransmission timeout (Linux: 200ms).
+        #[arg(long, default_value = "200ms")]
+        min_rto: wirelab_spec::Nanos,
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove namespaces and registry entries that killed runs left behind.
     Clean {
         /// Also remove labs of runs that are still alive.
@@ -478,6 +498,15 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         }
         Cmd::Record(args) => record::run(&args, abort),
         Cmd::Replay(args) => replay::run(&args, abort),
+        Cmd::Diagnose {
+            path,
+            percentile,
+            min_rto,
+            json,
+        } => {
+            NOTHING_TO_CLEAN.store(true, Ordering::SeqCst);
+            diagnose::run(&path, percentile, min_rto.0, json)
+        }
         Cmd::Clean { all } => clean(all),
         Cmd::Bench { which } => bench(which, abort),
         Cmd::Schema { analysis } => schema(analysis),

@@ -2205,19 +2205,77 @@ fn a_wire_event_drops_the_packet_the_record_finds_lost() {
 /// actions to the same packets and retransmits as the recording did; the
 /// TCP headers are identical in most (measured 87-93%: the rest differ in
 /// how the receiver's ACKs interleave with arrivals, its softirq timing),
-/// and at least 7 of 10 must be.
+/// and at least 7 of 10 must be. `wirelab diagnose` names the same causes
+/// (DETER's, seed 004 §5.3) on the run and on a replay of it.
 #[test]
 fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
     let Some((_g, out)) = lab_test() else { return };
-    for name in [
-        "drop-each-end-s-packet-by-its-place-in-its-series",
-        "record-a-drop-twice-and-its-timeout",
+    let diagnosed = |dir: &Path| -> Vec<String> {
+        let o = wirelab(&["diagnose", dir.to_str().unwrap(), "--json"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let slow = v["slow"].as_array().unwrap();
+        assert_eq!(slow.len(), 1, "{v}");
+        slow[0]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c["kind"].as_str().unwrap(),
+                    c["text"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let kinds = |causes: &[String]| -> Vec<String> {
+        causes
+            .iter()
+            .map(|c| c.split(':').next().unwrap().to_string())
+            .collect()
+    };
+    for (name, actions, causes) in [
+        (
+            "drop-each-end-s-packet-by-its-place-in-its-series",
+            2,
+            &["fast-retransmit"][..],
+        ),
+        (
+            "record-a-drop-twice-and-its-timeout",
+            2,
+            &["fast-retransmit", "timeout"][..],
+        ),
+        (
+            "a-tail-drop-is-repaired-by-a-loss-probe",
+            1,
+            &["tail-loss-probe"][..],
+        ),
     ] {
         let spec = repo().join(format!("specs/deter/{name}.yaml"));
         let r = run_spec(&spec, out.path());
         assert_eq!(r.code, 0, "{}", r.why());
-        let records = PathBuf::from(r.summary["results"].as_str().unwrap()).join("record");
+        let results = PathBuf::from(r.summary["results"].as_str().unwrap());
+        let recorded_causes = diagnosed(&results);
+        assert_eq!(
+            kinds(&recorded_causes),
+            causes,
+            "{name}: {recorded_causes:#?}"
+        );
+        if name.contains("twice") {
+            assert!(
+                recorded_causes[1].contains("was dropped too"),
+                "{recorded_causes:#?}"
+            );
+        }
+        let records = results.join("record");
         let replays = out.path().join(format!("replays-{name}"));
+        let mut last_replay = PathBuf::new();
         let mut identical = 0;
         for round in 1..=10 {
             let o = wirelab(&[
@@ -2234,10 +2292,11 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             );
             let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
             assert_eq!(v["summary"]["verdict"], "PASS", "{why}");
+            last_replay = PathBuf::from(v["summary"]["results"].as_str().unwrap());
             let f = &v["fidelity"];
             assert_eq!(
                 f["recorded_actions"].as_array().map(Vec::len),
-                Some(2),
+                Some(actions),
                 "{why}"
             );
             assert_eq!(f["recorded_actions"], f["replayed_actions"], "{why}");
@@ -2258,6 +2317,12 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         assert!(
             identical >= 7,
             "{name}: {identical} of 10 replays had identical headers"
+        );
+        let replayed_causes = diagnosed(&last_replay);
+        assert_eq!(
+            kinds(&replayed_causes),
+            causes,
+            "{name} replayed: {replayed_causes:#?}"
         );
     }
     // Bad input: a damaged record names its byte offset; one end alone is

@@ -1,0 +1,205 @@
+//! Why the slowest flows were slow (DETER §2.1, §5.1–5.3, seed 004; issue
+//! 21 item 4): for each connection whose completion time is at or above a
+//! percentile, the causes the connection model saw, each with the packets
+//! that show it. Built on the model's retransmission reasons (RFC 5681,
+//! 6675, 8985 and 6298), not on timing guesses.
+
+use serde::Serialize;
+use wirelab_spec::Recovery;
+
+use wirelab_trace::Action;
+
+use crate::model::{ConnAnalysis, Reason, Retransmission};
+use crate::Evidence;
+
+/// A slow connection and its causes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Slow {
+    pub conn: u32,
+    /// First data packet to the last ACK, at the vantage point.
+    pub completion_ns: u64,
+    pub causes: Vec<Cause>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Cause {
+    /// `timeout`, `fast-retransmit`, `late-fast-retransmit`,
+    /// `tail-loss-probe`, `congestion`.
+    pub kind: &'static str,
+    /// One line: what happened and why, with its packets.
+    pub text: String,
+    pub evidence: Vec<Evidence>,
+}
+
+/// A fast retransmission declared more than this many base round trips
+/// after the receiver's first signal of the loss (its first ACK of data
+/// above the hole) came late: the duplicate-ACK threshold or RACK's
+/// reordering window had grown (DETER §5.2: tcp_reordering raised by an
+/// earlier reordering). RACK's own wait is a quarter of the minimum RTT
+/// (RFC 8985 §6.2).
+const LATE_RTTS: u64 = 2;
+
+/// The connections at or above percentile `p` (0..=100, nearest rank) of
+/// completion time, slowest first, with their causes.
+pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
+    let mut done: Vec<(&ConnAnalysis, u64)> = conns
+        .iter()
+        .filter_map(|c| Some((c, c.last_ack_ts_ns?.checked_sub(c.first_data_ts_ns?)?)))
+        .collect();
+    if done.is_empty() {
+        return Vec::new();
+    }
+    let mut fcts: Vec<u64> = done.iter().map(|x| x.1).collect();
+    fcts.sort_unstable();
+    let rank = ((p / 100.0) * fcts.len() as f64).ceil().max(1.0) as usize;
+    let threshold = fcts[rank.min(fcts.len()) - 1];
+    done.retain(|x| x.1 >= threshold);
+    done.sort_by_key(|x| std::cmp::Reverse(x.1));
+    done.into_iter()
+        .map(|(c, fct)| Slow {
+            conn: c.id,
+            completion_ns: fct,
+            causes: causes(c),
+        })
+        .collect()
+}
+
+fn us(ns: u64) -> String {
+    if ns >= 10_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1}us", ns as f64 / 1e3)
+    }
+}
+
+fn lost(r: &Retransmission) -> String {
+    match r.previous_event {
+        Some(Action::None) | None => format!("{}", r.previous),
+        Some(a) => format!("{} ({})", r.previous, a.name()),
+    }
+}
+
+/// When the receiver first signalled the loss `r` repairs: its answer to
+/// the first out-of-order arrival after the lost transmission.
+fn first_signal(c: &ConnAnalysis, r: &Retransmission) -> Option<(Evidence, u64)> {
+    c.arrivals
+        .iter()
+        .filter(|a| {
+            a.kind == "out-of-order" && a.packet > r.packet && a.at.frame > r.previous.frame
+        })
+        .filter_map(|a| Some((a.answer?, a.answer_ts_ns?)))
+        .min_by_key(|x| x.1)
+}
+
+fn causes(c: &ConnAnalysis) -> Vec<Cause> {
+    let rtt = (c.base_rtt.sender_side_ns + c.base_rtt.receiver_side_ns).max(1);
+    let mut out = Vec::new();
+    for r in &c.retransmissions {
+        let base = format!(
+            "packet {} resent at {}, {} after {}",
+            r.packet,
+            r.at,
+            us(r.since_loss_ns),
+            lost(r)
+        );
+        let ev = vec![r.previous, r.at];
+        match (r.recovery, r.reason) {
+            (Recovery::Timeout, Reason::Timeout) => {
+                out.push(Cause {
+                    kind: "timeout",
+                    text: format!("retransmission timeout: {base}; {}", rto_why(c, r)),
+                    evidence: ev,
+                });
+            }
+            (Recovery::Probe, _) => out.push(Cause {
+                kind: "tail-loss-probe",
+                text: format!(
+                    "tail loss probe (RFC 8985 §7): {base}, the last data with nothing after it to signal the loss"
+                ),
+                evidence: ev,
+            }),
+            (Recovery::Fast, reason)
+                if first_signal(c, r)
+                    .zip(r.trigger_ts_ns)
+                    .is_some_and(|((_, s), t)| t.saturating_sub(s) > LATE_RTTS * rtt) =>
+            {
+                let (signal, s) = first_signal(c, r).expect("matched");
+                let t = r.trigger_ts_ns.expect("matched");
+                out.push(Cause {
+                    kind: "late-fast-retransmit",
+                    text: format!(
+                        "late fast retransmit ({}): {base}; declared lost at {} {} after the receiver's first signal {signal} ({:.1} base round trips of {}): the reordering allowance had grown",
+                        reason.name(),
+                        r.trigger.map(|e| e.to_string()).unwrap_or_default(),
+                        us(t - s),
+                        (t - s) as f64 / rtt as f64,
+                        us(rtt)
+                    ),
+                    evidence: [signal].into_iter().chain(r.trigger).chain(ev).collect(),
+                })
+            }
+            (Recovery::Fast, reason) => out.push(Cause {
+                kind: "fast-retransmit",
+                text: format!(
+                    "fast retransmit ({}){}: {base}",
+                    reason.name(),
+                    r.trigger.map(|t| format!(" on {t}")).unwrap_or_default()
+                ),
+                evidence: r.trigger.into_iter().chain(ev).collect(),
+            }),
+            _ => {}
+        }
+    }
+    if let Some(first) = c.ce_marks.first() {
+        out.push(Cause {
+            kind: "congestion",
+            text: format!(
+                "congestion: {} CE-marked data packets (first {}), each halving the window it reached",
+                c.ce_marks.len(),
+                first.at
+            ),
+            evidence: c.ce_marks.iter().take(3).map(|m| m.at).collect(),
+        });
+    }
+    out
+}
+
+/// Why a timeout, not a fast retransmission, repaired a loss (DETER §2.1,
+/// §5.3): the repair was lost too, the ACKs that would have signalled it
+/// were dropped, or too little data followed it.
+fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
+    if r.nth >= 2 && r.previous_event == Some(Action::Drop) {
+        return format!(
+            "its earlier retransmission {} was dropped too, and nothing sent after it could signal that",
+            r.previous
+        );
+    }
+    let acks_dropped: Vec<Evidence> = c
+        .events
+        .iter()
+        .filter(|e| {
+            e.packet == 0
+                && e.event == Action::Drop
+                && e.at.frame > r.previous.frame
+                && e.at.frame < r.at.frame
+        })
+        .map(|e| e.at)
+        .collect();
+    if !acks_dropped.is_empty() {
+        return format!(
+            "{} ACKs between the loss and the timeout were dropped ({}): the duplicate ACKs that would have signalled it",
+            acks_dropped.len(),
+            acks_dropped.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let after = c.first_transmissions.saturating_sub(r.packet);
+    if after < 3 {
+        return format!(
+            "too few packets after it for duplicate ACKs ({after} of DupThresh 3, RFC 5681 §3.2): a tail loss"
+        );
+    }
+    format!(
+        "the timer ran {} with {after} packets after the loss",
+        r.rto_ns.map(us).unwrap_or_else(|| "its course".into())
+    )
+}
