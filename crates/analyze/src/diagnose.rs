@@ -49,10 +49,7 @@ pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
     if done.is_empty() {
         return Vec::new();
     }
-    let mut fcts: Vec<u64> = done.iter().map(|x| x.1).collect();
-    fcts.sort_unstable();
-    let rank = ((p / 100.0) * fcts.len() as f64).ceil().max(1.0) as usize;
-    let threshold = fcts[rank.min(fcts.len()) - 1];
+    let threshold = percentile(done.iter().map(|x| x.1).collect(), p);
     done.retain(|x| x.1 >= threshold);
     done.sort_by_key(|x| std::cmp::Reverse(x.1));
     done.into_iter()
@@ -62,6 +59,13 @@ pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
             causes: causes(c),
         })
         .collect()
+}
+
+/// The nearest-rank percentile `p` (0..=100) of a non-empty set.
+fn percentile(mut v: Vec<u64>, p: f64) -> u64 {
+    v.sort_unstable();
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
 }
 
 fn us(ns: u64) -> String {
@@ -202,4 +206,23 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
         "the timer ran {} with {after} packets after the loss",
         r.rto_ns.map(us).unwrap_or_else(|| "its course".into())
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn the_percentile_is_the_nearest_rank() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(v.clone(), 99.0), 99);
+        assert_eq!(percentile(v.clone(), 50.0), 50);
+        assert_eq!(percentile(v.clone(), 100.0), 100);
+        assert_eq!(percentile(v, 0.0), 1);
+        // One flow: it is its own p99.
+        assert_eq!(percentile(vec![7], 99.0), 7);
+        // Three flows: p99 is the slowest, p50 the middle one.
+        assert_eq!(percentile(vec![30, 10, 20], 99.0), 30);
+        assert_eq!(percentile(vec![30, 10, 20], 50.0), 20);
+    }
 }
