@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -40,6 +40,9 @@ pub struct Args {
     /// One JSON object per connection instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Replays at once, each in a lab of its own.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
     /// The recorded traffic's capture (pcap or pcapng), to compare each
     /// replay's TCP headers with. Found by itself for a wirelab run's
     /// `record/` folder (its `trace.pcapng`).
@@ -86,9 +89,21 @@ struct Headers {
     /// Packets client -> server and server -> client, recorded and replayed.
     recorded: (usize, usize),
     replayed: (usize, usize),
-    /// The first packet that differs, and how.
+    /// The first packet that differs in each direction, and how: the
+    /// client's (the sender's) and the server's (mostly ACKs, whose
+    /// spacing follows the receiver's softirq and socket-lock timing).
     #[serde(skip_serializing_if = "Option::is_none")]
-    first_difference: Option<String>,
+    client_differs: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_differs: Option<String>,
+}
+
+impl Headers {
+    fn first_difference(&self) -> Option<&String> {
+        self.client_differs
+            .as_ref()
+            .or(self.server_differs.as_ref())
+    }
 }
 
 pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
@@ -133,87 +148,124 @@ pub fn run(args: &Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     crate::run::require_root()?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let mut worst = code::OK;
-    for (n, c) in chosen {
-        if abort.load(Ordering::SeqCst) {
-            return Ok(code::INTERRUPTED);
-        }
-        let spec_path = args.out.join(format!(
-            "replay-{}-{}.yaml",
-            c.pair.client_addr().port(),
-            c.pair.server_addr().port()
-        ));
-        std::fs::write(&spec_path, spec_text(n, c)?)
-            .with_context(|| format!("writing {}", spec_path.display()))?;
-        let spec = match wirelab_spec::load(&spec_path, wirelab_lab::catalog()) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("wirelab: {e}");
-                return Ok(code::ERROR);
-            }
-        };
-        let opts = RunOptions {
-            timeout: Duration::from_secs(args.timeout),
-            abort: abort.clone(),
-            ..RunOptions::new(&args.out)
-        };
-        let out = wirelab_lab::run(&spec, None, &opts, &wirelab_lab::Quiet)?;
-        let fidelity = compare(&c.pair, &out.dir, recorded_trace.as_ref());
-        let mut code_now = crate::run::exit_code(out.verdict);
-        if fidelity.as_ref().is_ok_and(|f| !f.same) {
-            code_now = code_now.max(code::EXPECT_FAILED);
-        }
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string(&serde_json::json!({
-                    "connection": n,
-                    "client": c.pair.client_addr().to_string(),
-                    "server": c.pair.server_addr().to_string(),
-                    "spec": spec_path,
-                    "summary": out.summary,
-                    "fidelity": fidelity.as_ref().ok(),
-                    "fidelity_error": fidelity.as_ref().err().map(|e| format!("{e:#}")),
-                }))?
-            );
-        } else {
-            println!(
-                "wirelab replay: connection {n}, {} -> {} (spec {})",
-                c.pair.client_addr(),
-                c.pair.server_addr(),
-                spec_path.display()
-            );
-            crate::summary::print(&out.summary, false);
-            match &fidelity {
-                Ok(f) => println!(
-                    "  replay     {}: network actions {} recorded, {} replayed; retransmissions client {}/{}, server {}/{} (recorded/replayed); {}",
-                    if f.same { "SAME" } else { "DIFFERENT" },
-                    f.recorded_actions.len(),
-                    f.replayed_actions.len(),
-                    f.recorded_retransmissions.0,
-                    f.replayed_retransmissions.0,
-                    f.recorded_retransmissions.1,
-                    f.replayed_retransmissions.1,
-                    match &f.headers {
-                        None => "TCP headers not compared (no capture of the recording: --trace)".to_string(),
-                        Some(h) => match &h.first_difference {
-                            None => format!(
-                                "TCP headers identical ({} + {} packets)",
-                                h.recorded.0, h.recorded.1
-                            ),
-                            Some(d) => format!("TCP headers differ: {d}"),
-                        },
+    // Each replay is a lab of its own: `--jobs` of them at once, printed
+    // whole as each ends.
+    let next = AtomicUsize::new(0);
+    let worst = Mutex::new(code::OK);
+    let failure: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    std::thread::scope(|sc| {
+        for _ in 0..args.jobs.clamp(1, chosen.len()) {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&(n, c)) = chosen.get(i) else { break };
+                if abort.load(Ordering::SeqCst) || failure.lock().expect("lock").is_some() {
+                    break;
+                }
+                match replay_one(args, abort, n, c, recorded_trace.as_ref()) {
+                    Ok(code_now) => {
+                        let mut w = worst.lock().expect("lock");
+                        *w = (*w).max(code_now);
                     }
-                ),
-                Err(e) => println!("  replay     not compared: {e:#}"),
-            }
+                    Err(e) => {
+                        failure.lock().expect("lock").get_or_insert(e);
+                    }
+                }
+            });
         }
-        worst = worst.max(code_now);
-        if code_now == code::INTERRUPTED {
-            return Ok(code::INTERRUPTED);
+    });
+    if let Some(e) = failure.into_inner().expect("lock") {
+        return Err(e);
+    }
+    if abort.load(Ordering::SeqCst) {
+        return Ok(code::INTERRUPTED);
+    }
+    Ok(worst.into_inner().expect("lock"))
+}
+
+/// Prints one replay whole, so that parallel ones do not interleave.
+static PRINT: Mutex<()> = Mutex::new(());
+
+/// Replays connection `n`: its spec written and loaded, the lab run, the
+/// replay compared; returns its exit code.
+fn replay_one(
+    args: &Args,
+    abort: &Arc<AtomicBool>,
+    n: usize,
+    c: &Conn,
+    recorded_trace: Option<&wirelab_trace::Trace>,
+) -> Result<u8> {
+    let spec_path = args.out.join(format!(
+        "replay-{n}-{}-{}.yaml",
+        c.pair.client_addr().port(),
+        c.pair.server_addr().port()
+    ));
+    std::fs::write(&spec_path, spec_text(n, c)?)
+        .with_context(|| format!("writing {}", spec_path.display()))?;
+    let spec = match wirelab_spec::load(&spec_path, wirelab_lab::catalog()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("wirelab: {e}");
+            return Ok(code::ERROR);
+        }
+    };
+    let opts = RunOptions {
+        timeout: Duration::from_secs(args.timeout),
+        abort: abort.clone(),
+        ..RunOptions::new(&args.out)
+    };
+    let out = wirelab_lab::run(&spec, None, &opts, &wirelab_lab::Quiet)?;
+    let fidelity = compare(&c.pair, &out.dir, recorded_trace);
+    let mut code_now = crate::run::exit_code(out.verdict);
+    if fidelity.as_ref().is_ok_and(|f| !f.same) {
+        code_now = code_now.max(code::EXPECT_FAILED);
+    }
+    let _print = PRINT.lock().unwrap_or_else(|e| e.into_inner());
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({
+                "connection": n,
+                "client": c.pair.client_addr().to_string(),
+                "server": c.pair.server_addr().to_string(),
+                "spec": spec_path,
+                "summary": out.summary,
+                "fidelity": fidelity.as_ref().ok(),
+                "fidelity_error": fidelity.as_ref().err().map(|e| format!("{e:#}")),
+            }))?
+        );
+    } else {
+        println!(
+            "wirelab replay: connection {n}, {} -> {} (spec {})",
+            c.pair.client_addr(),
+            c.pair.server_addr(),
+            spec_path.display()
+        );
+        crate::summary::print(&out.summary, false);
+        match &fidelity {
+            Ok(f) => println!(
+                "  replay     {}: network actions {} recorded, {} replayed; retransmissions client {}/{}, server {}/{} (recorded/replayed); {}",
+                if f.same { "SAME" } else { "DIFFERENT" },
+                f.recorded_actions.len(),
+                f.replayed_actions.len(),
+                f.recorded_retransmissions.0,
+                f.replayed_retransmissions.0,
+                f.recorded_retransmissions.1,
+                f.replayed_retransmissions.1,
+                match &f.headers {
+                    None => "TCP headers not compared (no capture of the recording: --trace)".to_string(),
+                    Some(h) => match h.first_difference() {
+                        None => format!(
+                            "TCP headers identical ({} + {} packets)",
+                            h.recorded.0, h.recorded.1
+                        ),
+                        Some(d) => format!("TCP headers differ: {d}"),
+                    },
+                }
+            ),
+            Err(e) => println!("  replay     not compared: {e:#}"),
         }
     }
-    Ok(worst)
+    Ok(code_now)
 }
 
 /// Every record under the paths, paired by connection and ordered by when
@@ -459,8 +511,8 @@ fn compare(
             Some(Headers {
                 recorded: (a_up.len(), a_down.len()),
                 replayed: (b_up.len(), b_down.len()),
-                first_difference: first_difference("client -> server", &a_up, &b_up)
-                    .or_else(|| first_difference("server -> client", &a_down, &b_down)),
+                client_differs: first_difference("client -> server", &a_up, &b_up),
+                server_differs: first_difference("server -> client", &a_down, &b_down),
             })
         }
     };
@@ -469,7 +521,7 @@ fn compare(
             && f.recorded_retransmissions == f.replayed_retransmissions
             && headers
                 .as_ref()
-                .is_none_or(|h| h.first_difference.is_none()),
+                .is_none_or(|h| h.first_difference().is_none()),
         headers,
         ..f
     })

