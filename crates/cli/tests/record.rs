@@ -287,6 +287,66 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     eprintln!(
         "records: {bytes} bytes for {sent} data packets ({at_a} at A), {samples} samples, {dropped} + {fwd} drops, {rev} ACK drops, {rtx} retransmissions"
     );
+
+    // The records replay (issue 21 item 3), any traffic's: iperf3's two
+    // connections, each in a lab of its own, both ends repeating iperf3's
+    // calls, the router's and the links' drops re-applied by the switch at
+    // the places the records found them.
+    let o = wirelab()
+        .args([
+            "replay",
+            out.to_str().unwrap(),
+            "--json",
+            "--jobs",
+            "2",
+            "--out",
+        ])
+        .arg(dir.path().join("replays"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    let why = format!("{said}\n{}", String::from_utf8_lossy(&o.stderr));
+    // 0, or 1 when a count differs (there is no capture of the recording
+    // to compare headers with).
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{why}");
+    let replays: Vec<Value> = said
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(replays.len(), 2, "{why}");
+    let mut actions = 0;
+    for r in &replays {
+        assert_eq!(r["summary"]["verdict"], "PASS", "{r}");
+        let f = &r["fidelity"];
+        assert_eq!(
+            f["recorded_actions"], f["replayed_actions"],
+            "every drop again, at its place: {f}"
+        );
+        actions += f["recorded_actions"].as_array().unwrap().len() as u64;
+    }
+    assert_eq!(actions, dropped + fwd + rev, "{why}");
+    let data = replays
+        .iter()
+        .max_by_key(|r| r["fidelity"]["recorded_actions"].as_array().unwrap().len())
+        .unwrap();
+    let replayed_rtx = data["fidelity"]["replayed_retransmissions"][0]
+        .as_u64()
+        .unwrap();
+    assert!(
+        replayed_rtx >= data_lost && replayed_rtx < 4 * data_lost,
+        "{replayed_rtx} retransmissions replayed for {data_lost} drops (recorded {rtx})"
+    );
+    eprintln!(
+        "replayed: {actions} drops re-applied, {replayed_rtx} retransmissions (recorded {rtx})"
+    );
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    // (The test's own namespaces, wl-rec*, go when `n` is dropped.)
+    assert!(
+        !ns.lines()
+            .any(|l| l.starts_with("wl-") && !l.starts_with("wl-rec")),
+        "the replays' labs are gone: {ns}"
+    );
 }
 
 #[test]

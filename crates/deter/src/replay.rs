@@ -16,6 +16,7 @@ const EPHEMERAL: u16 = 32768;
 /// inet_sock_set_state's states an application's close leads to: it closed
 /// first (FIN_WAIT1) or after the peer's FIN (LAST_ACK); include/net/tcp_states.h.
 const TCP_FIN_WAIT1: u8 = 4;
+const TCP_CLOSE: u8 = 7;
 const TCP_LAST_ACK: u8 = 9;
 
 /// One socket operation to repeat.
@@ -147,11 +148,22 @@ fn ops(r: &ConnRecord) -> Vec<(u64, Op)> {
         })
         .collect();
     if !v.iter().any(|x| matches!(x.1, Op::Close { .. })) {
-        let closed = r.events.iter(r.start_ns).find_map(|(t, e)| match e {
-            Event::State(TCP_FIN_WAIT1) => Some((t, false)),
-            Event::State(TCP_LAST_ACK) => Some((t, true)),
-            _ => None,
-        });
+        // Else the socket went to CLOSE at once: a RST, the application's
+        // close with unread data (RFC 2525 §2.17) or the peer's; replayed
+        // as a close at that time, so that neither end waits for the other.
+        let closed = r
+            .events
+            .iter(r.start_ns)
+            .find_map(|(t, e)| match e {
+                Event::State(TCP_FIN_WAIT1) => Some((t, false)),
+                Event::State(TCP_LAST_ACK) => Some((t, true)),
+                _ => None,
+            })
+            .or_else(|| {
+                r.events
+                    .iter(r.start_ns)
+                    .find_map(|(t, e)| (e == Event::State(TCP_CLOSE)).then_some((t, false)))
+            });
         if let Some((t, after_peer)) = closed {
             v.push((t, Op::Close { after_peer }));
         }
@@ -257,6 +269,21 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_socket_closed_by_a_reset_closes_at_that_time() {
+        let mut c = rec("198.18.0.1:40001", "198.18.0.2:5001");
+        let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
+        call(&mut c, 5_000, CallKind::Send, 100);
+        call(&mut s, 5_100, CallKind::Recv, 50);
+        s.events.push(s.start_ns, 5_200, Event::State(TCP_CLOSE));
+        c.events.push(c.start_ns, 5_300, Event::State(TCP_CLOSE));
+        let (cs, ss) = Pair::of(c, s).unwrap().steps();
+        assert_eq!(cs.last().unwrap().op, Op::Close { after_peer: false });
+        assert_eq!(cs.last().unwrap().at_ns, 300);
+        assert_eq!(ss.last().unwrap().op, Op::Close { after_peer: false });
+        assert_eq!(ss.last().unwrap().at_ns, 200);
     }
 
     #[test]

@@ -573,6 +573,7 @@ fn scripted(
     s.set_read_timeout(Some(POLL)).ok();
     s.set_write_timeout(Some(POLL)).ok();
     let mut buf = Vec::new();
+    let mut closed = false;
     for st in steps {
         // A read is recorded when it returned (sock_recv_length), so its
         // time is when the data was there, not when the application asked:
@@ -591,8 +592,14 @@ fn scripted(
                     until_eof(&mut s, c.id, stop)?;
                 }
                 s.shutdown(std::net::Shutdown::Write).ok();
+                closed = true;
             }
         }
+    }
+    // A record that ends without a close (the recording stopped first):
+    // close now, or both ends would wait for the other's FIN.
+    if !closed {
+        s.shutdown(std::net::Shutdown::Write).ok();
     }
     until_eof(&mut s, c.id, stop)
 }
