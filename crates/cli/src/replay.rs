@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use wirelab_deter::record::{self, ConnRecord, Event};
-use wirelab_deter::replay::Pair;
+use wirelab_deter::replay::{send_time_differences, Pair};
 use wirelab_lab::RunOptions;
 
 use crate::code;
@@ -70,7 +70,17 @@ struct Fidelity {
     /// The TCP headers of both captures, when the recording's is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<Headers>,
+    /// Each end's send times, replayed against recorded, each from its own
+    /// first packet: (p50, p99, max) ns over the packets both sent, from
+    /// Algorithm 1's samples (each within th). Not part of `same`.
+    send_time_differences_ns: SendTimes,
     same: bool,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct SendTimes {
+    client: Option<(u64, u64, u64)>,
+    server: Option<(u64, u64, u64)>,
 }
 
 /// A TCP header as a replay must repeat it: sequence and acknowledgment
@@ -263,6 +273,24 @@ fn replay_one(
                 }
             ),
             Err(e) => println!("  replay     not compared: {e:#}"),
+        }
+        if let Ok(f) = &fidelity {
+            let t = &f.send_time_differences_ns;
+            let show = |x: Option<(u64, u64, u64)>| {
+                x.map_or("no samples".to_string(), |(p50, p99, max)| {
+                    format!(
+                        "p50 {:.1} p99 {:.1} max {:.1} us",
+                        p50 as f64 / 1e3,
+                        p99 as f64 / 1e3,
+                        max as f64 / 1e3
+                    )
+                })
+            };
+            println!(
+                "  send times replayed - recorded: client {}, server {}",
+                show(t.client),
+                show(t.server)
+            );
         }
     }
     Ok(code_now)
@@ -493,6 +521,10 @@ fn compare(
             retransmissions(&replayed.server),
         ),
         headers: None,
+        send_time_differences_ns: SendTimes {
+            client: send_time_differences(&recorded.client, &replayed.client),
+            server: send_time_differences(&recorded.server, &replayed.server),
+        },
         same: false,
     };
     let headers = match recorded_trace {

@@ -2311,6 +2311,15 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 f["recorded_retransmissions"], f["replayed_retransmissions"],
                 "{why}"
             );
+            // The client's send times, from both records' samples.
+            let t: Vec<u64> = (0..3)
+                .map(|i| {
+                    f["send_time_differences_ns"]["client"][i]
+                        .as_u64()
+                        .expect(&why)
+                })
+                .collect();
+            assert!(t[0] <= t[1] && t[1] <= t[2], "p50 <= p99 <= max: {why}");
             // Exit 0 exactly when the headers matched both ways too.
             let h = &f["headers"];
             let same = h["client_differs"].is_null() && h["server_differs"].is_null();
@@ -2338,14 +2347,17 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
     let dir = out.path().join("bad");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("x.deter"), b"WLDETER1\x05\x00").unwrap();
-    let o = wirelab(&[
-        "replay",
-        dir.to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let refused = |p: &Path| -> String {
+        let o = wirelab(&[
+            "replay",
+            p.to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = refused(&dir);
     assert!(err.contains("x.deter: at byte 10: cut short"), "{err}");
     std::fs::remove_file(dir.join("x.deter")).unwrap();
     let one = std::fs::read_dir(out.path())
@@ -2361,14 +2373,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         .next()
         .unwrap()
         .path();
-    let o = wirelab(&[
-        "replay",
-        host.to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused(&host);
     assert!(err.contains("a replay needs one from each end"), "{err}");
     assert_nothing_left("after replays");
 }

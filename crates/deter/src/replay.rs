@@ -135,6 +135,35 @@ impl Pair {
     }
 }
 
+/// How far apart two records of one end put its packets' send times, each
+/// from its own first socket call (or first packet, without calls: a
+/// replay connects before its first call, so the handshake is not where
+/// the two line up), from Algorithm 1's inferred times (each within th of
+/// the truth): the median, the 99th percentile and the largest difference
+/// over the packets both sent, in ns. None when either has no samples.
+pub fn send_time_differences(a: &ConnRecord, b: &ConnRecord) -> Option<(u64, u64, u64)> {
+    use crate::sample::infer;
+    let origin = |r: &ConnRecord| -> Option<i128> {
+        let first_call = r.calls.iter(r.start_ns).next().map(|c| c.0);
+        Some(i128::from(first_call.or_else(|| infer(&r.tx_samples, 0))?))
+    };
+    let n = a.tx_packets.min(b.tx_packets);
+    let (a0, b0) = (origin(a)?, origin(b)?);
+    let mut d: Vec<u64> = (0..n)
+        .filter_map(|i| {
+            let x = i128::from(infer(&a.tx_samples, i)?) - a0;
+            let y = i128::from(infer(&b.tx_samples, i)?) - b0;
+            Some(u64::try_from(x.abs_diff(y)).unwrap_or(u64::MAX))
+        })
+        .collect();
+    if d.is_empty() {
+        return None;
+    }
+    d.sort_unstable();
+    let at = |q: usize| d[((q * d.len()).div_ceil(100)).clamp(1, d.len()) - 1];
+    Some((at(50), at(99), d[d.len() - 1]))
+}
+
 /// A record's calls as operations, with the application's close.
 fn ops(r: &ConnRecord) -> Vec<(u64, Op)> {
     let mut v: Vec<(u64, Op)> = r
@@ -269,6 +298,34 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn send_times_are_compared_from_each_records_first_packet() {
+        use crate::sample::Sampler;
+        let sampled = |times: &[u64]| {
+            let mut s = Sampler::new(1);
+            let mut out: Vec<_> = times
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &t)| s.sample(i as u64, t))
+                .collect();
+            out.extend(s.finish());
+            ConnRecord {
+                tx_packets: times.len() as u64,
+                tx_samples: out,
+                ..Default::default()
+            }
+        };
+        // The same spacing 1 ms later: no difference.
+        let a = sampled(&[1_000, 2_000, 3_000, 4_000]);
+        let b = sampled(&[1_001_000, 1_002_000, 1_003_000, 1_004_000]);
+        assert_eq!(send_time_differences(&a, &b), Some((0, 0, 0)));
+        // The third packet 500 ns late, the fourth on time.
+        let c = sampled(&[1_000, 2_000, 3_500, 4_000]);
+        let (p50, p99, max) = send_time_differences(&a, &c).unwrap();
+        assert_eq!((p50, p99, max), (0, 500, 500));
+        assert_eq!(send_time_differences(&a, &ConnRecord::default()), None);
     }
 
     #[test]
