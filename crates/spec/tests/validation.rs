@@ -884,3 +884,53 @@ fn profile_files_resolve_beside_the_spec_and_are_checked_on_load() {
         );
     }
 }
+
+/// A replay's records (`wirelab replay` writes such specs) are named
+/// relative to the spec and read when it is loaded, so `check` names a
+/// damaged one with its byte offset, its YAML path and line; a replay is
+/// one TCP connection.
+#[test]
+fn replay_records_resolve_beside_the_spec_and_are_checked_on_load() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("rec")).unwrap();
+    let good = wirelab_deter::record::encode(&wirelab_deter::record::ConnRecord::default());
+    std::fs::write(dir.path().join("rec/a.deter"), &good).unwrap();
+    std::fs::write(dir.path().join("rec/b.deter"), &good[..good.len() - 1]).unwrap();
+    let replay = |responder: &str| {
+        BASE.to_string()
+            + &format!("      replay: {{requester: rec/a.deter, responder: {responder}}}\n")
+    };
+    let load = |text: String| {
+        let p = dir.path().join("s.yaml");
+        std::fs::write(&p, text).unwrap();
+        wirelab_spec::load(&p, wirelab_analyze::catalog())
+    };
+    let s = load(replay("rec/a.deter")).unwrap();
+    let r = s.traffic.connections[0].replay.clone().unwrap();
+    assert_eq!(r.requester, dir.path().join("rec/a.deter"));
+    for (responder, want) in [
+        ("rec/b.deter", "cut short"),
+        ("rec/gone.deter", "No such file"),
+    ] {
+        let e = load(replay(responder)).unwrap_err().to_string();
+        assert!(
+            e.contains("traffic.connections[0].replay.responder: ")
+                && e.contains(want)
+                && e.contains("(line 10)"),
+            "{responder}: {e}"
+        );
+    }
+    for (text, want) in [
+        (
+            replay("rec/a.deter").replace("message_size: 14480", "message_size: 14480\n      count: 2"),
+            "traffic.connections[0].replay: a replay is one connection whose calls are its one message: count, messages and tx_depth must be 1",
+        ),
+        (
+            replay("rec/a.deter").replace("connections:", "transport: roce\n  connections:"),
+            "traffic.connections[0].replay: a replay repeats TCP socket calls: needs `traffic.transport: tcp`",
+        ),
+    ] {
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e}");
+    }
+}
