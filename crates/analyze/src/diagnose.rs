@@ -95,6 +95,13 @@ fn first_signal(c: &ConnAnalysis, r: &Retransmission) -> Option<(Evidence, u64)>
         .min_by_key(|x| x.1)
 }
 
+/// A fast retransmission's first signal and the time it was declared,
+/// when it was declared late (`LATE_RTTS`).
+fn late(c: &ConnAnalysis, r: &Retransmission, rtt: u64) -> Option<((Evidence, u64), u64)> {
+    let (signal, t) = first_signal(c, r).zip(r.trigger_ts_ns)?;
+    (t.saturating_sub(signal.1) > LATE_RTTS * rtt).then_some((signal, t))
+}
+
 fn causes(c: &ConnAnalysis) -> Vec<Cause> {
     let rtt = (c.base_rtt.sender_side_ns + c.base_rtt.receiver_side_ns).max(1);
     let mut out = Vec::new();
@@ -107,28 +114,22 @@ fn causes(c: &ConnAnalysis) -> Vec<Cause> {
             lost(r)
         );
         let ev = vec![r.previous, r.at];
-        match (r.recovery, r.reason) {
-            (Recovery::Timeout, Reason::Timeout) => {
+        match (r.recovery, r.reason, late(c, r, rtt)) {
+            (Recovery::Timeout, Reason::Timeout, _) => {
                 out.push(Cause {
                     kind: "timeout",
                     text: format!("retransmission timeout: {base}; {}", rto_why(c, r)),
                     evidence: ev,
                 });
             }
-            (Recovery::Probe, _) => out.push(Cause {
+            (Recovery::Probe, _, _) => out.push(Cause {
                 kind: "tail-loss-probe",
                 text: format!(
                     "tail loss probe (RFC 8985 §7): {base}, the last data with nothing after it to signal the loss"
                 ),
                 evidence: ev,
             }),
-            (Recovery::Fast, reason)
-                if first_signal(c, r)
-                    .zip(r.trigger_ts_ns)
-                    .is_some_and(|((_, s), t)| t.saturating_sub(s) > LATE_RTTS * rtt) =>
-            {
-                let (signal, s) = first_signal(c, r).expect("matched");
-                let t = r.trigger_ts_ns.expect("matched");
+            (Recovery::Fast, reason, Some(((signal, s), t))) => {
                 out.push(Cause {
                     kind: "late-fast-retransmit",
                     text: format!(
@@ -142,7 +143,7 @@ fn causes(c: &ConnAnalysis) -> Vec<Cause> {
                     evidence: [signal].into_iter().chain(r.trigger).chain(ev).collect(),
                 })
             }
-            (Recovery::Fast, reason) => out.push(Cause {
+            (Recovery::Fast, reason, None) => out.push(Cause {
                 kind: "fast-retransmit",
                 text: format!(
                     "fast retransmit ({}){}: {base}",

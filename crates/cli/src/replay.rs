@@ -329,9 +329,9 @@ fn gather(paths: &[PathBuf]) -> Result<Vec<Conn>> {
         }
         let (fb, rb) = ends.pop().expect("two");
         let (fa, ra) = ends.pop().expect("two");
-        let pair =
-            Pair::of(ra.clone(), rb).map_err(|e| anyhow::anyhow!("{}: {e}", fa.display()))?;
-        let (client_file, server_file) = if pair.client.local == ra.local {
+        let a_local = ra.local;
+        let pair = Pair::of(ra, rb).map_err(|e| anyhow::anyhow!("{}: {e}", fa.display()))?;
+        let (client_file, server_file) = if pair.client.local == a_local {
             (fa, fb)
         } else {
             (fb, fa)

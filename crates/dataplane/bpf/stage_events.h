@@ -54,15 +54,13 @@ struct {
 
 /* The exact key first, then the wildcards; only the key shapes this
  * connection has events under, at iterations it has them, are looked up. */
-static __always_inline struct wl_event *match_event(__u32 conn, __u32 idx, __u32 iter)
+static __always_inline struct wl_event *match_event(struct wl_ev_filter *f, __u32 conn,
+						       __u32 idx, __u32 iter)
 {
 	struct wl_event_key k = { .conn = conn, .index = idx, .iter = iter };
-	struct wl_ev_filter *f = bpf_map_lookup_elem(&ev_filter, &conn);
 	struct wl_event *ev;
 	__u32 mask;
 
-	if (!f)
-		return 0;
 	mask = f->shapes;
 	if (iter < f->iter_lo || iter > f->iter_hi)
 		mask &= WL_EVK_ANY_ITER | WL_EVK_ALL_ALL;
@@ -153,16 +151,12 @@ static __always_inline int edit_migreq(struct __sk_buff *skb, struct wl_pkt *p, 
  * RST comes from the stack's control socket, so neither is in the
  * connection's IP-ID series DETER's recorder follows (recorder.bpf.c).
  */
-static __always_inline struct wl_event *match_wire(struct wl_ctx *ctx)
+static __always_inline struct wl_event *match_wire(struct wl_ctx *ctx, struct wl_ev_filter *f)
 {
 	struct wl_event_key k = { .conn = ctx->conn };
-	struct wl_ev_filter *f;
 	__u32 slot, *n;
 
-	if (!ctx->conn || !ctx->pkt.is_tcp || (ctx->pkt.tcp_flags & 0x06))
-		return 0;
-	f = bpf_map_lookup_elem(&ev_filter, &k.conn);
-	if (!f || !(f->shapes & WL_EVK_WIRE))
+	if (!(f->shapes & WL_EVK_WIRE) || !ctx->pkt.is_tcp || (ctx->pkt.tcp_flags & 0x06))
 		return 0;
 	slot = ctx->conn * 2 + (ctx->side & 1);
 	n = bpf_map_lookup_elem(&wire_count, &slot);
@@ -178,14 +172,23 @@ static __always_inline struct wl_event *match_wire(struct wl_ctx *ctx)
 
 WL_CORE_STAGE(wl_stage_events)
 {
+	struct wl_ev_filter *f;
 	struct wl_event *ev;
 	enum wl_action a;
+	__u32 conn = ctx->conn;
 
-	ev = match_wire(ctx);
+	/* One look at what the connection's events can match, for both
+	 * addressings; packets of no connection stop here. */
+	if (!conn)
+		return WL_CONTINUE;
+	f = bpf_map_lookup_elem(&ev_filter, &conn);
+	if (!f)
+		return WL_CONTINUE;
+	ev = match_wire(ctx, f);
 	if (!ev) {
 		if (!ctx->data_dir || !(ctx->index || ctx->iter))
 			return WL_CONTINUE;
-		ev = match_event(ctx->conn, ctx->index, ctx->iter);
+		ev = match_event(f, conn, ctx->index, ctx->iter);
 	}
 	if (!ev)
 		return WL_CONTINUE;
