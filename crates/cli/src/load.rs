@@ -151,8 +151,11 @@ fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
 
 /// "64 B frames", or a mix: "frames of 64/594/1518 B in 7:4:1 (mean 353.8 B)".
 fn frames(st: &wirelab_spec::load::Stream, mean: f64) -> String {
+    let stack = st
+        .stack_name()
+        .map_or(String::new(), |s| format!(" of {s}"));
     if st.sizes.is_none() {
-        return format!("{mean} B frames");
+        return format!("{mean} B frames{stack}");
     }
     let m = st.mix();
     let join = |f: fn(&(u32, u32)) -> u32, sep: &str| {
@@ -162,7 +165,7 @@ fn frames(st: &wirelab_spec::load::Stream, mean: f64) -> String {
             .join(sep)
     };
     format!(
-        "frames of {} B in {} (mean {mean:.1} B)",
+        "frames{stack} of {} B in {} (mean {mean:.1} B)",
         join(|x| x.0, "/"),
         join(|x| x.1, ":")
     )

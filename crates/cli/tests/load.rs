@@ -229,6 +229,42 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
                 );
             }
         }
+        // A header stack beyond UDP, as tshark decodes the sample (its
+        // own dissectors and checksum checks, not wirelab's): every frame
+        // sent and received has the VNI, or the flags and a good TCP
+        // checksum.
+        let spec_json: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
+        let st = &spec_json["stream"];
+        let decoded = |fields: &[&str]| -> Vec<String> {
+            let mut c = Command::new("tshark");
+            c.args(["-r", dir.join("sample.pcapng").to_str().unwrap()])
+                .args(["-o", "tcp.check_checksum:TRUE", "-T", "fields"]);
+            for f in fields {
+                c.args(["-e", f]);
+            }
+            let o = c.output().expect("tshark");
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        };
+        if let Some(vni) = st["vxlan"]["vni"].as_u64() {
+            let rows = decoded(&["vxlan.vni", "udp.dstport"]);
+            assert!(!rows.is_empty(), "{}", show());
+            for r in &rows {
+                assert_eq!(r, &format!("{vni}\t4789,{}", st["dport"]), "{}", show());
+            }
+        }
+        if st["l4"] == "tcp" {
+            let rows = decoded(&["tcp.flags", "tcp.checksum.status"]);
+            assert!(!rows.is_empty(), "{}", show());
+            // PSH and ACK: 0x018; checksum status 1: good.
+            for r in &rows {
+                assert_eq!(r, "0x0018\t1", "{}", show());
+            }
+        }
         let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
         // Rate, latency CDF and histogram; and the burst pattern when
         // every frame's arrival was kept.
@@ -581,4 +617,64 @@ fn ctrl_c_stops_a_load_test_with_130_keeping_what_it_measured() {
     let kept = std::fs::read_to_string(jsonl().unwrap()).unwrap();
     assert_eq!(kept.lines().count(), intervals.len());
     nothing_left(s["run_id"].as_str().unwrap());
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_the_run_and_leaves_nothing() {
+    if !root("wirelab load") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("long.yaml");
+    std::fs::write(
+        &spec,
+        spec_text("router", "60s", "  - {metric: lost, at_most: 0}\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    // As `wirelab load long.yaml | head -4`: the reader takes the first
+    // interval's line and leaves while the stream runs. The next report
+    // cannot be written; before, the run then waited for ever on a
+    // generator spinning a core.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args([
+            "load",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first: Vec<String> = (0..4).map(|_| lines.next().unwrap().unwrap()).collect();
+        assert!(first[0].starts_with("long:"), "{first:?}");
+        assert!(first[3].contains(" s "), "an interval: {first:?}");
+    }
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running 20 s after its reader left");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status}");
+    let run = std::fs::read_dir(&out)
+        .unwrap()
+        .next()
+        .expect("the run's folder")
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    nothing_left(run.rsplit('-').next().unwrap());
 }

@@ -39,6 +39,7 @@
 #include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/udp.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "wl_clock.h"
@@ -54,6 +55,8 @@ enum wl_load_limits {
 	WL_LOAD_MAX_FRAME = 2048,
 	/* The template's first bytes, rewritten into every frame. */
 	WL_LOAD_HEAD = 128,
+	/* The stamp: sequence number and send time, 8 bytes each. */
+	WL_LOAD_STAMP = 16,
 	/* The latency histogram: values below 2^WL_HIST_BITS are exact, above
 	 * each octave has 2^WL_HIST_BITS buckets (under 1.6% wide), up to
 	 * 2^40 ns (18 minutes); wirelab_load::hist is the same function. */
@@ -118,6 +121,9 @@ struct wl_gen_conf {
 	 * in the flow label's low word; the pseudo-header's addresses at
 	 * l3 + 8 .. l3 + 40, RFC 8200 §8.1). */
 	__u32 ipv6;
+	/* 1: the L4 header is TCP (its length is in no header of its own:
+	 * a size mix changes only the pseudo-header's, RFC 9293 §3.1). */
+	__u32 tcp;
 	__u32 edits;
 	/* Frames whose sequence number is a multiple of this are copied to
 	 * sample_ring (0: none); the sink samples the same numbers, so the
@@ -164,10 +170,14 @@ struct wl_load_bank {
 };
 
 struct wl_sink_conf {
-	/* The stream's packets: IPv4 UDP to this port (network order). */
+	/* The stream's packets: UDP (or TCP, below) to this port (network
+	 * order). */
 	__u16 port;
-	/* The stamp's offset in the UDP payload (0xffff: none). */
+	/* The stamp's offset in the L4 payload (0xffff: none): past a VXLAN
+	 * header, the inner frame's headers and raw bytes. */
 	__u16 stamp_off;
+	/* 1: the stream is TCP. */
+	__u32 tcp;
 	/* As the generator's (wl_gen_conf.sample_every). */
 	__u32 sample_every;
 };
@@ -394,8 +404,8 @@ static __always_inline int put_field(struct xdp_md *ctx, const struct wl_gen_con
 
 /* A frame of a size mix, `want` bytes long now: what counts the length,
  * the IPv4 total length and the UDP length (each a word put16 patches the
- * checksums of), and the UDP checksum once more for the length in its
- * pseudo-header (RFC 768). The payload cut away is zeros, which no
+ * checksums of; TCP has no length of its own), and the L4 checksum once
+ * more for the length in its pseudo-header (RFC 768, RFC 9293 §3.1). The payload cut away is zeros, which no
  * checksum counts. A global function, verified once. */
 __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 {
@@ -417,7 +427,14 @@ __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 	udp = data + l4;
 	if ((void *)(ip + 1) > end || (void *)(udp + 1) > end)
 		return -1;
-	old_ulen = udp->len;
+	/* The L4 length as the pseudo-header counts it (RFC 768, RFC 9293
+	 * §3.1, RFC 8200 §8.1): UDP's own length field, or for TCP what the
+	 * network header's length leaves. */
+	if (c->tcp)
+		old_ulen = bpf_htons(c->ipv6 ? bpf_ntohs(((__u16 *)ip)[2]) :
+					       bpf_ntohs(ip->tot_len) - (l4 - l3));
+	else
+		old_ulen = udp->len;
 	new_ulen = bpf_htons(want - l4);
 	/* IPv4's total length, or IPv6's payload length (RFC 8200 §3). */
 	if (c->ipv6) {
@@ -426,7 +443,7 @@ __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 	} else if (put16(ctx, c, (void *)&ip->tot_len - data, bpf_htons(want - l3))) {
 		return -1;
 	}
-	if (put16(ctx, c, (void *)&udp->len - data, new_ulen))
+	if (!c->tcp && put16(ctx, c, (void *)&udp->len - data, new_ulen))
 		return -1;
 	/* The pseudo-header's copy of the length. */
 	data = (void *)(long)ctx->data;
@@ -622,7 +639,9 @@ int wl_gen(struct xdp_md *ctx)
 	if (put16(ctx, c, c->ipv6 ? (void *)ip + 2 - data : (void *)&ip->id - data,
 		  bpf_htons((version << 15) | (seq & 0x7fff))))
 		return XDP_ABORTED;
-	if (c->stamp_off) {
+	/* A frame of a size mix too short for the stamp goes without one
+	 * (the sink counts it, without a latency). */
+	if (c->stamp_off && c->stamp_off + WL_LOAD_STAMP <= bpf_xdp_get_buff_len(ctx)) {
 		__u32 s = c->stamp_off & (WL_LOAD_MAX_FRAME - 2);
 
 		for (i = 0; i < 4; i++)
@@ -687,7 +706,7 @@ int wl_sink(struct xdp_md *ctx)
 	struct iphdr *ip;
 	struct udphdr *udp;
 	__u64 now, *h;
-
+	__u8 *payload, want;
 	void *l3;
 	__u16 proto, vword;
 
@@ -705,16 +724,17 @@ int wl_sink(struct xdp_md *ctx)
 		proto = tag[1];
 		l3 = tag + 2;
 	}
+	want = c->tcp ? IPPROTO_TCP : IPPROTO_UDP;
 	if (proto == bpf_htons(ETH_P_IP)) {
 		ip = l3;
-		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != want)
 			return XDP_PASS;
 		udp = (void *)(ip + 1);
 		vword = ip->id;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = l3;
 
-		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != want)
 			return XDP_PASS;
 		udp = (void *)(ip6 + 1);
 		/* The flow label's low word (the generator's version bit). */
@@ -722,8 +742,17 @@ int wl_sink(struct xdp_md *ctx)
 	} else {
 		return XDP_PASS;
 	}
+	/* UDP's and TCP's destination ports sit at the same offset. */
 	if ((void *)(udp + 1) > end || udp->dest != c->port)
 		return XDP_PASS;
+	payload = (void *)(udp + 1);
+	if (c->tcp) {
+		struct tcphdr *tcp = (void *)udp;
+
+		if ((void *)(tcp + 1) > end)
+			return XDP_PASS;
+		payload = (__u8 *)tcp + tcp->doff * 4;
+	}
 	now = pipeline_now();
 	version = bpf_ntohs(vword) >> 15;
 	bank = bpf_map_lookup_elem(&sink_banks, &version);
@@ -733,7 +762,7 @@ int wl_sink(struct xdp_md *ctx)
 	count(bank, bpf_xdp_get_buff_len(ctx), now);
 	count(total, bpf_xdp_get_buff_len(ctx), now);
 	if (c->stamp_off != 0xffff) {
-		__u8 *s = (void *)(udp + 1) + (c->stamp_off & (WL_LOAD_MAX_FRAME - 1));
+		__u8 *s = payload + (c->stamp_off & (WL_LOAD_MAX_FRAME - 1));
 		__u64 seq, sent, lat;
 
 		if ((void *)(s + 16) > end)

@@ -107,6 +107,8 @@ pub struct GenConfig {
     pub sizes: Vec<u16>,
     /// The network header is IPv6 (at `l3_off`).
     pub ipv6: bool,
+    /// The L4 header is TCP (at `l4_off`).
+    pub tcp: bool,
 }
 
 /// Entries of a size mix's pattern (`WL_LOAD_SIZES`).
@@ -270,6 +272,7 @@ impl Tester {
             sample_every: c.sample_every,
             nsizes: c.sizes.len() as u32,
             ipv6: c.ipv6 as u32,
+            tcp: c.tcp as u32,
             ..Default::default()
         };
         raw.sizes[..c.sizes.len()].copy_from_slice(&c.sizes);
@@ -465,17 +468,18 @@ impl Tester {
         )
     }
 
-    /// The sink counts UDP packets to `port`, reading the stamp at
-    /// `stamp_off` bytes into their payload (None: no stamp).
+    /// The sink counts the UDP or TCP packets to the port `m` names,
+    /// reading the stamp at its offset into their L4 payload (None: no
+    /// stamp).
     pub fn configure_sink(
         &self,
-        port: u16,
-        stamp_off: Option<u16>,
+        m: wirelab_load::template::SinkMatch,
         sample_every: u32,
     ) -> Result<(), Error> {
         let raw = types::wl_sink_conf {
-            port: port.to_be(),
-            stamp_off: stamp_off.unwrap_or(0xffff),
+            port: m.port.to_be(),
+            stamp_off: m.stamp_off.unwrap_or(0xffff),
+            tcp: m.tcp as u32,
             sample_every,
         };
         self.maps

@@ -18,6 +18,7 @@ use wirelab_load::template::{self, Template, Udp};
 mod common;
 use common::have_bpf;
 
+const XDP_PASS: u32 = 2;
 const XDP_DROP: u32 = 1;
 const XDP_REDIRECT: u32 = 4;
 
@@ -313,7 +314,7 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     let t0 = template(60);
     let mut t = Tester::load(true).unwrap();
     t.configure(&conf(&t0)).unwrap();
-    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
+    t.configure_sink(t0.sink, 0).unwrap();
     // Three packets in version 1 sent at 1000, 1010, 1020 and received at
     // 1105, 1120, 1130; one in version 0 around them.
     t.set_version(1).unwrap();
@@ -393,7 +394,7 @@ fn frames_whose_sequence_is_a_multiple_of_the_sampling_are_sampled_as_sent_and_r
         ..conf(&t0)
     })
     .unwrap();
-    t.configure_sink(STREAM.dport, Some(0), 3).unwrap();
+    t.configure_sink(t0.sink, 3).unwrap();
     let mut sent = Vec::new();
     for k in 0..7u64 {
         t.set_test_clock(1000 + 10 * k).unwrap();
@@ -428,7 +429,7 @@ fn frames_whose_sequence_is_a_multiple_of_the_sampling_are_sampled_as_sent_and_r
     assert_eq!(t.samples_lost().unwrap(), (0, 0));
     // Off: nothing.
     t.configure(&conf(&t0)).unwrap();
-    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
+    t.configure_sink(t0.sink, 0).unwrap();
     let f = t.test_gen(&t0.bytes).unwrap().1;
     t.test_sink(&f).unwrap();
     let mut none = 0;
@@ -531,8 +532,9 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
     let stack = template::Stack {
         vlan: Some(100),
         ipv6: Some((v6(2), v6(3))),
+        ..Default::default()
     };
-    let tm = template::udp_on(&STREAM, &stack, 200).unwrap();
+    let tm = template::frame(&STREAM, &stack, 200).unwrap();
     assert_eq!((tm.l3_off, tm.l4_off, tm.ipv6), (18, 58, true));
     let mut t = Tester::load(true).unwrap();
     t.configure(&GenConfig {
@@ -559,7 +561,7 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
         ..Default::default()
     })
     .unwrap();
-    t.configure_sink(STREAM.dport, Some(0), 0).unwrap();
+    t.configure_sink(tm.sink, 0).unwrap();
     for k in 0..6u64 {
         if k == 3 {
             t.set_version(1).unwrap();
@@ -593,4 +595,148 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
     }
     assert_eq!(t.sink_bank(0).unwrap().packets, 3);
     assert_eq!(t.sink_bank(1).unwrap().packets, 3);
+}
+
+/// A step edit of the L4 source port at `l4_off`, over `lo..=hi`.
+fn port_step(l4_off: u16, lo: u32, hi: u32) -> Edit {
+    Edit {
+        offset: l4_off,
+        width: 2,
+        mode: EditMode::Step,
+        carry_from: None,
+        rand_bits: 0,
+        table: 0,
+        lo,
+        hi,
+        step: 1,
+    }
+}
+
+#[test]
+fn tcp_frames_of_a_size_mix_keep_their_flags_raw_bytes_and_checksums_and_short_ones_go_unstamped() {
+    if !have_bpf() {
+        return;
+    }
+    let stack = template::Stack {
+        l4: template::L4::Tcp { flags: 0x18 },
+        raw: b"GET ".to_vec(),
+        ..Default::default()
+    };
+    let tm = template::frame(&STREAM, &stack, 200).unwrap();
+    assert_eq!((tm.l4_off, tm.csum_off, tm.stamp_off), (34, 50, Some(58)));
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&GenConfig {
+        tcp: true,
+        edits: vec![port_step(tm.l4_off, 5000, 5002)],
+        // 60 bytes hold the headers and the raw bytes, not the stamp.
+        sizes: vec![60, 200],
+        ..conf(&tm)
+    })
+    .unwrap();
+    t.configure_sink(tm.sink, 0).unwrap();
+    for k in 0..6u64 {
+        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        assert_eq!(v, XDP_REDIRECT);
+        assert_eq!(out.len(), if k % 2 == 0 { 60 } else { 200 });
+        let p = SlicedPacket::from_ethernet(&out).expect("parses");
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        let h = ip.header().to_header();
+        assert_eq!(h.header_checksum, h.calc_header_checksum(), "frame {k}");
+        assert_eq!(usize::from(h.total_len), out.len() - 14, "frame {k}");
+        let Some(TransportSlice::Tcp(tcp)) = &p.transport else {
+            panic!("not TCP")
+        };
+        assert!(tcp.psh() && tcp.ack() && !tcp.syn(), "frame {k}");
+        assert_eq!(tcp.source_port(), 5000 + (k % 3) as u16);
+        assert_eq!(&tcp.payload()[..4], b"GET ");
+        assert_eq!(
+            tcp.checksum(),
+            tcp.to_header()
+                .calc_checksum_ipv4(&h, tcp.payload())
+                .unwrap(),
+            "frame {k}: TCP checksum"
+        );
+        if out.len() == 200 {
+            let seq = u64::from_be_bytes(tcp.payload()[4..12].try_into().unwrap());
+            assert_eq!(seq, k, "the stamp after the raw bytes");
+        }
+        assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
+    }
+    let b = t.sink_bank(0).unwrap();
+    assert_eq!((b.packets, b.stamped), (6, 3));
+    // A sink counting UDP does not count these.
+    t.configure_sink(
+        template::SinkMatch {
+            tcp: false,
+            ..tm.sink
+        },
+        0,
+    )
+    .unwrap();
+    let (_, out) = t.test_gen(&tm.bytes).unwrap();
+    assert_eq!(t.test_sink(&out).unwrap(), XDP_PASS);
+}
+
+#[test]
+fn vxlan_frames_keep_a_zero_outer_checksum_and_the_sink_finds_the_inner_stamp() {
+    if !have_bpf() {
+        return;
+    }
+    let inner = Udp {
+        src_mac: [2, 0, 0, 0, 1, 1],
+        dst_mac: [2, 0, 0, 0, 1, 2],
+        src: Ipv4Addr::new(198, 19, 200, 1),
+        dst: Ipv4Addr::new(198, 19, 200, 2),
+        sport: 6000,
+        dport: 7000,
+    };
+    let stack = template::Stack {
+        vxlan: Some(template::Vxlan { vni: 77, inner }),
+        ..Default::default()
+    };
+    let tm = template::frame(&STREAM, &stack, 128).unwrap();
+    let mut t = Tester::load(true).unwrap();
+    t.configure(&GenConfig {
+        // The outer source port: RFC 7348 §5's entropy.
+        edits: vec![port_step(tm.l4_off, 5000, 5001)],
+        ..conf(&tm)
+    })
+    .unwrap();
+    t.configure_sink(tm.sink, 0).unwrap();
+    for k in 0..4u64 {
+        if k == 2 {
+            t.set_version(1).unwrap();
+        }
+        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        assert_eq!(v, XDP_REDIRECT);
+        let p = SlicedPacket::from_ethernet(&out).expect("parses");
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        let h = ip.header().to_header();
+        assert_eq!(h.header_checksum, h.calc_header_checksum(), "frame {k}");
+        assert_eq!(h.identification >> 15, u16::from(k >= 2), "the version bit");
+        let Some(TransportSlice::Udp(u)) = &p.transport else {
+            panic!("not UDP")
+        };
+        assert_eq!(u.source_port(), 5000 + (k % 2) as u16);
+        assert_eq!(u.destination_port(), template::VXLAN_PORT);
+        assert_eq!(u.checksum(), 0, "frame {k}: no outer checksum");
+        let vx = u.payload();
+        assert_eq!(&vx[4..7], &[0, 0, 77]);
+        let q = SlicedPacket::from_ethernet(&vx[8..]).expect("the inner frame parses");
+        let Some(TransportSlice::Udp(iu)) = &q.transport else {
+            panic!("inner not UDP")
+        };
+        assert_eq!(iu.destination_port(), 7000);
+        let seq = u64::from_be_bytes(iu.payload()[..8].try_into().unwrap());
+        assert_eq!(seq, k);
+        assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
+    }
+    for v in 0..2 {
+        let b = t.sink_bank(v).unwrap();
+        assert_eq!((b.packets, b.stamped), (2, 2), "bank {v}");
+    }
 }

@@ -25,7 +25,7 @@ use wirelab_dataplane::load::{Edit, EditMode, Sample};
 use wirelab_load::rate;
 use wirelab_load::template::{self, Template};
 use wirelab_netns::tester::{self, TesterLab};
-use wirelab_spec::load::{EditSpec, LoadSpec, Metric};
+use wirelab_spec::load::{EditSpec, L4Kind, LoadSpec, Metric};
 use wirelab_workload::load::{Outcome, Ports, RateChange, Report, Stream, Timing};
 
 use crate::{During, Error, RunOptions, Verdict};
@@ -181,8 +181,29 @@ fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Templ
     let stack = template::Stack {
         vlan: st.vlan,
         ipv6: (st.ip == 6).then(|| (v6(2), v6(3))),
+        l4: match st.l4 {
+            L4Kind::Udp => template::L4::Udp,
+            L4Kind::Tcp => template::L4::Tcp {
+                flags: st.tcp_flag_bits(),
+            },
+        },
+        // The inner frame between two made-up tenant hosts: locally
+        // administered MACs, addresses in the lab's benchmarking range
+        // (RFC 2544 198.18.0.0/15), never routed outside the tunnel.
+        vxlan: st.vxlan.map(|v| template::Vxlan {
+            vni: v.vni,
+            inner: template::Udp {
+                src_mac: [0x02, 0x76, 0x78, 0, 0, 1],
+                dst_mac: [0x02, 0x76, 0x78, 0, 0, 2],
+                src: std::net::Ipv4Addr::new(198, 19, 200, 1),
+                dst: std::net::Ipv4Addr::new(198, 19, 200, 2),
+                sport: st.sport,
+                dport: st.dport,
+            },
+        }),
+        raw: st.raw_bytes(),
     };
-    template::udp_on(
+    template::frame(
         &template::Udp {
             src_mac,
             dst_mac,
@@ -411,7 +432,6 @@ pub fn run(
             rate: plan.clone(),
             edits: edits.clone(),
             table: table.clone(),
-            dport: spec.stream().dport,
             schedule: if trial.is_some() {
                 Vec::new()
             } else {

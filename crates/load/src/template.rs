@@ -4,11 +4,9 @@
 
 use std::net::Ipv4Addr;
 
-use etherparse::{IpNumber, Ipv4Header, UdpHeader};
+use etherparse::{EtherType, IpNumber, Ipv4Header, Ipv6Header, UdpHeader};
 use serde::Serialize;
 
-/// Ethernet + IPv4 + UDP header bytes.
-pub const UDP_HEADERS: usize = 14 + 20 + 8;
 /// The stamp: sequence number and send time, 8 bytes each.
 pub const STAMP: usize = 16;
 /// The smallest frame (60 bytes: 64 on a wire with its FCS).
@@ -21,27 +19,89 @@ pub struct Template {
     pub bytes: Vec<u8>,
     pub l3_off: u16,
     pub l4_off: u16,
-    /// The UDP checksum (0: the template carries none).
+    /// The (outer) L4 checksum (0: the template carries none).
     pub csum_off: u16,
-    /// The stamp, at the start of the payload (None: no room).
+    /// The stamp, after the innermost headers and the raw bytes (None: no
+    /// room).
     pub stamp_off: Option<u16>,
     /// The network header is IPv6.
     pub ipv6: bool,
+    /// The (outer) L4 header is TCP.
+    pub tcp: bool,
+    /// How the sink finds the stream's frames and their stamps.
+    pub sink: SinkMatch,
 }
 
-/// A stream's header stack below UDP: an 802.1Q tag, and IPv6 instead of
-/// IPv4 (with these addresses).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What the sink matches: the outer L4 protocol and destination port, and
+/// where the stamp is from the start of the outer L4 payload (through a
+/// VXLAN header and the inner frame, past the raw bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SinkMatch {
+    pub tcp: bool,
+    pub port: u16,
+    pub stamp_off: Option<u16>,
+}
+
+/// A stream's header stack: an 802.1Q tag; IPv6 instead of IPv4 (with
+/// these addresses); UDP or TCP; a VXLAN encapsulation of an inner
+/// Ethernet + IPv4 + UDP frame; raw bytes at the start of the (innermost)
+/// payload, before the stamp.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stack {
     pub vlan: Option<u16>,
     pub ipv6: Option<([u8; 16], [u8; 16])>,
+    pub l4: L4,
+    pub vxlan: Option<Vxlan>,
+    pub raw: Vec<u8>,
 }
 
+/// The (outer) transport header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum L4 {
+    #[default]
+    Udp,
+    /// TCP with these flags (RFC 9293 §3.1's bit order: CWR ECE URG ACK
+    /// PSH RST SYN FIN, FIN the lowest), sequence number 1, window 65535,
+    /// no options: a stateless stream, not a connection.
+    Tcp { flags: u8 },
+}
+
+/// RFC 7348's encapsulation: outer UDP to port 4789 from the stream's
+/// source port (the entropy §5 puts there), a VXLAN header with `vni`,
+/// then the inner frame with these addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vxlan {
+    pub vni: u32,
+    pub inner: Udp,
+}
+
+/// VXLAN's IANA port (RFC 7348 §5).
+pub const VXLAN_PORT: u16 = 4789;
+/// VXLAN header, inner Ethernet, IPv4 and UDP headers.
+pub const VXLAN_OVERHEAD: usize = 8 + 14 + 20 + 8;
+
 impl Stack {
-    /// (network header, UDP header) offsets.
+    /// (network header, L4 header) offsets.
     pub fn offsets(&self) -> (u16, u16) {
         let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
         (l3, l3 + if self.ipv6.is_some() { 40 } else { 20 })
+    }
+    /// The (outer) L4 header's length.
+    fn l4_len(&self) -> usize {
+        match self.l4 {
+            L4::Udp => 8,
+            L4::Tcp { .. } => 20,
+        }
+    }
+    /// Every header's bytes: the start of the innermost payload.
+    pub fn headers(&self) -> usize {
+        usize::from(self.offsets().1)
+            + self.l4_len()
+            + if self.vxlan.is_some() {
+                VXLAN_OVERHEAD
+            } else {
+                0
+            }
     }
 }
 
@@ -56,80 +116,187 @@ pub struct Udp {
     pub dport: u16,
 }
 
-/// A UDP frame of `frame_len` bytes on `stack` (an 802.1Q tag, IPv6),
-/// built by etherparse: its payload zeros, its checksums computed. The
-/// IPv4 addresses of `a` are unused with IPv6.
-pub fn udp_on(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, String> {
-    if *stack == Stack::default() {
-        return udp(a, frame_len);
-    }
+/// A frame of `frame_len` bytes (Ethernet header to the end of the
+/// payload, no FCS) on `stack`, its headers written by etherparse, its
+/// payload the raw bytes then zeros, its checksums computed. The IPv4
+/// addresses of `a` are unused with IPv6.
+///
+/// Checksums that are zero on purpose: an outer UDP checksum over IPv4
+/// under VXLAN (RFC 7348 §5: it SHOULD be zero) and the inner UDP
+/// checksum (RFC 768 allows none over IPv4), so the stamp the generator
+/// writes into the inner payload needs no checksum of its own. A TCP
+/// checksum that comes out 0 is sent as 0xffff, its equal in ones'
+/// complement, because the generator patches only a non-zero checksum.
+pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, String> {
     let (l3, l4) = stack.offsets();
-    let headers = usize::from(l4) + 8;
-    if frame_len < MIN_FRAME.max(headers) {
+    let headers = stack.headers();
+    let least = MIN_FRAME.max(headers + stack.raw.len());
+    if frame_len < least {
         return Err(format!(
-            "a frame of {frame_len} bytes is below its headers' {headers} or Ethernet's minimum of {MIN_FRAME}"
+            "a frame of {frame_len} bytes is below its headers' {} or Ethernet's minimum of {MIN_FRAME}",
+            headers + stack.raw.len()
         ));
     }
-    let payload = vec![0u8; frame_len - headers];
-    let eth = etherparse::PacketBuilder::ethernet2(a.src_mac, a.dst_mac);
-    let vid = |v: u16| etherparse::VlanId::try_new(v).map_err(|e| e.to_string());
-    let mut out = Vec::with_capacity(frame_len);
-    let r = match (stack.vlan, stack.ipv6) {
-        (Some(v), Some((s, d))) => eth
-            .single_vlan(vid(v)?)
-            .ipv6(s, d, 64)
-            .udp(a.sport, a.dport)
-            .write(&mut out, &payload),
-        (Some(v), None) => eth
-            .single_vlan(vid(v)?)
-            .ipv4(a.src.octets(), a.dst.octets(), 64)
-            .udp(a.sport, a.dport)
-            .write(&mut out, &payload),
-        (None, Some((s, d))) => eth
-            .ipv6(s, d, 64)
-            .udp(a.sport, a.dport)
-            .write(&mut out, &payload),
-        (None, None) => unreachable!("handled above"),
+    let io = |e: std::io::Error| e.to_string();
+    let mut payload = vec![0u8; frame_len - headers];
+    payload[..stack.raw.len()].copy_from_slice(&stack.raw);
+    let room = payload.len() - stack.raw.len() >= STAMP;
+    // The outer L4 payload: the payload itself, or VXLAN and the inner frame.
+    let l4_payload = match &stack.vxlan {
+        None => payload,
+        Some(vx) => {
+            let i = &vx.inner;
+            let mut b = Vec::with_capacity(VXLAN_OVERHEAD + payload.len());
+            // RFC 7348 §5: flags with I set, 24 reserved bits, the VNI,
+            // 8 reserved bits.
+            b.extend_from_slice(&[0x08, 0, 0, 0]);
+            b.extend_from_slice(&(vx.vni << 8).to_be_bytes());
+            etherparse::Ethernet2Header {
+                source: i.src_mac,
+                destination: i.dst_mac,
+                ether_type: EtherType::IPV4,
+            }
+            .write(&mut b)
+            .map_err(io)?;
+            let mut ip = Ipv4Header::new(
+                (8 + payload.len()) as u16,
+                64,
+                IpNumber::UDP,
+                i.src.octets(),
+                i.dst.octets(),
+            )
+            .map_err(|e| e.to_string())?;
+            ip.header_checksum = ip.calc_header_checksum();
+            ip.write(&mut b).map_err(io)?;
+            UdpHeader {
+                source_port: i.sport,
+                destination_port: i.dport,
+                length: (8 + payload.len()) as u16,
+                checksum: 0,
+            }
+            .write(&mut b)
+            .map_err(io)?;
+            b.extend_from_slice(&payload);
+            b
+        }
     };
-    r.map_err(|e| e.to_string())?;
+    let l4_len = stack.l4_len() + l4_payload.len();
+    let (proto, dport) = match (stack.l4, &stack.vxlan) {
+        (L4::Tcp { .. }, _) => (IpNumber::TCP, a.dport),
+        (L4::Udp, Some(_)) => (IpNumber::UDP, VXLAN_PORT),
+        (L4::Udp, None) => (IpNumber::UDP, a.dport),
+    };
+    let mut out = Vec::with_capacity(frame_len);
+    let ip_type = if stack.ipv6.is_some() {
+        EtherType::IPV6
+    } else {
+        EtherType::IPV4
+    };
+    etherparse::Ethernet2Header {
+        source: a.src_mac,
+        destination: a.dst_mac,
+        ether_type: if stack.vlan.is_some() {
+            EtherType::VLAN_TAGGED_FRAME
+        } else {
+            ip_type
+        },
+    }
+    .write(&mut out)
+    .map_err(io)?;
+    if let Some(v) = stack.vlan {
+        etherparse::SingleVlanHeader {
+            pcp: etherparse::VlanPcp::ZERO,
+            drop_eligible_indicator: false,
+            vlan_id: etherparse::VlanId::try_new(v).map_err(|e| e.to_string())?,
+            ether_type: ip_type,
+        }
+        .write(&mut out)
+        .map_err(io)?;
+    }
+    // The L4 checksum over the network header's pseudo-header.
+    enum Net {
+        V4(Ipv4Header),
+        V6(Ipv6Header),
+    }
+    let net = match stack.ipv6 {
+        None => {
+            let mut ip = Ipv4Header::new(l4_len as u16, 64, proto, a.src.octets(), a.dst.octets())
+                .map_err(|e| e.to_string())?;
+            ip.header_checksum = ip.calc_header_checksum();
+            ip.write(&mut out).map_err(io)?;
+            Net::V4(ip)
+        }
+        Some((s, d)) => {
+            let ip = Ipv6Header {
+                traffic_class: 0,
+                flow_label: Default::default(),
+                payload_length: l4_len as u16,
+                next_header: proto,
+                hop_limit: 64,
+                source: s,
+                destination: d,
+            };
+            ip.write(&mut out).map_err(io)?;
+            Net::V6(ip)
+        }
+    };
+    let csum_off;
+    match stack.l4 {
+        L4::Udp => {
+            let mut udp = UdpHeader {
+                source_port: a.sport,
+                destination_port: dport,
+                length: l4_len as u16,
+                checksum: 0,
+            };
+            udp.checksum = match (&net, &stack.vxlan) {
+                (Net::V4(_), Some(_)) => Ok(0),
+                (Net::V4(ip), None) => udp.calc_checksum_ipv4(ip, &l4_payload),
+                (Net::V6(ip), _) => udp.calc_checksum_ipv6(ip, &l4_payload),
+            }
+            .map_err(|e| e.to_string())?;
+            udp.write(&mut out).map_err(io)?;
+            csum_off = l4 + 6;
+        }
+        L4::Tcp { flags } => {
+            let mut tcp = etherparse::TcpHeader::new(a.sport, dport, 1, 65535);
+            let bit = |k: u8| flags & (1 << k) != 0;
+            (tcp.fin, tcp.syn, tcp.rst, tcp.psh) = (bit(0), bit(1), bit(2), bit(3));
+            (tcp.ack, tcp.urg, tcp.ece, tcp.cwr) = (bit(4), bit(5), bit(6), bit(7));
+            let c = match &net {
+                Net::V4(ip) => tcp.calc_checksum_ipv4(ip, &l4_payload),
+                Net::V6(ip) => tcp.calc_checksum_ipv6(ip, &l4_payload),
+            }
+            .map_err(|e| e.to_string())?;
+            tcp.checksum = if c == 0 { 0xffff } else { c };
+            tcp.write(&mut out).map_err(io)?;
+            csum_off = l4 + 16;
+        }
+    }
+    let l4_payload_off = out.len();
+    out.extend_from_slice(&l4_payload);
+    debug_assert_eq!(out.len(), frame_len);
+    let stamp = room.then_some((headers + stack.raw.len()) as u16);
     Ok(Template {
         bytes: out,
         l3_off: l3,
         l4_off: l4,
-        csum_off: l4 + 6,
-        stamp_off: (payload.len() >= STAMP).then_some(headers as u16),
+        csum_off,
+        stamp_off: stamp,
         ipv6: stack.ipv6.is_some(),
+        tcp: matches!(stack.l4, L4::Tcp { .. }),
+        sink: SinkMatch {
+            tcp: matches!(stack.l4, L4::Tcp { .. }),
+            port: dport,
+            stamp_off: stamp.map(|s| s - l4_payload_off as u16),
+        },
     })
 }
 
 /// A UDP frame of `frame_len` bytes (Ethernet header to the end of the
 /// payload, no FCS), its payload zeros, its UDP checksum computed.
 pub fn udp(a: &Udp, frame_len: usize) -> Result<Template, String> {
-    if frame_len < MIN_FRAME.max(UDP_HEADERS) {
-        return Err(format!(
-            "a frame of {frame_len} bytes is below Ethernet's minimum of {MIN_FRAME}"
-        ));
-    }
-    let payload = vec![0u8; frame_len - UDP_HEADERS];
-    let udp =
-        UdpHeader::with_ipv4_checksum(a.sport, a.dport, &ip_header(a, payload.len())?, &payload)
-            .map_err(|e| e.to_string())?;
-    let ip = ip_header(a, payload.len())?;
-    let mut out = Vec::with_capacity(frame_len);
-    out.extend_from_slice(&a.dst_mac);
-    out.extend_from_slice(&a.src_mac);
-    out.extend_from_slice(&0x0800u16.to_be_bytes());
-    ip.write(&mut out).map_err(|e| e.to_string())?;
-    udp.write(&mut out).map_err(|e| e.to_string())?;
-    out.extend_from_slice(&payload);
-    Ok(Template {
-        bytes: out,
-        l3_off: 14,
-        l4_off: 34,
-        csum_off: 34 + 6,
-        stamp_off: (payload.len() >= STAMP).then_some(UDP_HEADERS as u16),
-        ipv6: false,
-    })
+    frame(a, &Stack::default(), frame_len)
 }
 
 /// A TCP SYN from `a.sport` to `a.dport` with sequence number `isn` and
@@ -168,20 +335,13 @@ pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
         csum_off: 34 + 16,
         stamp_off: None,
         ipv6: false,
+        tcp: true,
+        sink: SinkMatch {
+            tcp: true,
+            port: a.dport,
+            stamp_off: None,
+        },
     })
-}
-
-fn ip_header(a: &Udp, payload: usize) -> Result<Ipv4Header, String> {
-    let mut ip = Ipv4Header::new(
-        (8 + payload) as u16,
-        64,
-        IpNumber::UDP,
-        a.src.octets(),
-        a.dst.octets(),
-    )
-    .map_err(|e| e.to_string())?;
-    ip.header_checksum = ip.calc_header_checksum();
-    Ok(ip)
 }
 
 #[cfg(test)]
@@ -208,6 +368,92 @@ mod tests {
         };
         assert_eq!(u.destination_port(), 9);
         assert!(udp(&A, 59).unwrap_err().contains("minimum"));
+    }
+
+    #[test]
+    fn a_tcp_stack_has_its_flags_raw_bytes_and_a_stamp_after_them() {
+        let stack = Stack {
+            l4: L4::Tcp { flags: 0x18 },
+            raw: b"GET /".to_vec(),
+            ..Default::default()
+        };
+        let t = frame(&A, &stack, 100).unwrap();
+        assert_eq!((t.l4_off, t.csum_off, t.tcp), (34, 50, true));
+        assert_eq!(t.stamp_off, Some(54 + 5));
+        assert_eq!(
+            t.sink,
+            SinkMatch {
+                tcp: true,
+                port: 9,
+                stamp_off: Some(5)
+            }
+        );
+        let p = etherparse::SlicedPacket::from_ethernet(&t.bytes).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+            panic!("not IPv4")
+        };
+        let Some(etherparse::TransportSlice::Tcp(tcp)) = &p.transport else {
+            panic!("not TCP")
+        };
+        assert!(tcp.psh() && tcp.ack() && !tcp.syn());
+        assert_eq!(&tcp.payload()[..5], b"GET /");
+        assert_eq!(
+            tcp.checksum(),
+            tcp.to_header()
+                .calc_checksum_ipv4(&ip.header().to_header(), tcp.payload())
+                .unwrap()
+        );
+        // Headers and raw bytes must fit the frame.
+        let big = Stack {
+            raw: vec![1; 20],
+            ..stack
+        };
+        assert!(frame(&A, &big, 60).is_err());
+    }
+
+    #[test]
+    fn a_vxlan_stack_wraps_an_inner_udp_frame_as_rfc_7348_says() {
+        let inner = Udp {
+            src_mac: [2, 0, 0, 0, 1, 1],
+            dst_mac: [2, 0, 0, 0, 1, 2],
+            src: Ipv4Addr::new(198, 19, 100, 1),
+            dst: Ipv4Addr::new(198, 19, 100, 2),
+            sport: 5000,
+            dport: 6000,
+        };
+        let stack = Stack {
+            vxlan: Some(Vxlan {
+                vni: 0x123456,
+                inner,
+            }),
+            ..Default::default()
+        };
+        let t = frame(&A, &stack, 128).unwrap();
+        assert_eq!(t.bytes.len(), 128);
+        // The stamp after the inner UDP header: 42 + 50.
+        assert_eq!(t.stamp_off, Some(92));
+        assert_eq!(t.sink.port, VXLAN_PORT);
+        assert_eq!(t.sink.stamp_off, Some(50));
+        let p = etherparse::SlicedPacket::from_ethernet(&t.bytes).unwrap();
+        let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
+            panic!("not UDP")
+        };
+        assert_eq!((u.source_port(), u.destination_port()), (40000, 4789));
+        assert_eq!(u.checksum(), 0, "RFC 7348 §5: the outer checksum is zero");
+        let vx = u.payload();
+        assert_eq!(&vx[..8], &[0x08, 0, 0, 0, 0x12, 0x34, 0x56, 0]);
+        let q = etherparse::SlicedPacket::from_ethernet(&vx[8..]).unwrap();
+        let Some(etherparse::NetSlice::Ipv4(ip)) = &q.net else {
+            panic!("inner not IPv4")
+        };
+        let h = ip.header().to_header();
+        assert_eq!(h.header_checksum, h.calc_header_checksum());
+        assert_eq!(h.destination, [198, 19, 100, 2]);
+        let Some(etherparse::TransportSlice::Udp(iu)) = &q.transport else {
+            panic!("inner not UDP")
+        };
+        assert_eq!(iu.destination_port(), 6000);
+        assert_eq!(usize::from(iu.length()), 128 - 92 + 8);
     }
 
     #[test]

@@ -297,15 +297,58 @@ pub struct Stream {
     /// 2001:2::/48).
     #[serde(default = "four")]
     pub ip: u8,
+    /// The transport header: `udp`, or `tcp` (a stateless stream of
+    /// segments with `tcp_flags`, sequence number 1, window 65535: what a
+    /// DUT's forwarding or filtering of TCP sees, not a connection; for
+    /// those, `stateful:`).
+    #[serde(default)]
+    pub l4: L4Kind,
+    /// TCP's flags as tcpdump prints them, any of `FSRPAUEW` (FIN, SYN,
+    /// RST, PSH, ACK, URG, ECE, CWR). Default: `A`.
+    #[serde(default)]
+    pub tcp_flags: Option<String>,
+    /// Every frame VXLAN-encapsulated (RFC 7348): outer UDP to port 4789
+    /// from `sport`, this VNI, an inner Ethernet + IPv4 + UDP frame to
+    /// `dport`. The sink counts the outer frames; the editor's fields are
+    /// the outer headers' (`udp.sport` is RFC 7348 §5's entropy port).
+    #[serde(default)]
+    pub vxlan: Option<VxlanSpec>,
+    /// Bytes at the start of the (inner) payload, before the stamp, in hex
+    /// (`"474554 20"`: spaces are ignored): an application header.
+    #[serde(default)]
+    pub raw: Option<String>,
     #[serde(default = "default_sport")]
     pub sport: u16,
-    /// The sink counts the stream's frames by this UDP destination port.
+    /// The sink counts the stream's frames by this destination port.
+    /// Under VXLAN it is the inner frame's, and the sink counts the outer
+    /// port, 4789.
     #[serde(default = "default_dport")]
     pub dport: u16,
     /// Norma's packet editor (App. C), in order.
     #[serde(default)]
     pub edits: Vec<EditSpec>,
 }
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum L4Kind {
+    #[default]
+    Udp,
+    Tcp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VxlanSpec {
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+}
+
+/// VXLAN header and the inner Ethernet, IPv4 and UDP headers.
+pub const VXLAN_OVERHEAD: u16 = 8 + 14 + 20 + 8;
+/// TCP's flags by tcpdump's letters, in RFC 9293 §3.1's bit order from
+/// FIN (bit 0) to CWR (bit 7).
+pub const TCP_FLAG_LETTERS: &str = "FSRPAUEW";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
@@ -328,10 +371,55 @@ pub const SIMPLE_IMIX: [(u32, u32); 3] = [(64, 7), (594, 4), (1518, 1)];
 pub const MAX_MIX: u32 = 64;
 
 impl Stream {
-    /// (network header, UDP header) offsets of the stack.
+    /// (network header, L4 header) offsets of the stack (the outer ones
+    /// under VXLAN).
     pub fn offsets(&self) -> (u16, u16) {
         let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
         (l3, l3 + if self.ip == 6 { 40 } else { 20 })
+    }
+    /// Every header's bytes, to the start of the (inner) payload.
+    pub fn headers(&self) -> u16 {
+        let l4 = match self.l4 {
+            L4Kind::Udp => 8,
+            L4Kind::Tcp => 20,
+        };
+        self.offsets().1 + l4 + self.vxlan.map_or(0, |_| VXLAN_OVERHEAD)
+    }
+    /// The header stack as a path, "Ethernet/VLAN 100/IPv6/TCP PA/raw 16 B";
+    /// None for plain Ethernet/IPv4/UDP.
+    pub fn stack_name(&self) -> Option<String> {
+        let mut v = vec!["Ethernet".to_string()];
+        if let Some(t) = self.vlan {
+            v.push(format!("VLAN {t}"));
+        }
+        v.push(format!("IPv{}", self.ip));
+        match self.l4 {
+            L4Kind::Udp => v.push("UDP".into()),
+            L4Kind::Tcp => v.push(format!(
+                "TCP {}",
+                self.tcp_flags.as_deref().unwrap_or("A").to_uppercase()
+            )),
+        }
+        if let Some(x) = self.vxlan {
+            v.push(format!("VXLAN {}/Ethernet/IPv4/UDP", x.vni));
+        }
+        let raw = self.raw_bytes().len();
+        if raw > 0 {
+            v.push(format!("raw {raw} B"));
+        }
+        let s = v.join("/");
+        (s != "Ethernet/IPv4/UDP").then_some(s)
+    }
+    /// The raw bytes (validation checked the hex).
+    pub fn raw_bytes(&self) -> Vec<u8> {
+        self.raw
+            .as_deref()
+            .map(|h| parse_hex(h).unwrap_or_default())
+            .unwrap_or_default()
+    }
+    /// TCP's flags as bits (FIN the lowest); `A` without `tcp_flags`.
+    pub fn tcp_flag_bits(&self) -> u8 {
+        tcp_flags(self.tcp_flags.as_deref().unwrap_or("A")).unwrap_or(0)
     }
     /// (size, weight) of every frame size (one of weight 1 without a mix).
     pub fn mix(&self) -> Vec<(u32, u32)> {
@@ -379,6 +467,33 @@ impl Stream {
             })
             .collect()
     }
+}
+
+/// Hex digits, spaces ignored, into bytes.
+fn parse_hex(h: &str) -> Result<Vec<u8>, String> {
+    let digits: Vec<(usize, char)> = h.char_indices().filter(|(_, c)| *c != ' ').collect();
+    if let Some((i, c)) = digits.iter().find(|(_, c)| !c.is_ascii_hexdigit()) {
+        return Err(format!("{c:?} at character {i} is not a hex digit"));
+    }
+    if digits.len() % 2 == 1 {
+        return Err(format!("{} hex digits: bytes take two each", digits.len()));
+    }
+    Ok(digits
+        .chunks(2)
+        .map(|p| (p[0].1.to_digit(16).unwrap() * 16 + p[1].1.to_digit(16).unwrap()) as u8)
+        .collect())
+}
+
+/// tcpdump's flag letters into TCP's flag bits.
+fn tcp_flags(s: &str) -> Result<u8, String> {
+    s.chars().try_fold(0u8, |bits, c| {
+        match TCP_FLAG_LETTERS.find(c.to_ascii_uppercase()) {
+            Some(k) => Ok(bits | 1 << k),
+            None => Err(format!(
+                "{c:?} is not a TCP flag: any of {TCP_FLAG_LETTERS} (FIN, SYN, RST, PSH, ACK, URG, ECE, CWR)"
+            )),
+        }
+    })
 }
 
 fn four() -> u8 {
@@ -437,6 +552,8 @@ pub enum Field {
     Ipv4Ttl,
     #[serde(rename = "udp.sport")]
     UdpSport,
+    #[serde(rename = "tcp.sport")]
+    TcpSport,
 }
 
 impl Field {
@@ -452,11 +569,19 @@ impl Field {
             Field::Ipv4Ttl => (l3 + 8, 1),
             Field::Ipv4Src => (l3 + 12, 4),
             Field::Ipv4Dst => (l3 + 16, 4),
-            Field::UdpSport => (l4, 2),
+            Field::UdpSport | Field::TcpSport => (l4, 2),
         }
     }
     pub fn is_ipv4(self) -> bool {
-        !matches!(self, Field::UdpSport)
+        !matches!(self, Field::UdpSport | Field::TcpSport)
+    }
+    /// The transport a port field belongs to (None: an IPv4 field).
+    pub fn l4(self) -> Option<L4Kind> {
+        match self {
+            Field::UdpSport => Some(L4Kind::Udp),
+            Field::TcpSport => Some(L4Kind::Tcp),
+            _ => None,
+        }
     }
     /// The largest value the field holds.
     pub fn max(self) -> u64 {
@@ -1038,8 +1163,61 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
             );
         }
     }
-    // Every frame holds its headers (and 4 bytes of FCS).
-    let headers = u32::from(st.offsets().1) + 8 + 4;
+    if let Some(k) = st
+        .edits
+        .iter()
+        .position(|e| e.field.l4().is_some_and(|l| l != st.l4))
+    {
+        let want = match st.l4 {
+            L4Kind::Udp => "udp.sport",
+            L4Kind::Tcp => "tcp.sport",
+        };
+        return err(
+            format!("stream.edits[{k}].field"),
+            format!("the stream's transport is {:?}: its port is {want}", st.l4).to_lowercase(),
+        );
+    }
+    if let Some(f) = &st.tcp_flags {
+        if st.l4 != L4Kind::Tcp {
+            return err(
+                "stream.tcp_flags",
+                "flags of TCP, and the stream is UDP (`l4: tcp`)",
+            );
+        }
+        tcp_flags(f).or_else(|m| err("stream.tcp_flags", m))?;
+    }
+    if let Some(v) = &st.vxlan {
+        if v.vni >= 1 << 24 {
+            return err("stream.vxlan.vni", format!("{} is above 24 bits", v.vni));
+        }
+        if st.l4 == L4Kind::Tcp {
+            return err(
+                "stream.l4",
+                "a VXLAN stream's outer header is UDP (RFC 7348 §5), and its inner frame is UDP \
+                 too here: TCP inside VXLAN would need an inner checksum the generator patches",
+            );
+        }
+        if st.sizes.is_some() {
+            return err(
+                "stream.sizes",
+                "a size mix fixes the outer headers' lengths only: a VXLAN stream has one size",
+            );
+        }
+    }
+    let raw = match &st.raw {
+        None => 0,
+        Some(h) => {
+            let b = parse_hex(h).or_else(|m| err("stream.raw", m))?;
+            if b.is_empty() || b.len() > 256 {
+                return err("stream.raw", format!("{} bytes: 1 to 256", b.len()));
+            }
+            b.len() as u32
+        }
+    };
+    // Every frame holds its headers and raw bytes (and 4 bytes of FCS).
+    // A frame of a mix too short for the stamp goes unstamped: counted,
+    // without a latency.
+    let headers = u32::from(st.headers()) + raw + 4;
     if let Some(&(z, _)) = st.mix().iter().find(|&&(z, _)| z < headers) {
         return err(
             if st.sizes.is_some() {
@@ -1048,7 +1226,8 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
                 "stream.size"
             },
             format!(
-                "a {z}-byte frame cannot hold its headers: at least {headers} bytes with the FCS"
+                "a {z}-byte frame cannot hold its headers{}: at least {headers} bytes with the FCS",
+                if raw > 0 { " and raw bytes" } else { "" }
             ),
         );
     }
@@ -1556,5 +1735,56 @@ expect:
             .replace("size: 64", "sizes: imix\n  vlan: 5\n  ip: 6")
             .replace("    - {field: ipv4.src, table: [1, 2, 3], carry: 0}\n", ""));
         assert!(e.message.contains("at least 70 bytes"), "{e}");
+    }
+
+    #[test]
+    fn tcp_vxlan_and_raw_stacks_are_checked_with_their_line() {
+        let tcp = GOOD
+            .replace(
+                "size: 64",
+                "size: 64\n  l4: tcp\n  tcp_flags: PA\n  raw: '47 45 54'",
+            )
+            .replace("udp.sport", "tcp.sport");
+        let s = parse(&tcp).unwrap();
+        assert_eq!(s.stream().headers(), 54);
+        assert_eq!(s.stream().tcp_flag_bits(), 0x18);
+        assert_eq!(s.stream().raw_bytes(), b"GET");
+        // A port of the other transport, with its line.
+        let e = bad(&tcp.replace("tcp.sport", "udp.sport"));
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("stream.edits[0].field", Some(11))
+        );
+        assert!(e.message.contains("tcp.sport"), "{e}");
+        let e = bad(&tcp.replace("tcp_flags: PA", "tcp_flags: PAX"));
+        assert_eq!(e.path, "stream.tcp_flags");
+        assert!(e.message.contains("'X' is not a TCP flag"), "{e}");
+        let e = bad(&GOOD.replace("size: 64", "size: 64\n  tcp_flags: S"));
+        assert_eq!(e.path, "stream.tcp_flags");
+        let e = bad(&tcp.replace("'47 45 54'", "'47 4g'"));
+        assert_eq!((e.path.as_str(), e.line), ("stream.raw", Some(8)));
+        assert!(e.message.contains("'g' at character 4"), "{e}");
+        let e = bad(&tcp.replace("'47 45 54'", "'474'"));
+        assert!(e.message.contains("3 hex digits"), "{e}");
+        // 54 bytes of headers, 3 raw and the FCS: 61 fits 64, 62 raw does not.
+        let e = bad(&tcp.replace("'47 45 54'", &format!("'{}'", "00".repeat(7))));
+        assert_eq!(e.path, "stream.size");
+        assert!(
+            e.message.contains("headers and raw bytes: at least 65"),
+            "{e}"
+        );
+
+        let vx = GOOD.replace("size: 64", "size: 128\n  vxlan: {vni: 5000}");
+        assert_eq!(parse(&vx).unwrap().stream().headers(), 92);
+        let e = bad(&vx.replace("vni: 5000", "vni: 16777216"));
+        assert_eq!((e.path.as_str(), e.line), ("stream.vxlan.vni", Some(6)));
+        let e = bad(&vx
+            .replace("size: 128", "size: 128\n  l4: tcp")
+            .replace("udp.sport", "tcp.sport"));
+        assert_eq!(e.path, "stream.l4");
+        let e = bad(&vx.replace("size: 128", "sizes: imix"));
+        assert_eq!(e.path, "stream.sizes");
+        let e = bad(&vx.replace("size: 128", "size: 64"));
+        assert!(e.message.contains("at least 96"), "{e}");
     }
 }

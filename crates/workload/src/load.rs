@@ -36,8 +36,6 @@ pub struct Stream {
     pub rate: Plan,
     pub edits: Vec<Edit>,
     pub table: Vec<u32>,
-    /// The UDP port the sink counts.
-    pub dport: u16,
     /// Later rates (Norma's steps and ramps), each at a flip: an interval
     /// has one rate.
     pub schedule: Vec<RateChange>,
@@ -257,11 +255,7 @@ pub fn run(
     let rx = ifindex(&ports.rx_ns, &ports.rx_dev)? as i32;
     t(
         "configuring the sink",
-        tester.configure_sink(
-            stream.dport,
-            stream.template.stamp_off.map(|_| 0),
-            stream.sample_every,
-        ),
+        tester.configure_sink(stream.template.sink, stream.sample_every),
     )?;
     wirelab_netns::in_netns(&ports.rx_ns, || tester.attach_sink(rx))?.map_err(|source| {
         Error::Tester {
@@ -304,6 +298,7 @@ pub fn run(
             sample_every: stream.sample_every,
             sizes: stream.sizes.clone(),
             ipv6: tm.ipv6,
+            tcp: tm.tcp,
         }),
     )?;
     t(
@@ -340,6 +335,14 @@ pub fn run(
                 Ok(thread_cpu_ns())
             })?
         });
+        // Stops the generator however this scope ends: had the measuring
+        // below panicked (a report printed to a closed pipe), the scope
+        // would wait for ever on a generator nothing signals.
+        let stopper = StopGenerator {
+            stop: &stop,
+            tid: &tid,
+            thread: &gen_thread,
+        };
         let mut next_flip = started + timing.interval;
         let r = (|| -> Result<(), Error> {
             loop {
@@ -398,16 +401,7 @@ pub fn run(
             }
             Ok(())
         })();
-        stop.store(true, Ordering::SeqCst);
-        // The generator's one long call ends at a signal; until its thread
-        // is in the call, signal again.
-        while !gen_thread.is_finished() {
-            if let Some(&th) = tid.get() {
-                // SAFETY: the thread is alive (not finished, scoped).
-                unsafe { libc::pthread_kill(th, libc::SIGUSR1) };
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        drop(stopper);
         let cpu = gen_thread
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
@@ -531,6 +525,28 @@ fn thread_cpu_ns() -> u64 {
 
 /// SIGUSR1 interrupts the generator's system call and does nothing else
 /// (its default would end the process).
+/// Ends the generator's thread when dropped.
+struct StopGenerator<'a, 's, T> {
+    stop: &'a AtomicBool,
+    tid: &'a std::sync::OnceLock<libc::pthread_t>,
+    thread: &'a std::thread::ScopedJoinHandle<'s, T>,
+}
+
+impl<T> Drop for StopGenerator<'_, '_, T> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // The generator's one long call ends at a signal; until its thread
+        // is in the call, signal again.
+        while !self.thread.is_finished() {
+            if let Some(&th) = self.tid.get() {
+                // SAFETY: the thread is alive (not finished, scoped).
+                unsafe { libc::pthread_kill(th, libc::SIGUSR1) };
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 fn interrupt_with_sigusr1() {
     extern "C" fn nothing(_: libc::c_int) {}
     static ONCE: std::sync::Once = std::sync::Once::new();

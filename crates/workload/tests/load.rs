@@ -75,7 +75,6 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         rate,
         edits: Vec::new(),
         table: Vec::new(),
-        dport: 7001,
         schedule: Vec::new(),
         sample_every: 0,
         sizes: Vec::new(),
