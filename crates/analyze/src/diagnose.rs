@@ -24,7 +24,8 @@ pub struct Slow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Cause {
     /// `timeout`, `fast-retransmit`, `late-fast-retransmit`,
-    /// `tail-loss-probe`, `congestion`.
+    /// `tail-loss-probe`, `congestion`, `zero-window`, `delayed-ack`,
+    /// `slow-start-after-idle`.
     pub kind: &'static str,
     /// One line: what happened and why, with its packets.
     pub text: String,
@@ -38,6 +39,10 @@ pub struct Cause {
 /// earlier reordering). RACK's own wait is a quarter of the minimum RTT
 /// (RFC 8985 §6.2).
 const LATE_RTTS: u64 = 2;
+
+/// Idle restarts from an initial window this small or less (RFC 6928's
+/// ten segments, Linux's default) are slow start after idle.
+const INITIAL_WINDOW: u32 = 10;
 
 /// The connections at or above percentile `p` (0..=100, nearest rank) of
 /// completion time, slowest first, with their causes.
@@ -164,6 +169,75 @@ fn causes(c: &ConnAnalysis) -> Vec<Cause> {
                 first.at
             ),
             evidence: c.ce_marks.iter().take(3).map(|m| m.at).collect(),
+        });
+    }
+    if let Some(z) = c.zero_windows.first() {
+        let total: u64 = c.zero_windows.iter().map(|z| z.ns).sum();
+        out.push(Cause {
+            kind: "zero-window",
+            text: format!(
+                "zero window: the receiver's window was closed {} in {} stall(s), first from {}{}: its application did not read as fast as the data came (DETER Table 2, Rwnd=0)",
+                us(total),
+                c.zero_windows.len(),
+                z.from,
+                z.to.map(|t| format!(" to {t}")).unwrap_or_else(|| " to the capture's end".into())
+            ),
+            evidence: c
+                .zero_windows
+                .iter()
+                .take(3)
+                .flat_map(|z| [Some(z.from), z.to])
+                .flatten()
+                .collect(),
+        });
+    }
+    if let Some(longest) = c.held_acks.iter().max_by_key(|h| h.held_ns) {
+        let total: u64 = c.held_acks.iter().map(|h| h.held_ns).sum();
+        // DETER §2.1: after a timeout the sender may send one segment, and
+        // the receiver delays the ACK of it.
+        let after_timeout = c.held_acks.iter().find(|h| {
+            c.retransmissions
+                .iter()
+                .any(|r| r.at == h.data && r.recovery == Recovery::Timeout)
+        });
+        out.push(Cause {
+            kind: "delayed-ack",
+            text: format!(
+                "delayed ACK: {} time(s) the sender waited on an ACK of its newest data that the receiver held back, {} in all beyond the round trip (longest {}: {} answered by {}){}",
+                c.held_acks.len(),
+                us(total),
+                us(longest.held_ns),
+                longest.data,
+                longest.ack,
+                after_timeout
+                    .map(|h| format!(
+                        "; the retransmission {} after a timeout, the one segment the sender could send, had its ACK delayed (DETER §2.1)",
+                        h.data
+                    ))
+                    .unwrap_or_default()
+            ),
+            evidence: after_timeout
+                .into_iter()
+                .chain(std::iter::once(longest))
+                .flat_map(|h| [h.data, h.ack])
+                .collect(),
+        });
+    }
+    for r in c
+        .idle_restarts
+        .iter()
+        .filter(|r| r.more_after && r.segments <= INITIAL_WINDOW && r.segments < r.before)
+    {
+        out.push(Cause {
+            kind: "slow-start-after-idle",
+            text: format!(
+                "slow start after idle: the sender was idle {} and resumed at {} with {} segment(s) in the round trip, against {} in flight before (RFC 5681 §4.1 restarts the window after an idle RTO; Linux's net.ipv4.tcp_slow_start_after_idle)",
+                us(r.idle_ns),
+                r.first,
+                r.segments,
+                r.before
+            ),
+            evidence: vec![r.first],
         });
     }
     out

@@ -35,6 +35,7 @@ mod receiver;
 mod segmap;
 mod sender;
 pub mod series;
+mod stall;
 
 use ecn::EcnTracker;
 pub(crate) use iter::IterTracker;
@@ -42,6 +43,8 @@ use receiver::Receiver;
 pub use sender::KEEP;
 use sender::{AckIn, Sender};
 pub use series::{Bins, Sample, Thin};
+use stall::Stalls;
+pub use stall::{HeldAck, IdleRestart, ZeroWindow, HELD_NS};
 
 /// Sequence-space comparison (RFC 9293 §3.4: modulo 2^32).
 pub(crate) fn seq_le(a: u32, b: u32) -> bool {
@@ -348,6 +351,16 @@ pub struct ConnAnalysis {
     pub last_ack_ts_ns: Option<u64>,
     /// DSACKs the receiver sent.
     pub dsacks: Vec<Evidence>,
+    /// The receiver's window at zero (`stall.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_windows: Vec<ZeroWindow>,
+    /// ACKs of the newest data the receiver held beyond `HELD_NS` past the
+    /// round trip while the sender waited.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_acks: Vec<HeldAck>,
+    /// Data resumed after an idle period of at least the minimum RTO.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub idle_restarts: Vec<IdleRestart>,
     /// Retransmissions of data acknowledged so long before (more than
     /// `KEEP` segments back) that the model no longer held its first
     /// transmission: counted, not judged.
@@ -927,6 +940,7 @@ struct Conn {
     largest_segment: u32,
     snd: Sender,
     rcv: Receiver,
+    stalls: Stalls,
     ecn: EcnTracker,
     iters: IterTracker,
     isn: Option<u32>,
@@ -947,6 +961,7 @@ impl Conn {
             largest_segment: 0,
             snd: Sender::new(handshake_rtt_ns),
             rcv: Receiver::default(),
+            stalls: Stalls::default(),
             ecn: EcnTracker::default(),
             iters: IterTracker::default(),
             isn: None,
@@ -977,6 +992,9 @@ impl Conn {
                 first_data_ts_ns: None,
                 last_ack_ts_ns: None,
                 dsacks: Vec::new(),
+                zero_windows: Vec::new(),
+                held_acks: Vec::new(),
+                idle_restarts: Vec::new(),
                 forgotten_retransmissions: 0,
                 capture_gaps: Vec::new(),
                 iteration_mismatches: Vec::new(),
@@ -1037,6 +1055,16 @@ impl Conn {
                 // An ACK the switch dropped never reached the sender.
                 if !seg.lost {
                     seg.dupack = self.snd.on_ack(&mut self.out, &ack);
+                }
+                if !t.rst {
+                    self.stalls.on_ack(
+                        &mut self.out.zero_windows,
+                        &mut self.out.held_acks,
+                        (at, ts),
+                        seg.rel,
+                        t.window,
+                        self.out.base_rtt.receiver_side_ns,
+                    );
                 }
             }
             if !t.syn {
@@ -1137,6 +1165,8 @@ impl Conn {
 
     fn finish(mut self) -> ConnAnalysis {
         self.snd.finish(&mut self.out);
+        let last = self.out.last_ts_ns.unwrap_or(0);
+        self.stalls.finish(&mut self.out.zero_windows, last);
         self.out
     }
 
@@ -1144,6 +1174,7 @@ impl Conn {
     fn data(&mut self, seg: &mut Seg, meta: Option<&wirelab_trace::Meta>) {
         let (at, ts, t, rel) = (seg.at, seg.ts, seg.tcp, seg.rel);
         let (snd, rcv, ecn, iters) = (&mut self.snd, &mut self.rcv, &mut self.ecn, &mut self.iters);
+        let flight_before = snd.flight();
         let event = meta.map(|m| m.event);
         self.out.data_packets += 1;
         // SMSS from the segments the wire could carry; a super-packet
@@ -1181,6 +1212,15 @@ impl Conn {
             }
         }
         self.out.flight.push(u64::from(snd.flight()));
+        self.stalls.on_data(
+            &mut self.out.idle_restarts,
+            (at, ts),
+            end,
+            first,
+            (flight_before, snd.flight()),
+            self.out.smss,
+            self.opts.min_rto_ns,
+        );
         ecn.on_data(
             &mut self.out.ce_marks,
             (t.ecn, first, t.cwr, seg.lost),

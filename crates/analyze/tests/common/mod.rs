@@ -68,6 +68,8 @@ pub fn made_packet(
 pub struct TcpGen {
     pub t: wirelab_trace::Trace,
     pub ts: u64,
+    /// The window the next packets advertise (unscaled).
+    pub window: u16,
 }
 
 impl TcpGen {
@@ -75,6 +77,7 @@ impl TcpGen {
         TcpGen {
             t: wirelab_trace::Trace::default(),
             ts: 1_000_000_000,
+            window: 65535,
         }
     }
 
@@ -140,9 +143,9 @@ impl TcpGen {
         let (a, b) = ([198, 18, 0, 1], [198, 18, 0, 2]);
         let b0 = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
         let b1 = if from_client {
-            b0.ipv4(a, b, 64).tcp(40000, 5001, seq, 65535)
+            b0.ipv4(a, b, 64).tcp(40000, 5001, seq, self.window)
         } else {
-            b0.ipv4(b, a, 64).tcp(5001, 40000, seq, 65535)
+            b0.ipv4(b, a, 64).tcp(5001, 40000, seq, self.window)
         };
         let b2 = if syn { b1.syn() } else { b1 };
         let b3 = if syn && from_client { b2 } else { b2.ack(ack) };

@@ -1,0 +1,134 @@
+//! `wirelab diagnose`'s causes beyond losses (DETER Table 2): a zero
+//! window, a delayed ACK the sender waited on, slow start after idle, each
+//! on a made connection with exactly the timing that shows it, and a
+//! twin without it that must not be blamed.
+
+mod common;
+
+use common::TcpGen;
+use wirelab_analyze::diagnose::{diagnose, Cause};
+
+const ISN: u32 = 1000;
+const SISN: u32 = 5000;
+const SEG: u32 = 1000;
+const MS: u64 = 1_000_000;
+
+/// The causes of the one connection, by kind.
+fn causes(g: &TcpGen) -> Vec<Cause> {
+    let r = g.loss_recovery();
+    let slow = diagnose(&r.analysis.connections, 0.0);
+    assert_eq!(slow.len(), 1, "one connection");
+    slow.into_iter().next().unwrap().causes
+}
+
+fn kinds(c: &[Cause]) -> Vec<&'static str> {
+    c.iter().map(|c| c.kind).collect()
+}
+
+/// Segment k (from 0) of the client's data.
+fn send(g: &mut TcpGen, k: u32) {
+    g.push(true, ISN + 1 + k * SEG, SISN + 1, SEG, false);
+}
+
+/// The server's ACK of the first k segments.
+fn ack(g: &mut TcpGen, k: u32) {
+    g.push(false, SISN + 1, ISN + 1 + k * SEG, 0, false);
+}
+
+#[test]
+fn a_closed_window_is_named_with_how_long_it_stayed_closed() {
+    for closed in [true, false] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..4 {
+            send(&mut g, k);
+        }
+        if closed {
+            g.window = 0;
+        }
+        ack(&mut g, 4);
+        g.wait(50 * MS);
+        g.window = 65535;
+        // The window update opens it.
+        ack(&mut g, 4);
+        for k in 4..8 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 8);
+        let c = causes(&g);
+        let z = c.iter().find(|c| c.kind == "zero-window");
+        assert_eq!(z.is_some(), closed, "{:?}", kinds(&c));
+        if let Some(z) = z {
+            assert!(z.text.contains("closed 50.0ms in 1 stall"), "{}", z.text);
+            assert_eq!(z.evidence.len(), 2, "the ACKs that closed and opened it");
+        }
+    }
+}
+
+#[test]
+fn an_ack_held_while_the_sender_waited_is_a_delayed_ack() {
+    for held in [45 * MS, MS] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        send(&mut g, 0);
+        g.wait(held);
+        ack(&mut g, 1);
+        for k in 1..4 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 4);
+        let c = causes(&g);
+        let d = c.iter().find(|c| c.kind == "delayed-ack");
+        assert_eq!(d.is_some(), held > 20 * MS, "held {held}: {:?}", kinds(&c));
+        if let Some(d) = d {
+            assert!(d.text.contains("1 time(s)"), "{}", d.text);
+        }
+    }
+    // An ACK late for data the sender kept sending past is not waited on.
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    send(&mut g, 0);
+    g.wait(45 * MS);
+    send(&mut g, 1);
+    ack(&mut g, 1);
+    ack(&mut g, 2);
+    let c = causes(&g);
+    assert!(!kinds(&c).contains(&"delayed-ack"), "{:?}", kinds(&c));
+}
+
+#[test]
+fn a_window_restarted_after_idle_is_slow_start_after_idle() {
+    // 20 segments in flight, idle 300 ms (above the 200 ms minimum RTO),
+    // then 10 in the first round trip and more after: restarted. The twin
+    // has only those 10 to send: it was not held back.
+    for more in [true, false] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..20 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 20);
+        g.wait(300 * MS);
+        for k in 20..30 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 30);
+        if more {
+            for k in 30..50 {
+                send(&mut g, k);
+            }
+            ack(&mut g, 50);
+        }
+        let c = causes(&g);
+        let s = c.iter().find(|c| c.kind == "slow-start-after-idle");
+        assert_eq!(s.is_some(), more, "{:?}", kinds(&c));
+        if let Some(s) = s {
+            assert!(
+                s.text
+                    .contains("10 segment(s) in the round trip, against 20"),
+                "{}",
+                s.text
+            );
+        }
+    }
+}
