@@ -392,7 +392,7 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
          each end repeats its socket calls at their recorded times, and the\n  \
          switch re-applies the network's {} drops and CE marks to the same\n  \
          logical packets (each end's n-th packet).\n\
-         topology:\n  hosts:\n    - name: client\n    - name: server\n",
+         topology:\n  hosts:\n    - name: client\n{}    - name: server\n{}",
         c.pair.client_addr(),
         c.pair.server_addr(),
         c.pair.client_addr(),
@@ -400,6 +400,8 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
         c.pair.client.host,
         c.pair.server.host,
         actions.len(),
+        host_stack(&c.client_file)?,
+        host_stack(&c.server_file)?,
     );
     if ecn {
         s.push_str("stack:\n  ecn: true\n");
@@ -426,6 +428,56 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
     }
     s.push_str("record: {}\n");
     Ok(s)
+}
+
+/// A host's `stack:` in the replay's spec: the TCP settings its recording
+/// found changed from the kernel's defaults (`settings.json` beside the
+/// record; DETER Table 1), as the spec's fields where it has one (the
+/// congestion control is set on each socket, so its sysctl would not
+/// hold), the rest as sysctls. Empty without changes or without the file
+/// (records from before it was written).
+fn host_stack(record: &Path) -> Result<String> {
+    let Some(path) = record
+        .parent()
+        .map(|d| d.join(wirelab_lab::record::SETTINGS))
+    else {
+        return Ok(String::new());
+    };
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(String::new());
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+    let Some(changed) = v["tcp_settings_changed"].as_object() else {
+        anyhow::bail!("{}: no tcp_settings_changed", path.display());
+    };
+    let mut fields = Vec::new();
+    let mut sysctls = Vec::new();
+    for (k, val) in changed {
+        let val = val.as_str().unwrap_or_default();
+        let on = val != "0";
+        match k.as_str() {
+            "net.ipv4.tcp_congestion_control" => {
+                if ["reno", "cubic", "bbr", "dctcp"].contains(&val) {
+                    fields.push(format!("congestion_control: {val}"));
+                }
+            }
+            "net.ipv4.tcp_ecn" => fields.push(format!("ecn: {}", val == "1")),
+            "net.ipv4.tcp_sack" => fields.push(format!("sack: {on}")),
+            "net.ipv4.tcp_timestamps" => fields.push(format!("timestamps: {on}")),
+            // wirelab's own labs set it; every replay does too.
+            "net.ipv4.tcp_no_metrics_save" => {}
+            _ => sysctls.push(format!("{}: {}", yaml_str(k), yaml_str(val))),
+        }
+    }
+    if !sysctls.is_empty() {
+        fields.push(format!("sysctls: {{{}}}", sysctls.join(", ")));
+    }
+    Ok(if fields.is_empty() {
+        String::new()
+    } else {
+        format!("      stack: {{{}}}\n", fields.join(", "))
+    })
 }
 
 /// A path as a YAML double-quoted scalar.

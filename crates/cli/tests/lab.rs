@@ -2198,6 +2198,68 @@ fn a_wire_event_drops_the_packet_the_record_finds_lost() {
     assert_nothing_left("after a run with wire events");
 }
 
+/// DETER §5.1's slow reader: the responder reads at 20 Mbit/s from a
+/// 64 KB receive buffer. `wirelab diagnose` names the zero window on the
+/// run; the records carry the responder's tcp_rmem (a setting that differs
+/// from the kernel's), so a replay, whose reads follow the recorded ones,
+/// closes the window too and is diagnosed the same. Without the recorded
+/// setting the replay's buffer would be the default's and never fill.
+#[test]
+fn a_slow_reader_is_diagnosed_as_a_zero_window_on_the_run_and_on_its_replay() {
+    let Some((_g, out)) = lab_test() else { return };
+    let zero_window = |dir: &Path| -> Vec<String> {
+        let o = wirelab(&["diagnose", dir.to_str().unwrap(), "--json"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["slow"][0]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["kind"] == "zero-window")
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let spec = repo().join("specs/deter/a-slow-reader-closes-the-receive-window.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let results = PathBuf::from(r.summary["results"].as_str().unwrap());
+    let on_run = zero_window(&results);
+    assert_eq!(on_run.len(), 1, "{on_run:?}");
+    // The host folder is named after its namespace.
+    let responder = std::fs::read_dir(results.join("record"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with("responder"))
+        .expect("the responder's records");
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(responder.path().join("settings.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        settings["tcp_settings_changed"]["net.ipv4.tcp_rmem"], "4096 65536 65536",
+        "{settings}"
+    );
+    let o = wirelab(&[
+        "replay",
+        results.join("record").to_str().unwrap(),
+        "--out",
+        out.path().join("replays").to_str().unwrap(),
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["summary"]["verdict"], "PASS", "{stdout}");
+    let replayed = PathBuf::from(v["summary"]["results"].as_str().unwrap());
+    let spec_text = std::fs::read_to_string(replayed.join("spec.yaml")).unwrap_or_default();
+    let on_replay = zero_window(&replayed);
+    assert_eq!(on_replay.len(), 1, "{on_replay:?}\n{spec_text}");
+    assert_nothing_left("after a slow reader's replay");
+}
+
 /// DETER's replay (issue 21 item 3): a recorded connection, replayed in a
 /// lab of its own with its calls and the network's actions re-applied, for
 /// a fast retransmission with an ACK drop, a drop twice whose second loss

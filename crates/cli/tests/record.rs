@@ -410,8 +410,13 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
         let odd: Vec<_> = std::fs::read_dir(out.join(host))
             .unwrap()
             .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|f| !f.ends_with(".deter") && !f.starts_with(".tmp"))
+            .filter(|f| !f.ends_with(".deter") && !f.starts_with(".tmp") && f != "settings.json")
             .collect();
         assert!(odd.is_empty(), "{odd:?}");
+        // Each host's TCP settings beside its records, whole.
+        let settings: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(host).join("settings.json")).unwrap())
+                .unwrap();
+        assert!(settings["tcp_settings_changed"].is_object(), "{settings}");
     }
 }

@@ -15,6 +15,10 @@ use wirelab_deter::record::{self, Call, CallKind, Event};
 
 use crate::{During, Error};
 
+/// Each host folder's file of the TCP settings that differ from the
+/// kernel's defaults (`tcp_settings_changed`: sysctl name to value).
+pub const SETTINGS: &str = "settings.json";
+
 /// How hosts are recorded.
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
@@ -79,8 +83,21 @@ impl HostRecorder {
                     "namespace {ns} has no interface to record on (only lo)"
                 )));
             }
-            std::fs::create_dir_all(opts.out.join(ns))
-                .during(format!("creating {}", opts.out.join(ns).display()))?;
+            let dir = opts.out.join(ns);
+            std::fs::create_dir_all(&dir).during(format!("creating {}", dir.display()))?;
+            // DETER Table 1's TCP parameters: what differs from the
+            // kernel's defaults, which a replay sets again.
+            let changed = wirelab_netns::tcp_settings_changed(ns)
+                .during(format!("reading the TCP settings of {ns}"))?;
+            let json = serde_json::json!({
+                "namespace": ns,
+                "tcp_settings_changed": changed,
+            });
+            write_atomic(
+                &dir,
+                SETTINGS,
+                format!("{}\n", serde_json::to_string_pretty(&json).expect("a map")).as_bytes(),
+            )?;
             hosts.push(Host {
                 ns: ns.clone(),
                 rec,

@@ -195,6 +195,79 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, Er
 }
 
 /// Writes a sysctl of the namespace the calling thread is in.
+/// The TCP settings a recording keeps (DETER Table 1's "TCP parameters"):
+/// the namespaced sysctls that change how a connection behaves on the
+/// wire. Names a kernel lacks are skipped.
+pub const TCP_SETTINGS: &[&str] = &[
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_dsack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_adv_win_scale",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_early_retrans",
+    "net.ipv4.tcp_recovery",
+    "net.ipv4.tcp_reordering",
+    "net.ipv4.tcp_max_reordering",
+    "net.ipv4.tcp_frto",
+    "net.ipv4.tcp_thin_linear_timeouts",
+    "net.ipv4.tcp_autocorking",
+    "net.ipv4.tcp_notsent_lowat",
+    "net.ipv4.tcp_limit_output_bytes",
+    "net.ipv4.tcp_min_tso_segs",
+    "net.ipv4.tcp_tso_win_divisor",
+    "net.ipv4.tcp_pacing_ss_ratio",
+    "net.ipv4.tcp_pacing_ca_ratio",
+    "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.tcp_base_mss",
+    "net.ipv4.tcp_retries2",
+    "net.ipv4.tcp_comp_sack_delay_ns",
+    "net.ipv4.tcp_comp_sack_nr",
+    "net.ipv4.tcp_min_rtt_wlen",
+    "net.ipv4.tcp_no_metrics_save",
+];
+
+/// The values of `names` in the calling thread's namespace (those the
+/// kernel has), whitespace as the kernel writes it collapsed.
+fn read_sysctls(names: &[&str]) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .filter_map(|n| {
+            let v = fs::read_to_string(format!("/proc/sys/{}", n.replace('.', "/"))).ok()?;
+            Some((
+                n.to_string(),
+                v.split_whitespace().collect::<Vec<_>>().join(" "),
+            ))
+        })
+        .collect()
+}
+
+/// The TCP settings of namespace `ns` that differ from a new namespace's
+/// (the kernel's defaults, read from a namespace made for the purpose
+/// and gone with the thread that made it).
+pub fn tcp_settings_changed(ns: &str) -> Result<BTreeMap<String, String>, Error> {
+    let here = in_netns(ns, || read_sysctls(TCP_SETTINGS))?;
+    let fresh = std::thread::scope(|s| {
+        s.spawn(|| {
+            // unshare(CLONE_NEWNET) moves only this short-lived thread.
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .map(|_| read_sysctls(TCP_SETTINGS))
+        })
+        .join()
+        .expect("reading sysctls does not panic")
+    })
+    .map_err(|e| io("making a namespace to read the defaults in".to_string())(e.into()))?;
+    Ok(here
+        .into_iter()
+        .filter(|(k, v)| fresh.get(k) != Some(v))
+        .collect())
+}
+
 pub fn write_sysctl(name: &str, value: &str) -> Result<(), Error> {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));
     fs::write(&path, value).map_err(io(format!("setting {name}={value}")))

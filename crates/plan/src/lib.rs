@@ -274,6 +274,9 @@ pub struct ConnPlan {
     /// UDP: the sending rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<BitsPerSec>,
+    /// TCP: how fast the responder's application reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_rate: Option<BitsPerSec>,
     /// TCP: the records whose socket calls this connection repeats.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<wirelab_spec::ReplayCalls>,
@@ -501,6 +504,7 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
                 }),
                 start: Nanos(g.start.map_or(0, |s| s.0) + k as u64 * g.stagger.map_or(0, |s| s.0)),
                 rate: g.rate,
+                read_rate: g.read_rate,
                 replay: g.replay.clone(),
             });
         }

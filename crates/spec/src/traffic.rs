@@ -84,6 +84,13 @@ pub struct ConnGroup {
     /// paced, never reacting to loss or marks.
     #[serde(default)]
     pub rate: Option<BitsPerSec>,
+    /// TCP, writes and sends: the responder's application reads at most
+    /// this fast (reads of at most 4 KiB, paced), so a receive buffer
+    /// that fills closes the window: DETER §5.1's slow reader, Table 2's
+    /// Rwnd=0. A small `net.ipv4.tcp_rmem` in the responder's
+    /// `stack.sysctls` closes it sooner.
+    #[serde(default)]
+    pub read_rate: Option<BitsPerSec>,
     /// The group's first connection posts its first message this long
     /// after the workload starts (default: at once).
     #[serde(default)]
@@ -240,6 +247,26 @@ impl JsonSchema for Verbs {
 fn validate_transport(s: &Spec, g: &ConnGroup, at: &str) -> Result<(), Invalid> {
     let roce = s.traffic.transport == Transport::Roce;
     let udp = s.traffic.transport == Transport::Udp;
+    if let Some(r) = g.read_rate {
+        if s.traffic.transport != Transport::Tcp {
+            return err(
+                format!("{at}.read_rate"),
+                "a TCP setting: the application reading from its socket",
+            );
+        }
+        if g.verb.responder_sends_data() || g.replay.is_some() {
+            return err(
+                format!("{at}.read_rate"),
+                "the responder reads writes and sends; reads (and replays) have their own timing",
+            );
+        }
+        if r.0 < 8_000 {
+            return err(
+                format!("{at}.read_rate"),
+                format!("at least 8kbit, got {r}"),
+            );
+        }
+    }
     match (udp, g.rate) {
         (true, None) => {
             return err(

@@ -315,6 +315,16 @@ fn each_rejection_names_path_and_line() {
             "stack.rto_min: must be between 1ms and 120s, got 10us (line 11)",
         ),
         (
+            "read_rate on reads",
+            BASE.replace("      message_size: 14480\n", "      message_size: 14480\n      verb: read\n      read_rate: 10mbit\n"),
+            "traffic.connections[0].read_rate: the responder reads writes and sends; reads (and replays) have their own timing (line 11)",
+        ),
+        (
+            "read_rate too slow",
+            BASE.replace("      message_size: 14480\n", "      message_size: 14480\n      read_rate: 1kbit\n"),
+            "traffic.connections[0].read_rate: at least 8kbit, got 1kbit (line 10)",
+        ),
+        (
             "non-namespaced sysctl",
             with("stack:\n  sysctls:\n    vm.swappiness: '1'\n"),
             "stack.sysctls.vm.swappiness: only net.ipv4.* and net.core.* sysctls are namespaced; others would change the host (line 12)",

@@ -410,6 +410,31 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8], conn: u32, stop: &Stop) -> Resul
     io_full(len, conn, stop, "read", |off| s.read(&mut buf[off..]))
 }
 
+/// A slow application's reads: at most `READ_CHUNK` bytes at a time, each
+/// read no earlier than the bytes before it allow at `rate` (counted from
+/// `since`, across messages), so the receive buffer fills and the window
+/// closes when the sender is faster (DETER §5.1).
+const READ_CHUNK: usize = 4 * 1024;
+
+fn read_paced(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    (rate, since, done): (wirelab_spec::BitsPerSec, Instant, &mut u64),
+    conn: u32,
+    stop: &Stop,
+) -> Result<(), Error> {
+    for chunk in buf.chunks_mut(READ_CHUNK) {
+        let due = since + Duration::from_secs_f64(*done as f64 * 8.0 / rate.0 as f64);
+        while let Some(wait) = due.checked_duration_since(Instant::now()) {
+            stop.check(conn)?;
+            std::thread::sleep(wait.min(POLL));
+        }
+        read_full(s, chunk, conn, stop)?;
+        *done += chunk.len() as u64;
+    }
+    Ok(())
+}
+
 fn write_full(s: &mut TcpStream, buf: &[u8], conn: u32, stop: &Stop) -> Result<(), Error> {
     io_full(buf.len(), conn, stop, "write", |off| s.write(&buf[off..]))
 }
@@ -425,10 +450,14 @@ fn responder(c: &ConnPlan, mut s: TcpStream, stop: &Stop) -> Result<(), Error> {
     s.set_write_timeout(Some(POLL)).ok();
     let size = c.message_size.0;
     let mut buf = vec![0u8; size as usize];
+    let (since, mut read) = (Instant::now(), 0u64);
     for m in 1..=c.messages {
         match c.tcp_verb() {
             Verb::Write | Verb::Send => {
-                read_full(&mut s, &mut buf, c.id, stop)?;
+                match c.read_rate {
+                    Some(r) => read_paced(&mut s, &mut buf, (r, since, &mut read), c.id, stop)?,
+                    None => read_full(&mut s, &mut buf, c.id, stop)?,
+                }
                 write_full(&mut s, &u64::from(m).to_be_bytes(), c.id, stop)?;
             }
             Verb::Read => {
@@ -575,12 +604,14 @@ fn scripted(
     let mut buf = Vec::new();
     let mut closed = false;
     for st in steps {
-        // A read is recorded when it returned (sock_recv_length), so its
-        // time is when the data was there, not when the application asked:
-        // a reader blocked in read() asks at once, and so does the replay.
-        if !matches!(st.op, Op::Recv(_)) {
-            stop.wait_until(begin + Duration::from_nanos(st.at_ns), c.id)?;
-        }
+        // Every call at its recorded time. A read is recorded when it
+        // returned (sock_recv_length): for a reader blocked in read() that
+        // is when the data came, which the replay's timed sends repeat, so
+        // reading then changes nothing; for a slow reader (DETER §5.1) it
+        // is when the application took the data, which is what fills the
+        // receive buffer and closes the window, and the replay must not
+        // read sooner.
+        stop.wait_until(begin + Duration::from_nanos(st.at_ns), c.id)?;
         match st.op {
             Op::Send(n) => write_full(&mut s, &pattern(n, 0), c.id, stop)?,
             Op::Recv(n) => {
