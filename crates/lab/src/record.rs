@@ -309,6 +309,11 @@ pub struct Recording {
 
 impl Recording {
     pub fn new(opts: &wirelab_spec::record::Record) -> Recording {
+        // The kernel's defaults, read now, before the lab and its traffic
+        // exist: the namespace read for them is torn down by the kernel
+        // a little later, work that would otherwise run beside the
+        // workload. An error here is met again, and said, at the start.
+        let _ = wirelab_netns::tcp_default_settings();
         Recording {
             opts: opts.clone(),
             rec: None,

@@ -247,11 +247,16 @@ fn read_sysctls(names: &[&str]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The TCP settings of namespace `ns` that differ from a new namespace's
-/// (the kernel's defaults, read from a namespace made for the purpose
-/// and gone with the thread that made it).
-pub fn tcp_settings_changed(ns: &str) -> Result<BTreeMap<String, String>, Error> {
-    let here = in_netns(ns, || read_sysctls(TCP_SETTINGS))?;
+/// The kernel's defaults of `TCP_SETTINGS`, read once per process in a
+/// namespace made for the purpose and gone with the thread that made it.
+/// The kernel tears a namespace down later, in a worker of its own: call
+/// this before timing matters (a run does when it plans its recording),
+/// or the teardown runs beside the traffic being measured.
+pub fn tcp_default_settings() -> Result<&'static BTreeMap<String, String>, Error> {
+    static DEFAULTS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+    if let Some(d) = DEFAULTS.get() {
+        return Ok(d);
+    }
     let fresh = std::thread::scope(|s| {
         s.spawn(|| {
             // unshare(CLONE_NEWNET) moves only this short-lived thread.
@@ -262,6 +267,14 @@ pub fn tcp_settings_changed(ns: &str) -> Result<BTreeMap<String, String>, Error>
         .expect("reading sysctls does not panic")
     })
     .map_err(|e| io("making a namespace to read the defaults in".to_string())(e.into()))?;
+    Ok(DEFAULTS.get_or_init(|| fresh))
+}
+
+/// The TCP settings of namespace `ns` that differ from the kernel's
+/// defaults (`tcp_default_settings`).
+pub fn tcp_settings_changed(ns: &str) -> Result<BTreeMap<String, String>, Error> {
+    let fresh = tcp_default_settings()?;
+    let here = in_netns(ns, || read_sysctls(TCP_SETTINGS))?;
     Ok(here
         .into_iter()
         .filter(|(k, v)| fresh.get(k) != Some(v))
