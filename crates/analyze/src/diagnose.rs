@@ -24,8 +24,8 @@ pub struct Slow {
 #[derive(Debug, Clone, Serialize)]
 pub struct Cause {
     /// `timeout`, `fast-retransmit`, `late-fast-retransmit`,
-    /// `tail-loss-probe`, `congestion`, `zero-window`, `delayed-ack`,
-    /// `slow-start-after-idle`.
+    /// `tail-loss-probe`, `congestion`, `zero-window`,
+    /// `receive-window-limited`, `delayed-ack`, `slow-start-after-idle`.
     pub kind: &'static str,
     /// One line: what happened and why, with its packets.
     pub text: String,
@@ -189,6 +189,29 @@ fn causes(c: &ConnAnalysis) -> Vec<Cause> {
                 .flat_map(|z| [Some(z.from), z.to])
                 .flatten()
                 .collect(),
+        });
+    }
+    // Held back by the window for a twentieth of its time or more: a
+    // flow's start, before autotuning grows the window, stays below it.
+    let w = &c.window_limited;
+    let fct = c
+        .last_ack_ts_ns
+        .zip(c.first_data_ts_ns)
+        .map_or(0, |(l, f)| l.saturating_sub(f));
+    if let Some(first) = w
+        .first
+        .filter(|_| w.waited_ns.saturating_mul(20) >= fct && fct > 0)
+    {
+        out.push(Cause {
+            kind: "receive-window-limited",
+            text: format!(
+                "receive window: {} time(s) the sender filled the window the receiver advertised (first at {first}) and waited {} in all ({:.0}% of the flow) for it to open; the largest window was {} bytes: the receiver's buffer (tcp_rmem) or its application held the flow back",
+                w.times,
+                us(w.waited_ns),
+                100.0 * w.waited_ns as f64 / fct as f64,
+                w.largest_window
+            ),
+            evidence: vec![first],
         });
     }
     if let Some(longest) = c.held_acks.iter().max_by_key(|h| h.held_ns) {

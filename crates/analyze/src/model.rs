@@ -44,7 +44,7 @@ pub use sender::KEEP;
 use sender::{AckIn, Sender};
 pub use series::{Bins, Sample, Thin};
 use stall::Stalls;
-pub use stall::{HeldAck, IdleRestart, ZeroWindow, HELD_NS};
+pub use stall::{HeldAck, IdleRestart, WindowLimited, ZeroWindow, HELD_NS};
 
 /// Sequence-space comparison (RFC 9293 §3.4: modulo 2^32).
 pub(crate) fn seq_le(a: u32, b: u32) -> bool {
@@ -361,6 +361,9 @@ pub struct ConnAnalysis {
     /// Data resumed after an idle period of at least the minimum RTO.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idle_restarts: Vec<IdleRestart>,
+    /// The sender filling the receiver's advertised window.
+    #[serde(default, skip_serializing_if = "WindowLimited::is_none")]
+    pub window_limited: WindowLimited,
     /// Retransmissions of data acknowledged so long before (more than
     /// `KEEP` segments back) that the model no longer held its first
     /// transmission: counted, not judged.
@@ -941,6 +944,9 @@ struct Conn {
     snd: Sender,
     rcv: Receiver,
     stalls: Stalls,
+    /// Each end's SYN window scale option, once its SYN was seen: [data
+    /// sender, data receiver].
+    wscale: [Option<Option<u8>>; 2],
     ecn: EcnTracker,
     iters: IterTracker,
     isn: Option<u32>,
@@ -962,6 +968,7 @@ impl Conn {
             snd: Sender::new(handshake_rtt_ns),
             rcv: Receiver::default(),
             stalls: Stalls::default(),
+            wscale: [None; 2],
             ecn: EcnTracker::default(),
             iters: IterTracker::default(),
             isn: None,
@@ -995,6 +1002,7 @@ impl Conn {
                 zero_windows: Vec::new(),
                 held_acks: Vec::new(),
                 idle_restarts: Vec::new(),
+                window_limited: WindowLimited::default(),
                 forgotten_retransmissions: 0,
                 capture_gaps: Vec::new(),
                 iteration_mismatches: Vec::new(),
@@ -1017,6 +1025,14 @@ impl Conn {
         if t.syn && !self.is_data(&t) {
             if let Some(m) = t.mss {
                 self.out.announced_mss = Some(u32::from(m));
+            }
+        }
+        // Window scaling holds when both SYNs offered it (RFC 7323 §2.2);
+        // the receiver's windows are scaled by the shift it sent.
+        if t.syn {
+            self.wscale[usize::from(!self.is_data(&t))] = Some(t.wscale);
+            if let [Some(s), Some(r)] = self.wscale {
+                self.stalls.shift = Some(if s.is_some() { r.unwrap_or(0) } else { 0 });
             }
         }
         let mut seg = Seg {
@@ -1060,6 +1076,7 @@ impl Conn {
                     self.stalls.on_ack(
                         &mut self.out.zero_windows,
                         &mut self.out.held_acks,
+                        &mut self.out.window_limited,
                         (at, ts),
                         seg.rel,
                         t.window,
@@ -1214,6 +1231,7 @@ impl Conn {
         self.out.flight.push(u64::from(snd.flight()));
         self.stalls.on_data(
             &mut self.out.idle_restarts,
+            &mut self.out.window_limited,
             (at, ts),
             end,
             first,

@@ -132,3 +132,33 @@ fn a_window_restarted_after_idle_is_slow_start_after_idle() {
         }
     }
 }
+
+#[test]
+fn a_sender_waiting_on_a_full_receive_window_is_receive_window_limited() {
+    // A 4,000-byte window (no scaling offered) and 1,000-byte segments:
+    // after each 4 the sender waits 5 ms for the ACK that opens it. The
+    // twin's window is ten times larger: never full.
+    for window in [4000u16, 40000] {
+        let mut g = TcpGen::new();
+        g.window = window;
+        g.handshake(ISN, SISN);
+        for round in 0..5 {
+            for k in 0..4 {
+                send(&mut g, round * 4 + k);
+            }
+            g.wait(5 * MS);
+            ack(&mut g, round * 4 + 4);
+        }
+        let c = causes(&g);
+        let w = c.iter().find(|c| c.kind == "receive-window-limited");
+        assert_eq!(w.is_some(), window == 4000, "{:?}", kinds(&c));
+        if let Some(w) = w {
+            assert!(w.text.contains("4 time(s)"), "{}", w.text);
+            assert!(
+                w.text.contains("largest window was 4000 bytes"),
+                "{}",
+                w.text
+            );
+        }
+    }
+}

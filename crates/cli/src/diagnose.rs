@@ -67,7 +67,7 @@ fn print(trace: &Path, n: usize, p: f64, slow: &[Slow]) {
             }
         );
         for c in &s.causes {
-            println!("    {:<20} {}", c.kind, c.text);
+            println!("    {:<22} {}", c.kind, c.text);
         }
     }
 }

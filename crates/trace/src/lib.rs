@@ -74,6 +74,8 @@ pub struct Tcp {
     pub sack_count: u8,
     /// The MSS option (RFC 9293 §3.7.1), on a SYN or SYN-ACK.
     pub mss: Option<u16>,
+    /// The window scale option's shift (RFC 7323 §2), on a SYN or SYN-ACK.
+    pub wscale: Option<u8>,
 }
 
 impl Tcp {
@@ -395,6 +397,7 @@ fn tcp_of(
     let mut sack = [(0, 0); 4];
     let mut sack_count = 0;
     let mut mss = None;
+    let mut wscale = None;
     // An option etherparse does not know (MPTCP, TFO ...) ends the walk;
     // SACK and MSS come first in Linux's option order anyway.
     for opt in t.options_iterator().map_while(Result::ok) {
@@ -408,6 +411,7 @@ fn tcp_of(
                 }
             }
             etherparse::TcpOptionElement::MaximumSegmentSize(m) => mss = Some(m),
+            etherparse::TcpOptionElement::WindowScale(w) => wscale = Some(w),
             _ => {}
         }
     }
@@ -431,6 +435,7 @@ fn tcp_of(
         sack,
         sack_count,
         mss,
+        wscale,
     }
 }
 

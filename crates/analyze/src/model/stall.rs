@@ -47,6 +47,19 @@ pub struct IdleRestart {
     pub more_after: bool,
 }
 
+/// The sender held back by the receiver's window (DETER §5.1's slow
+/// reader, §5.3's small receive buffer): data packets after which no
+/// full segment fitted in the window the receiver last advertised, and
+/// how long the sender then waited before it sent again.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct WindowLimited {
+    pub times: u64,
+    pub waited_ns: u64,
+    pub first: Option<Evidence>,
+    /// The largest window the receiver advertised (bytes).
+    pub largest_window: u32,
+}
+
 /// An ACK held this long beyond the round trip was released by the
 /// receiver's delayed-ACK timer: Linux's is at least 40 ms (TCP_DELACK_MIN,
 /// HZ/25), and half of it leaves room for a round trip that grew.
@@ -66,6 +79,14 @@ pub(crate) struct Stalls {
     measured: Option<usize>,
     /// The most bytes in flight so far.
     max_flight: u32,
+    /// The receiver's window shift (RFC 7323 §2.3: only when both SYNs
+    /// carried the option; 0 when one did not), None while unknown (the
+    /// handshake not seen): no window is judged then.
+    pub(crate) shift: Option<u8>,
+    /// The window the receiver advertised last (bytes).
+    rwnd: Option<u32>,
+    /// The sender filled that window at this time.
+    full_since: Option<u64>,
 }
 
 impl Stalls {
@@ -75,6 +96,7 @@ impl Stalls {
     pub(crate) fn on_data(
         &mut self,
         out: &mut Vec<IdleRestart>,
+        limited: &mut WindowLimited,
         (at, ts): (Evidence, u64),
         end: u32,
         first: bool,
@@ -109,6 +131,17 @@ impl Stalls {
         if self.restart.is_none() {
             self.max_flight = self.max_flight.max(flight_after);
         }
+        // The wait the last full window caused ends with this packet.
+        if let Some(t0) = self.full_since.take() {
+            limited.waited_ns += ts.saturating_sub(t0);
+        }
+        if let Some(w) = self.rwnd {
+            if flight_after.saturating_add(smss) > w {
+                limited.times += 1;
+                limited.first.get_or_insert(at);
+                self.full_since = Some(ts);
+            }
+        }
         self.newest = Some((at, ts, end));
         self.last_data_ts = Some(ts);
     }
@@ -120,11 +153,17 @@ impl Stalls {
         &mut self,
         zero: &mut Vec<ZeroWindow>,
         held: &mut Vec<HeldAck>,
+        limited: &mut WindowLimited,
         (at, ts): (Evidence, u64),
         ack: u32,
         window: u16,
         round_trip_ns: u64,
     ) {
+        if let Some(shift) = self.shift {
+            let w = u32::from(window) << shift.min(14);
+            self.rwnd = Some(w);
+            limited.largest_window = limited.largest_window.max(w);
+        }
         match (window, self.zero_since) {
             (0, None) => self.zero_since = Some((at, ts)),
             (w, Some((from, t0))) if w > 0 => {
@@ -166,5 +205,11 @@ impl Stalls {
                 ns: last_ts.saturating_sub(t0),
             });
         }
+    }
+}
+
+impl WindowLimited {
+    pub fn is_none(&self) -> bool {
+        self.times == 0
     }
 }
