@@ -151,6 +151,43 @@ struct Shown {
 
 fn read(files: &[PathBuf], json: bool) -> Result<u8> {
     for f in files {
+        // A host folder's TCP settings (a glob over it takes them too).
+        if f.file_name()
+            .is_some_and(|n| n == wirelab_lab::record::SETTINGS)
+        {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                eprintln!("wirelab: {}: not JSON", f.display());
+                return Ok(code::ERROR);
+            };
+            let changed = &v["tcp_settings_changed"];
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"file": f.display().to_string(), "tcp_settings_changed": changed})
+                );
+            } else {
+                let list: Vec<String> = changed
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                println!(
+                    "{}: TCP settings that differ from the kernel's: {}",
+                    f.display(),
+                    if list.is_empty() {
+                        "none".to_string()
+                    } else {
+                        list.join(", ")
+                    }
+                );
+            }
+            continue;
+        }
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
         let r = match record::decode(&bytes) {
             Ok(r) => r,

@@ -541,6 +541,18 @@ fn bad_input_exits_2_names_the_field_and_line_and_starts_nothing() {
     }
 }
 
+/// A 60 s stream through a router, written in `dir`, and where its
+/// results go: long enough to be stopped on purpose.
+fn long_run(dir: &Path) -> (PathBuf, PathBuf) {
+    let spec = dir.join("long.yaml");
+    std::fs::write(
+        &spec,
+        spec_text("router", "60s", "  - {metric: lost, at_most: 0}\n"),
+    )
+    .unwrap();
+    (spec, dir.join("results"))
+}
+
 #[test]
 fn ctrl_c_stops_a_load_test_with_130_keeping_what_it_measured() {
     if !root("wirelab load") {
@@ -548,13 +560,7 @@ fn ctrl_c_stops_a_load_test_with_130_keeping_what_it_measured() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("long.yaml");
-    std::fs::write(
-        &spec,
-        spec_text("router", "60s", "  - {metric: lost, at_most: 0}\n"),
-    )
-    .unwrap();
-    let out = dir.path().join("results");
+    let (spec, out) = long_run(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
         .args([
             "load",
@@ -626,13 +632,7 @@ fn a_reader_that_goes_away_ends_the_run_and_leaves_nothing() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("long.yaml");
-    std::fs::write(
-        &spec,
-        spec_text("router", "60s", "  - {metric: lost, at_most: 0}\n"),
-    )
-    .unwrap();
-    let out = dir.path().join("results");
+    let (spec, out) = long_run(dir.path());
     // As `wirelab load long.yaml | head -4`: the reader takes the first
     // interval's line and leaves while the stream runs. The next report
     // cannot be written; before, the run then waited for ever on a

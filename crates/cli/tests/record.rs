@@ -418,5 +418,17 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
             serde_json::from_slice(&std::fs::read(out.join(host).join("settings.json")).unwrap())
                 .unwrap();
         assert!(settings["tcp_settings_changed"].is_object(), "{settings}");
+        // `record --read` shows them, as a glob over the folder hands them.
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_wirelab"))
+            .args(["record", "--read"])
+            .arg(out.join(host).join("settings.json"))
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            shown.contains("TCP settings that differ from the kernel's"),
+            "{shown}"
+        );
     }
 }
