@@ -61,7 +61,7 @@ pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
         .map(|(c, fct)| Slow {
             conn: c.id,
             completion_ns: fct,
-            causes: causes(c),
+            causes: causes(c, fct),
         })
         .collect()
 }
@@ -107,7 +107,8 @@ fn late(c: &ConnAnalysis, r: &Retransmission, rtt: u64) -> Option<((Evidence, u6
     (t.saturating_sub(signal.1) > LATE_RTTS * rtt).then_some((signal, t))
 }
 
-fn causes(c: &ConnAnalysis) -> Vec<Cause> {
+/// The causes of connection `c`, which completed in `fct` ns.
+fn causes(c: &ConnAnalysis, fct: u64) -> Vec<Cause> {
     let rtt = (c.base_rtt.sender_side_ns + c.base_rtt.receiver_side_ns).max(1);
     let mut out = Vec::new();
     for r in &c.retransmissions {
@@ -194,10 +195,6 @@ fn causes(c: &ConnAnalysis) -> Vec<Cause> {
     // Held back by the window for a twentieth of its time or more: a
     // flow's start, before autotuning grows the window, stays below it.
     let w = &c.window_limited;
-    let fct = c
-        .last_ack_ts_ns
-        .zip(c.first_data_ts_ns)
-        .map_or(0, |(l, f)| l.saturating_sub(f));
     if let Some(first) = w
         .first
         .filter(|_| w.waited_ns.saturating_mul(20) >= fct && fct > 0)

@@ -77,8 +77,9 @@ pub struct Vxlan {
 
 /// VXLAN's IANA port (RFC 7348 §5).
 pub const VXLAN_PORT: u16 = 4789;
-/// VXLAN header, inner Ethernet, IPv4 and UDP headers.
-pub const VXLAN_OVERHEAD: usize = 8 + 14 + 20 + 8;
+/// VXLAN header, inner Ethernet, IPv4 and UDP headers (the spec's
+/// validation counts the same bytes).
+pub const VXLAN_OVERHEAD: usize = wirelab_spec::load::VXLAN_OVERHEAD as usize;
 
 impl Stack {
     /// (network header, L4 header) offsets.
