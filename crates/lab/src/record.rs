@@ -309,11 +309,6 @@ pub struct Recording {
 
 impl Recording {
     pub fn new(opts: &wirelab_spec::record::Record) -> Recording {
-        // The kernel's defaults, read now, before the lab and its traffic
-        // exist: the namespace read for them is torn down by the kernel
-        // a little later, work that would otherwise run beside the
-        // workload. An error here is met again, and said, at the start.
-        let _ = wirelab_netns::tcp_default_settings();
         Recording {
             opts: opts.clone(),
             rec: None,
@@ -343,6 +338,10 @@ impl crate::capability::Capability for Recording {
         let Some(results) = cx.results else {
             return Ok(());
         };
+        // The kernel's defaults, from the switch's namespace: wirelab sets
+        // no TCP sysctl there.
+        wirelab_netns::tcp_defaults_from(&cx.plan.switch_ns)
+            .during("reading the kernel's TCP defaults in the switch's namespace")?;
         let hosts: Vec<String> = cx.plan.hosts.iter().map(|h| h.ns.clone()).collect();
         let opts = RecordOptions {
             out: results.join("record"),

@@ -247,14 +247,27 @@ fn read_sysctls(names: &[&str]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The kernel's defaults of `TCP_SETTINGS`, read once per process in a
-/// namespace made for the purpose and gone with the thread that made it.
-/// The kernel tears a namespace down later, in a worker of its own: call
-/// this before timing matters (a run does when it plans its recording),
-/// or the teardown runs beside the traffic being measured.
+/// The kernel's defaults of `TCP_SETTINGS`, once known.
+static TCP_DEFAULTS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+
+/// Takes the kernel's defaults from namespace `ns`, one whose TCP sysctls
+/// nobody set (a lab's switch namespace), unless they are known already.
+/// A run does this: making a namespace to read them would leave the
+/// kernel to tear it down later, in a worker of its own, beside the
+/// traffic being measured.
+pub fn tcp_defaults_from(ns: &str) -> Result<(), Error> {
+    if TCP_DEFAULTS.get().is_none() {
+        let d = in_netns(ns, || read_sysctls(TCP_SETTINGS))?;
+        let _ = TCP_DEFAULTS.set(d);
+    }
+    Ok(())
+}
+
+/// The kernel's defaults of `TCP_SETTINGS`: those `tcp_defaults_from`
+/// took, or read once per process in a namespace made for the purpose
+/// and gone with the thread that made it.
 pub fn tcp_default_settings() -> Result<&'static BTreeMap<String, String>, Error> {
-    static DEFAULTS: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
-    if let Some(d) = DEFAULTS.get() {
+    if let Some(d) = TCP_DEFAULTS.get() {
         return Ok(d);
     }
     let fresh = std::thread::scope(|s| {
@@ -267,7 +280,7 @@ pub fn tcp_default_settings() -> Result<&'static BTreeMap<String, String>, Error
         .expect("reading sysctls does not panic")
     })
     .map_err(|e| io("making a namespace to read the defaults in".to_string())(e.into()))?;
-    Ok(DEFAULTS.get_or_init(|| fresh))
+    Ok(TCP_DEFAULTS.get_or_init(|| fresh))
 }
 
 /// The TCP settings of namespace `ns` that differ from the kernel's
