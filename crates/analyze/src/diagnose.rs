@@ -291,10 +291,22 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
             acks_dropped.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
         );
     }
+    // RFC 5681 §2 (e): an ACK that changes the window is no duplicate, so
+    // a receiver whose window grows with out-of-order data keeps a sender
+    // without SACK below DupThresh (DETER §5.3, root cause 2).
+    if let Some((dups, updates)) = r.duplicate_acks.filter(|&(d, u)| d < 3 && d + u >= 3) {
+        return format!(
+            "{} ACKs of its bytes came back, but {updates} of them each advertised another window, which RFC 5681 §2 does not count as a duplicate: {dups} of DupThresh 3 counted (a receiver growing its window with out-of-order data, DETER §5.3)",
+            dups + updates
+        );
+    }
     let after = c.first_transmissions.saturating_sub(r.packet);
+    if after == 0 {
+        return "nothing was sent after it to bring duplicate ACKs: a tail loss".into();
+    }
     if after < 3 {
         return format!(
-            "too few packets after it for duplicate ACKs ({after} of DupThresh 3, RFC 5681 §3.2): a tail loss"
+            "too few packets after it for duplicate ACKs ({after} of DupThresh 3, RFC 5681 §3.2; DETER §5.3, root cause 1)"
         );
     }
     format!(

@@ -167,6 +167,10 @@ pub struct Retransmission {
     /// For a timeout: how long the timer ran (from the later of the last
     /// transmission and the last ACK).
     pub rto_ns: Option<u64>,
+    /// For a timeout: the ACKs of this segment's first byte since it was
+    /// last sent that counted as duplicates, and those that did not only
+    /// because their window had changed (DETER §5.3, root cause 2).
+    pub duplicate_acks: Option<(u32, u32)>,
     /// For a timeout: the previous timeout of the same outstanding data with
     /// no progress in between, and how long its timer ran (for backoff).
     pub backoff_of: Option<(Evidence, u64)>,
@@ -930,6 +934,10 @@ struct AckEv {
     /// Relative cumulative ACK.
     ack: u32,
     dup: bool,
+    /// Would be a duplicate but for its window: the same cumulative ACK as
+    /// the last, no data, yet another window (RFC 5681 §2 (e); Linux flags
+    /// it FLAG_WIN_UPDATE and does not count it as a duplicate).
+    window_update: bool,
 }
 
 /// One connection's model as its packets arrive: each side's view is its
@@ -1309,6 +1317,18 @@ struct Classify<'a> {
 impl Classify<'_> {
     /// The first ACK covering the retransmitted bytes that passed the
     /// vantage point before the retransmission, if any.
+    /// ACKs of this segment's first byte since its last transmission:
+    /// (duplicates, window updates).
+    fn duplicate_acks(&self) -> (u32, u32) {
+        let since = self.seg.last_tx_ts;
+        self.acks
+            .iter()
+            .filter(|a| a.ts >= since && a.ts <= self.ts && a.ack == self.start)
+            .fold((0, 0), |(d, w), a| {
+                (d + u32::from(a.dup), w + u32::from(a.window_update))
+            })
+    }
+
     fn covering_ack(&self) -> Option<AckEv> {
         if self.acks_ordered.0 && self.acks_ordered.1 {
             // In time and ACK order (the usual case): two binary searches
@@ -1346,6 +1366,7 @@ impl Classify<'_> {
                         ts,
                         ack: 0,
                         dup: false,
+                        window_update: false,
                     })
             })
     }
@@ -1426,6 +1447,7 @@ impl Classify<'_> {
                     ts: t,
                     ack: 0,
                     dup: false,
+                    window_update: false,
                 });
                 break;
             }
@@ -1449,6 +1471,7 @@ impl Classify<'_> {
                         ts: t,
                         ack: 0,
                         dup: false,
+                        window_update: false,
                     })
             })
             .chain(self.sacked_repairs(since, cut))

@@ -162,3 +162,74 @@ fn a_sender_waiting_on_a_full_receive_window_is_receive_window_limited() {
         }
     }
 }
+
+#[test]
+fn acks_that_grow_the_window_are_named_when_a_timeout_follows() {
+    // DETER §5.3, root cause 2: segment 2 of 10 is lost; the receiver
+    // answers each of the 7 later ones with an ACK of segment 2, each with
+    // a larger window (no SACK). None is a duplicate (RFC 5681 §2 (e)),
+    // so the sender waits for its timer. The twin's ACKs keep one window:
+    // duplicates, whatever made its sender wait.
+    for grow in [true, false] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..10 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 2);
+        for _ in 0..7 {
+            if grow {
+                g.window += 2 * SEG as u16;
+            }
+            ack(&mut g, 2);
+        }
+        g.wait(210 * MS);
+        send(&mut g, 2);
+        ack(&mut g, 10);
+        let c = causes(&g);
+        let t = c
+            .iter()
+            .find(|c| c.kind == "timeout")
+            .unwrap_or_else(|| panic!("{:?}", kinds(&c)));
+        assert_eq!(
+            t.text.contains("7 of them each advertised another window"),
+            grow,
+            "{}",
+            t.text
+        );
+        if grow {
+            assert!(t.text.contains("0 of DupThresh 3 counted"), "{}", t.text);
+        }
+    }
+}
+
+#[test]
+fn a_timeout_after_too_few_packets_names_them() {
+    // DETER §5.3, root cause 1: 7 segments, the 5th lost; 2 duplicate
+    // ACKs. The twin loses the 4th: 3 follow it, enough to signal it.
+    for lost in [4u32, 3] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..7 {
+            send(&mut g, k);
+        }
+        for _ in lost..7 {
+            ack(&mut g, lost);
+        }
+        g.wait(210 * MS);
+        send(&mut g, lost);
+        ack(&mut g, 7);
+        let c = causes(&g);
+        let t = c
+            .iter()
+            .find(|c| c.kind == "timeout")
+            .unwrap_or_else(|| panic!("{:?}", kinds(&c)));
+        assert_eq!(
+            t.text
+                .contains("too few packets after it for duplicate ACKs (2 of DupThresh 3"),
+            lost == 4,
+            "{}",
+            t.text
+        );
+    }
+}

@@ -2314,6 +2314,16 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             1,
             &["tail-loss-probe"][..],
         ),
+        (
+            "too-few-duplicate-acks-leave-a-loss-to-the-timeout",
+            1,
+            &["timeout"][..],
+        ),
+        (
+            "out-of-order-data-no-longer-grows-the-window-without-sack",
+            1,
+            &["fast-retransmit"][..],
+        ),
     ] {
         let spec = repo().join(format!("specs/deter/{name}.yaml"));
         let r = run_spec(&spec, out.path());
@@ -2325,6 +2335,13 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             causes,
             "{name}: {recorded_causes:#?}"
         );
+        if name.contains("too-few") {
+            // DETER §5.3 root cause 1, as diagnose words it.
+            assert!(
+                recorded_causes[0].contains("(2 of DupThresh 3"),
+                "{recorded_causes:#?}"
+            );
+        }
         if name.contains("twice") {
             assert!(
                 recorded_causes[1].contains("was dropped too"),

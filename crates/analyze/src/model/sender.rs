@@ -148,6 +148,13 @@ impl Sender {
             && !t.rst
             && self.last_ack == Some((t.ack, t.window))
             && seq_lt(self.snd_una, self.next_new);
+        let window_update = t.payload_len == 0
+            && !t.fin
+            && !t.rst
+            && self
+                .last_ack
+                .is_some_and(|(a, w)| a == t.ack && w != t.window)
+            && seq_lt(self.snd_una, self.next_new);
         self.last_ack = Some((t.ack, t.window));
         if seq_lt(self.snd_una, a) && seq_le(a, self.next_new) {
             // Cumulative progress: RTT sample from the newest segment it
@@ -187,6 +194,7 @@ impl Sender {
             ts,
             ack: a,
             dup,
+            window_update,
         };
         if let Some(last) = self.acks.last() {
             let (t, k) = disorder(last, &ev);
@@ -486,6 +494,7 @@ impl Sender {
             already_sacked: flags.1,
             dsack: None,
             rto_ns,
+            duplicate_acks: rto_ns.map(|_| ctx.duplicate_acks()),
             backoff_of,
         });
         self.remember_resend(rel, end, ts);
