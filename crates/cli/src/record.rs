@@ -145,6 +145,8 @@ struct Shown {
     retransmits: usize,
     timeouts: usize,
     closed: bool,
+    /// The socket's settings (DETER Table 1), such as `TCP_CONGESTION`.
+    settings: std::collections::BTreeMap<String, String>,
     /// The record file's size.
     bytes: u64,
 }
@@ -162,10 +164,11 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 return Ok(code::ERROR);
             };
             let changed = &v["tcp_settings_changed"];
+            let routes = &v["route_options"];
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({"file": f.display().to_string(), "tcp_settings_changed": changed})
+                    serde_json::json!({"file": f.display().to_string(), "tcp_settings_changed": changed, "route_options": routes})
                 );
             } else {
                 let list: Vec<String> = changed
@@ -176,13 +179,39 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                             .collect()
                     })
                     .unwrap_or_default();
+                let routes: Vec<String> = routes
+                    .as_array()
+                    .map(|rs| {
+                        rs.iter()
+                            .map(|r| {
+                                format!(
+                                    "{} {}",
+                                    r["dst"].as_str().unwrap_or("?"),
+                                    r["metrics"]
+                                        .as_object()
+                                        .map(|m| m
+                                            .iter()
+                                            .map(|(k, v)| format!("{k} {v}"))
+                                            .collect::<Vec<_>>()
+                                            .join(" "))
+                                        .unwrap_or_default()
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 println!(
-                    "{}: TCP settings that differ from the kernel's: {}",
+                    "{}: TCP settings that differ from the kernel's: {}; routes with options: {}",
                     f.display(),
                     if list.is_empty() {
                         "none".to_string()
                     } else {
                         list.join(", ")
+                    },
+                    if routes.is_empty() {
+                        "none".to_string()
+                    } else {
+                        routes.join(", ")
                     }
                 );
             }
@@ -225,13 +254,14 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             retransmits: count(&|e| matches!(e, record::Event::Retransmit { .. })),
             timeouts: count(&|e| *e == record::Event::CongState(4)),
             closed: count(&|e| *e == record::Event::State(7)) > 0,
+            settings: r.settings.iter().cloned().collect(),
             bytes: bytes.len() as u64,
         };
         if json {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             println!(
-                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions, {} timeouts{}; {} bytes",
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions, {} timeouts{}{}; {} bytes",
                 s.file,
                 s.host,
                 s.local.as_deref().unwrap_or("?"),
@@ -248,6 +278,10 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.retransmits,
                 s.timeouts,
                 if s.closed { ", closed" } else { "" },
+                s.settings
+                    .iter()
+                    .map(|(k, v)| format!(", {k}={v}"))
+                    .collect::<String>(),
                 s.bytes
             );
         }

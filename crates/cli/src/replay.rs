@@ -400,8 +400,8 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
         c.pair.client.host,
         c.pair.server.host,
         actions.len(),
-        host_stack(&c.client_file)?,
-        host_stack(&c.server_file)?,
+        host_stack(&c.client_file, &c.pair.client)?,
+        host_stack(&c.server_file, &c.pair.server)?,
     );
     if ecn {
         s.push_str("stack:\n  ecn: true\n");
@@ -430,45 +430,73 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
     Ok(s)
 }
 
-/// A host's `stack:` in the replay's spec: the TCP settings its recording
-/// found changed from the kernel's defaults (`settings.json` beside the
-/// record; DETER Table 1), as the spec's fields where it has one (the
-/// congestion control is set on each socket, so its sysctl would not
-/// hold), the rest as sysctls. Empty without changes or without the file
-/// (records from before it was written).
-fn host_stack(record: &Path) -> Result<String> {
-    let Some(path) = record
-        .parent()
-        .map(|d| d.join(wirelab_lab::record::SETTINGS))
-    else {
-        return Ok(String::new());
-    };
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(String::new());
-    };
-    let v: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-    let Some(changed) = v["tcp_settings_changed"].as_object() else {
-        anyhow::bail!("{}: no tcp_settings_changed", path.display());
-    };
+/// A host's `stack:` in the replay's spec, as DETER Table 1 asks: the
+/// TCP settings its recording found changed from the kernel's defaults
+/// (`settings.json` beside the record), as the spec's fields where it has
+/// one, the rest as sysctls; the options of the route that carried the
+/// connection (`rto_min`, `quickack`); and the socket's own congestion
+/// control, which wins over the namespace's (wirelab sets it on every
+/// socket, and the kernel's default is no default of a replay's). Empty
+/// without any (records from before these were written).
+fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
     let mut fields = Vec::new();
     let mut sysctls = Vec::new();
-    for (k, val) in changed {
-        let val = val.as_str().unwrap_or_default();
-        let on = val != "0";
-        match k.as_str() {
-            "net.ipv4.tcp_congestion_control" => {
-                if ["reno", "cubic", "bbr", "dctcp"].contains(&val) {
-                    fields.push(format!("congestion_control: {val}"));
+    let settings = record
+        .parent()
+        .map(|d| d.join(wirelab_lab::record::SETTINGS))
+        .and_then(|p| Some((std::fs::read_to_string(&p).ok()?, p)));
+    let socket_cc = r
+        .settings
+        .iter()
+        .find(|s| s.0 == record::TCP_CONGESTION)
+        .map(|s| s.1.as_str());
+    if let Some((text, path)) = settings {
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        let Some(changed) = v["tcp_settings_changed"].as_object() else {
+            anyhow::bail!("{}: no tcp_settings_changed", path.display());
+        };
+        for (k, val) in changed {
+            let val = val.as_str().unwrap_or_default();
+            let on = val != "0";
+            match k.as_str() {
+                "net.ipv4.tcp_congestion_control" => {
+                    if socket_cc.is_none() && ["reno", "cubic", "bbr", "dctcp"].contains(&val) {
+                        fields.push(format!("congestion_control: {val}"));
+                    }
+                }
+                "net.ipv4.tcp_ecn" => fields.push(format!("ecn: {}", val == "1")),
+                "net.ipv4.tcp_sack" => fields.push(format!("sack: {on}")),
+                "net.ipv4.tcp_timestamps" => fields.push(format!("timestamps: {on}")),
+                // wirelab's own labs set it; every replay does too.
+                "net.ipv4.tcp_no_metrics_save" => {}
+                _ => sysctls.push(format!("{}: {}", yaml_str(k), yaml_str(val))),
+            }
+        }
+        if let (Some(routes), Some(remote)) = (v["route_options"].as_array(), r.remote) {
+            if let Some(m) = route_to(routes, remote.ip()) {
+                for (k, val) in m {
+                    match (k.as_str(), val.as_u64()) {
+                        ("rto_min", Some(ms)) => fields.push(format!("rto_min: {ms}ms")),
+                        ("quickack", Some(q)) => fields.push(format!("quickack: {}", q != 0)),
+                        _ => eprintln!(
+                            "wirelab: {}: the route to {} has option {k} {val}, which a replay does not set",
+                            path.display(),
+                            remote.ip()
+                        ),
+                    }
                 }
             }
-            "net.ipv4.tcp_ecn" => fields.push(format!("ecn: {}", val == "1")),
-            "net.ipv4.tcp_sack" => fields.push(format!("sack: {on}")),
-            "net.ipv4.tcp_timestamps" => fields.push(format!("timestamps: {on}")),
-            // wirelab's own labs set it; every replay does too.
-            "net.ipv4.tcp_no_metrics_save" => {}
-            _ => sysctls.push(format!("{}: {}", yaml_str(k), yaml_str(val))),
         }
+    }
+    if let Some(cc) = socket_cc {
+        if !["reno", "cubic", "bbr", "dctcp"].contains(&cc) {
+            anyhow::bail!(
+                "{}: the socket ran congestion control {cc}; a replay runs reno, cubic, bbr or dctcp",
+                record.display()
+            );
+        }
+        fields.push(format!("congestion_control: {cc}"));
     }
     if !sysctls.is_empty() {
         fields.push(format!("sysctls: {{{}}}", sysctls.join(", ")));
@@ -478,6 +506,36 @@ fn host_stack(record: &Path) -> Result<String> {
     } else {
         format!("      stack: {{{}}}\n", fields.join(", "))
     })
+}
+
+/// The options (metrics) of the most specific route in `routes`
+/// (`wirelab_netns::route_options`) that covers `to`, as the kernel's
+/// longest-prefix match picks it.
+fn route_to(
+    routes: &[serde_json::Value],
+    to: std::net::IpAddr,
+) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    let std::net::IpAddr::V4(to) = to else {
+        return None;
+    };
+    routes
+        .iter()
+        .filter_map(|r| {
+            let dst = r["dst"].as_str()?;
+            let (net, len) = if dst == "default" {
+                (std::net::Ipv4Addr::UNSPECIFIED, 0)
+            } else {
+                match dst.split_once('/') {
+                    Some((a, l)) => (a.parse().ok()?, l.parse::<u32>().ok()?.min(32)),
+                    None => (dst.parse().ok()?, 32),
+                }
+            };
+            let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            (u32::from(net) & mask == u32::from(to) & mask)
+                .then_some((len, r["metrics"].as_object()?))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, m)| m)
 }
 
 /// A path as a YAML double-quoted scalar.

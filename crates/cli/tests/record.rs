@@ -47,6 +47,16 @@ fn net(tag: &str, dir: &Path) -> Net {
             dir.join("lossy.nft").to_str().unwrap(),
         ],
     );
+    // Route options a replay must carry (DETER Table 1's per-route
+    // settings): the more specific route to B's subnet is the one taken.
+    for args in [
+        "route change default via 10.78.1.1 rto_min 300ms",
+        "route add 10.78.2.0/24 via 10.78.1.1 rto_min 150ms quickack 1",
+    ] {
+        let mut v = vec!["-n", &n.a];
+        v.extend(args.split(' '));
+        tool("ip", &v);
+    }
     n
 }
 
@@ -338,6 +348,68 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     );
     eprintln!(
         "replayed: {actions} drops re-applied, {replayed_rtx} retransmissions (recorded {rtx})"
+    );
+    // Each replay ran with A's socket settings and route options (DETER
+    // Table 1): iperf3's data socket's cubic (-C), its control socket's
+    // default (the namespace's, which is not wirelab's), the route's
+    // rto_min and quickack; B's end with what B's sockets ran.
+    let default_cc = String::from_utf8_lossy(
+        &tool(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &n.a,
+                "sysctl",
+                "-n",
+                "net.ipv4.tcp_congestion_control",
+            ],
+        )
+        .stdout,
+    )
+    .trim()
+    .to_string();
+    let sockets: std::collections::BTreeSet<&str> = a
+        .iter()
+        .map(|r| r["settings"]["TCP_CONGESTION"].as_str().unwrap_or("none"))
+        .collect();
+    assert_eq!(
+        sockets,
+        ["cubic", default_cc.as_str()].into_iter().collect(),
+        "{a:#?}"
+    );
+    let mut client_cc = std::collections::BTreeSet::new();
+    for f in std::fs::read_dir(dir.path().join("replays")).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let client = text
+            .lines()
+            .skip_while(|l| !l.contains("name: client"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            client.contains("rto_min: 150ms") && client.contains("quickack: true"),
+            "{}: {text}",
+            p.display()
+        );
+        client_cc.insert(
+            client
+                .split("congestion_control: ")
+                .nth(1)
+                .and_then(|x| x.split([',', '}']).next())
+                .unwrap_or("none")
+                .to_string(),
+        );
+    }
+    assert_eq!(
+        client_cc,
+        ["cubic".to_string(), default_cc.clone()]
+            .into_iter()
+            .collect(),
+        "the replays' clients"
     );
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let ns = String::from_utf8_lossy(&ns.stdout);

@@ -98,6 +98,10 @@ enum wl_rec_kernel {
 	WL_REC_K_CONG_STATE = 2,
 	/* sock:inet_sock_set_state: b = the old state, c = the new one. */
 	WL_REC_K_STATE = 3,
+	/* The socket's congestion control (icsk_ca_ops->name, 16 bytes): b =
+	 * its first 8 bytes, c = the next 8. On entering ESTABLISHED and on
+	 * leaving it, so a TCP_CONGESTION set after accept(2) is seen. */
+	WL_REC_K_CONG_CONTROL = 4,
 };
 
 struct wl_rec_event {
@@ -394,6 +398,14 @@ struct inet_sock {
 	__be16 inet_sport;
 } __attribute__((preserve_access_index));
 
+struct tcp_congestion_ops {
+	char name[16];
+} __attribute__((preserve_access_index));
+
+struct inet_connection_sock {
+	const struct tcp_congestion_ops *icsk_ca_ops;
+} __attribute__((preserve_access_index));
+
 /* A connected IPv4 TCP socket of the recorded namespace: its key. */
 static __always_inline int sk_key(const struct sock *sk, struct wl_rec_key *k)
 {
@@ -467,6 +479,24 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(wl_rec_state, const struct sock *sk, const int oldstate, const int newstate)
 {
 	sk_emit(sk, WL_REC_KERNEL, WL_REC_K_STATE, oldstate, newstate);
+	if (oldstate == 1 /* TCP_ESTABLISHED */ || newstate == 1) {
+		/* DETER Table 1's per-socket settings: the congestion control
+		 * a replay must run. inet_connection_sock extends sock, so it
+		 * is read by address, as inet_sport is. */
+		const struct tcp_congestion_ops *ops = 0;
+		char name[16] = {};
+		__u64 lo, hi;
+
+		bpf_probe_read_kernel(&ops, sizeof(ops),
+				      __builtin_preserve_access_index(
+					      &((struct inet_connection_sock *)sk)->icsk_ca_ops));
+		if (ops &&
+		    !bpf_probe_read_kernel(name, sizeof(name), __builtin_preserve_access_index(&ops->name))) {
+			__builtin_memcpy(&lo, name, 8);
+			__builtin_memcpy(&hi, name + 8, 8);
+			sk_emit(sk, WL_REC_KERNEL, WL_REC_K_CONG_CONTROL, lo, hi);
+		}
+	}
 	return 0;
 }
 

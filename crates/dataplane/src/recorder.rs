@@ -80,6 +80,9 @@ pub enum RecEvent {
     CongState(u8),
     /// sock:inet_sock_set_state (TCP_CLOSE is 7).
     State { old: u8, new: u8 },
+    /// The socket's congestion control, its name NUL-padded: on entering
+    /// ESTABLISHED and on leaving it.
+    CongControl([u8; 16]),
 }
 
 /// A connection's state in the kernel: what the events have not said yet.
@@ -253,6 +256,12 @@ impl Recorder {
                         old: e.b as u8,
                         new: e.c as u8,
                     },
+                    4 => {
+                        let mut name = [0u8; 16];
+                        name[..8].copy_from_slice(&e.b.to_le_bytes());
+                        name[8..].copy_from_slice(&e.c.to_le_bytes());
+                        RecEvent::CongControl(name)
+                    }
                     _ => continue,
                 },
                 _ => continue,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::ipid::IdCoder;
-use crate::record::{Call, ConnRecord, Event};
+use crate::record::{Call, ConnRecord, Event, TCP_CONGESTION};
 use crate::sample::{recorded, Sample};
 
 /// One report about a connection.
@@ -25,6 +25,10 @@ pub enum Ev {
     Call { t: u64, call: Call },
     /// A kernel event at `t`. Not numbered.
     Kernel { t: u64, event: Event },
+    /// The socket's congestion control, its name NUL-padded
+    /// (`TCP_CONGESTION` in the record's settings; the last one seen is
+    /// kept). Not numbered.
+    CongControl([u8; 16]),
 }
 
 /// The number of an event that is not numbered (calls, kernel events: they
@@ -79,6 +83,15 @@ impl Building {
                     self.closed = Some(t);
                 }
                 self.kernel.push((t, event));
+            }
+            Ev::CongControl(name) => {
+                let value = String::from_utf8_lossy(&name)
+                    .trim_end_matches('\0')
+                    .to_string();
+                match self.rec.settings.iter_mut().find(|s| s.0 == TCP_CONGESTION) {
+                    Some(s) => s.1 = value,
+                    None => self.rec.settings.push((TCP_CONGESTION.into(), value)),
+                }
             }
         }
     }

@@ -22,6 +22,10 @@ pub const MAGIC: &[u8; 8] = b"WLDETER1";
 /// The extension of a record file.
 pub const EXTENSION: &str = "deter";
 
+/// The socket's congestion control in `ConnRecord::settings` (setsockopt's
+/// name for it).
+pub const TCP_CONGESTION: &str = "TCP_CONGESTION";
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnRecord {
     /// The recording host (its namespace's name).

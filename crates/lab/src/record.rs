@@ -16,7 +16,8 @@ use wirelab_deter::record::{self, Call, CallKind, Event};
 use crate::{During, Error};
 
 /// Each host folder's file of the TCP settings that differ from the
-/// kernel's defaults (`tcp_settings_changed`: sysctl name to value).
+/// kernel's defaults (`tcp_settings_changed`: sysctl name to value) and
+/// its routes' options (`route_options`, `wirelab_netns::route_options`).
 pub const SETTINGS: &str = "settings.json";
 
 /// How hosts are recorded.
@@ -89,9 +90,12 @@ impl HostRecorder {
             // kernel's defaults, which a replay sets again.
             let changed = wirelab_netns::tcp_settings_changed(ns)
                 .during(format!("reading the TCP settings of {ns}"))?;
+            let routes =
+                wirelab_netns::route_options(ns).during(format!("reading the routes of {ns}"))?;
             let json = serde_json::json!({
                 "namespace": ns,
                 "tcp_settings_changed": changed,
+                "route_options": routes,
             });
             write_atomic(
                 &dir,
@@ -181,6 +185,7 @@ impl HostRecorder {
                             t,
                             event: Event::State(new),
                         },
+                        RecEvent::CongControl(name) => Ev::CongControl(name),
                     };
                     asm.event(k.local.into(), k.remote.into(), seq, ev);
                 })

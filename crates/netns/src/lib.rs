@@ -294,6 +294,37 @@ pub fn tcp_settings_changed(ns: &str) -> Result<BTreeMap<String, String>, Error>
         .collect())
 }
 
+/// The routes of namespace `ns` that carry options (ip-route(8)'s
+/// `rto_min`, `quickack`, `initcwnd`, ...: route metrics TCP reads per
+/// connection, DETER Table 1's per-route settings), as `ip -j route`
+/// gives them: `{dst, dev, table, metrics: {name: value}}`, rto_min in ms.
+pub fn route_options(ns: &str) -> Result<Vec<serde_json::Value>, Error> {
+    let out = run("ip", &["-n", ns, "-j", "route", "show", "table", "all"])?;
+    let routes: Vec<serde_json::Value> = serde_json::from_str(&out)
+        .map_err(|e| Error::Other(format!("parsing `ip -j route show` in {ns}: {e}")))?;
+    Ok(routes
+        .into_iter()
+        .filter_map(|r| {
+            // One object per metric in ip's output; merged.
+            let metrics: serde_json::Map<String, serde_json::Value> = r
+                .get("metrics")?
+                .as_array()?
+                .iter()
+                .filter_map(|m| m.as_object())
+                .flat_map(|m| m.clone())
+                .collect();
+            (!metrics.is_empty()).then(|| {
+                serde_json::json!({
+                    "dst": r.get("dst"),
+                    "dev": r.get("dev"),
+                    "table": r.get("table"),
+                    "metrics": metrics,
+                })
+            })
+        })
+        .collect())
+}
+
 pub fn write_sysctl(name: &str, value: &str) -> Result<(), Error> {
     let path = format!("/proc/sys/{}", name.replace('.', "/"));
     fs::write(&path, value).map_err(io(format!("setting {name}={value}")))
