@@ -154,6 +154,29 @@ fn print_switch(s: &Summary) {
             }
         );
     }
+    if let Some(r) = &s.reorder {
+        println!(
+            "  reorder    {} held, {} sent right after the packets that overtook them{}{}",
+            r.held,
+            r.released,
+            if r.failed > 0 {
+                format!(
+                    "; {} not held (one of that direction was held already) or lost",
+                    r.failed
+                )
+            } else {
+                String::new()
+            },
+            if r.never_released > 0 {
+                format!(
+                    "; {} never sent: fewer packets than `after` followed (their receiver never got them)",
+                    r.never_released
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if let Some(r) = &s.record {
         println!(
             "  record     {} records ({} bytes) in {}/{}{}",

@@ -205,6 +205,8 @@ WL_CORE_STAGE(wl_stage_events)
 	else if ((a == WL_EV_MIGREQ_SET || a == WL_EV_MIGREQ_CLEAR) &&
 		 !edit_migreq(skb, &ctx->pkt, a == WL_EV_MIGREQ_SET))
 		a = WL_EV_NONE;
+	if (a == WL_EV_REORDER)
+		ctx->reorder_after = ev->after;
 	ctx->action = a;
 	return WL_CONTINUE;
 }

@@ -74,6 +74,93 @@ static __noinline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
 	return bpf_redirect(ctx->ifindex, 0);
 }
 
+/*
+ * Reordering (a `reorder` event; DETER §5.2, and a replay's late arrivals):
+ * the packet is held here, and the `after`-th next packet of its
+ * connection and direction carries it out. That packet is cloned out of
+ * the port first, then its own skb is rewritten into the held frame and
+ * sent right behind it. So the order is exact and no timer is involved:
+ * this kernel has neither netem nor fq, BPF cannot keep an skb, and a
+ * user-space delay line woke up to 2 ms late beside a transfer on two
+ * cores. One frame per direction is held at a time.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct wl_held);
+} held SEC(".maps");
+
+/* Where a frame is built before it goes into `held` (too big for the
+ * stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_held);
+} held_scratch SEC(".maps");
+
+/* Holds the packet; 0 on success. Out of line: the verifier checks the
+ * copy's bounds once. */
+static __noinline int hold(struct __sk_buff *skb, struct wl_ctx *ctx)
+{
+	__u32 key, zero = 0, len = skb->len;
+	struct wl_held *h;
+
+	if (!ctx || !ctx->conn || len == 0 || len > WL_HOLD_ROOM)
+		return -1;
+	key = ctx->conn * 2 + (ctx->side & 1);
+	if (bpf_map_lookup_elem(&held, &key))
+		return -1;
+	h = bpf_map_lookup_elem(&held_scratch, &zero);
+	if (!h)
+		return -1;
+	if (bpf_skb_load_bytes(skb, 0, h->frame, len))
+		return -1;
+	h->after = ctx->reorder_after;
+	h->len = len;
+	h->event_id = ctx->event_id;
+	h->pad = 0;
+	return bpf_map_update_elem(&held, &key, h, BPF_NOEXIST) ? -1 : 0;
+}
+
+/* A packet of a direction with a held frame: counts it down, and when it
+ * is the last to overtake, sends it (a clone) out of the port and turns
+ * the skb into the held frame. Returns 1 when the skb is now that frame,
+ * 0 when it is still itself, -1 when it was sent and the held frame could
+ * not be rebuilt (lost: counted by the caller). One direction's packets
+ * enter by one port, steered to one CPU (netns steer_rx): plain updates. */
+static __noinline int release(struct __sk_buff *skb, struct wl_ctx *ctx)
+{
+	__u32 key, len;
+	struct wl_held *h;
+
+	if (!ctx || !ctx->conn)
+		return 0;
+	key = ctx->conn * 2 + (ctx->side & 1);
+	h = bpf_map_lookup_elem(&held, &key);
+	if (!h)
+		return 0;
+	if (h->after > 1) {
+		h->after--;
+		return 0;
+	}
+	len = h->len;
+	if (len == 0 || len > WL_HOLD_ROOM) {
+		bpf_map_delete_elem(&held, &key);
+		return 0;
+	}
+	if (bpf_clone_redirect(skb, ctx->out_ifindex, 0))
+		return 0; /* this one stays; the next packet tries again */
+	if (bpf_skb_change_tail(skb, len, 0) ||
+	    bpf_skb_store_bytes(skb, 0, h->frame, len, BPF_F_RECOMPUTE_CSUM)) {
+		bpf_map_delete_elem(&held, &key);
+		return -1;
+	}
+	bpf_map_delete_elem(&held, &key);
+	return 1;
+}
+
 WL_CORE_STAGE(wl_stage_forward)
 {
 	struct wl_counters *c = port_counters(ctx->in_port), *oc;
@@ -104,6 +191,23 @@ WL_CORE_STAGE(wl_stage_forward)
 	if (oc) {
 		oc->tx_pkts++;
 		oc->tx_bytes += skb->len;
+	}
+	if (ctx->action == WL_EV_REORDER) {
+		if (!hold(skb, ctx)) {
+			c->held++;
+			return TC_ACT_SHOT;
+		}
+		c->hold_failed++;
+	} else {
+		v = release(skb, ctx);
+		if (v) {
+			if (v < 0) {
+				c->hold_failed++;
+				return TC_ACT_SHOT;
+			}
+			c->released++;
+			return bpf_redirect(ctx->out_ifindex, 0);
+		}
 	}
 	if (ctx->qcn_fb) {
 		v = send_cnm(skb, ctx);

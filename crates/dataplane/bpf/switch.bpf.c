@@ -57,6 +57,8 @@ const volatile enum wl_es_set_field wl_abi_es_set_field;
 /* Makes the ring record's header part of the BTF so the skeleton exports
  * its type. */
 struct wl_mirror_hdr mirror_hdr_abi = {};
+/* A held frame, by pointer (a 9 KB value would sit in .bss). */
+struct wl_held *held_abi = 0;
 
 /* Forwarding alone, on the MAC table: the benchmarks' baseline. */
 static __always_inline int forward_only(struct __sk_buff *skb)

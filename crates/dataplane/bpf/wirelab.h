@@ -97,6 +97,10 @@ enum wl_action {
 	 * patched so the packet stays valid. */
 	WL_EV_MIGREQ_SET = 5,
 	WL_EV_MIGREQ_CLEAR = 6,
+	/* `reorder` events (DETER §5.2): the forward stage holds the frame
+	 * and sends it right after the event's `after`-th next packet of its
+	 * connection and direction (stage_forward.h). */
+	WL_EV_REORDER = 7,
 };
 
 /* A switch port, keyed by the ifindex of its device in the switch namespace. */
@@ -166,6 +170,8 @@ struct wl_event {
 	enum wl_action action;
 	__u32 id;     /* 1-based index of the event in the spec */
 	__u64 hits;
+	__u32 after; /* WL_EV_REORDER: packets that overtake this one */
+	__u32 pad;
 };
 
 /* The vAQM stage's disciplines (NetBump §4). */
@@ -274,6 +280,26 @@ struct wl_counters {
 	__u64 cnm_failed;
 	/* Dropped by a flow-table entry (the eSwitch stage). */
 	__u64 es_drops;
+	/* `reorder` events: packets held, sent on after the packets that
+	 * overtake them, and those that could not be held (another of the
+	 * same direction was held already: sent on in order). */
+	__u64 held;
+	__u64 released;
+	__u64 hold_failed;
+};
+
+/* Room for one held frame: the largest lab MTU (9000) with its Ethernet
+ * and VLAN headers. */
+#define WL_HOLD_ROOM 9216
+
+/* A frame a `reorder` event holds (`held`, by connection * 2 + side):
+ * `after` more packets of its connection and direction go first. */
+struct wl_held {
+	__u32 after;
+	__u32 len;
+	__u32 event_id;
+	__u32 pad;
+	__u8 frame[WL_HOLD_ROOM];
 };
 
 /* Header of one mirrored packet in the capture ring; cap_len bytes follow. */

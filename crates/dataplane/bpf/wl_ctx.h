@@ -61,9 +61,11 @@ struct wl_ctx {
 	__u32 index;       /* data packet index, 0 = not a data packet / unknown */
 	__u32 iter;
 	__u32 first_tx;
-	/* Events: the action applied and the event that asked for it. */
+	/* Events: the action applied and the event that asked for it, and
+	 * for a reorder how many later packets overtake this one. */
 	enum wl_action action;
 	__u32 event_id;
+	__u32 reorder_after;
 	/* vAQM (NetBump): queue, its estimate after this packet, the verdict,
 	 * and for a QCN congestion point the CNM to send back: |Fb|
 	 * quantised (0 = none) and the sample's Q - Q_eq and Q - Q_old in

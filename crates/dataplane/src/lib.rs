@@ -209,7 +209,7 @@ pub enum Error {
 
 /// The switch's number for each action (`enum wl_action`, from BTF): the
 /// only place where the names (`wirelab_trace::Action`) meet the numbers.
-const ACTIONS: [(Action, types::wl_action); 7] = [
+const ACTIONS: [(Action, types::wl_action); 8] = [
     (Action::None, types::wl_action::WL_EV_NONE),
     (Action::Drop, types::wl_action::WL_EV_DROP),
     (Action::Ecn, types::wl_action::WL_EV_ECN),
@@ -217,6 +217,7 @@ const ACTIONS: [(Action, types::wl_action); 7] = [
     (Action::EcnNotEct, types::wl_action::WL_EV_ECN_NOT_ECT),
     (Action::MigReq(true), types::wl_action::WL_EV_MIGREQ_SET),
     (Action::MigReq(false), types::wl_action::WL_EV_MIGREQ_CLEAR),
+    (Action::Reorder, types::wl_action::WL_EV_REORDER),
 ];
 
 /// The vAQM verdicts (`enum wl_aqm_verdict`, from BTF).
@@ -435,7 +436,7 @@ object::maps! {
         ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
         events, ev_filter, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
         fake_clock, es_masks, es_entries, es_order, es_mask_stats, es_stats, es_hyper,
-        es_learned, dut_link, dut_back,
+        es_learned, dut_link, dut_back, held,
     }
 }
 
@@ -779,11 +780,34 @@ impl Switch {
         action: Action,
         id: u32,
     ) -> Result<(), Error> {
+        self.add_event_held(conn, index, iter, action, id, 0)
+    }
+
+    /// [`add_event`](Switch::add_event) with how many later packets a
+    /// `reorder` event lets overtake its packet (`after`; 0 for the other
+    /// actions).
+    pub fn add_event_held(
+        &self,
+        conn: u32,
+        index: u32,
+        iter: u32,
+        action: Action,
+        id: u32,
+        after: u32,
+    ) -> Result<(), Error> {
+        if (action == Action::Reorder) != (after > 0) {
+            return Err(Error::Config(format!(
+                "event {id}: a reorder event, and only one, lets packets overtake its own ({after} for {})",
+                action.name()
+            )));
+        }
         let k = types::wl_event_key { conn, index, iter };
         let v = types::wl_event {
             action: wl_action(action),
             id,
             hits: 0,
+            after,
+            pad: 0,
         };
         let what =
             format!("arming event {id} (connection {conn}, packet {index}, iteration {iter})");
@@ -1037,6 +1061,9 @@ impl Switch {
                 t.cnm_sent += c.cnm_sent;
                 t.cnm_failed += c.cnm_failed;
                 t.es_drops += c.es_drops;
+                t.held += c.held;
+                t.released += c.released;
+                t.hold_failed += c.hold_failed;
             }
         }
         Ok(t)
@@ -1089,6 +1116,12 @@ impl Switch {
     /// thread can drain while this switch stays where it is.
     pub fn ring_handle(&self) -> Result<libbpf_rs::MapHandle, Error> {
         libbpf_rs::MapHandle::try_from(&self.maps.ring).map_err(map_err("duplicating the ring fd"))
+    }
+
+    /// Frames `reorder` events hold now: at the end of a run, those whose
+    /// overtaking packets never all came (never delivered).
+    pub fn held_frames(&self) -> usize {
+        self.maps.held.keys().count()
     }
 
     /// Mean in-kernel run time (ns) of the pipeline (or the forward-only

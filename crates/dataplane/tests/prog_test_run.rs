@@ -877,3 +877,166 @@ fn the_event_filter_lets_through_every_iteration_an_event_can_match() {
         ],
     );
 }
+
+/// A `reorder` event holds its packet, and the `after`-th next packet of
+/// the same direction carries it out: that packet is cloned out of the
+/// port, and the skb the program returns is the held frame. Run in a
+/// network namespace of its own, whose veth takes the clones (the usual
+/// fixtures' port 2 does not exist, and a clone on the loopback would go
+/// up the machine's own stack).
+#[test]
+fn reorder_holds_a_packet_until_the_next_ones_passed() {
+    if !have_bpf() {
+        return;
+    }
+    std::thread::spawn(|| {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("a namespace");
+        let ip = |args: &[&str]| {
+            let o = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "ip {args:?}: {o:?}");
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        // No IPv6 on the veths: their own neighbour discovery would add to
+        // the packets counted below.
+        for k in ["all", "default"] {
+            std::fs::write(format!("/proc/sys/net/ipv6/conf/{k}/disable_ipv6"), "1").unwrap();
+        }
+        ip(&[
+            "link", "add", "wlr0", "type", "veth", "peer", "name", "wlr1",
+        ]);
+        ip(&["link", "set", "wlr0", "up"]);
+        ip(&["link", "set", "wlr1", "up"]);
+        let j: serde_json::Value =
+            serde_json::from_str(&ip(&["-j", "link", "show", "wlr0"])).unwrap();
+        let out = j[0]["ifindex"].as_u64().unwrap() as u32;
+        let sw = Switch::load(Config::default()).expect("switch loads");
+        sw.add_port(LO_IFINDEX, 1).unwrap();
+        sw.add_fwd(MAC_B, out, 2).unwrap();
+        sw.add_fwd(MAC_A, LO_IFINDEX, 1).unwrap();
+        let (fwd, rev) = (
+            FlowKey {
+                saddr: A,
+                daddr: B,
+                sport: 40001,
+                dport: 5201,
+            },
+            FlowKey {
+                saddr: B,
+                daddr: A,
+                sport: 5201,
+                dport: 40001,
+            },
+        );
+        sw.add_flow(fwd, 1, true, false).unwrap();
+        sw.add_flow(rev, 1, false, true).unwrap();
+        // Data packet 2, overtaken by the next 2.
+        sw.add_event_held(1, 2, 1, Action::Reorder, 1, 2).unwrap();
+        // A reorder names how many overtake it; nothing else does.
+        assert!(sw.add_event_held(1, 3, 1, Action::Drop, 2, 2).is_err());
+        assert!(sw.add_event_held(1, 3, 1, Action::Reorder, 2, 0).is_err());
+        handshake(&sw);
+        let d = |k: u32| data(1 + k * MSS, MSS);
+        let held: fn(&Switch) -> u64 = |s| s.held_frames() as u64;
+        let change = |what, read, by| Change { what, read, by };
+        let sent = |by| {
+            change(
+                "port 2 transmitted",
+                |s: &Switch| s.counters(2).unwrap().tx_pkts,
+                by,
+            )
+        };
+        let row = |what: &str, k, verdict, output, record, maps| Fixture {
+            what: what.into(),
+            at: None,
+            input: d(k),
+            verdict,
+            output,
+            record: Some(record),
+            maps,
+        };
+        check_table(
+            &sw,
+            &[
+                row(
+                    "packet 1: ahead of the event, through",
+                    0,
+                    verdict::REDIRECT,
+                    Out::Same,
+                    rec(1, 1, 1),
+                    vec![change("frames held", held, 0), sent(1)],
+                ),
+                row(
+                    "packet 2: held (mirrored as it came, with its event)",
+                    1,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 1,
+                        ..rec(2, 1, 1)
+                    },
+                    vec![
+                        change("frames held", held, 1),
+                        change("port 1 held", |s: &Switch| s.counters(1).unwrap().held, 1),
+                        change("the event's hits", |s| s.event_hits(1, 2, 1).unwrap(), 1),
+                        sent(1),
+                    ],
+                ),
+                row(
+                    "packet 3: overtakes it, the hold goes on",
+                    2,
+                    verdict::REDIRECT,
+                    Out::Same,
+                    rec(3, 1, 1),
+                    vec![change("frames held", held, 0), sent(1)],
+                ),
+                row(
+                    "packet 4: the last to overtake goes out as a clone, and the skb is packet 2",
+                    3,
+                    verdict::REDIRECT,
+                    Out::Carries(d(1)),
+                    rec(4, 1, 1),
+                    vec![
+                        // (a fixture's `by` is an increase: the frame left)
+                        change(
+                            "port 1 released",
+                            |s: &Switch| s.counters(1).unwrap().released,
+                            1,
+                        ),
+                        sent(1),
+                    ],
+                ),
+                row(
+                    "packet 5: nothing held, through",
+                    4,
+                    verdict::REDIRECT,
+                    Out::Same,
+                    rec(5, 1, 1),
+                    vec![
+                        change(
+                            "port 1 released",
+                            |s: &Switch| s.counters(1).unwrap().released,
+                            0,
+                        ),
+                        sent(1),
+                    ],
+                ),
+            ],
+        );
+        assert_eq!(sw.held_frames(), 0, "the held frame left with packet 4");
+        // The clone of packet 4 went out of wlr0 to its peer.
+        let s: serde_json::Value =
+            serde_json::from_str(&ip(&["-s", "-j", "link", "show", "wlr0"])).unwrap();
+        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(1), "{s}");
+        assert_eq!(
+            s[0]["stats64"]["tx"]["bytes"].as_u64(),
+            Some(d(3).len() as u64),
+            "{s}"
+        );
+    })
+    .join()
+    .unwrap();
+}

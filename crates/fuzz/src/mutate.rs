@@ -311,14 +311,16 @@ impl Mutator<'_> {
             return;
         }
         let total = connections(s).max(1);
+        let action = *e.actions.choose(rng).expect("validated");
         s.events.push(Event {
             connection: Index(rng.gen_range(1..=total)),
             packet: draw_index_or_all(&e.packet, e.every_packet, rng),
             sent_by: None,
             message: None,
             iteration: draw_index_or_all(&e.iteration, e.every_packet, rng),
-            action: *e.actions.choose(rng).expect("validated"),
+            action,
             edit: None,
+            after: (action == wirelab_spec::Action::Reorder).then(|| rng.gen_range(1..=5)),
         });
         repair(s);
     }

@@ -344,6 +344,7 @@ fn shrinking_reaches_the_known_minimal_spec() {
             iteration: IndexOrAll::One(wirelab_spec::Index(1)),
             action: if c == 5 { Action::Ecn } else { Action::Drop },
             edit: None,
+            after: None,
         })
         .collect();
     let holds = |s: &Spec| {

@@ -489,6 +489,7 @@ pub fn action(a: wirelab_spec::Action, edit: Option<wirelab_spec::Edit>) -> Acti
         wirelab_spec::Action::Drop => Action::Drop,
         wirelab_spec::Action::Ecn => Action::Ecn,
         wirelab_spec::Action::Corrupt => Action::Corrupt,
+        wirelab_spec::Action::Reorder => Action::Reorder,
         // Validation made sure an edit names its field.
         wirelab_spec::Action::Edit => match edit.map(|e| e.migreq) {
             Some(0) => Action::MigReq(false),
@@ -545,7 +546,14 @@ impl Capability for Events {
         for e in &cx.plan.events {
             if let Some((index, iter)) = wire_key(e) {
                 cx.switch
-                    .add_event(e.conn, index, iter, action(e.action, e.edit), e.id)
+                    .add_event_held(
+                        e.conn,
+                        index,
+                        iter,
+                        action(e.action, e.edit),
+                        e.id,
+                        e.after.unwrap_or(0),
+                    )
                     .during(format!("arming event {}", e.id))?;
             }
         }
@@ -575,7 +583,14 @@ impl Capability for Events {
             let conn = &plan.conns[e.conn as usize - 1];
             let index = e.resolve_index(conn, data_mss(meta, e.conn)?);
             cx.switch
-                .add_event(e.conn, index, e.iteration, action(e.action, e.edit), e.id)
+                .add_event_held(
+                    e.conn,
+                    index,
+                    e.iteration,
+                    action(e.action, e.edit),
+                    e.id,
+                    e.after.unwrap_or(0),
+                )
                 .during(format!("arming event {}", e.id))?;
             log.push_str(&format!(
                 "event {} armed: conn {} index {} iteration {} {}\n",
@@ -622,6 +637,27 @@ impl Capability for Events {
                     .during(format!("reading the hits of event {}", e.id))?,
                 hit,
             });
+        }
+        if cx
+            .plan
+            .events
+            .iter()
+            .any(|e| e.action == wirelab_spec::Action::Reorder)
+        {
+            let mut r = crate::summary::ReorderSummary {
+                never_released: cx.switch.held_frames() as u64,
+                ..Default::default()
+            };
+            for port in 1..=cx.plan.hosts.len() as u32 {
+                let c = cx
+                    .switch
+                    .counters(port)
+                    .during("reading the switch's counters")?;
+                r.held += c.held;
+                r.released += c.released;
+                r.failed += c.hold_failed;
+            }
+            summary.reorder = Some(r);
         }
         Ok(())
     }

@@ -256,6 +256,7 @@ impl Run<'_> {
             flowtables: None,
             ovs: None,
             record: None,
+            reorder: None,
             switch_kernel: None,
             error: None,
         })

@@ -54,6 +54,20 @@ pub struct EventSummary {
     pub hit: Vec<Evidence>,
 }
 
+/// What the switch did with the packets `reorder` events held.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReorderSummary {
+    pub held: u64,
+    /// Sent right after the last packet that was to overtake them.
+    pub released: u64,
+    /// Not held (another of the same direction was held already: sent on
+    /// in order), or lost when rebuilt.
+    pub failed: u64,
+    /// Still held when the run ended: fewer packets than `after` followed
+    /// them, so their receiver never got them.
+    pub never_released: u64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Summary {
     /// Version of this document's layout.
@@ -94,6 +108,9 @@ pub struct Summary {
     /// DETER's recording (`record:`): what was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<crate::record::RecordSummary>,
+    /// `reorder` events: what the switch held and sent on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reorder: Option<ReorderSummary>,
     /// The switch program's kernel-measured cost over the run, when the
     /// kernel counted it (BPF_ENABLE_STATS held by the caller: benchmarks).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -352,6 +352,9 @@ pub struct EventPlan {
     /// With `Action::Edit`: what it rewrites.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit: Option<wirelab_spec::Edit>,
+    /// With `Action::Reorder`: how many later packets overtake it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u32>,
 }
 
 impl EventPlan {
@@ -533,6 +536,7 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
             },
             action: e.action,
             edit: e.edit,
+            after: e.after,
         })
         .collect();
     let vaqm = spec

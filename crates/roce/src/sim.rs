@@ -53,7 +53,8 @@ impl Seen {
 /// The bytes and ECN field after the switch's action.
 fn applied(fate: Action, ecn: u8, h: &packet::Ipv4Udp, mut roce: Vec<u8>) -> (u8, Vec<u8>) {
     match fate {
-        Action::None | Action::Drop | Action::EcnNotEct => (ecn, roce),
+        // A reorder changes when the packet arrives, not its bytes.
+        Action::None | Action::Drop | Action::EcnNotEct | Action::Reorder => (ecn, roce),
         Action::Ecn => (3, roce),
         Action::Corrupt => {
             // The last payload byte, just before the ICRC: wirelab's switch

@@ -18,6 +18,11 @@ pub enum Action {
     /// Rewrite a header field (the event's `edit`), keeping the packet
     /// valid: RoCE's ICRC is patched (Lumina §6.2.3 set MigReq).
     Edit,
+    /// Hold the packet until the event's `after` next packets of its
+    /// connection and direction have gone through, and send it right
+    /// after the last of them: reordering, exactly where asked (DETER
+    /// §5.2; a replay's late arrivals).
+    Reorder,
 }
 
 impl Action {
@@ -27,6 +32,7 @@ impl Action {
             Action::Ecn => "ecn",
             Action::Corrupt => "corrupt",
             Action::Edit => "edit",
+            Action::Reorder => "reorder",
         }
     }
 }
@@ -78,7 +84,15 @@ pub struct Event {
     /// With `action: edit`: the field to rewrite and its new value.
     #[serde(default)]
     pub edit: Option<Edit>,
+    /// With `action: reorder`: how many of the packets its end sends next
+    /// overtake it (1 to 64). Fewer never come: the packet is not
+    /// delivered, and the run's summary says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u32>,
 }
+
+/// The most packets a `reorder` event lets overtake its packet.
+pub const MAX_REORDER_AFTER: u32 = 64;
 
 /// A header field an `edit` event rewrites. RoCE only for now: MigReq (BTH,
 /// IBTA §9.2.4), which Lumina §6.2.3 set to 1 on an E810's packets to show
@@ -195,6 +209,41 @@ pub(crate) fn validate(s: &Spec, groups: &[usize]) -> Result<(), Invalid> {
                 return err(
                     format!("{at}.edit"),
                     format!("`edit` goes with `action: edit`, not `{}`", e.action.name()),
+                )
+            }
+            (_, None) => {}
+        }
+        match (e.action, e.after) {
+            (Action::Reorder, None) => {
+                return err(
+                    format!("{at}.after"),
+                    "`action: reorder` needs `after:`, how many later packets overtake it, e.g. `after: 3`",
+                )
+            }
+            (Action::Reorder, Some(k)) if k == 0 || k > MAX_REORDER_AFTER => {
+                return err(
+                    format!("{at}.after"),
+                    format!("1 to {MAX_REORDER_AFTER} packets may overtake it, got {k}"),
+                )
+            }
+            (Action::Reorder, Some(_)) => {
+                if s.traffic.transport != Transport::Tcp {
+                    return err(
+                        format!("{at}.action"),
+                        "`reorder` holds TCP packets (RoCE's are numbered by PSN: reordering them is not built)",
+                    );
+                }
+                if e.packet == IndexOrAll::All {
+                    return err(
+                        format!("{at}.packet"),
+                        "`reorder` holds one packet at a time per end: give a number, not `all`",
+                    );
+                }
+            }
+            (_, Some(_)) => {
+                return err(
+                    format!("{at}.after"),
+                    format!("`after` goes with `action: reorder`, not `{}`", e.action.name()),
                 )
             }
             (_, None) => {}

@@ -242,12 +242,32 @@ fn each_rejection_names_path_and_line() {
         (
             "unknown field",
             with("events:\n  - connection: 1\n    packet: 1\n    acton: drop\n"),
-            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `sent_by`, `message`, `iteration`, `action`, `edit` (line 13)",
+            "events[0]: unknown field `acton`, expected one of `connection`, `packet`, `sent_by`, `message`, `iteration`, `action`, `edit`, `after` (line 13)",
         ),
         (
             "unknown action",
             with("events:\n  - {connection: 1, packet: 1, action: delay}\n"),
-            "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt`, `edit` (line 11)",
+            "events[0].action: unknown variant `delay`, expected one of `drop`, `ecn`, `corrupt`, `edit`, `reorder` (line 11)",
+        ),
+        (
+            "reorder without after",
+            with("events:\n  - {connection: 1, packet: 1, action: reorder}\n"),
+            "events[0].after: `action: reorder` needs `after:`, how many later packets overtake it, e.g. `after: 3` (line 11)",
+        ),
+        (
+            "reorder after too many",
+            with("events:\n  - {connection: 1, packet: 1, action: reorder, after: 65}\n"),
+            "events[0].after: 1 to 64 packets may overtake it, got 65 (line 11)",
+        ),
+        (
+            "reorder of every packet",
+            with("events:\n  - {connection: 1, packet: all, action: reorder, after: 2}\n"),
+            "events[0].packet: `reorder` holds one packet at a time per end: give a number, not `all` (line 11)",
+        ),
+        (
+            "after with a drop",
+            with("events:\n  - {connection: 1, packet: 1, action: drop, after: 2}\n"),
+            "events[0].after: `after` goes with `action: reorder`, not `drop` (line 11)",
         ),
         (
             "too many GIDs",

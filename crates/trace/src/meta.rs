@@ -37,10 +37,13 @@ pub enum Action {
     /// An `edit` event set (true) or cleared MigReq (IBTA §9.2.4) and
     /// patched the ICRC (Lumina §6.2.3).
     MigReq(bool),
+    /// A `reorder` event held the packet and sent it after the next ones
+    /// of its end: its receiver got it after them.
+    Reorder,
 }
 
 impl Action {
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 8] = [
         Action::None,
         Action::Drop,
         Action::Ecn,
@@ -48,6 +51,7 @@ impl Action {
         Action::EcnNotEct,
         Action::MigReq(true),
         Action::MigReq(false),
+        Action::Reorder,
     ];
 
     /// The name in a trace comment and in results files.
@@ -60,6 +64,7 @@ impl Action {
             Action::EcnNotEct => "ecn-not-ect",
             Action::MigReq(true) => "edit:migreq=1",
             Action::MigReq(false) => "edit:migreq=0",
+            Action::Reorder => "reorder",
         }
     }
 
