@@ -88,6 +88,21 @@ fn lost(r: &Retransmission) -> String {
     }
 }
 
+/// What to add when the transmission `r` repeats was reordered, not
+/// lost: the retransmission was spurious (DETER §5.2: what makes Linux
+/// widen its reordering allowance).
+fn reordered(r: &Retransmission) -> String {
+    if r.previous_event != Some(Action::Reorder) {
+        return String::new();
+    }
+    format!(
+        "; it was reordered, not lost, so this retransmission was spurious{}",
+        r.dsack
+            .map(|d| format!(" (the receiver's DSACK {d} says so, RFC 2883)"))
+            .unwrap_or_default()
+    )
+}
+
 /// When the receiver first signalled the loss `r` repairs: its answer to
 /// the first out-of-order arrival after the lost transmission.
 fn first_signal(c: &ConnAnalysis, r: &Retransmission) -> Option<(Evidence, u64)> {
@@ -152,9 +167,10 @@ fn causes(c: &ConnAnalysis, fct: u64) -> Vec<Cause> {
             (Recovery::Fast, reason, None) => out.push(Cause {
                 kind: "fast-retransmit",
                 text: format!(
-                    "fast retransmit ({}){}: {base}",
+                    "fast retransmit ({}){}: {base}{}",
                     reason.name(),
-                    r.trigger.map(|t| format!(" on {t}")).unwrap_or_default()
+                    r.trigger.map(|t| format!(" on {t}")).unwrap_or_default(),
+                    reordered(r)
                 ),
                 evidence: r.trigger.into_iter().chain(ev).collect(),
             }),

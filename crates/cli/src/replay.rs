@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use wirelab_deter::record::{self, ConnRecord, Event};
-use wirelab_deter::replay::{send_time_differences, Pair};
+use wirelab_deter::replay::{send_time_differences, NetAction, Pair};
 use wirelab_lab::RunOptions;
 
 use crate::code;
@@ -62,8 +62,8 @@ struct Conn {
 struct Fidelity {
     /// The network's actions (drops, CE marks: sender, place, CE) in the
     /// recording and in the replay.
-    recorded_actions: Vec<(String, u64, bool)>,
-    replayed_actions: Vec<(String, u64, bool)>,
+    recorded_actions: Vec<(String, u64, String)>,
+    replayed_actions: Vec<(String, u64, String)>,
     /// Retransmissions by each end (client, server), recorded and replayed.
     recorded_retransmissions: (usize, usize),
     replayed_retransmissions: (usize, usize),
@@ -384,14 +384,18 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
         .filter(|x| x.1.kind == record::CallKind::Send)
         .map(|x| x.1.bytes)
         .sum();
-    let actions = c.pair.actions();
-    let ecn = actions.iter().any(|a| a.2);
+    let mut actions = c.pair.actions();
+    // One event per packet: a packet both CE-marked and late keeps its
+    // mark (the congestion control's input); the switch holds one packet
+    // per end at a time, and lets at most 64 overtake it.
+    actions.dedup_by_key(|a| (a.0, a.1));
+    let ecn = actions.iter().any(|a| a.2 == NetAction::Ce);
     let mut s = format!(
         "# Written by `wirelab replay`: connection {n} of the records, {} -> {}.\n\
          description: >\n  DETER's replay (seed 004 §3.4) of {} -> {}, recorded at {} and {}:\n  \
          each end repeats its socket calls at their recorded times, and the\n  \
-         switch re-applies the network's {} drops and CE marks to the same\n  \
-         logical packets (each end's n-th packet).\n\
+         switch re-applies the network's {} drops, CE marks and reorderings\n  \
+         to the same logical packets (each end's n-th packet).\n\
          topology:\n  hosts:\n    - name: client\n{}    - name: server\n{}",
         c.pair.client_addr(),
         c.pair.server_addr(),
@@ -414,15 +418,21 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
     ));
     if !actions.is_empty() {
         s.push_str("events:\n");
-        for (from_server, place, ce) in actions {
+        for (from_server, place, a) in actions {
+            let action = match a {
+                NetAction::Drop => "drop".to_string(),
+                NetAction::Ce => "ecn".to_string(),
+                NetAction::Reorder(k) => {
+                    format!("reorder, after: {}", k.min(wirelab_spec::MAX_REORDER_AFTER))
+                }
+            };
             s.push_str(&format!(
-                "  - {{connection: 1, sent_by: {}, packet: {place}, action: {}}}\n",
+                "  - {{connection: 1, sent_by: {}, packet: {place}, action: {action}}}\n",
                 if from_server {
                     "responder"
                 } else {
                     "requester"
                 },
-                if ce { "ecn" } else { "drop" }
             ));
         }
     }
@@ -550,10 +560,16 @@ fn retransmissions(r: &ConnRecord) -> usize {
         .count()
 }
 
-fn named(actions: Vec<(bool, u64, bool)>) -> Vec<(String, u64, bool)> {
+fn named(actions: Vec<(bool, u64, NetAction)>) -> Vec<(String, u64, String)> {
     actions
         .into_iter()
-        .map(|(s, p, ce)| ((if s { "server" } else { "client" }).to_string(), p, ce))
+        .map(|(s, p, a)| {
+            (
+                (if s { "server" } else { "client" }).to_string(),
+                p,
+                a.name(),
+            )
+        })
         .collect()
 }
 

@@ -2324,6 +2324,11 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             1,
             &["fast-retransmit"][..],
         ),
+        (
+            "a-reordered-packet-is-replayed-in-its-place",
+            1,
+            &["fast-retransmit"][..],
+        ),
     ] {
         let spec = repo().join(format!("specs/deter/{name}.yaml"));
         let r = run_spec(&spec, out.path());
@@ -2339,6 +2344,15 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             // DETER §5.3 root cause 1, as diagnose words it.
             assert!(
                 recorded_causes[0].contains("(2 of DupThresh 3"),
+                "{recorded_causes:#?}"
+            );
+        }
+        if name.contains("reordered") {
+            // The switch held it, the receiver got it after three others,
+            // and Linux's RACK resent it: spurious, as its DSACK says.
+            assert!(
+                recorded_causes[0].contains("(reorder); it was reordered, not lost")
+                    && recorded_causes[0].contains("DSACK"),
                 "{recorded_causes:#?}"
             );
         }

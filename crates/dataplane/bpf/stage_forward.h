@@ -76,20 +76,40 @@ static __noinline int send_cnm(struct __sk_buff *skb, struct wl_ctx *ctx)
 
 /*
  * Reordering (a `reorder` event; DETER §5.2, and a replay's late arrivals):
- * the packet is held here, and the `after`-th next packet of its
- * connection and direction carries it out. That packet is cloned out of
- * the port first, then its own skb is rewritten into the held frame and
- * sent right behind it. So the order is exact and no timer is involved:
+ * the packet is held here, and counts down the packets of its connection
+ * and direction that go through after it (held ones do not go through).
+ * The packet that brings a count to zero carries the frame out: it is
+ * cloned out of the port first, then its own skb is rewritten into the
+ * held frame and sent right behind it. Several frames due on the same
+ * packet leave in the order they were held, each but the last as a clone
+ * of the rewritten skb. So the order is exact and no timer is involved:
  * this kernel has neither netem nor fq, BPF cannot keep an skb, and a
  * user-space delay line woke up to 2 ms late beside a transfer on two
- * cores. One frame per direction is held at a time.
+ * cores. Up to WL_HOLD_SLOTS frames per direction are held at once (a
+ * run of late arrivals overtaken by the same packet, as a router's
+ * reordering of ACKs gives).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
+	__uint(max_entries, 256);
+	__type(key, __u32); /* (connection * 2 + side) * WL_HOLD_SLOTS + slot */
 	__type(value, struct wl_held);
 } held SEC(".maps");
+
+/* Per direction (connection * 2 + side): frames held, and the hold
+ * order's next number; slot = number % WL_HOLD_SLOTS, so slots in that
+ * order from the oldest are the hold order. */
+struct wl_held_dir {
+	__u32 n;
+	__u32 next;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, (WL_MAX_CONNS + 1) * 2);
+	__type(key, __u32);
+	__type(value, struct wl_held_dir);
+} held_dirs SEC(".maps");
 
 /* Where a frame is built before it goes into `held` (too big for the
  * stack). */
@@ -100,18 +120,31 @@ struct {
 	__type(value, struct wl_held);
 } held_scratch SEC(".maps");
 
-/* Holds the packet; 0 on success. Out of line: the verifier checks the
- * copy's bounds once. */
-static __noinline int hold(struct __sk_buff *skb, struct wl_ctx *ctx)
+/* Frames held over all directions: packets skip the release check while
+ * it is 0 (every run without reorder events). */
+__u64 wl_held_total = 0;
+
+/*
+ * The three below are global functions (WL_STAGE's linkage, wl_ctx.h): the
+ * verifier checks each once, on its own; inlined, their loops multiplied
+ * the paths through the whole pipeline past its million instructions.
+ */
+
+/* Holds the packet; 0 on success. One direction's packets enter by one
+ * port, steered to one CPU (netns steer_rx): plain updates per direction. */
+__weak __noinline int wl_reorder_hold(struct __sk_buff *skb, struct wl_ctx *ctx __wl_nonnull)
 {
-	__u32 key, zero = 0, len = skb->len;
+	__u32 dir, key, zero = 0, len = skb->len;
+	struct wl_held_dir *hd;
 	struct wl_held *h;
 
-	if (!ctx || !ctx->conn || len == 0 || len > WL_HOLD_ROOM)
+	if (!ctx->conn || len == 0 || len > WL_HOLD_ROOM)
 		return -1;
-	key = ctx->conn * 2 + (ctx->side & 1);
-	if (bpf_map_lookup_elem(&held, &key))
+	dir = ctx->conn * 2 + (ctx->side & 1);
+	hd = bpf_map_lookup_elem(&held_dirs, &dir);
+	if (!hd || hd->n >= WL_HOLD_SLOTS)
 		return -1;
+	key = dir * WL_HOLD_SLOTS + hd->next % WL_HOLD_SLOTS;
 	h = bpf_map_lookup_elem(&held_scratch, &zero);
 	if (!h)
 		return -1;
@@ -121,44 +154,131 @@ static __noinline int hold(struct __sk_buff *skb, struct wl_ctx *ctx)
 	h->len = len;
 	h->event_id = ctx->event_id;
 	h->pad = 0;
-	return bpf_map_update_elem(&held, &key, h, BPF_NOEXIST) ? -1 : 0;
+	if (bpf_map_update_elem(&held, &key, h, BPF_NOEXIST))
+		return -1;
+	hd->n++;
+	hd->next++;
+	__sync_fetch_and_add(&wl_held_total, 1);
+	return 0;
 }
 
-/* A packet of a direction with a held frame: counts it down, and when it
- * is the last to overtake, sends it (a clone) out of the port and turns
- * the skb into the held frame. Returns 1 when the skb is now that frame,
- * 0 when it is still itself, -1 when it was sent and the held frame could
- * not be rebuilt (lost: counted by the caller). One direction's packets
- * enter by one port, steered to one CPU (netns steer_rx): plain updates. */
-static __noinline int release(struct __sk_buff *skb, struct wl_ctx *ctx)
+/* The skb becomes held frame `key` (which is then forgotten); 0 on
+ * success. */
+__weak __noinline int wl_reorder_become(struct __sk_buff *skb, __u32 key)
 {
-	__u32 key, len;
-	struct wl_held *h;
+	struct wl_held *h = bpf_map_lookup_elem(&held, &key);
+	__u32 len;
+	int err;
 
-	if (!ctx || !ctx->conn)
-		return 0;
-	key = ctx->conn * 2 + (ctx->side & 1);
-	h = bpf_map_lookup_elem(&held, &key);
 	if (!h)
-		return 0;
-	if (h->after > 1) {
-		h->after--;
-		return 0;
-	}
+		return -1;
 	len = h->len;
 	if (len == 0 || len > WL_HOLD_ROOM) {
 		bpf_map_delete_elem(&held, &key);
-		return 0;
-	}
-	if (bpf_clone_redirect(skb, ctx->out_ifindex, 0))
-		return 0; /* this one stays; the next packet tries again */
-	if (bpf_skb_change_tail(skb, len, 0) ||
-	    bpf_skb_store_bytes(skb, 0, h->frame, len, BPF_F_RECOMPUTE_CSUM)) {
-		bpf_map_delete_elem(&held, &key);
 		return -1;
 	}
+	err = bpf_skb_change_tail(skb, len, 0) ||
+	      bpf_skb_store_bytes(skb, 0, h->frame, len, BPF_F_RECOMPUTE_CSUM);
 	bpf_map_delete_elem(&held, &key);
-	return 1;
+	return err ? -1 : 0;
+}
+
+struct release_cx {
+	__u32 dir;
+	__u32 first;
+	__u32 due;
+};
+
+/* Slot `i` in hold order: one packet fewer to wait for, or due now. */
+static long count_down(__u32 i, void *data)
+{
+	struct release_cx *r = data;
+	__u32 key = r->dir * WL_HOLD_SLOTS + (r->first + i) % WL_HOLD_SLOTS;
+	struct wl_held *h = bpf_map_lookup_elem(&held, &key);
+
+	if (!h)
+		return 0;
+	if (h->after > 1)
+		h->after--;
+	else
+		r->due |= 1u << (i & (WL_HOLD_SLOTS - 1));
+	return 0;
+}
+
+/* A packet that goes through: counts its direction's held frames down
+ * and carries out those it brings to zero. Returns how many frames it
+ * carried out (the skb is then the last of them), 0 when it is still
+ * itself, -1 when a frame could not be rebuilt (the skb is then dropped:
+ * its own clone already went). */
+__weak __noinline int wl_reorder_release(struct __sk_buff *skb, struct wl_ctx *ctx __wl_nonnull)
+{
+	__u32 dir, first, i, key, due, out = 0, sent = 0;
+	struct release_cx r;
+	struct wl_held_dir *hd;
+
+	if (!ctx->conn)
+		return 0;
+	dir = ctx->conn * 2 + (ctx->side & 1);
+	hd = bpf_map_lookup_elem(&held_dirs, &dir);
+	if (!hd || !hd->n)
+		return 0;
+	/* Oldest first: the hold order. `due` marks the slots, by their
+	 * place in that order, that this packet brings to zero. A bpf_loop:
+	 * its callback is verified once, where an unrolled loop's three ways
+	 * per slot multiplied past the verifier's limit. */
+	r.dir = dir;
+	r.first = first = hd->next - hd->n;
+	r.due = 0;
+	bpf_loop(WL_HOLD_SLOTS, count_down, &r, 0);
+	due = r.due;
+	if (!due)
+		return 0;
+	if (bpf_clone_redirect(skb, ctx->out_ifindex, 0))
+		return 0; /* nothing went: the next packet tries again */
+	for (i = 0; i < WL_HOLD_SLOTS; i++) {
+		if (!(due & (1u << i)))
+			continue;
+		/* The one sent before this (a frame, not the packet) goes
+		 * as a clone first. */
+		if (sent && bpf_clone_redirect(skb, ctx->out_ifindex, 0))
+			return -1;
+		key = dir * WL_HOLD_SLOTS + (first + i) % WL_HOLD_SLOTS;
+		hd->n--;
+		__sync_fetch_and_add(&wl_held_total, -1);
+		if (wl_reorder_become(skb, key))
+			return -1;
+		sent = 1;
+		out++;
+	}
+	return out;
+}
+
+/* A `reorder` event's packet held, or a held frame carried out: the tc
+ * verdict, or WL_CONTINUE when the packet goes on as usual. */
+__weak __noinline int wl_reorder(struct __sk_buff *skb, struct wl_ctx *ctx __wl_nonnull)
+{
+	struct wl_counters *c = port_counters(ctx->in_port);
+	int v;
+
+	if (!c)
+		return TC_ACT_SHOT;
+	if (ctx->action == WL_EV_REORDER) {
+		if (!wl_reorder_hold(skb, ctx)) {
+			c->held++;
+			return TC_ACT_SHOT;
+		}
+		c->hold_failed++;
+		return WL_CONTINUE;
+	}
+	v = wl_reorder_release(skb, ctx);
+	if (v < 0) {
+		c->hold_failed++;
+		return TC_ACT_SHOT;
+	}
+	if (!v)
+		return WL_CONTINUE;
+	c->released += v;
+	return bpf_redirect(ctx->out_ifindex, 0);
 }
 
 WL_CORE_STAGE(wl_stage_forward)
@@ -192,22 +312,11 @@ WL_CORE_STAGE(wl_stage_forward)
 		oc->tx_pkts++;
 		oc->tx_bytes += skb->len;
 	}
-	if (ctx->action == WL_EV_REORDER) {
-		if (!hold(skb, ctx)) {
-			c->held++;
-			return TC_ACT_SHOT;
-		}
-		c->hold_failed++;
-	} else {
-		v = release(skb, ctx);
-		if (v) {
-			if (v < 0) {
-				c->hold_failed++;
-				return TC_ACT_SHOT;
-			}
-			c->released++;
-			return bpf_redirect(ctx->out_ifindex, 0);
-		}
+	/* One test on the common path: no reorder event, nothing held. */
+	if (ctx->action == WL_EV_REORDER || wl_held_total) {
+		v = wl_reorder(skb, ctx);
+		if (v != WL_CONTINUE)
+			return v;
 	}
 	if (ctx->qcn_fb) {
 		v = send_cnm(skb, ctx);

@@ -281,8 +281,9 @@ struct wl_counters {
 	/* Dropped by a flow-table entry (the eSwitch stage). */
 	__u64 es_drops;
 	/* `reorder` events: packets held, sent on after the packets that
-	 * overtake them, and those that could not be held (another of the
-	 * same direction was held already: sent on in order). */
+	 * overtake them, and those that could not be held (WL_HOLD_SLOTS of
+	 * the same direction were held already: sent on in order) or not
+	 * rebuilt. */
 	__u64 held;
 	__u64 released;
 	__u64 hold_failed;
@@ -291,9 +292,11 @@ struct wl_counters {
 /* Room for one held frame: the largest lab MTU (9000) with its Ethernet
  * and VLAN headers. */
 #define WL_HOLD_ROOM 9216
+/* Frames held at once per connection and direction. */
+#define WL_HOLD_SLOTS 8
 
-/* A frame a `reorder` event holds (`held`, by connection * 2 + side):
- * `after` more packets of its connection and direction go first. */
+/* A frame a `reorder` event holds (`held`, stage_forward.h): `after`
+ * more packets of its connection and direction go first. */
 struct wl_held {
 	__u32 after;
 	__u32 len;

@@ -932,8 +932,12 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
         );
         sw.add_flow(fwd, 1, true, false).unwrap();
         sw.add_flow(rev, 1, false, true).unwrap();
-        // Data packet 2, overtaken by the next 2.
+        // Data packet 2, overtaken by the next 2; packets 6 and 7 both
+        // overtaken by packet 8 (a run of late arrivals, as a router's
+        // reordering of ACKs gives).
         sw.add_event_held(1, 2, 1, Action::Reorder, 1, 2).unwrap();
+        sw.add_event_held(1, 6, 1, Action::Reorder, 3, 1).unwrap();
+        sw.add_event_held(1, 7, 1, Action::Reorder, 4, 1).unwrap();
         // A reorder names how many overtake it; nothing else does.
         assert!(sw.add_event_held(1, 3, 1, Action::Drop, 2, 2).is_err());
         assert!(sw.add_event_held(1, 3, 1, Action::Reorder, 2, 0).is_err());
@@ -1024,16 +1028,57 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
                         sent(1),
                     ],
                 ),
+                row(
+                    "packet 6: held",
+                    5,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 3,
+                        ..rec(6, 1, 1)
+                    },
+                    vec![change("frames held", held, 1)],
+                ),
+                row(
+                    "packet 7: held too (it does not overtake packet 6)",
+                    6,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 4,
+                        ..rec(7, 1, 1)
+                    },
+                    vec![change("frames held", held, 1)],
+                ),
+                row(
+                    "packet 8: carries both out, 6 as a clone and then 7 as the skb",
+                    7,
+                    verdict::REDIRECT,
+                    Out::Carries(d(6)),
+                    rec(8, 1, 1),
+                    vec![
+                        change(
+                            "port 1 released",
+                            |s: &Switch| s.counters(1).unwrap().released,
+                            2,
+                        ),
+                        sent(1),
+                    ],
+                ),
             ],
         );
-        assert_eq!(sw.held_frames(), 0, "the held frame left with packet 4");
-        // The clone of packet 4 went out of wlr0 to its peer.
+        assert_eq!(sw.held_frames(), 0, "every held frame left");
+        // The clones went out of wlr0 to its peer: packet 4's, packet 8's
+        // and packet 6's (the skbs the program returned are not sent by a
+        // test run).
         let s: serde_json::Value =
             serde_json::from_str(&ip(&["-s", "-j", "link", "show", "wlr0"])).unwrap();
-        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(1), "{s}");
+        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(3), "{s}");
         assert_eq!(
             s[0]["stats64"]["tx"]["bytes"].as_u64(),
-            Some(d(3).len() as u64),
+            Some(3 * d(3).len() as u64),
             "{s}"
         );
     })

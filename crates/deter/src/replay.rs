@@ -113,25 +113,58 @@ impl Pair {
     }
 
     /// The network's actions to re-apply: (the sender is the server, its
-    /// packet's place, CE rather than a drop). A loss the server's record
-    /// saw is a client packet, and the other way round.
-    pub fn actions(&self) -> Vec<(bool, u64, bool)> {
+    /// packet's place, what the network did). A loss the server's record
+    /// saw is a client packet, and the other way round. A late arrival
+    /// (DETER §4's reordering) is overtaken by as many of its end's later
+    /// packets as arrived before it.
+    pub fn actions(&self) -> Vec<(bool, u64, NetAction)> {
         let mut out = Vec::new();
         for (from_server, at) in [(false, &self.server), (true, &self.client)] {
             let Some((_, codes)) = &at.rx else { continue };
             let a = ipid::arrivals(codes);
-            out.extend(a.lost.iter().map(|o| (from_server, o + 1, false)));
+            out.extend(a.lost.iter().map(|o| (from_server, o + 1, NetAction::Drop)));
             out.extend(
                 at.ce
                     .marked()
                     .into_iter()
                     .filter_map(|i| a.order.get(i as usize))
-                    .map(|o| (from_server, o + 1, true)),
+                    .map(|o| (from_server, o + 1, NetAction::Ce)),
             );
+            let late: std::collections::BTreeSet<u64> = a.late.iter().copied().collect();
+            for (p, &o) in a.order.iter().enumerate() {
+                if !late.contains(&o) {
+                    continue;
+                }
+                let overtaken_by = a.order[..p].iter().filter(|&&x| x > o).count();
+                if overtaken_by > 0 {
+                    out.push((from_server, o + 1, NetAction::Reorder(overtaken_by as u32)));
+                }
+            }
         }
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+/// What the network did to one packet, as a replay re-applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NetAction {
+    Drop,
+    /// CE set (RFC 3168).
+    Ce,
+    /// Overtaken by this many of its end's later packets.
+    Reorder(u32),
+}
+
+impl NetAction {
+    /// The spec's words for it: its `action`, and `after` for a reorder.
+    pub fn name(self) -> String {
+        match self {
+            NetAction::Drop => "drop".into(),
+            NetAction::Ce => "ecn".into(),
+            NetAction::Reorder(k) => format!("reorder after {k}"),
+        }
     }
 }
 
@@ -365,7 +398,27 @@ mod tests {
         let p = Pair::of(c, s).unwrap();
         assert_eq!(
             p.actions(),
-            [(false, 3, false), (false, 5, true), (true, 3, false)]
+            [
+                (false, 3, NetAction::Drop),
+                (false, 5, NetAction::Ce),
+                (true, 3, NetAction::Drop)
+            ]
         );
+    }
+
+    #[test]
+    fn a_late_arrival_is_overtaken_by_what_came_before_it() {
+        let c = rec("198.18.0.1:40001", "198.18.0.2:5001");
+        let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
+        // The server got the client's IDs 100, 101, 103, 104, 105, 102,
+        // 106: place 3 overtaken by places 4, 5 and 6.
+        let mut ids = IdCoder::default();
+        for id in [100u16, 101, 103, 104, 105, 102, 106] {
+            ids.arrive(id, 1);
+            s.ce.push(false);
+        }
+        s.rx = ids.finish();
+        let p = Pair::of(c, s).unwrap();
+        assert_eq!(p.actions(), [(false, 3, NetAction::Reorder(3))]);
     }
 }

@@ -26,7 +26,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use capture::Capture;
-pub use events::{Action, Edit, Event, Side};
+pub use events::{Action, Edit, Event, Side, MAX_REORDER_AFTER};
 pub use expect::{Claim, Expect, Recovery};
 pub use findings::{Amount, AnalyzerEntry, AnalyzerName, Catalog, Stat, Unit};
 pub use topology::{CongestionControl, Host, RoceStack, Stack, Topology, MAX_GIDS, MAX_HOSTS};
