@@ -60,8 +60,8 @@ struct Conn {
 /// How a replay compares with its recording.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 struct Fidelity {
-    /// The network's actions (drops, CE marks: sender, place, CE) in the
-    /// recording and in the replay.
+    /// The network's actions (sender, place, what: drop, ecn, reorder after
+    /// k) in the recording and in the replay.
     recorded_actions: Vec<(String, u64, String)>,
     replayed_actions: Vec<(String, u64, String)>,
     /// Retransmissions by each end (client, server), recorded and replayed.
@@ -386,8 +386,8 @@ fn spec_text(n: usize, c: &Conn) -> Result<String> {
         .sum();
     let mut actions = c.pair.actions();
     // One event per packet: a packet both CE-marked and late keeps its
-    // mark (the congestion control's input); the switch holds one packet
-    // per end at a time, and lets at most 64 overtake it.
+    // mark (the congestion control's input). The switch lets at most 64
+    // packets overtake one, and holds at most 8 per end at a time.
     actions.dedup_by_key(|a| (a.0, a.1));
     let ecn = actions.iter().any(|a| a.2 == NetAction::Ce);
     let mut s = format!(
@@ -471,7 +471,7 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
             let on = val != "0";
             match k.as_str() {
                 "net.ipv4.tcp_congestion_control" => {
-                    if socket_cc.is_none() && ["reno", "cubic", "bbr", "dctcp"].contains(&val) {
+                    if socket_cc.is_none() && REPLAYABLE_CC.contains(&val) {
                         fields.push(format!("congestion_control: {val}"));
                     }
                 }
@@ -500,7 +500,7 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         }
     }
     if let Some(cc) = socket_cc {
-        if !["reno", "cubic", "bbr", "dctcp"].contains(&cc) {
+        if !REPLAYABLE_CC.contains(&cc) {
             anyhow::bail!(
                 "{}: the socket ran congestion control {cc}; a replay runs reno, cubic, bbr or dctcp",
                 record.display()
@@ -517,6 +517,9 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         format!("      stack: {{{}}}\n", fields.join(", "))
     })
 }
+
+/// The congestion controls a replay's spec can set (`stack.congestion_control`).
+const REPLAYABLE_CC: [&str; 4] = ["reno", "cubic", "bbr", "dctcp"];
 
 /// The options (metrics) of the most specific route in `routes`
 /// (`wirelab_netns::route_options`) that covers `to`, as the kernel's

@@ -97,8 +97,10 @@ struct {
 } held SEC(".maps");
 
 /* Per direction (connection * 2 + side): frames held, and the hold
- * order's next number; slot = number % WL_HOLD_SLOTS, so slots in that
- * order from the oldest are the hold order. */
+ * order's next number. A frame's slot is its number % WL_HOLD_SLOTS, and
+ * a slot is taken only when free, so every held frame's number is in
+ * [next - WL_HOLD_SLOTS, next): slots read from next % WL_HOLD_SLOTS on
+ * are in hold order, whichever frames left before. */
 struct wl_held_dir {
 	__u32 n;
 	__u32 next;
@@ -222,12 +224,12 @@ __weak __noinline int wl_reorder_release(struct __sk_buff *skb, struct wl_ctx *c
 	hd = bpf_map_lookup_elem(&held_dirs, &dir);
 	if (!hd || !hd->n)
 		return 0;
-	/* Oldest first: the hold order. `due` marks the slots, by their
-	 * place in that order, that this packet brings to zero. A bpf_loop:
-	 * its callback is verified once, where an unrolled loop's three ways
-	 * per slot multiplied past the verifier's limit. */
+	/* Oldest first: the hold order (see wl_held_dir). `due` marks the
+	 * slots, by their place in that order, that this packet brings to
+	 * zero. A bpf_loop: its callback is verified once, where an unrolled
+	 * loop's three ways per slot multiplied past the verifier's limit. */
 	r.dir = dir;
-	r.first = first = hd->next - hd->n;
+	r.first = first = hd->next;
 	r.due = 0;
 	bpf_loop(WL_HOLD_SLOTS, count_down, &r, 0);
 	due = r.due;

@@ -938,6 +938,12 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
         sw.add_event_held(1, 2, 1, Action::Reorder, 1, 2).unwrap();
         sw.add_event_held(1, 6, 1, Action::Reorder, 3, 1).unwrap();
         sw.add_event_held(1, 7, 1, Action::Reorder, 4, 1).unwrap();
+        // Packet 9 waits for 2, packet 10 for 1: 10 leaves first, with 11;
+        // then 12 (after 1) is held, and 13 carries out 9 and 12, in the
+        // order they were held though 9's slot comes before 12's.
+        sw.add_event_held(1, 9, 1, Action::Reorder, 5, 2).unwrap();
+        sw.add_event_held(1, 10, 1, Action::Reorder, 6, 1).unwrap();
+        sw.add_event_held(1, 12, 1, Action::Reorder, 7, 1).unwrap();
         // A reorder names how many overtake it; nothing else does.
         assert!(sw.add_event_held(1, 3, 1, Action::Drop, 2, 2).is_err());
         assert!(sw.add_event_held(1, 3, 1, Action::Reorder, 2, 0).is_err());
@@ -1067,18 +1073,78 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
                         sent(1),
                     ],
                 ),
+                row(
+                    "packet 9: held, 2 to wait for",
+                    8,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 5,
+                        ..rec(9, 1, 1)
+                    },
+                    vec![change("frames held", held, 1)],
+                ),
+                row(
+                    "packet 10: held, 1 to wait for",
+                    9,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 6,
+                        ..rec(10, 1, 1)
+                    },
+                    vec![change("frames held", held, 1)],
+                ),
+                row(
+                    "packet 11: carries out 10 only",
+                    10,
+                    verdict::REDIRECT,
+                    Out::Carries(d(9)),
+                    rec(11, 1, 1),
+                    vec![change(
+                        "port 1 released",
+                        |s: &Switch| s.counters(1).unwrap().released,
+                        1,
+                    )],
+                ),
+                row(
+                    "packet 12: held behind 9",
+                    11,
+                    verdict::SHOT,
+                    Out::Same,
+                    Rec {
+                        action: Action::Reorder,
+                        event_id: 7,
+                        ..rec(12, 1, 1)
+                    },
+                    vec![change("frames held", held, 1)],
+                ),
+                row(
+                    "packet 13: carries out 9 (a clone) and then 12 (the skb)",
+                    12,
+                    verdict::REDIRECT,
+                    Out::Carries(d(11)),
+                    rec(13, 1, 1),
+                    vec![change(
+                        "port 1 released",
+                        |s: &Switch| s.counters(1).unwrap().released,
+                        2,
+                    )],
+                ),
             ],
         );
         assert_eq!(sw.held_frames(), 0, "every held frame left");
-        // The clones went out of wlr0 to its peer: packet 4's, packet 8's
-        // and packet 6's (the skbs the program returned are not sent by a
-        // test run).
+        // The clones went out of wlr0 to its peer: packets 4, 8, 6, 11, 13
+        // and 9 (the skbs the program returned are not sent by a test
+        // run).
         let s: serde_json::Value =
             serde_json::from_str(&ip(&["-s", "-j", "link", "show", "wlr0"])).unwrap();
-        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(3), "{s}");
+        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(6), "{s}");
         assert_eq!(
             s[0]["stats64"]["tx"]["bytes"].as_u64(),
-            Some(3 * d(3).len() as u64),
+            Some(6 * d(3).len() as u64),
             "{s}"
         );
     })
