@@ -967,6 +967,41 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
             record: Some(record),
             maps,
         };
+        // A packet a reorder event holds: dropped here, mirrored with its
+        // event, one more frame held.
+        let holds = |what: &str, k: u32, event_id| {
+            row(
+                what,
+                k,
+                verdict::SHOT,
+                Out::Same,
+                Rec {
+                    action: Action::Reorder,
+                    event_id,
+                    ..rec(k + 1, 1, 1)
+                },
+                vec![change("frames held", held, 1)],
+            )
+        };
+        // A packet that goes through and carries out `n` held frames, the
+        // last of them `last` (its skb).
+        let released = |n| {
+            change(
+                "port 1 released",
+                |s: &Switch| s.counters(1).unwrap().released,
+                n,
+            )
+        };
+        let carries = |what: &str, k: u32, last: u32, n| {
+            row(
+                what,
+                k,
+                verdict::REDIRECT,
+                Out::Carries(d(last)),
+                rec(k + 1, 1, 1),
+                vec![released(n), sent(1)],
+            )
+        };
         check_table(
             &sw,
             &[
@@ -1003,21 +1038,11 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
                     rec(3, 1, 1),
                     vec![change("frames held", held, 0), sent(1)],
                 ),
-                row(
+                carries(
                     "packet 4: the last to overtake goes out as a clone, and the skb is packet 2",
                     3,
-                    verdict::REDIRECT,
-                    Out::Carries(d(1)),
-                    rec(4, 1, 1),
-                    vec![
-                        // (a fixture's `by` is an increase: the frame left)
-                        change(
-                            "port 1 released",
-                            |s: &Switch| s.counters(1).unwrap().released,
-                            1,
-                        ),
-                        sent(1),
-                    ],
+                    1,
+                    1,
                 ),
                 row(
                     "packet 5: nothing held, through",
@@ -1025,113 +1050,25 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
                     verdict::REDIRECT,
                     Out::Same,
                     rec(5, 1, 1),
-                    vec![
-                        change(
-                            "port 1 released",
-                            |s: &Switch| s.counters(1).unwrap().released,
-                            0,
-                        ),
-                        sent(1),
-                    ],
+                    vec![released(0), sent(1)],
                 ),
-                row(
-                    "packet 6: held",
-                    5,
-                    verdict::SHOT,
-                    Out::Same,
-                    Rec {
-                        action: Action::Reorder,
-                        event_id: 3,
-                        ..rec(6, 1, 1)
-                    },
-                    vec![change("frames held", held, 1)],
-                ),
-                row(
-                    "packet 7: held too (it does not overtake packet 6)",
-                    6,
-                    verdict::SHOT,
-                    Out::Same,
-                    Rec {
-                        action: Action::Reorder,
-                        event_id: 4,
-                        ..rec(7, 1, 1)
-                    },
-                    vec![change("frames held", held, 1)],
-                ),
-                row(
+                holds("packet 6: held", 5, 3),
+                holds("packet 7: held too (it does not overtake packet 6)", 6, 4),
+                carries(
                     "packet 8: carries both out, 6 as a clone and then 7 as the skb",
                     7,
-                    verdict::REDIRECT,
-                    Out::Carries(d(6)),
-                    rec(8, 1, 1),
-                    vec![
-                        change(
-                            "port 1 released",
-                            |s: &Switch| s.counters(1).unwrap().released,
-                            2,
-                        ),
-                        sent(1),
-                    ],
+                    6,
+                    2,
                 ),
-                row(
-                    "packet 9: held, 2 to wait for",
-                    8,
-                    verdict::SHOT,
-                    Out::Same,
-                    Rec {
-                        action: Action::Reorder,
-                        event_id: 5,
-                        ..rec(9, 1, 1)
-                    },
-                    vec![change("frames held", held, 1)],
-                ),
-                row(
-                    "packet 10: held, 1 to wait for",
-                    9,
-                    verdict::SHOT,
-                    Out::Same,
-                    Rec {
-                        action: Action::Reorder,
-                        event_id: 6,
-                        ..rec(10, 1, 1)
-                    },
-                    vec![change("frames held", held, 1)],
-                ),
-                row(
-                    "packet 11: carries out 10 only",
-                    10,
-                    verdict::REDIRECT,
-                    Out::Carries(d(9)),
-                    rec(11, 1, 1),
-                    vec![change(
-                        "port 1 released",
-                        |s: &Switch| s.counters(1).unwrap().released,
-                        1,
-                    )],
-                ),
-                row(
-                    "packet 12: held behind 9",
-                    11,
-                    verdict::SHOT,
-                    Out::Same,
-                    Rec {
-                        action: Action::Reorder,
-                        event_id: 7,
-                        ..rec(12, 1, 1)
-                    },
-                    vec![change("frames held", held, 1)],
-                ),
-                row(
+                holds("packet 9: held, 2 to wait for", 8, 5),
+                holds("packet 10: held, 1 to wait for", 9, 6),
+                carries("packet 11: carries out 10 only", 10, 9, 1),
+                holds("packet 12: held behind 9", 11, 7),
+                carries(
                     "packet 13: carries out 9 (a clone) and then 12 (the skb)",
                     12,
-                    verdict::REDIRECT,
-                    Out::Carries(d(11)),
-                    rec(13, 1, 1),
-                    vec![change(
-                        "port 1 released",
-                        |s: &Switch| s.counters(1).unwrap().released,
-                        2,
-                    )],
+                    11,
+                    2,
                 ),
             ],
         );
