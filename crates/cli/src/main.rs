@@ -10,6 +10,7 @@ mod bench_eswitch;
 mod bench_fuzz;
 mod bench_load;
 mod bench_record;
+mod bench_replay;
 mod bench_roce;
 mod bench_runs;
 mod bench_stages;
@@ -285,6 +286,16 @@ enum BenchCmd {
         /// Only these parts (default: all): rate, error, burst, http.
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<bench_load::Part>,
+    },
+    /// DETER's replay fidelity: incast plus long flows through a real
+    /// bottleneck, recorded, every connection replayed and compared (goal:
+    /// at least 95% exactly).
+    Replay {
+        #[arg(long, default_value_t = 100)]
+        connections: u32,
+        /// Replays at once.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
     },
     /// Many runs in one process through the run engine, with the process's
     /// resident memory every tenth run (it must stay flat).
@@ -635,6 +646,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
         BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
+        BenchCmd::Replay { connections, jobs } => bench_replay::run(abort, connections, jobs)?,
         BenchCmd::Load {
             rounds,
             seconds,
