@@ -21,6 +21,13 @@ fn causes(g: &TcpGen) -> Vec<Cause> {
     slow.into_iter().next().unwrap().causes
 }
 
+/// The cause of `kind`, which must be there.
+fn the<'a>(c: &'a [Cause], kind: &str) -> &'a Cause {
+    c.iter()
+        .find(|c| c.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind}: {:?}", kinds(c)))
+}
+
 fn kinds(c: &[Cause]) -> Vec<&'static str> {
     c.iter().map(|c| c.kind).collect()
 }
@@ -187,10 +194,7 @@ fn acks_that_grow_the_window_are_named_when_a_timeout_follows() {
         send(&mut g, 2);
         ack(&mut g, 10);
         let c = causes(&g);
-        let t = c
-            .iter()
-            .find(|c| c.kind == "timeout")
-            .unwrap_or_else(|| panic!("{:?}", kinds(&c)));
+        let t = the(&c, "timeout");
         assert_eq!(
             t.text.contains("7 of them each advertised another window"),
             grow,
@@ -220,10 +224,7 @@ fn a_timeout_after_too_few_packets_names_them() {
         send(&mut g, lost);
         ack(&mut g, 7);
         let c = causes(&g);
-        let t = c
-            .iter()
-            .find(|c| c.kind == "timeout")
-            .unwrap_or_else(|| panic!("{:?}", kinds(&c)));
+        let t = the(&c, "timeout");
         assert_eq!(
             t.text
                 .contains("too few packets after it for duplicate ACKs (2 of DupThresh 3"),

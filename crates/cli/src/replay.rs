@@ -19,6 +19,7 @@ use serde::Serialize;
 use wirelab_deter::record::{self, ConnRecord, Event};
 use wirelab_deter::replay::{send_time_differences, NetAction, Pair};
 use wirelab_lab::RunOptions;
+use wirelab_spec::CongestionControl;
 
 use crate::code;
 
@@ -471,8 +472,10 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
             let on = val != "0";
             match k.as_str() {
                 "net.ipv4.tcp_congestion_control" => {
-                    if socket_cc.is_none() && REPLAYABLE_CC.contains(&val) {
-                        fields.push(format!("congestion_control: {val}"));
+                    if let Some(cc) =
+                        CongestionControl::from_kernel_name(val).filter(|_| socket_cc.is_none())
+                    {
+                        fields.push(format!("congestion_control: {}", cc.name()));
                     }
                 }
                 "net.ipv4.tcp_ecn" => fields.push(format!("ecn: {}", val == "1")),
@@ -500,13 +503,14 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         }
     }
     if let Some(cc) = socket_cc {
-        if !REPLAYABLE_CC.contains(&cc) {
+        let Some(c) = CongestionControl::from_kernel_name(cc) else {
             anyhow::bail!(
-                "{}: the socket ran congestion control {cc}; a replay runs reno, cubic, bbr or dctcp",
-                record.display()
+                "{}: the socket ran congestion control {cc}; a replay runs {}",
+                record.display(),
+                CongestionControl::ALL.map(|c| c.kernel_name()).join(", ")
             );
-        }
-        fields.push(format!("congestion_control: {cc}"));
+        };
+        fields.push(format!("congestion_control: {}", c.name()));
     }
     if !sysctls.is_empty() {
         fields.push(format!("sysctls: {{{}}}", sysctls.join(", ")));
@@ -517,9 +521,6 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         format!("      stack: {{{}}}\n", fields.join(", "))
     })
 }
-
-/// The congestion controls a replay's spec can set (`stack.congestion_control`).
-const REPLAYABLE_CC: [&str; 4] = ["reno", "cubic", "bbr", "dctcp"];
 
 /// The options (metrics) of the most specific route in `routes`
 /// (`wirelab_netns::route_options`) that covers `to`, as the kernel's

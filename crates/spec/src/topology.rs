@@ -82,6 +82,19 @@ impl CongestionControl {
             other => other.name(),
         }
     }
+
+    pub const ALL: [CongestionControl; 4] = [
+        CongestionControl::Reno,
+        CongestionControl::Cubic,
+        CongestionControl::Bbr,
+        CongestionControl::Dctcp,
+    ];
+
+    /// The one a socket (or the sysctl) names `kernel`, if a spec can ask
+    /// for it (a record's `TCP_CONGESTION`, read from the kernel).
+    pub fn from_kernel_name(kernel: &str) -> Option<CongestionControl> {
+        Self::ALL.into_iter().find(|c| c.kernel_name() == kernel)
+    }
 }
 
 /// Host stack settings. Every field is optional so that a host can override
@@ -290,4 +303,24 @@ pub(crate) fn validate(s: &Spec) -> Result<BTreeSet<&str>, Invalid> {
     }
     validate_stack(&s.stack, "stack")?;
     Ok(names)
+}
+
+#[cfg(test)]
+mod cc_tests {
+    use super::CongestionControl;
+
+    #[test]
+    fn a_kernel_name_maps_back_to_what_a_spec_asks_for() {
+        // wirelab's DCTCP runs as wl_dctcp: a record of it replays as dctcp.
+        assert_eq!(
+            CongestionControl::from_kernel_name("wl_dctcp"),
+            Some(CongestionControl::Dctcp)
+        );
+        assert_eq!(
+            CongestionControl::from_kernel_name("bbr"),
+            Some(CongestionControl::Bbr)
+        );
+        assert_eq!(CongestionControl::from_kernel_name("dctcp"), None);
+        assert_eq!(CongestionControl::from_kernel_name("htcp"), None);
+    }
 }
