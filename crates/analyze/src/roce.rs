@@ -347,7 +347,18 @@ fn fsm(c: &mut RConn) {
                 };
                 let is_new = next_new.is_none_or(|nn| psn::le(nn, p.psn));
                 // Requester: after a NAK, the first resent packet is the NAKed one.
-                if !is_new {
+                // A NAK seen at the switch while a resend round runs: the
+                // round's next packets, in order, may have been queued before
+                // the requester read it. They continue the round; the
+                // reaction is the restart that follows (IBTA §9.7.5.2.2 sets
+                // no deadline; `slow-nack-reaction` measures it). Seen with
+                // a flow-table slow path dropping a round's packets.
+                let continues = !is_new
+                    && resend_next == Some(p.psn)
+                    && restart.as_ref().is_some_and(|(r, _, _)| *r != p.psn);
+                if continues {
+                    resend_next = Some(psn::add(p.psn, n));
+                } else if !is_new {
                     if let Some((r, t, ev)) = restart.take() {
                         if p.psn == r {
                             c.nack_reaction.push(Latency {

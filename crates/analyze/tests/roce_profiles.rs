@@ -559,6 +559,41 @@ fn the_go_back_n_fsm_flags_each_rule_a_device_breaks() {
 }
 
 #[test]
+fn a_nak_that_comes_while_a_resend_round_runs_waits_for_the_round() {
+    // A NAK at the switch while a go-back-N round is sending: the round's
+    // next packets may have been queued before the requester read it, so
+    // they continue the round and are not a wrong restart. Seen in the lab
+    // when a flow table's slow path dropped packets of a resend round.
+    let lost = (ipsn(1, true) + 4) & 0xff_ffff;
+    let resent = |p: &Packet| {
+        conn(p) == 1 && bth(p).psn == lost && packet::kind(bth(p).opcode) == PKind::Data
+    };
+    let from_requester_data =
+        |p: &Packet| conn(p) == 1 && packet::kind(bth(p).opcode) == PKind::Data;
+    let v = edited(|ps| {
+        // The round resends rel 5, 6 and 7 (the requester had sent no
+        // further). Its rel 5 is lost again, to a flow table; the
+        // responder NAKs it once rel 6 arrives, and rel 7 was queued.
+        let i5 = nth(ps, 1, 1, resent);
+        let j6 = (i5 + 1..ps.len())
+            .find(|&i| from_requester_data(&ps[i]))
+            .expect("the round's second packet");
+        ps[i5].meta.as_mut().unwrap().es_drop = true;
+        let mut nak = ps[nth(ps, 1, 0, is_nak)].clone();
+        let psn = lost.to_be_bytes();
+        nak.data[28 + 9..28 + 12].copy_from_slice(&psn[1..]);
+        let (h, _) = packet::split_ipv4_udp(&nak.data).expect("IPv4/UDP");
+        packet::seal_ipv4(&h, &mut nak.data[28..]);
+        let m = ps[j6].meta.clone().unwrap();
+        nak.ts_ns = ps[j6].ts_ns + 1;
+        nak.meta.as_mut().unwrap().ts = m.ts + 1;
+        nak.meta.as_mut().unwrap().seq = m.seq;
+        ps.insert(j6 + 1, nak);
+    });
+    assert!(!names(&v).contains(&"wrong-restart"), "{v:?}");
+}
+
+#[test]
 fn a_device_that_ignores_the_cnp_interval_is_flagged() {
     // Every CNP sent twice: more than a per-QP limiter allows.
     let Run {

@@ -80,6 +80,8 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
             vq_bytes: h.vq_bytes,
             aqm: h.verdict()?,
             cnm: h.qcn_fb,
+            masks: h.es_visited,
+            es_drop: h.es_drop != 0,
         },
         pkt_len: h.pkt_len,
         data: data.to_vec(),

@@ -153,6 +153,22 @@ fn print_switch(s: &Summary) {
                 String::new()
             }
         );
+        if let Some(o) = &f.offload {
+            println!(
+                "  offload    {} flows offloaded ({} again after aging), {} aged out, {} unmatched; slow path forwarded {} packets, dropped {}{}",
+                o.tally.offloads,
+                o.tally.reoffloads,
+                o.tally.aged,
+                o.tally.unmatched,
+                o.slow_path_packets,
+                o.slow_path_drops,
+                if o.deleting_ms > 0.0 {
+                    format!("; {:.1} ms waiting on deletions", o.deleting_ms)
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     if let Some(r) = &s.reorder {
         println!(

@@ -140,6 +140,10 @@ struct wl_es_stats {
 	 * there (ScalaCN's Q_l and Q_r: local egress and remote ingress). */
 	__u64 table_pkts[WL_ES_MAX_TABLES];
 	__u64 table_visited[WL_ES_MAX_TABLES];
+	/* With a slow path (es_slow_gap_ns): misses it forwarded, and misses
+	 * past its budget, dropped. */
+	__u64 slow_pkts;
+	__u64 slow_drops;
 };
 
 /* Mask bits, by (table * WL_ES_MAX_MASKS + id). */
@@ -223,6 +227,36 @@ struct {
 	__type(key, __u32);
 	__type(value, struct es_learn_scratch);
 } es_scratch SEC(".maps");
+
+/* The slow path (ScalaCN §2-3): with a virtual switch offloading flows
+ * into the eSwitch, a miss is a packet for software. It is reported in
+ * es_upcalls, for the control plane to offload its flow, and forwarded by
+ * the MAC table as software would, within the software path's capacity:
+ * one packet per es_slow_gap_ns, with bursts queued (the generic cell
+ * rate algorithm, ITU-T I.371: a packet conforms when the theoretical
+ * arrival time es_slow_tat is at most es_slow_tolerance_ns ahead of now,
+ * (burst - 1) gaps). Past it, the packet is dropped, as an
+ * overloaded vswitch's queue drops (ScalaCN S1: a flow back in software
+ * runs >18x slower). es_slow_gap_ns 0: no slow path; a miss goes to the
+ * MAC table unreported and unlimited. */
+__u64 es_slow_gap_ns = 0;
+__u64 es_slow_tolerance_ns = 0;
+__u64 es_slow_tat = 0;
+
+struct wl_es_upcall {
+	__u64 first_ns;
+	__u64 last_ns;
+	__u64 pkts;
+};
+
+/* The missed packet's full key (its table set, mask 0) -> its reports.
+ * An LRU hash: when the control plane falls behind, the oldest go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WL_ES_MAX_LEARNED);
+	__type(key, struct wl_es_key);
+	__type(value, struct wl_es_upcall);
+} es_upcalls SEC(".maps");
 
 /* Which copy of es_order is live; user space writes the other copy, then
  * flips this word (one aligned store: a packet sees one order or the
@@ -322,6 +356,42 @@ static __noinline void es_learn(const struct wl_es_key *k, __u32 table, __u32 ma
 	sc->v.action.pkts = 0;
 	sc->v.action.bytes = 0;
 	bpf_map_update_elem(&es_learned, &sc->key, &sc->v, BPF_ANY);
+}
+
+/* A miss on a switch with a slow path: reported, then forwarded within
+ * its capacity or dropped. Whether to drop. Out of line, its key in the
+ * per-CPU scratch. Two CPUs may race on es_slow_tat and let a packet more
+ * by, which a software path's capacity is not exact enough to mind. */
+static __noinline int es_slow_path(const struct wl_es_key *k, __u32 table)
+{
+	struct es_learn_scratch *sc;
+	struct wl_es_upcall *u, v = {};
+	__u64 now = bpf_ktime_get_ns(), tat;
+	__u32 zero = 0;
+
+	sc = bpf_map_lookup_elem(&es_scratch, &zero);
+	if (!sc)
+		return 0;
+	sc->key = *k;
+	sc->key.table = table;
+	sc->key.mask = 0;
+	u = bpf_map_lookup_elem(&es_upcalls, &sc->key);
+	if (u) {
+		u->last_ns = now;
+		__sync_fetch_and_add(&u->pkts, 1);
+	} else {
+		v.first_ns = now;
+		v.last_ns = now;
+		v.pkts = 1;
+		bpf_map_update_elem(&es_upcalls, &sc->key, &v, BPF_ANY);
+	}
+	tat = es_slow_tat;
+	if (tat < now)
+		tat = now;
+	if (tat - now > es_slow_tolerance_ns)
+		return 1;
+	es_slow_tat = tat + es_slow_gap_ns;
+	return 0;
 }
 
 /* RFC 1071: the one's complement sum of the header's 16-bit words. */
@@ -598,6 +668,14 @@ WL_STAGE(wl_stage_eswitch)
 	}
 	if (!s.hit) {
 		st->misses++;
+		if (es_slow_gap_ns) {
+			if (es_slow_path(&s.key, s.table)) {
+				st->slow_drops++;
+				ctx->es_drop = 1;
+			} else {
+				st->slow_pkts++;
+			}
+		}
 		return WL_CONTINUE;
 	}
 	switch (s.hit->kind) {

@@ -67,6 +67,8 @@ WL_CORE_STAGE(wl_stage_mirror)
 	r->vq_bytes = ctx->vq_bytes;
 	r->aqm = ctx->aqm;
 	r->qcn_fb = ctx->qcn_fb;
+	r->es_visited = ctx->es_visited;
+	r->es_drop = ctx->es_drop;
 	/* cap is in [1, snap_len] and snap_len <= snap_room (a power of two),
 	 * so this mask changes nothing at run time; it shows the verifier a lower
 	 * bound of 1 that survives clang's register copies. */

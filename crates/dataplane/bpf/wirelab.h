@@ -325,6 +325,11 @@ struct wl_mirror_hdr {
 	/* QCN: the quantised |Fb| of the CNM this packet caused to be sent
 	 * back towards its source, 0 = none. */
 	__u32 qcn_fb;
+	/* The eSwitch stage: masks this packet searched (ScalaCN's cost, per
+	 * packet), and 1 if a flow table dropped it (a drop entry, a failed
+	 * encap or rewrite, or the slow path past its capacity). */
+	__u16 es_visited;
+	__u16 es_drop;
 };
 
 #endif

@@ -56,7 +56,8 @@ impl Match {
         m.to_be_bytes()
     }
 
-    fn and(&self, m: &Match) -> Match {
+    /// The fields under mask `m` (what an entry of that mask compares).
+    pub fn and(&self, m: &Match) -> Match {
         let b6 = |a: [u8; 6], b: [u8; 6]| std::array::from_fn(|i| a[i] & b[i]);
         let b4 = |a: [u8; 4], b: [u8; 4]| std::array::from_fn(|i| a[i] & b[i]);
         Match {
@@ -294,6 +295,20 @@ pub struct Learned {
     pub pkts: u64,
 }
 
+/// A flow the slow path saw (a table miss on a switch with one): the
+/// control plane's cue to offload it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upcall {
+    /// The table it missed in.
+    pub table: u32,
+    /// The packet's whole key, as that table saw it.
+    pub fields: Match,
+    /// CLOCK_MONOTONIC ns of its first and latest miss, and misses.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub pkts: u64,
+}
+
 impl Tunnel {
     fn raw(&self) -> Result<types::wl_es_tunnel, Error> {
         if self.vni >= 1 << 24 {
@@ -334,6 +349,10 @@ pub struct Stats {
     pub rewrite_errors: u64,
     /// Per table: (packets that searched it, masks they searched there).
     pub tables: [(u64, u64); MAX_TABLES as usize],
+    /// With a slow path: misses it forwarded, and misses past its
+    /// capacity (dropped).
+    pub slow_pkts: u64,
+    pub slow_drops: u64,
 }
 
 fn check(table: u32, mask: u32) -> Result<u32, Error> {
@@ -618,6 +637,74 @@ impl Switch {
         }
     }
 
+    /// Gives the switch a slow path that forwards `pps` packets per
+    /// second with bursts of up to `burst` queued (None: none, a miss goes
+    /// to the MAC table unreported): a miss is reported (`es_upcalls`) and
+    /// forwarded within that capacity, dropped past it.
+    pub fn set_es_slow_path(&self, capacity: Option<(u32, u32)>) -> Result<(), Error> {
+        let (gap, tolerance) = match capacity {
+            Some((pps, burst)) if pps > 0 => {
+                let gap = (1e9 / f64::from(pps)).round().max(1.0) as u64;
+                (gap, gap * u64::from(burst.max(1) - 1))
+            }
+            Some(_) => {
+                return Err(Error::Config(
+                    "a slow path forwards at least 1 packet per second".into(),
+                ))
+            }
+            None => (0, 0),
+        };
+        // SAFETY (the closures): field addresses inside the section.
+        self.bss.write(
+            |b| unsafe { std::ptr::addr_of_mut!((*b).es_slow_tolerance_ns) },
+            tolerance,
+        );
+        self.bss.write(
+            |b| unsafe { std::ptr::addr_of_mut!((*b).es_slow_gap_ns) },
+            gap,
+        );
+        Ok(())
+    }
+
+    /// The flows the slow path saw since they were last forgotten.
+    pub fn es_upcalls(&self) -> Result<Vec<Upcall>, Error> {
+        let mut out = Vec::new();
+        for k in self.maps.es_upcalls.keys() {
+            // Gone between the walk and the lookup (LRU eviction): skipped.
+            let Some(v) = self
+                .maps
+                .es_upcalls
+                .lookup(&k, MapFlags::ANY)
+                .map_err(map_err("reading the slow path's flows"))?
+            else {
+                continue;
+            };
+            let (Some(key), Some(u)) = (
+                from_bytes::<types::wl_es_key>(&k),
+                from_bytes::<types::wl_es_upcall>(&v),
+            ) else {
+                continue;
+            };
+            out.push(Upcall {
+                table: key.table,
+                fields: Match::of_key(&key),
+                first_ns: u.first_ns,
+                last_ns: u.last_ns,
+                pkts: u.pkts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Forgets a flow the slow path saw (offloaded, or not offloadable).
+    pub fn forget_es_upcall(&self, table: u32, fields: &Match) -> Result<(), Error> {
+        let key = fields.key(table, 0);
+        match self.maps.es_upcalls.delete(bytes_of(&key)) {
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            r => r.map_err(map_err("forgetting a slow-path flow")),
+        }
+    }
+
     pub fn es_stats(&self) -> Result<Stats, Error> {
         let per_cpu = self
             .maps
@@ -639,6 +726,8 @@ impl Switch {
                 tunnel_errors: a.tunnel_errors + s.tunnel_errors,
                 rewrites: a.rewrites + s.rewrites,
                 rewrite_errors: a.rewrite_errors + s.rewrite_errors,
+                slow_pkts: a.slow_pkts + s.slow_pkts,
+                slow_drops: a.slow_drops + s.slow_drops,
                 tables: std::array::from_fn(|t| {
                     (
                         a.tables[t].0 + s.table_pkts[t],

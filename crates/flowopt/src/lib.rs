@@ -23,6 +23,8 @@
 //!   the slow path offloads its flows again, as OVS would re-install them
 //!   on an RNIC.
 
+pub mod offload;
+
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 

@@ -25,7 +25,8 @@ use wirelab_plan::{ConnPlan, EventPlan, Plan, Target};
 use wirelab_workload::{ConnMeta, Stop};
 
 use crate::summary::{
-    EsMaskSummary, EsOptimiserSummary, EsSummary, EsTableSummary, EventSummary, Summary, VqSummary,
+    EsMaskSummary, EsOffloadSummary, EsOptimiserSummary, EsSummary, EsTableSummary, EventSummary,
+    Summary, VqSummary,
 };
 use crate::{During, Error};
 
@@ -120,6 +121,17 @@ pub struct FlowTables {
     /// Encap entries the device installed past its encap contexts (its
     /// profile's `encap_contexts`), which drop what they match.
     encaps_over_contexts: u64,
+    /// Encap entries installed so far, in the order they were installed.
+    encaps: u32,
+    /// Per table, the entries installed from the start (generated,
+    /// overlay, and without `offload` every one).
+    static_entries: [usize; wirelab_spec::flowtables::MAX_TABLES],
+    /// The virtual switch's offload state (`flowtables.offload`).
+    offloader: Option<wirelab_flowopt::offload::Offloader<Rule>>,
+    /// The device's counter readout when its profile has late counters.
+    late: Option<wirelab_flowopt::offload::LateCounters<Rule>>,
+    /// Time the control plane waited on deletions (ScalaCN S4).
+    deleting_ns: u64,
 }
 
 /// The hyper mask's id in a table of `masks` masks: the next one.
@@ -140,7 +152,140 @@ fn device_order(d: &wirelab_spec::flowtables::EsDevice, order: &[u16]) -> Vec<u1
     o
 }
 
+/// A rule of the plan's tables: (table, mask, entry).
+type Rule = (usize, usize, usize);
+
 impl FlowTables {
+    /// Installs rule `r` of the plan in the eSwitch.
+    fn install(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan, r: Rule) -> Result<(), Error> {
+        use wirelab_dataplane::eswitch::Action as Es;
+        use wirelab_plan::{EsActionPlan as P, EsNext};
+        let (t, id, e) = r;
+        let e = &ft.tables[t][id].entries[e];
+        let port = |host: usize| (cx.lab.switch_ifindex[host], cx.plan.hosts[host].port);
+        let mut action = match e.action {
+            P::Count => Es::Count,
+            P::Drop => Es::Drop,
+            P::Goto(n) => Es::Goto(n),
+            P::Forward { host } => {
+                let (ifindex, port) = port(host);
+                Es::Forward { ifindex, port }
+            }
+            P::Decap { host } => {
+                let (ifindex, port) = port(host);
+                Es::Decap { ifindex, port }
+            }
+            P::Encap { vni, remote, next } => {
+                let tunnel = es_tunnel(vni, remote);
+                match next {
+                    EsNext::Table(table) => Es::EncapGoto { tunnel, table },
+                    EsNext::Host(host) => {
+                        let (ifindex, port) = port(host);
+                        Es::Encap {
+                            ifindex,
+                            port,
+                            tunnel,
+                        }
+                    }
+                }
+            }
+        };
+        if matches!(action, Es::Encap { .. } | Es::EncapGoto { .. }) {
+            self.encaps += 1;
+            // ScalaCN S8: the device accepts the entry, but has no
+            // context left to encapsulate with.
+            if ft.device.encap_contexts.is_some_and(|n| self.encaps > n) {
+                action = Es::Drop;
+                self.encaps_over_contexts += 1;
+            }
+        }
+        cx.switch
+            .add_es_entry_rewriting(
+                t as u32,
+                id as u32,
+                &es_match(e),
+                action,
+                &es_rewrite(&e.set),
+            )
+            .during(format!("adding an entry to flow table {t} mask {id}"))
+    }
+
+    /// The rule of the plan's own masks in `table` that a packet with
+    /// these fields matches, masks in their written order (the virtual
+    /// switch's software classifier).
+    fn software_rule(
+        ft: &wirelab_plan::EsPlan,
+        table: u32,
+        fields: &wirelab_dataplane::eswitch::Match,
+    ) -> Option<Rule> {
+        let t = table as usize;
+        ft.tables.get(t)?.iter().enumerate().find_map(|(id, m)| {
+            if m.generated {
+                return None;
+            }
+            let bits = es_bits(&m.fields);
+            let key = fields.and(&bits);
+            m.entries
+                .iter()
+                .position(|e| es_match(e).and(&bits) == key)
+                .map(|e| (t, id, e))
+        })
+    }
+
+    /// One look of the offloading virtual switch: the slow path's flows
+    /// offloaded, idle rules deleted (ScalaCN §2-3).
+    fn tick_offload(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan) -> Result<(), Error> {
+        let now = self.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let sw = cx.switch;
+        let Some(off) = self.offloader.as_mut() else {
+            return Ok(());
+        };
+        let ups = sw.es_upcalls().during("reading the slow path's flows")?;
+        let rules: Vec<Option<Rule>> = ups
+            .iter()
+            .map(|u| Self::software_rule(ft, u.table, &u.fields))
+            .collect();
+        for u in &ups {
+            sw.forget_es_upcall(u.table, &u.fields)
+                .during("forgetting a slow-path flow")?;
+        }
+        let install = off.upcalls(now, rules);
+        for r in install {
+            self.install(cx, ft, r)?;
+        }
+        let off = self.offloader.as_mut().expect("checked above");
+        let installed = off.installed();
+        let mut live = std::collections::BTreeMap::new();
+        for &(t, id, e) in &installed {
+            let hits = sw
+                .es_entry_hits(t as u32, id as u32, &es_match(&ft.tables[t][id].entries[e]))
+                .during("reading an offloaded rule's counter")?;
+            live.insert((t, id, e), hits.map_or(0, |h| h.0));
+        }
+        let held: usize = self.static_entries.iter().sum::<usize>() + installed.len();
+        let seen = match self.late.as_mut() {
+            Some(l) => l.read(now, held, &live),
+            None => live,
+        };
+        let delete = off.age(now, &seen);
+        for (t, id, e) in delete {
+            sw.remove_es_entry(t as u32, id as u32, &es_match(&ft.tables[t][id].entries[e]))
+                .during("deleting an aged rule")?;
+            // ScalaCN S4: the device searches the table for what depends
+            // on the entry; the virtual switch waits for its answer, and
+            // offloads nothing meanwhile.
+            if let Some(per) = ft.device.delete_per_entry {
+                let in_table = self.static_entries[t]
+                    + off.installed().iter().filter(|r| r.0 == t).count()
+                    + 1;
+                let cost = per.0.saturating_mul(in_table as u64);
+                std::thread::sleep(std::time::Duration::from_nanos(cost));
+                self.deleting_ns += cost;
+            }
+        }
+        Ok(())
+    }
+
     /// One look at every table: the policy's changes, applied.
     fn tick(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan) -> Result<(), Error> {
         use wirelab_flowopt::{MaskView, TableView};
@@ -278,63 +423,25 @@ impl Capability for FlowTables {
         config.eswitch = true;
     }
     fn arm(&mut self, cx: &Cx) -> Result<(), Error> {
-        use wirelab_dataplane::eswitch::Action as Es;
         let Some(ft) = &cx.plan.flowtables else {
             return Ok(());
         };
-        // Encap entries installed so far, in the order they are installed.
-        let mut encaps = 0u32;
+        let offload = ft.offload.is_some();
         for (t, masks) in ft.tables.iter().enumerate() {
             let t = t as u32;
             for (id, m) in masks.iter().enumerate() {
-                let id = id as u32;
                 cx.switch
-                    .set_es_mask(t, id, &es_bits(&m.fields))
+                    .set_es_mask(t, id as u32, &es_bits(&m.fields))
                     .during(format!("setting flow table {t} mask {id}"))?;
-                for e in &m.entries {
-                    use wirelab_plan::{EsActionPlan as P, EsNext};
-                    let port =
-                        |host: usize| (cx.lab.switch_ifindex[host], cx.plan.hosts[host].port);
-                    let mut action = match e.action {
-                        P::Count => Es::Count,
-                        P::Drop => Es::Drop,
-                        P::Goto(n) => Es::Goto(n),
-                        P::Forward { host } => {
-                            let (ifindex, port) = port(host);
-                            Es::Forward { ifindex, port }
-                        }
-                        P::Decap { host } => {
-                            let (ifindex, port) = port(host);
-                            Es::Decap { ifindex, port }
-                        }
-                        P::Encap { vni, remote, next } => {
-                            let tunnel = es_tunnel(vni, remote);
-                            match next {
-                                EsNext::Table(table) => Es::EncapGoto { tunnel, table },
-                                EsNext::Host(host) => {
-                                    let (ifindex, port) = port(host);
-                                    Es::Encap {
-                                        ifindex,
-                                        port,
-                                        tunnel,
-                                    }
-                                }
-                            }
-                        }
-                    };
-                    if matches!(action, Es::Encap { .. } | Es::EncapGoto { .. }) {
-                        encaps += 1;
-                        // ScalaCN S8: the device accepts the entry, but
-                        // has no context left to encapsulate with.
-                        if ft.device.encap_contexts.is_some_and(|n| encaps > n) {
-                            action = Es::Drop;
-                            self.encaps_over_contexts += 1;
-                        }
-                    }
-                    cx.switch
-                        .add_es_entry_rewriting(t, id, &es_match(e), action, &es_rewrite(&e.set))
-                        .during(format!("adding an entry to flow table {t} mask {id}"))?;
+                // With an offloading virtual switch the spec's own rules
+                // wait in software for their flows (`tick_offload`).
+                if offload && !m.generated {
+                    continue;
                 }
+                for e in 0..m.entries.len() {
+                    self.install(cx, ft, (t as usize, id, e))?;
+                }
+                self.static_entries[t as usize] += m.entries.len();
             }
             let hyper = ft.optimise.hyper().then(|| hyper_id(masks.len()));
             if let Some(h) = hyper {
@@ -357,25 +464,43 @@ impl Capability for FlowTables {
                 .during(format!("ordering flow table {t}"))?;
             self.optimisers.push(opt);
         }
+        if let Some(o) = ft.offload {
+            self.offloader = Some(wirelab_flowopt::offload::Offloader::new(o.idle_ns));
+            self.late = ft.device.late_counters.map(|l| {
+                wirelab_flowopt::offload::LateCounters::new(l.entries_over as usize, l.refresh.0)
+            });
+            cx.switch
+                .set_es_slow_path(Some((o.slow_path_pps, o.slow_path_burst)))
+                .during("giving the eSwitch a slow path")?;
+        }
         self.started = Some(std::time::Instant::now());
         Ok(())
     }
     fn acts_during(&self) -> bool {
-        !matches!(
-            self.optimisers.first().map(|o| o.policy()),
-            None | Some(wirelab_flowopt::Policy::Insertion)
-        )
+        self.offloader.is_some()
+            || !matches!(
+                self.optimisers.first().map(|o| o.policy()),
+                None | Some(wirelab_flowopt::Policy::Insertion)
+            )
     }
     fn during(&mut self, cx: &Cx, done: &AtomicBool) -> Result<(), Error> {
         let Some(ft) = &cx.plan.flowtables else {
             return Ok(());
         };
-        let interval = ft.optimise.interval_ns().unwrap_or(1_000_000_000);
+        // Validation keeps `offload` and `optimise` apart: one loop.
+        let interval = match ft.offload {
+            Some(o) => o.interval_ns,
+            None => ft.optimise.interval_ns().unwrap_or(1_000_000_000),
+        };
         let mut next = std::time::Instant::now();
         while !done.load(std::sync::atomic::Ordering::SeqCst) {
             let now = std::time::Instant::now();
             if now >= next {
-                self.tick(cx, ft)?;
+                if ft.offload.is_some() {
+                    self.tick_offload(cx, ft)?;
+                } else {
+                    self.tick(cx, ft)?;
+                }
                 next = now + std::time::Duration::from_nanos(interval);
             }
             // Wake at the next look, or within 5 ms to see `done`.
@@ -454,6 +579,13 @@ impl Capability for FlowTables {
             encaps: st.encaps,
             decaps: st.decaps,
             encaps_over_contexts: self.encaps_over_contexts,
+            offload: self.offloader.as_ref().map(|o| EsOffloadSummary {
+                tally: o.tally(),
+                installed: o.installed().len(),
+                slow_path_packets: st.slow_pkts,
+                slow_path_drops: st.slow_drops,
+                deleting_ms: self.deleting_ns as f64 / 1e6,
+            }),
             tunnel_errors: st.tunnel_errors,
             rewrites: st.rewrites,
             rewrite_errors: st.rewrite_errors,

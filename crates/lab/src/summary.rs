@@ -154,6 +154,9 @@ pub struct EsSummary {
     /// Encap entries the device profile installed past its encapsulation
     /// contexts, as drops (ScalaCN S8; the causal tester is not told).
     pub encaps_over_contexts: u64,
+    /// What the offloading virtual switch did (`flowtables.offload`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<EsOffloadSummary>,
     /// Per table: packets that searched it, and masks per packet there
     /// (ScalaCN's Q_l for a local egress table, Q_r for a remote ingress one).
     pub tables: Vec<EsTableSummary>,
@@ -164,6 +167,21 @@ pub struct EsSummary {
     /// What the search-order policy did (`flowtables.optimise`), over
     /// every table.
     pub optimiser: EsOptimiserSummary,
+}
+
+/// ScalaCN §3's flow-state symptoms, counted: flows offloaded again after
+/// aging (S1), packets software forwarded or dropped, and the time the
+/// virtual switch waited on deletions (S4).
+#[derive(Debug, Serialize)]
+pub struct EsOffloadSummary {
+    #[serde(flatten)]
+    pub tally: wirelab_flowopt::offload::OffloadTally,
+    /// Rules installed at the end.
+    pub installed: usize,
+    /// Misses the slow path forwarded, and misses past its capacity.
+    pub slow_path_packets: u64,
+    pub slow_path_drops: u64,
+    pub deleting_ms: f64,
 }
 
 #[derive(Debug, Serialize)]

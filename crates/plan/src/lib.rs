@@ -92,6 +92,17 @@ pub struct EsPlan {
     pub device: wirelab_spec::flowtables::EsDevice,
     /// Which device holds the tables.
     pub dut: wirelab_spec::flowtables::Dut,
+    /// A virtual switch offloading the spec's own entries (`offload:`).
+    pub offload: Option<OffloadPlan>,
+}
+
+/// `flowtables.offload`, defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OffloadPlan {
+    pub interval_ns: u64,
+    pub idle_ns: u64,
+    pub slow_path_pps: u32,
+    pub slow_path_burst: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -809,11 +820,19 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
     };
     let device = wirelab_spec::flowtables::device(ft.device.as_deref().unwrap_or("default"))
         .expect("validated");
+    use wirelab_spec::flowtables::Offload;
+    let offload = ft.offload.as_ref().map(|o| OffloadPlan {
+        interval_ns: o.interval.unwrap_or(Offload::INTERVAL).0,
+        idle_ns: o.idle.unwrap_or(Offload::IDLE).0,
+        slow_path_pps: o.slow_path_pps.unwrap_or(Offload::SLOW_PATH_PPS),
+        slow_path_burst: o.slow_path_burst.unwrap_or(Offload::SLOW_PATH_BURST),
+    });
     EsPlan {
         tables,
         optimise,
         device,
         dut: ft.dut,
+        offload,
     }
 }
 

@@ -342,6 +342,7 @@ mod tests {
             optimise: wirelab_flowopt::Policy::Insertion,
             device: wirelab_spec::flowtables::device("default").unwrap(),
             dut: Default::default(),
+            offload: None,
         }
     }
 

@@ -53,6 +53,58 @@ pub struct FlowTables {
     /// `default`, or one with a quirk ScalaCN found (default: `default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// A virtual switch that offloads flows into the eSwitch and ages
+    /// them out (ScalaCN §2-3): the spec's own entries start in software
+    /// and are installed when their flow's first packets reach the slow
+    /// path. Without it every entry is installed before traffic starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Offload>,
+}
+
+/// A virtual switch's flow offload (ScalaCN §2, Fig. 1; §3 S1, S4, S5).
+/// The spec's own `tables:` entries are its software rules: a packet that
+/// misses the eSwitch goes to the slow path, which forwards it within its
+/// capacity and reports its flow; the virtual switch then installs the
+/// rule that flow matches, and deletes an installed rule whose hit
+/// counter has not moved for `idle` (its aging). Generated and overlay
+/// entries stand for other tenants' flows: installed from the start, never
+/// aged (their traffic is not the lab's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Offload {
+    /// How often the virtual switch looks at the slow path's flows and
+    /// the installed rules' counters (default 2ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Nanos>,
+    /// An installed rule whose counter has not moved this long is deleted
+    /// (default 20ms; OVS's `max-idle` is 10 s, a lab run lasts a second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Nanos>,
+    /// Packets per second the slow path forwards; past it, dropped
+    /// (default 5000: ScalaCN S1, a flow back in software ran >18x slower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_path_pps: Option<u32>,
+    /// Packets the slow path queues in a burst beyond its rate (default
+    /// 64: a flow's first packets wait in software rather than drop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_path_burst: Option<u32>,
+}
+
+impl Offload {
+    pub const INTERVAL: Nanos = Nanos(2_000_000);
+    pub const IDLE: Nanos = Nanos(20_000_000);
+    pub const SLOW_PATH_PPS: u32 = 5000;
+    pub const SLOW_PATH_BURST: u32 = 64;
+}
+
+/// ScalaCN S5: hit counters that the device refreshes late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LateCounters {
+    /// Past this many entries in all tables, the counters are late.
+    pub entries_over: u32,
+    /// The counters a reader sees are a copy refreshed this often.
+    pub refresh: Nanos,
 }
 
 /// An eSwitch device profile: how the device departs from what its
@@ -73,6 +125,15 @@ pub struct EsDevice {
     /// many, the device drops what they match. None: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap_contexts: Option<u32>,
+    /// ScalaCN S5: with many entries, the hit counters the control plane
+    /// reads are refreshed late. None: they are current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_counters: Option<LateCounters>,
+    /// ScalaCN S4: deleting an entry searches the table for what depends
+    /// on it, taking this long per entry the device holds; the control
+    /// plane waits for it. None: a deletion costs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_per_entry: Option<Nanos>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -115,6 +176,14 @@ pub const DEVICES: &[(&str, &str)] = &[
     (
         "encap-context-limit",
         include_str!("../../../profiles/eswitch/encap-context-limit.yaml"),
+    ),
+    (
+        "late-counters",
+        include_str!("../../../profiles/eswitch/late-counters.yaml"),
+    ),
+    (
+        "slow-deletion",
+        include_str!("../../../profiles/eswitch/slow-deletion.yaml"),
     ),
 ];
 
@@ -472,6 +541,28 @@ fn validate_optimise(o: &Optimise) -> Result<(), Invalid> {
     Ok(())
 }
 
+fn validate_offload(o: &Offload) -> Result<(), Invalid> {
+    let at = "flowtables.offload";
+    let interval = o.interval.unwrap_or(Offload::INTERVAL);
+    // As `optimise`: each look reads every installed rule's counter.
+    if interval.0 < 1_000_000 {
+        return err(format!("{at}.interval"), "at least 1ms");
+    }
+    if o.idle.is_some_and(|w| w < interval) {
+        return err(format!("{at}.idle"), "at least one interval");
+    }
+    if o.slow_path_burst == Some(0) {
+        return err(format!("{at}.slow_path_burst"), "at least 1");
+    }
+    if o.slow_path_pps == Some(0) {
+        return err(
+            format!("{at}.slow_path_pps"),
+            "at least 1 (a slow path that forwards nothing never lets a flow start)",
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> {
     let Some(ft) = &s.flowtables else {
         return Ok(());
@@ -680,6 +771,11 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
         // otherwise, refused rather than approximated.
         let why = if ft.device.is_some() {
             Some(("flowtables.device", "an eSwitch profile; OVS is itself"))
+        } else if ft.offload.is_some() {
+            Some((
+                "flowtables.offload",
+                "an offloading virtual switch in front of the eSwitch; OVS has its own upcalls",
+            ))
         } else if ft.optimise.is_some() {
             Some((
                 "flowtables.optimise",
@@ -702,6 +798,15 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
         };
         if let Some((at, what)) = why {
             return err(at, format!("{what}: not with `dut: ovs`"));
+        }
+    }
+    if let Some(o) = &ft.offload {
+        validate_offload(o)?;
+        if ft.optimise.is_some() {
+            return err(
+                "flowtables.offload",
+                "not with `optimise` yet: one control loop orders the masks or offloads flows",
+            );
         }
     }
     if let Some(o) = &ft.optimise {

@@ -120,9 +120,34 @@ fn each_rejection_names_path_and_line() {
             "flowtables.optimise.hyper_entries: at least 1 (line 11)",
         ),
         (
+            "flow tables: a virtual switch looking too often",
+            with("flowtables:\n  offload: {interval: 200us}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.offload.interval: at least 1ms (line 11)",
+        ),
+        (
+            "flow tables: rules aged faster than they are looked at",
+            with("flowtables:\n  offload: {interval: 5ms, idle: 2ms}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.offload.idle: at least one interval (line 11)",
+        ),
+        (
+            "flow tables: a slow path that forwards nothing",
+            with("flowtables:\n  offload: {slow_path_pps: 0}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.offload.slow_path_pps: at least 1 (a slow path that forwards nothing never lets a flow start) (line 11)",
+        ),
+        (
+            "flow tables: an offloading virtual switch in front of OVS",
+            with("flowtables:\n  dut: ovs\n  offload: {}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.offload: an offloading virtual switch in front of the eSwitch; OVS has its own upcalls: not with `dut: ovs` (line 12)",
+        ),
+        (
+            "flow tables: offload and an optimiser at once",
+            with("flowtables:\n  offload: {}\n  optimise: {policy: hit-count}\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
+            "flowtables.offload: not with `optimise` yet: one control loop orders the masks or offloads flows (line 11)",
+        ),
+        (
             "flow tables: an unknown device",
             with("flowtables:\n  device: cx9\n  tables:\n    - masks:\n        - entries: [{action: count}]\n"),
-            "flowtables.device: no eSwitch profile `cx9` (there are: default, new-masks-last, encap-context-limit) (line 11)",
+            "flowtables.device: no eSwitch profile `cx9` (there are: default, new-masks-last, encap-context-limit, late-counters, slow-deletion) (line 11)",
         ),
         (
             "flow tables: an unknown policy",

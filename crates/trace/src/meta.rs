@@ -162,6 +162,12 @@ pub struct Meta {
     pub aqm: Aqm,
     /// QCN: the quantised |Fb| of the CNM this packet caused, 0 = none.
     pub cnm: u32,
+    /// Flow-table masks the packet searched in the eSwitch stage (ScalaCN's
+    /// per-packet cost), 0 = none or no flow tables.
+    pub masks: u16,
+    /// A flow table dropped it (a drop entry, a failed encap or rewrite,
+    /// the slow path past its capacity).
+    pub es_drop: bool,
 }
 
 impl Default for Meta {
@@ -181,6 +187,8 @@ impl Default for Meta {
             vq_bytes: 0,
             aqm: Aqm::None,
             cnm: 0,
+            masks: 0,
+            es_drop: false,
         }
     }
 }
@@ -213,13 +221,19 @@ impl Meta {
         if self.cnm != 0 {
             s.push_str(&format!(" cnm={}", self.cnm));
         }
+        if self.masks != 0 {
+            s.push_str(&format!(" masks={}", self.masks));
+        }
+        if self.es_drop {
+            s.push_str(" es=drop");
+        }
         s
     }
 
-    /// The switch dropped the packet (an event or the vAQM stage): it never
-    /// reached its receiver.
+    /// The switch dropped the packet (an event, the vAQM stage or a flow
+    /// table): it never reached its receiver.
     pub fn dropped(&self) -> bool {
-        self.event == Action::Drop || self.aqm == Aqm::Drop
+        self.event == Action::Drop || self.aqm == Aqm::Drop || self.es_drop
     }
 
     /// `None` for a comment that is not ours.
@@ -250,6 +264,8 @@ impl Meta {
                 "vqlen" => m.vq_bytes = v.parse().ok()?,
                 "aqm" => m.aqm = v.parse().ok()?,
                 "cnm" => m.cnm = v.parse().ok()?,
+                "masks" => m.masks = v.parse().ok()?,
+                "es" => m.es_drop = v == "drop",
                 _ => {} // newer writers may add keys
             }
         }
@@ -320,5 +336,19 @@ mod tests {
             ..q
         };
         assert!(aqm_only.dropped());
+        let es = Meta {
+            masks: 65,
+            es_drop: true,
+            ..Meta::default()
+        };
+        let s = es.encode();
+        assert!(s.ends_with("event=none masks=65 es=drop"), "{s}");
+        assert_eq!(Meta::decode(&s), Some(es.clone()));
+        assert!(es.dropped(), "a flow table's drop never arrives");
+        assert!(!Meta {
+            es_drop: false,
+            ..es
+        }
+        .dropped());
     }
 }
