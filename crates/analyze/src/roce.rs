@@ -291,6 +291,11 @@ fn fsm(c: &mut RConn) {
     // in-sequence read response (forward progress), and at each timeout's
     // retransmission.
     let mut timer_from: Option<u64> = None;
+    // The last ACK seen at the switch, and when the timer had started before
+    // it restarted it: a resend of a PSN that ACK covered was sent before
+    // the requester read the ACK (it is still on its way, or waiting in the
+    // host), so its timer still ran from that earlier start.
+    let mut last_ack: Option<(u32, Option<u64>)> = None;
     let mut last_req_psn: Option<u32> = None;
     // A NAK that reached the requester: (PSN, time, evidence).
     let mut restart: Option<(u32, u64, Evidence)> = None;
@@ -336,6 +341,7 @@ fn fsm(c: &mut RConn) {
         // A read response restarts the timer only when it is the one
         // expected (forward progress); one past a gap does not (below).
         if !from_req && p.accepted() && p.kind() == Kind::Ack {
+            last_ack = Some((p.psn, timer_from));
             timer_from = Some(p.ts);
         }
         match (from_req, p.kind()) {
@@ -411,7 +417,11 @@ fn fsm(c: &mut RConn) {
                             read_gap = None;
                             read_gap_open = None;
                         }
-                        if let Some(t) = timer_from.or(last_req_ts) {
+                        let started = match last_ack {
+                            Some((a, before)) if psn::le(p.psn, a) => before,
+                            _ => timer_from,
+                        };
+                        if let Some(t) = started.or(last_req_ts) {
                             c.timeouts.push(Latency {
                                 ns: p.ts.saturating_sub(t),
                                 psn_rel: rel(p.psn),

@@ -594,6 +594,61 @@ fn a_nak_that_comes_while_a_resend_round_runs_waits_for_the_round() {
 }
 
 #[test]
+fn a_timeout_racing_an_ack_on_its_way_runs_from_before_that_ack() {
+    // Seen in the lab: a message's ACK passed the switch 0.9 ms before the
+    // requester, whose timer had run since the message's first packet,
+    // resent the message: it had not read the ACK yet. Its timer ran from
+    // before that ACK, so the resend is not a timeout below the minimum.
+    let Run {
+        trace,
+        facts,
+        report,
+    } = run("default");
+    let is_ack = |p: &Packet| {
+        bth(p).opcode == packet::op::ACKNOWLEDGE && p.data[28 + packet::BTH_LEN] & 0x60 == 0
+    };
+    // Conn 3 loses its last packet every time it is sent, so it times out
+    // and never gets an ACK: conn 1's first ACK is made its.
+    let frame = measured(&report, "timeout")
+        .iter()
+        .map(|f| f.evidence[0].frame)
+        .find(|&fr| trace.packets.iter().any(|p| p.frame == fr && conn(p) == 3))
+        .expect("conn 3 resent by timeout");
+    let i = trace.packets.iter().position(|p| p.frame == frame).unwrap();
+    let mut ack = trace.packets[nth(&trace.packets, 1, 0, is_ack)].clone();
+    let (_, _, rq, _, _, _, _) = CONNS[2];
+    ack.data[16..20].copy_from_slice(&A2.octets());
+    ack.data[28 + 5..28 + 8].copy_from_slice(&rq.to_be_bytes()[1..]);
+    ack.meta.as_mut().unwrap().conn = 3;
+    let psn = bth(&trace.packets[i]).psn;
+    // The ACK of `acked`, at the switch 100 µs before the resend.
+    let with_ack = |acked: u32| {
+        let mut t = Trace {
+            packets: trace.packets.clone(),
+            interfaces: trace.interfaces.clone(),
+            truncated: None,
+        };
+        let mut a = ack.clone();
+        a.data[28 + 9..28 + 12].copy_from_slice(&acked.to_be_bytes()[1..]);
+        let (h, _) = packet::split_ipv4_udp(&a.data).expect("IPv4/UDP");
+        packet::seal_ipv4(&h, &mut a.data[28..]);
+        let m = t.packets[i].meta.clone().unwrap();
+        a.ts_ns = t.packets[i].ts_ns - 100_000;
+        a.meta.as_mut().unwrap().ts = m.ts - 100_000;
+        a.meta.as_mut().unwrap().seq = m.seq;
+        t.packets.insert(i, a);
+        violations(&analyze(&t, &facts))
+            .into_iter()
+            .filter(|v| v.1 == "timeout-below-minimum")
+            .count()
+    };
+    assert_eq!(with_ack(psn), 0, "the ACK covers the resent PSN");
+    // An ACK of the PSN before restarts the timer at the requester as
+    // before: a resend 100 µs after it is below the minimum.
+    assert_eq!(with_ack(psn.wrapping_sub(1) & 0xff_ffff), 1);
+}
+
+#[test]
 fn a_device_that_ignores_the_cnp_interval_is_flagged() {
     // Every CNP sent twice: more than a per-QP limiter allows.
     let Run {

@@ -1051,6 +1051,47 @@ fn causal_testing_finds_an_encap_context_limit_without_being_told() {
 }
 
 #[test]
+fn an_offloading_virtual_switch_installs_each_flow_and_ages_it_out() {
+    // `default` follows its control plane: each direction's rule is
+    // offloaded when the first write's packets reach the slow path, aged
+    // out in the quiet before the second, and offloaded again for it.
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/scalacn/write-through-an-offloading-virtual-switch.yaml");
+    let r = run_spec(&spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let ft = &r.summary["flowtables"];
+    let o = &ft["offload"];
+    assert!(
+        o["offloads"].as_u64().unwrap() >= 4 && o["reoffloads"].as_u64().unwrap() >= 2,
+        "both rules, offloaded for each write: {o}"
+    );
+    assert!(o["aged"].as_u64().unwrap() >= 2, "{o}");
+    assert_eq!(o["unmatched"], 0, "{o}");
+    let slow = o["slow_path_packets"].as_u64().unwrap();
+    assert!(
+        slow > 0 && slow == ft["misses"].as_u64().unwrap() - o["slow_path_drops"].as_u64().unwrap(),
+        "{ft}"
+    );
+    assert_eq!(o["deleting_ms"], 0.0, "default deletes at no cost: {o}");
+    // The trace says what each packet searched, and which a table dropped.
+    let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
+    let t = wirelab_trace::read(&trace).unwrap();
+    let metas: Vec<_> = t.packets.iter().filter_map(|p| p.meta.as_ref()).collect();
+    assert_eq!(metas.len() as u64, ft["packets"].as_u64().unwrap());
+    assert!(
+        metas.iter().all(|m| m.masks == 65),
+        "64 generated masks and the flow's own"
+    );
+    assert_eq!(
+        metas.iter().filter(|m| m.es_drop).count() as u64,
+        o["slow_path_drops"].as_u64().unwrap()
+    );
+    assert_nothing_left("offload");
+}
+
+#[test]
 fn causal_testing_finds_late_counters_and_slow_deletion_without_being_told() {
     // ScalaCN S5 -> S1 and S4: an offloading virtual switch ages this QP's
     // rules out of the eSwitch; each profile keeps them out longer when
