@@ -1478,6 +1478,76 @@ fn both_duts_forward_the_same_packets_the_same_way() {
     assert_nothing_left("after a dropping run through OVS");
 }
 
+#[test]
+fn vxlan_across_an_overlay_goes_through_ovs_native_tunnels_as_through_the_eswitch() {
+    // ScalaCN's overlay on both DUTs: the write is encapsulated by its
+    // local rule, decapsulated by its remote rule, and completes; with its
+    // remote rule dropping, it does not, on either.
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let ovs_spec = repo().join("specs/scalacn/write-across-an-overlay-through-ovs.yaml");
+    let es_spec = repo().join("specs/scalacn/write-across-an-overlay-of-100-subnets.yaml");
+    let ovs_text = std::fs::read_to_string(&ovs_spec).unwrap();
+    let es_text = std::fs::read_to_string(&es_spec).unwrap();
+    assert_eq!(
+        ovs_text
+            .replace("  dut: ovs\n", "")
+            .split("topology:")
+            .nth(1),
+        es_text.split("topology:").nth(1),
+        "the OVS spec is the eSwitch one with `dut: ovs`"
+    );
+    let e = run_spec(&es_spec, out.path());
+    assert_eq!(e.code, 0, "{}", e.why());
+    assert!(e.summary["flowtables"]["encaps"].as_u64().unwrap() > 0);
+    let r = run_spec(&ovs_spec, out.path());
+    assert_eq!(r.code, 0, "{}", r.why());
+    let dir = PathBuf::from(r.summary["results"].as_str().unwrap());
+    // Each direction's packets were pushed and popped by OVS, and came back
+    // into the remote table by the tunnel port.
+    let megaflows = std::fs::read_to_string(dir.join("ovs-megaflows.txt")).unwrap();
+    assert!(
+        megaflows.contains("tnl_push(") && megaflows.contains("tunnel(tun_id=0x7d2"),
+        "{megaflows}"
+    );
+    let openflow = std::fs::read_to_string(dir.join("ovs-openflow.txt")).unwrap();
+    for vni in ["0x7d1", "0x7d2"] {
+        let back = openflow
+            .lines()
+            .find(|l| {
+                l.contains(&format!("tun_id={vni},"))
+                    && l.contains("in_port=4789")
+                    && l.contains("resubmit(,1)")
+            })
+            .unwrap_or_else(|| panic!("{openflow}"));
+        assert!(!back.contains("n_packets=0,"), "{back}");
+    }
+    no_ovs_left("after a VXLAN run through OVS");
+    assert_nothing_left("after a VXLAN run through OVS");
+
+    // The responder's decap rule drops instead: no write completes.
+    let drop = |text: &str| {
+        text.replace(
+            "{dst: 198.19.255.2, vni: 2002, action: decap, to: responder}",
+            "{dst: 198.19.255.2, vni: 2002, action: drop}",
+        )
+        .replace(
+            "messages: 8, message_size: 64KiB",
+            "messages: 1, message_size: 4KiB",
+        )
+    };
+    assert_ne!(drop(&ovs_text), ovs_text);
+    for (name, text) in [("es-vxlan-drop", &es_text), ("ovs-vxlan-drop", &ovs_text)] {
+        let f = out.path().join(format!("{name}.yaml"));
+        std::fs::write(&f, drop(text)).unwrap();
+        let r = run_spec(&f, out.path());
+        assert_eq!(r.code, 1, "{name}: {}", r.why());
+    }
+    no_ovs_left("after a dropping VXLAN run through OVS");
+    assert_nothing_left("after a dropping VXLAN run through OVS");
+}
+
 /// `wirelab sweep`: the spec once per point of the grid, each run's masks
 /// per table measured; with two tables, ScalaCN's grid.csv that
 /// `wirelab model` fits. A bad --vary exits 2 before any lab starts.

@@ -27,6 +27,9 @@ use crate::summary::Summary;
 use crate::{During, Error};
 
 const BRIDGE: &str = "br0";
+/// The underlay bridge of OVS's native tunnels: it holds every VTEP
+/// address, so what the tunnel port pushes comes back to be popped.
+const UNDERLAY: &str = "brul";
 
 /// The daemons of one lab, stopped on drop.
 struct Daemons {
@@ -122,7 +125,11 @@ impl Daemons {
     }
 
     fn ofctl(&self, args: &[&str]) -> Result<String, Error> {
-        let mgmt = format!("unix:{}", self.dir.join(format!("{BRIDGE}.mgmt")).display());
+        self.ofctl_on(BRIDGE, args)
+    }
+
+    fn ofctl_on(&self, bridge: &str, args: &[&str]) -> Result<String, Error> {
+        let mgmt = format!("unix:{}", self.dir.join(format!("{bridge}.mgmt")).display());
         let (cmd, rest) = args.split_first().expect("an ovs-ofctl command");
         let mut a = vec![*cmd, mgmt.as_str()];
         a.extend(rest);
@@ -313,6 +320,116 @@ pub struct Ovs {
     idle_rate: u64,
 }
 
+/// OVS's userspace native tunneling (Documentation/howto/
+/// userspace-tunneling.rst), arranged so one OVS plays both VTEPs of
+/// ScalaCN's overlay, as the eSwitch stage does: a VXLAN port on the
+/// bridge (addresses and key from each rule, `wirelab_plan::openflow`),
+/// and an underlay bridge holding the local VTEP and every remote one the
+/// spec's encap entries name. A pushed packet leaves the underlay bridge
+/// by one end of a veth pair and comes back by the other, addressed to
+/// one of its own addresses, and OVS pops it onto the VXLAN port. The
+/// loop's MTU leaves room for the outer headers (50 bytes).
+fn tunnels(
+    d: &Daemons,
+    ns: &str,
+    vteps: &std::collections::BTreeSet<std::net::Ipv4Addr>,
+) -> Result<(), Error> {
+    use wirelab_plan::openflow::TUNNEL_PORT;
+    d.vsctl(&[
+        "add-port",
+        BRIDGE,
+        "vxlan0",
+        "--",
+        "set",
+        "interface",
+        "vxlan0",
+        "type=vxlan",
+        &format!("ofport_request={TUNNEL_PORT}"),
+        "options:remote_ip=flow",
+        "options:local_ip=flow",
+        "options:key=flow",
+    ])?;
+    d.vsctl(&[
+        "add-br",
+        UNDERLAY,
+        "--",
+        "set",
+        "bridge",
+        UNDERLAY,
+        "datapath_type=netdev",
+        "fail_mode=secure",
+        "other_config:disable-in-band=true",
+        "--",
+        "set",
+        "interface",
+        UNDERLAY,
+        "mtu_request=9000",
+    ])?;
+    let ipn = |args: &[&str]| -> Result<String, Error> {
+        let mut a = vec!["-n", ns];
+        a.extend(args);
+        run("ip", &a).during(format!("ip {}", args.join(" ")))
+    };
+    ipn(&[
+        "link", "add", "ula", "mtu", "9000", "type", "veth", "peer", "name", "ulb", "mtu", "9000",
+    ])?;
+    for (port, name) in [(1, "ula"), (2, "ulb")] {
+        ipn(&["link", "set", name, "up"])?;
+        d.vsctl(&[
+            "add-port",
+            UNDERLAY,
+            name,
+            "--",
+            "set",
+            "interface",
+            name,
+            &format!("ofport_request={port}"),
+        ])?;
+    }
+    d.ofctl_on(
+        UNDERLAY,
+        &["add-flow", "priority=10,in_port=LOCAL,actions=output:1"],
+    )?;
+    d.ofctl_on(
+        UNDERLAY,
+        &["add-flow", "priority=10,in_port=2,actions=LOCAL"],
+    )?;
+    ipn(&["link", "set", UNDERLAY, "up"])?;
+    let local = wirelab_spec::flowtables::LOCAL_VTEP;
+    let all: Vec<std::net::Ipv4Addr> = std::iter::once(local)
+        .chain(vteps.iter().copied())
+        .collect();
+    for a in &all {
+        ipn(&["addr", "add", &format!("{a}/32"), "dev", UNDERLAY])?;
+    }
+    let mac = ipn(&["-j", "link", "show", UNDERLAY])?;
+    let mac = serde_json::from_str::<serde_json::Value>(&mac)
+        .ok()
+        .and_then(|v| v[0]["address"].as_str().map(str::to_string))
+        .ok_or_else(|| std::io::Error::other(format!("no MAC address on {UNDERLAY}")))
+        .during("reading the underlay bridge's MAC")?;
+    // OVS learns its namespace's routes from the kernel, a moment after
+    // the addresses are added: each VTEP's route must be there before a
+    // packet is pushed towards it.
+    for a in &all {
+        let t0 = std::time::Instant::now();
+        while !d
+            .appctl(&["ovs/route/lookup", &a.to_string()])
+            .is_ok_and(|r| r.contains(UNDERLAY))
+        {
+            if t0.elapsed() > std::time::Duration::from_secs(5) {
+                return Err(std::io::Error::other(format!(
+                    "no route to VTEP {a} in Open vSwitch after 5 s"
+                )))
+                .during("setting up the VXLAN tunnel");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        d.appctl(&["tnl/neigh/set", UNDERLAY, &a.to_string(), &mac])?;
+    }
+    Ok(())
+}
+
 /// How long ovs-vswitchd's idle CPU rate is sampled before a workload.
 const IDLE_SAMPLE: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -366,6 +483,9 @@ impl Capability for Ovs {
                 &o,
                 &format!("ofport_request={}", h.port),
             ])?;
+        }
+        if !wirelab_plan::openflow::tunnel_tables(ft).is_empty() {
+            tunnels(&d, ns, &wirelab_plan::openflow::vteps(ft))?;
         }
         let rules = wirelab_plan::openflow::compile(ft, &cx.plan.hosts);
         let file = d.dir.join("rules.txt");

@@ -541,6 +541,75 @@ fn validate_optimise(o: &Optimise) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// VXLAN on Open vSwitch goes through its native tunnels, which pop what
+/// they push before the table an encap entry names sees it
+/// (`wirelab_plan::openflow`): what the eSwitch does with an encapsulated
+/// packet that OVS cannot is refused, with where.
+fn validate_ovs_tunnels(ft: &FlowTables) -> Result<(), Invalid> {
+    let tunneled: BTreeSet<u32> = ft
+        .tables
+        .iter()
+        .flat_map(|t| &t.masks)
+        .flat_map(|m| &m.entries)
+        .filter(|e| e.action == EntryAction::Encap)
+        .filter_map(|e| e.table)
+        .chain(
+            ft.overlay
+                .as_ref()
+                .filter(|o| o.subnets > 0)
+                .map(|o| o.remote),
+        )
+        .collect();
+    let ovs = "not with `dut: ovs`: OVS pops the tunnel before the next table, so";
+    for (t, table) in ft.tables.iter().enumerate() {
+        let popped = tunneled.contains(&(t as u32));
+        if popped && t == 0 {
+            return err(
+                "flowtables.tables[0]",
+                format!("{ovs} the table hosts' packets enter cannot be one an encap searches"),
+            );
+        }
+        for (m, mask) in table.masks.iter().enumerate() {
+            for (e, entry) in mask.entries.iter().enumerate() {
+                let at = format!("flowtables.tables[{t}].masks[{m}].entries[{e}]");
+                if entry.action == EntryAction::Encap && entry.to.is_some() {
+                    return err(
+                        format!("{at}.to"),
+                        format!("{ovs} an encapsulated packet cannot leave by a host's port; search a table with `table:`"),
+                    );
+                }
+                if entry.action == EntryAction::Goto
+                    && entry.table.is_some_and(|n| tunneled.contains(&n))
+                {
+                    return err(
+                        format!("{at}.table"),
+                        format!("{ovs} a goto cannot search a table that encap entries search"),
+                    );
+                }
+                if popped && !matches!(entry.action, EntryAction::Decap | EntryAction::Drop) {
+                    return err(
+                        format!("{at}.action"),
+                        format!("{ovs} a table that encap entries search holds `decap` and `drop` entries only"),
+                    );
+                }
+                if popped && entry.set.is_some() {
+                    return err(
+                        format!("{at}.set"),
+                        format!("{ovs} a table that encap entries search rewrites nothing"),
+                    );
+                }
+                if !popped && entry.action == EntryAction::Decap {
+                    return err(
+                        format!("{at}.action"),
+                        format!("{ovs} it decapsulates only what it encapsulated: `decap` belongs in a table that encap entries search"),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate_offload(o: &Offload) -> Result<(), Invalid> {
     let at = "flowtables.offload";
     let interval = o.interval.unwrap_or(Offload::INTERVAL);
@@ -781,24 +850,13 @@ pub(crate) fn validate(s: &Spec, hosts: &BTreeSet<&str>) -> Result<(), Invalid> 
                 "flowtables.optimise",
                 "a search-order policy for the eSwitch; OVS ranks its own subtables",
             ))
-        } else if ft.overlay.is_some()
-            || ft
-                .tables
-                .iter()
-                .flat_map(|t| &t.masks)
-                .flat_map(|m| &m.entries)
-                .any(|e| matches!(e.action, EntryAction::Encap | EntryAction::Decap))
-        {
-            Some((
-                "flowtables",
-                "VXLAN encap and decap (OVS's userspace tunnels are not wired into the lab yet)",
-            ))
         } else {
             None
         };
         if let Some((at, what)) = why {
             return err(at, format!("{what}: not with `dut: ovs`"));
         }
+        validate_ovs_tunnels(ft)?;
     }
     if let Some(o) = &ft.offload {
         validate_offload(o)?;

@@ -250,9 +250,19 @@ fn each_rejection_names_path_and_line() {
             "flowtables.device: an eSwitch profile; OVS is itself: not with `dut: ovs` (line 12)",
         ),
         (
-            "flow tables: OVS with encap",
+            "flow tables: OVS sending an encapsulated packet out of a host's port",
             with("flowtables:\n  dut: ovs\n  tables:\n    - masks:\n        - entries: [{action: encap, to: responder, encap: {vni: 5, remote: 198.19.0.2}}]\n"),
-            "flowtables: VXLAN encap and decap (OVS's userspace tunnels are not wired into the lab yet): not with `dut: ovs` (line 10)",
+            "flowtables.tables[0].masks[0].entries[0].to: not with `dut: ovs`: OVS pops the tunnel before the next table, so an encapsulated packet cannot leave by a host's port; search a table with `table:` (line 14)",
+        ),
+        (
+            "flow tables: OVS forwarding in a table that encap entries search",
+            with("flowtables:\n  dut: ovs\n  tables:\n    - masks:\n        - entries: [{action: encap, table: 1, encap: {vni: 5, remote: 198.19.0.2}}]\n    - masks:\n        - entries: [{action: forward, to: responder}]\n"),
+            "flowtables.tables[1].masks[0].entries[0].action: not with `dut: ovs`: OVS pops the tunnel before the next table, so a table that encap entries search holds `decap` and `drop` entries only (line 16)",
+        ),
+        (
+            "flow tables: OVS decapsulating what it did not encapsulate",
+            with("flowtables:\n  dut: ovs\n  tables:\n    - masks:\n        - entries: [{action: decap, to: responder}]\n"),
+            "flowtables.tables[0].masks[0].entries[0].action: not with `dut: ovs`: OVS pops the tunnel before the next table, so it decapsulates only what it encapsulated: `decap` belongs in a table that encap entries search (line 14)",
         ),
         (
             "flow tables: an unknown DUT",
