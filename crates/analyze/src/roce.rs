@@ -344,6 +344,11 @@ fn fsm(c: &mut RConn) {
             last_ack = Some((p.psn, timer_from));
             timer_from = Some(p.ts);
         }
+        // A PSN an ACK at the switch covered: a resend round may skip it
+        // (IBTA §9.7.5.2.2 resends what is not acknowledged), and a round
+        // cut short by that ACK is not a skipped resend. Seen when a
+        // timeout raced the ACK of the packets it resent.
+        let acked = |w: u32| last_ack.is_some_and(|(a, _)| psn::le(w, a));
         match (from_req, p.kind()) {
             (true, Kind::Data) | (true, Kind::ReadRequest) => {
                 let n = if p.kind() == Kind::ReadRequest {
@@ -395,7 +400,10 @@ fn fsm(c: &mut RConn) {
                             evidence: vec![ev, p.evidence()],
                         });
                         resend_next = Some(psn::add(p.psn, n));
-                    } else if let Some(want) = resend_next.filter(|w| psn::lt(*w, p.psn)) {
+                    } else if let Some(want) = resend_next
+                        .filter(|w| psn::lt(*w, p.psn))
+                        .filter(|w| !acked(*w))
+                    {
                         c.broken.push(Broken {
                             name: "resend-skipped",
                             rule: "IBTA §9.7.5.2.2 (go-back-N): every packet from the restart PSN on is resent, in order",
@@ -436,7 +444,11 @@ fn fsm(c: &mut RConn) {
                 } else {
                     // A new request ends a resend round, which must have
                     // reached it.
-                    if let Some(want) = resend_next.take().filter(|w| *w != p.psn) {
+                    if let Some(want) = resend_next
+                        .take()
+                        .filter(|w| *w != p.psn)
+                        .filter(|w| !acked(*w))
+                    {
                         c.broken.push(Broken {
                             name: "resend-skipped",
                             rule: "IBTA §9.7.5.2.2 (go-back-N): every packet from the restart PSN on is resent, in order",

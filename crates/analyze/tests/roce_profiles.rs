@@ -649,6 +649,51 @@ fn a_timeout_racing_an_ack_on_its_way_runs_from_before_that_ack() {
 }
 
 #[test]
+fn a_resend_round_cut_short_by_an_ack_that_covered_it_skips_nothing() {
+    // Seen in the lab: a timeout's round had resent part of a message
+    // when the requester read the ACK of all of it (it had passed the
+    // switch before the round began), and went on to the next message.
+    // The rest of the round was acknowledged: nothing was skipped.
+    let lost = (ipsn(1, true) + 4) & 0xff_ffff;
+    let resent = |p: &Packet| {
+        conn(p) == 1 && bth(p).psn == lost && packet::kind(bth(p).opcode) == PKind::Data
+    };
+    let is_ack = |p: &Packet| {
+        bth(p).opcode == packet::op::ACKNOWLEDGE && p.data[28 + packet::BTH_LEN] & 0x60 == 0
+    };
+    let cut = |acked: bool| {
+        edited(|ps| {
+            // The round resends rel 5, 6 and 7; rel 8 is new.
+            let i5 = nth(ps, 1, 1, resent);
+            let round: Vec<usize> = (i5 + 1..ps.len())
+                .filter(|&i| conn(&ps[i]) == 1 && packet::kind(bth(&ps[i]).opcode) == PKind::Data)
+                .take(2)
+                .collect();
+            let last = bth(&ps[round[1]]).psn;
+            ps.remove(round[1]);
+            ps.remove(round[0]);
+            if acked {
+                // The ACK of rel 7, at the switch right after rel 5 went.
+                let mut a = ps[nth(ps, 1, 0, is_ack)].clone();
+                a.data[28 + 9..28 + 12].copy_from_slice(&last.to_be_bytes()[1..]);
+                let (h, _) = packet::split_ipv4_udp(&a.data).expect("IPv4/UDP");
+                packet::seal_ipv4(&h, &mut a.data[28..]);
+                let m = ps[i5].meta.clone().unwrap();
+                a.ts_ns = ps[i5].ts_ns + 1;
+                a.meta.as_mut().unwrap().ts = m.ts + 1;
+                a.meta.as_mut().unwrap().seq = m.seq;
+                ps.insert(i5 + 1, a);
+            }
+        })
+        .into_iter()
+        .filter(|v| v.1 == "resend-skipped")
+        .count()
+    };
+    assert_eq!(cut(true), 0, "acknowledged, not skipped");
+    assert_eq!(cut(false), 1, "without the ACK, rel 6 and 7 were skipped");
+}
+
+#[test]
 fn a_device_that_ignores_the_cnp_interval_is_flagged() {
     // Every CNP sent twice: more than a per-QP limiter allows.
     let Run {

@@ -232,28 +232,17 @@ impl FlowTables {
         })
     }
 
-    /// One look of the offloading virtual switch: the slow path's flows
-    /// offloaded, idle rules deleted (ScalaCN §2-3).
+    /// One look of the offloading virtual switch (ScalaCN §2-3): idle rules
+    /// deleted, then the slow path's flows offloaded. Deletions first: the
+    /// device takes one command at a time, and the virtual switch's
+    /// revalidation (OVS's revalidator threads) runs ahead of its offload
+    /// queue, so a slow deletion (S4) holds up the next offloads.
     fn tick_offload(&mut self, cx: &Cx, ft: &wirelab_plan::EsPlan) -> Result<(), Error> {
-        let now = self.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let now = || self.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
         let sw = cx.switch;
         let Some(off) = self.offloader.as_mut() else {
             return Ok(());
         };
-        let ups = sw.es_upcalls().during("reading the slow path's flows")?;
-        let rules: Vec<Option<Rule>> = ups
-            .iter()
-            .map(|u| Self::software_rule(ft, u.table, &u.fields))
-            .collect();
-        for u in &ups {
-            sw.forget_es_upcall(u.table, &u.fields)
-                .during("forgetting a slow-path flow")?;
-        }
-        let install = off.upcalls(now, rules);
-        for r in install {
-            self.install(cx, ft, r)?;
-        }
-        let off = self.offloader.as_mut().expect("checked above");
         let installed = off.installed();
         let mut live = std::collections::BTreeMap::new();
         for &(t, id, e) in &installed {
@@ -263,11 +252,12 @@ impl FlowTables {
             live.insert((t, id, e), hits.map_or(0, |h| h.0));
         }
         let held: usize = self.static_entries.iter().sum::<usize>() + installed.len();
+        let t_look = now();
         let seen = match self.late.as_mut() {
-            Some(l) => l.read(now, held, &live),
+            Some(l) => l.read(t_look, held, &live),
             None => live,
         };
-        let delete = off.age(now, &seen);
+        let delete = off.age(t_look, &seen);
         for (t, id, e) in delete {
             sw.remove_es_entry(t as u32, id as u32, &es_match(&ft.tables[t][id].entries[e]))
                 .during("deleting an aged rule")?;
@@ -282,6 +272,19 @@ impl FlowTables {
                 std::thread::sleep(std::time::Duration::from_nanos(cost));
                 self.deleting_ns += cost;
             }
+        }
+        let ups = sw.es_upcalls().during("reading the slow path's flows")?;
+        let rules: Vec<Option<Rule>> = ups
+            .iter()
+            .map(|u| Self::software_rule(ft, u.table, &u.fields))
+            .collect();
+        for u in &ups {
+            sw.forget_es_upcall(u.table, &u.fields)
+                .during("forgetting a slow-path flow")?;
+        }
+        let install = off.upcalls(now(), rules);
+        for r in install {
+            self.install(cx, ft, r)?;
         }
         Ok(())
     }
