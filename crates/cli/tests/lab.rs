@@ -1047,9 +1047,9 @@ fn causal_testing_finds_an_encap_context_limit_without_being_told() {
 
 #[test]
 fn an_offloading_virtual_switch_installs_each_flow_and_ages_it_out() {
-    // `default` follows its control plane: each direction's rule is
-    // offloaded when the first write's packets reach the slow path, aged
-    // out in the quiet before the second, and offloaded again for it.
+    // `default` follows its control plane: each direction of each write is
+    // offloaded once, when its first packets reach the slow path; the
+    // first write's two rules age out before the second write starts.
     let Some((_g, out)) = lab_test() else {
         return;
     };
@@ -1058,18 +1058,18 @@ fn an_offloading_virtual_switch_installs_each_flow_and_ages_it_out() {
     assert_eq!(r.code, 0, "{}", r.why());
     let ft = &r.summary["flowtables"];
     let o = &ft["offload"];
-    assert!(
-        o["offloads"].as_u64().unwrap() >= 4 && o["reoffloads"].as_u64().unwrap() >= 2,
-        "both rules, offloaded for each write: {o}"
+    assert_eq!(
+        (o["offloads"].as_u64(), o["reoffloads"].as_u64()),
+        (Some(4), Some(0)),
+        "four rules, each offloaded once: {o}"
     );
-    assert!(o["aged"].as_u64().unwrap() >= 2, "{o}");
+    assert!(o["aged"].as_u64().unwrap() >= 2, "the first write's: {o}");
     assert_eq!(o["unmatched"], 0, "{o}");
     let slow = o["slow_path_packets"].as_u64().unwrap();
     assert!(
         slow > 0 && slow == ft["misses"].as_u64().unwrap() - o["slow_path_drops"].as_u64().unwrap(),
         "{ft}"
     );
-    assert_eq!(o["deleting_ms"], 0.0, "default deletes at no cost: {o}");
     // The trace says what each packet searched, and which a table dropped.
     let trace = Path::new(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
     let t = wirelab_trace::read(&trace).unwrap();
