@@ -486,6 +486,22 @@ fn nth(ps: &[Packet], c: u32, n: usize, f: impl Fn(&Packet) -> bool) -> usize {
         .0
 }
 
+/// An ACK or NAK `like` made to carry `psn` (its ICRC sealed again), at
+/// the switch `dt_ns` after packet `at` (its mirror sequence number too,
+/// so it sorts there).
+fn acknowledging(like: &Packet, psn: u32, at: &Packet, dt_ns: i64) -> Packet {
+    let mut a = like.clone();
+    a.data[28 + 9..28 + 12].copy_from_slice(&psn.to_be_bytes()[1..]);
+    let (h, _) = packet::split_ipv4_udp(&a.data).expect("IPv4/UDP");
+    packet::seal_ipv4(&h, &mut a.data[28..]);
+    let m = at.meta.clone().unwrap();
+    a.ts_ns = at.ts_ns.saturating_add_signed(dt_ns);
+    let am = a.meta.as_mut().unwrap();
+    am.ts = m.ts.saturating_add_signed(dt_ns);
+    am.seq = m.seq;
+    a
+}
+
 fn names(v: &[(String, String, String)]) -> Vec<&str> {
     v.iter().map(|v| v.1.as_str()).collect()
 }
@@ -579,15 +595,7 @@ fn a_nak_that_comes_while_a_resend_round_runs_waits_for_the_round() {
             .find(|&i| from_requester_data(&ps[i]))
             .expect("the round's second packet");
         ps[i5].meta.as_mut().unwrap().es_drop = true;
-        let mut nak = ps[nth(ps, 1, 0, is_nak)].clone();
-        let psn = lost.to_be_bytes();
-        nak.data[28 + 9..28 + 12].copy_from_slice(&psn[1..]);
-        let (h, _) = packet::split_ipv4_udp(&nak.data).expect("IPv4/UDP");
-        packet::seal_ipv4(&h, &mut nak.data[28..]);
-        let m = ps[j6].meta.clone().unwrap();
-        nak.ts_ns = ps[j6].ts_ns + 1;
-        nak.meta.as_mut().unwrap().ts = m.ts + 1;
-        nak.meta.as_mut().unwrap().seq = m.seq;
+        let nak = acknowledging(&ps[nth(ps, 1, 0, is_nak)], lost, &ps[j6], 1);
         ps.insert(j6 + 1, nak);
     });
     assert!(!names(&v).contains(&"wrong-restart"), "{v:?}");
@@ -628,14 +636,7 @@ fn a_timeout_racing_an_ack_on_its_way_runs_from_before_that_ack() {
             interfaces: trace.interfaces.clone(),
             truncated: None,
         };
-        let mut a = ack.clone();
-        a.data[28 + 9..28 + 12].copy_from_slice(&acked.to_be_bytes()[1..]);
-        let (h, _) = packet::split_ipv4_udp(&a.data).expect("IPv4/UDP");
-        packet::seal_ipv4(&h, &mut a.data[28..]);
-        let m = t.packets[i].meta.clone().unwrap();
-        a.ts_ns = t.packets[i].ts_ns - 100_000;
-        a.meta.as_mut().unwrap().ts = m.ts - 100_000;
-        a.meta.as_mut().unwrap().seq = m.seq;
+        let a = acknowledging(&ack, acked, &t.packets[i], -100_000);
         t.packets.insert(i, a);
         violations(&analyze(&t, &facts))
             .into_iter()
@@ -674,14 +675,7 @@ fn a_resend_round_cut_short_by_an_ack_that_covered_it_skips_nothing() {
             ps.remove(round[0]);
             if acked {
                 // The ACK of rel 7, at the switch right after rel 5 went.
-                let mut a = ps[nth(ps, 1, 0, is_ack)].clone();
-                a.data[28 + 9..28 + 12].copy_from_slice(&last.to_be_bytes()[1..]);
-                let (h, _) = packet::split_ipv4_udp(&a.data).expect("IPv4/UDP");
-                packet::seal_ipv4(&h, &mut a.data[28..]);
-                let m = ps[i5].meta.clone().unwrap();
-                a.ts_ns = ps[i5].ts_ns + 1;
-                a.meta.as_mut().unwrap().ts = m.ts + 1;
-                a.meta.as_mut().unwrap().seq = m.seq;
+                let a = acknowledging(&ps[nth(ps, 1, 0, is_ack)], last, &ps[i5], 1);
                 ps.insert(i5 + 1, a);
             }
         })
