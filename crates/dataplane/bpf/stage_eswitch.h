@@ -324,6 +324,22 @@ static long es_search_one(__u64 i, void *data)
 
 _Static_assert(sizeof(struct wl_es_key) == 40, "five words: es_apply_mask");
 
+/* The per-CPU scratch, its key set to the packet's whole key in `table`
+ * (mask 0): how es_learned and es_upcalls key a flow. */
+static __always_inline struct es_learn_scratch *es_report_key(const struct wl_es_key *k,
+							     __u32 table)
+{
+	__u32 zero = 0;
+	struct es_learn_scratch *sc = bpf_map_lookup_elem(&es_scratch, &zero);
+
+	if (!sc)
+		return 0;
+	sc->key = *k;
+	sc->key.table = table;
+	sc->key.mask = 0;
+	return sc;
+}
+
 /* Reports a flow that hit a cascading mask of a table with a hyper mask
  * (see es_hyper). Out of line, its key and value in a per-CPU scratch:
  * nothing of it on the stage's frame. */
@@ -333,14 +349,10 @@ static __noinline void es_learn(const struct wl_es_key *k, __u32 table, __u32 ma
 	struct es_learn_scratch *sc;
 	struct wl_es_learned *l;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 zero = 0;
 
-	sc = bpf_map_lookup_elem(&es_scratch, &zero);
+	sc = es_report_key(k, table);
 	if (!sc)
 		return;
-	sc->key = *k;
-	sc->key.table = table;
-	sc->key.mask = 0;
 	l = bpf_map_lookup_elem(&es_learned, &sc->key);
 	if (l) {
 		l->last_ns = now;
@@ -367,14 +379,10 @@ static __noinline int es_slow_path(const struct wl_es_key *k, __u32 table)
 	struct es_learn_scratch *sc;
 	struct wl_es_upcall *u, v = {};
 	__u64 now = bpf_ktime_get_ns(), tat;
-	__u32 zero = 0;
 
-	sc = bpf_map_lookup_elem(&es_scratch, &zero);
+	sc = es_report_key(k, table);
 	if (!sc)
 		return 0;
-	sc->key = *k;
-	sc->key.table = table;
-	sc->key.mask = 0;
 	u = bpf_map_lookup_elem(&es_upcalls, &sc->key);
 	if (u) {
 		u->last_ns = now;

@@ -355,6 +355,38 @@ pub struct Stats {
     pub slow_drops: u64,
 }
 
+/// Every (key, report) of a map of flows the stage reports (`es_learned`,
+/// `es_upcalls`: LRU hashes keyed by the packet's whole key). A key gone
+/// between the walk and its lookup (evicted) is skipped.
+fn flow_reports<V: Copy>(
+    map: &impl MapCore,
+    what: &'static str,
+) -> Result<Vec<(types::wl_es_key, V)>, Error> {
+    let mut out = Vec::new();
+    for k in map.keys() {
+        let Some(v) = map.lookup(&k, MapFlags::ANY).map_err(map_err(what))? else {
+            continue;
+        };
+        if let (Some(key), Some(v)) = (from_bytes(&k), from_bytes(&v)) {
+            out.push((key, v));
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes a flow's report; one already gone is no error.
+fn forget_flow(
+    map: &impl MapCore,
+    table: u32,
+    fields: &Match,
+    what: &'static str,
+) -> Result<(), Error> {
+    match map.delete(bytes_of(&fields.key(table, 0))) {
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+        r => r.map_err(map_err(what)),
+    }
+}
+
 fn check(table: u32, mask: u32) -> Result<u32, Error> {
     if table >= MAX_TABLES || mask >= MAX_MASKS {
         return Err(Error::Config(format!(
@@ -594,47 +626,35 @@ impl Switch {
 
     /// The flows reported since they were last forgotten (`forget_es_learned`).
     pub fn es_learned(&self) -> Result<Vec<Learned>, Error> {
-        let mut out = Vec::new();
-        for k in self.maps.es_learned.keys() {
-            // Gone between the walk and the lookup (LRU eviction): skipped.
-            let Some(v) = self
-                .maps
-                .es_learned
-                .lookup(&k, MapFlags::ANY)
-                .map_err(map_err("reading the learned flows"))?
-            else {
-                continue;
-            };
-            let (Some(key), Some(l)) = (
-                from_bytes::<types::wl_es_key>(&k),
-                from_bytes::<types::wl_es_learned>(&v),
-            ) else {
-                continue;
-            };
-            let Some(action) = Action::of(&l.action) else {
-                continue;
-            };
-            out.push(Learned {
-                table: key.table,
-                fields: Match::of_key(&key),
-                mask: l.mask,
-                action,
-                set: Rewrite::of(&l.action.set),
-                first_ns: l.first_ns,
-                last_ns: l.last_ns,
-                pkts: l.pkts,
-            });
-        }
-        Ok(out)
+        let flows = flow_reports::<types::wl_es_learned>(
+            &self.maps.es_learned,
+            "reading the learned flows",
+        )?;
+        Ok(flows
+            .into_iter()
+            .filter_map(|(key, l)| {
+                Some(Learned {
+                    table: key.table,
+                    fields: Match::of_key(&key),
+                    mask: l.mask,
+                    action: Action::of(&l.action)?,
+                    set: Rewrite::of(&l.action.set),
+                    first_ns: l.first_ns,
+                    last_ns: l.last_ns,
+                    pkts: l.pkts,
+                })
+            })
+            .collect())
     }
 
     /// Forgets a reported flow (activated, or not worth it).
     pub fn forget_es_learned(&self, table: u32, fields: &Match) -> Result<(), Error> {
-        let key = fields.key(table, 0);
-        match self.maps.es_learned.delete(bytes_of(&key)) {
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            r => r.map_err(map_err("forgetting a learned flow")),
-        }
+        forget_flow(
+            &self.maps.es_learned,
+            table,
+            fields,
+            "forgetting a learned flow",
+        )
     }
 
     /// Gives the switch a slow path that forwards `pps` packets per
@@ -668,41 +688,30 @@ impl Switch {
 
     /// The flows the slow path saw since they were last forgotten.
     pub fn es_upcalls(&self) -> Result<Vec<Upcall>, Error> {
-        let mut out = Vec::new();
-        for k in self.maps.es_upcalls.keys() {
-            // Gone between the walk and the lookup (LRU eviction): skipped.
-            let Some(v) = self
-                .maps
-                .es_upcalls
-                .lookup(&k, MapFlags::ANY)
-                .map_err(map_err("reading the slow path's flows"))?
-            else {
-                continue;
-            };
-            let (Some(key), Some(u)) = (
-                from_bytes::<types::wl_es_key>(&k),
-                from_bytes::<types::wl_es_upcall>(&v),
-            ) else {
-                continue;
-            };
-            out.push(Upcall {
+        let flows = flow_reports::<types::wl_es_upcall>(
+            &self.maps.es_upcalls,
+            "reading the slow path's flows",
+        )?;
+        Ok(flows
+            .into_iter()
+            .map(|(key, u)| Upcall {
                 table: key.table,
                 fields: Match::of_key(&key),
                 first_ns: u.first_ns,
                 last_ns: u.last_ns,
                 pkts: u.pkts,
-            });
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// Forgets a flow the slow path saw (offloaded, or not offloadable).
     pub fn forget_es_upcall(&self, table: u32, fields: &Match) -> Result<(), Error> {
-        let key = fields.key(table, 0);
-        match self.maps.es_upcalls.delete(bytes_of(&key)) {
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            r => r.map_err(map_err("forgetting a slow-path flow")),
-        }
+        forget_flow(
+            &self.maps.es_upcalls,
+            table,
+            fields,
+            "forgetting a slow-path flow",
+        )
     }
 
     pub fn es_stats(&self) -> Result<Stats, Error> {
