@@ -866,13 +866,15 @@ fn causal_testing_keeps_the_masks_that_slow_a_write() {
     let spec = repo().join("specs/scalacn/write-bandwidth-against-local-and-remote-masks.yaml");
     let target = out.path().join("target.yaml");
     // Masks every packet searches, against a dimension that cannot touch
-    // the latency QP (the bandwidth QP starts 50 ms or more after it). That
+    // the latency QP (the bandwidth QP starts 50 ms or more after it). Up
+    // to 250 masks, a table's most: at 200 a CI machine measured +27%
+    // against run-to-run swings of ±20% and kept 1 pair of 2. That
     // noise is removed is the next test's to show, with more pairs.
     std::fs::write(
         &target,
         format!(
             "spec: {}\nmeasure: latency\ndimensions:\n\
-             - {{name: local egress masks, path: 'flowtables.generate[0].masks', values: [0, 100, 200]}}\n\
+             - {{name: local egress masks, path: 'flowtables.generate[0].masks', values: [0, 125, 250]}}\n\
              - {{name: bandwidth start, path: 'traffic.connections[1].start', values: [50ms, 60ms]}}\n\
              repeat: 3\n",
             spec.display()
@@ -905,7 +907,7 @@ fn causal_testing_keeps_the_masks_that_slow_a_write() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("causal.json")).unwrap()).unwrap();
     let a = &report["analysis"];
     let dims = a["dimensions"].as_array().unwrap();
-    // 200 masks searched by every packet both ways: slower in both
+    // 250 masks searched by every packet both ways: slower in both
     // permutations of the other dimension, kept, the largest effect.
     assert!(a["symptom"].as_f64().unwrap() >= 0.05, "{stdout}");
     assert_eq!(dims[0]["sensitivity"].as_array().unwrap().len(), 3);
