@@ -587,14 +587,15 @@ mod tests {
         let bad = load(&t, None).unwrap();
         assert_eq!((bad.combinations, bad.discarded.len()), (4, 2));
         assert_eq!(bad.specs.len(), bad.points.len() / 2);
+        // The heaviest point runs second (`Design::points`): in run order,
+        // the write behind 100 masks is discarded first.
+        let why: Vec<&str> = bad.discarded.iter().map(|d| d.1[0].as_str()).collect();
         assert_eq!(
-            bad.discarded[0].1,
-            vec!["connection 1 requester to responder: sent to requester by table 0 mask 0"]
-        );
-        assert!(
-            bad.discarded[1].1[0].ends_with("by table 0 mask 100"),
-            "{:?}",
-            bad.discarded
+            why,
+            [
+                "connection 1 requester to responder: sent to requester by table 0 mask 100",
+                "connection 1 requester to responder: sent to requester by table 0 mask 0"
+            ]
         );
         assert!(bad.specs.iter().all(|p| p.label[1].ends_with("=responder")));
         std::fs::write(
