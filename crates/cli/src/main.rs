@@ -584,6 +584,16 @@ fn model(
         "  latency    LAT = a·Ql + b·Qr + c: a {:.4}, b {:.4}, c {:.3}",
         l.a, l.b, l.c
     );
+    if let Some(d) = r.device_latency {
+        println!(
+            "  device     LAT = a·Ql + b·Qr + c over the eSwitch's own search time: a {:.4}, b {:.4}, c {:.3}; R² {:.3}, accuracy {:.1}%",
+            d.plane.a,
+            d.plane.b,
+            d.plane.c,
+            d.goodness,
+            100.0 * d.accuracy
+        );
+    }
     println!(
         "  goodness   bandwidth R² {:.3}, latency R² {:.3} ({} configurations fitted)",
         r.bandwidth_goodness, r.latency_goodness, r.fitted

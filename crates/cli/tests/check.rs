@@ -182,14 +182,16 @@ fn the_findings_list_needs_no_trace() {
 #[test]
 fn the_model_is_fitted_from_a_grid_folder_and_a_bad_grid_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut csv = String::from("ql,qr,bandwidth,latency\n");
+    let mut csv = String::from("ql,qr,bandwidth,latency,device_latency\n");
     for i in 0..21 {
         for j in 0..21 {
             let (ql, qr) = (5.0 * f64::from(i), 5.0 * f64::from(j));
             let d = (ql + 33.53f64).powi(2) + (qr + 52.88f64).powi(2);
             let bw = 739.52 * (-d / (2.0 * 48.66f64 * 48.66)).exp() + 29.32;
             let lat = 0.036 * ql + 0.045 * qr + 2.57;
-            csv += &format!("{ql},{qr},{bw},{lat}\n");
+            // The device's own part of it: 40 and 20 ns a mask.
+            let dev = 0.040 * ql + 0.020 * qr + 0.1;
+            csv += &format!("{ql},{qr},{bw},{lat},{dev}\n");
         }
     }
     std::fs::write(dir.path().join("grid.csv"), csv).unwrap();
@@ -209,6 +211,35 @@ fn the_model_is_fitted_from_a_grid_folder_and_a_bad_grid_is_refused() {
     );
     assert!(near(&r["latency"]["b"], 0.045), "{r}");
     assert!(r["bandwidth_accuracy"].as_f64().unwrap() > 0.999, "{r}");
+    let dev = &r["device_latency"];
+    assert!(
+        near(&dev["plane"]["a"], 0.040) && near(&dev["plane"]["b"], 0.020),
+        "{r}"
+    );
+    assert!(dev["accuracy"].as_f64().unwrap() > 0.999, "{r}");
+    let text = wirelab(&["model", dir.path().to_str().unwrap(), "--fit"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("device     LAT = a·Ql + b·Qr + c"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    // Without the column, no device fit.
+    let four = dir.path().join("four.csv");
+    std::fs::write(
+        &four,
+        std::fs::read_to_string(dir.path().join("grid.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit_once(',').unwrap().0.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .unwrap();
+    let o = wirelab(&["model", four.to_str().unwrap(), "--fit", "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        r.get("device_latency").is_none() && near(&r["latency"]["b"], 0.045),
+        "{r}"
+    );
 
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "ql,qr,bandwidth,latency\n0,0,-1,2\n").unwrap();
@@ -216,7 +247,7 @@ fn the_model_is_fitted_from_a_grid_folder_and_a_bad_grid_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("bad.csv, line 2: bandwidth and latency must be positive"),
+        err.contains("bad.csv, line 2: bandwidth and latencies must be positive"),
         "{err}"
     );
 }

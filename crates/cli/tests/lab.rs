@@ -1655,11 +1655,15 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
     }
     let grid = std::fs::read_to_string(dir.join("grid.csv")).unwrap();
     let lines: Vec<&str> = grid.lines().collect();
-    assert_eq!(lines[0], "ql,qr,bandwidth,latency");
+    assert_eq!(lines[0], "ql,qr,bandwidth,latency,device_latency");
     assert!(
         lines[1].starts_with("1,6,") && lines[2].starts_with("21,6,"),
         "{grid}"
     );
+    // The device's latency, timed in the stage: 20 masks more to search
+    // per packet take longer (about 40 ns each here; 10 asserted).
+    let dev = |l: &str| l.rsplit(',').next().unwrap().parse::<f64>().unwrap();
+    assert!(dev(lines[2]) > dev(lines[1]) + 0.2, "{grid}");
     // What `wirelab model` reads (two points cannot fit five parameters).
     let m = wirelab(&["model", dir.to_str().unwrap()]);
     assert_eq!(m.status.code(), Some(0));

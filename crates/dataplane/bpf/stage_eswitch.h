@@ -140,6 +140,10 @@ struct wl_es_stats {
 	 * there (ScalaCN's Q_l and Q_r: local egress and remote ingress). */
 	__u64 table_pkts[WL_ES_MAX_TABLES];
 	__u64 table_visited[WL_ES_MAX_TABLES];
+	/* Per table: nanoseconds its mask search took, summed (bpf_ktime_get_ns
+	 * around the search). The device's own latency, which ScalaCN's Eq. 2
+	 * models (§4.2), without the end hosts' scheduling around it. */
+	__u64 table_ns[WL_ES_MAX_TABLES];
 	/* With a slow path (es_slow_gap_ns): misses it forwarded, and misses
 	 * past its budget, dropped. */
 	__u64 slow_pkts;
@@ -625,7 +629,12 @@ WL_STAGE(wl_stage_eswitch)
 			break;
 		s.hit = 0;
 		st->table_pkts[s.table & (WL_ES_MAX_TABLES - 1)]++;
+		/* The search's start is subtracted, its end added: no stack
+		 * slot for it (the pipeline's call chain is at 512 bytes), and
+		 * this CPU's counter is not touched by anyone in between. */
+		st->table_ns[s.table & (WL_ES_MAX_TABLES - 1)] -= bpf_ktime_get_ns();
 		bpf_loop(WL_ES_MAX_MASKS, es_search_one, &s, 0);
+		st->table_ns[s.table & (WL_ES_MAX_TABLES - 1)] += bpf_ktime_get_ns();
 		if (!s.hit)
 			break;
 		__sync_fetch_and_add(&s.hit->pkts, 1);

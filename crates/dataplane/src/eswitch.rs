@@ -327,6 +327,15 @@ impl Tunnel {
     }
 }
 
+/// One table's totals over every CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    pub pkts: u64,
+    pub visited: u64,
+    /// The searches' time, measured in the stage (`table_ns`).
+    pub search_ns: u64,
+}
+
 /// The stage's totals over every CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -347,8 +356,9 @@ pub struct Stats {
     /// address on a packet that is not IPv4; dropped).
     pub rewrites: u64,
     pub rewrite_errors: u64,
-    /// Per table: (packets that searched it, masks they searched there).
-    pub tables: [(u64, u64); MAX_TABLES as usize],
+    /// Per table: packets that searched it, masks they searched there, and
+    /// the nanoseconds the searches took.
+    pub tables: [TableStats; MAX_TABLES as usize],
     /// With a slow path: misses it forwarded, and misses past its
     /// capacity (dropped).
     pub slow_pkts: u64,
@@ -737,11 +747,10 @@ impl Switch {
                 rewrite_errors: a.rewrite_errors + s.rewrite_errors,
                 slow_pkts: a.slow_pkts + s.slow_pkts,
                 slow_drops: a.slow_drops + s.slow_drops,
-                tables: std::array::from_fn(|t| {
-                    (
-                        a.tables[t].0 + s.table_pkts[t],
-                        a.tables[t].1 + s.table_visited[t],
-                    )
+                tables: std::array::from_fn(|t| TableStats {
+                    pkts: a.tables[t].pkts + s.table_pkts[t],
+                    visited: a.tables[t].visited + s.table_visited[t],
+                    search_ns: a.tables[t].search_ns + s.table_ns[t],
                 }),
             }))
     }

@@ -576,6 +576,8 @@ impl Capability for FlowTables {
             packets: st.pkts,
             masks_searched: st.visited,
             masks_per_packet: st.visited as f64 / st.pkts.max(1) as f64,
+            search_ns_per_packet: st.tables.iter().map(|t| t.search_ns).sum::<u64>() as f64
+                / st.pkts.max(1) as f64,
             misses: st.misses,
             drops: st.drops,
             loops: st.loops,
@@ -594,11 +596,12 @@ impl Capability for FlowTables {
             rewrite_errors: st.rewrite_errors,
             tables: (0..ft.tables.len())
                 .map(|t| {
-                    let (pkts, visited) = st.tables[t];
+                    let ts = st.tables[t];
                     EsTableSummary {
                         table: t as u32,
-                        packets: pkts,
-                        masks_per_packet: visited as f64 / pkts.max(1) as f64,
+                        packets: ts.pkts,
+                        masks_per_packet: ts.visited as f64 / ts.pkts.max(1) as f64,
+                        search_ns_per_packet: ts.search_ns as f64 / ts.pkts.max(1) as f64,
                         order: std::mem::take(&mut orders[t]),
                     }
                 })

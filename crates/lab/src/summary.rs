@@ -136,6 +136,11 @@ pub struct EsSummary {
     /// Per packet, on average: ScalaCN's cost driver, OVS's "subtable
     /// lookups/hit".
     pub masks_per_packet: f64,
+    /// Per packet, on average, the nanoseconds its mask searches took over
+    /// every table, measured in the stage around each search: the
+    /// device's latency (ScalaCN's LAT, Eq. 2), free of the end hosts'
+    /// wake-ups that swing a message's completion time by ±20% here.
+    pub search_ns_per_packet: f64,
     /// Packets no table matched (left to the MAC table).
     pub misses: u64,
     pub drops: u64,
@@ -197,6 +202,8 @@ pub struct EsTableSummary {
     pub table: u32,
     pub packets: u64,
     pub masks_per_packet: f64,
+    /// Per packet that searched the table, the nanoseconds the search took.
+    pub search_ns_per_packet: f64,
     /// The search order the run ended with (mask ids).
     pub order: Vec<u16>,
 }

@@ -32,6 +32,10 @@ pub struct Point {
     pub bw: f64,
     /// Latency (any unit).
     pub lat: f64,
+    /// The device's own latency, when measured (the eSwitch's mask search
+    /// per packet, in the same unit as `lat`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<f64>,
 }
 
 /// Eq. 1's parameters.
@@ -85,6 +89,11 @@ pub enum Error {
 
 /// Eq. 2 by least squares: the normal equations of [Q_l Q_r 1].
 pub fn fit_plane(points: &[Point]) -> Result<Plane, Error> {
+    fit_plane_to(points, |p| p.lat)
+}
+
+/// Eq. 2 fitted to another measure of the points (`y`).
+pub fn fit_plane_to(points: &[Point], y: fn(&Point) -> f64) -> Result<Plane, Error> {
     if points.len() < 3 {
         return Err(Error::TooFew(points.len(), 3));
     }
@@ -93,7 +102,7 @@ pub fn fit_plane(points: &[Point]) -> Result<Plane, Error> {
     for p in points {
         let x = Vector3::new(p.ql, p.qr, 1.0);
         ata += x * x.transpose();
-        aty += x * p.lat;
+        aty += x * y(p);
     }
     let s = ata.try_inverse().ok_or(Error::Degenerate)? * aty;
     Ok(Plane {
@@ -241,6 +250,18 @@ pub struct Report {
     /// On the held-out points (the fitted ones when none is held out).
     pub bandwidth_accuracy: f64,
     pub latency_accuracy: f64,
+    /// Eq. 2 fitted to the device's own latency, when every point has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_latency: Option<PlaneFit>,
+}
+
+/// A plane, its goodness on the points fitted and its accuracy on the
+/// points held out.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PlaneFit {
+    pub plane: Plane,
+    pub goodness: f64,
+    pub accuracy: f64,
 }
 
 /// Fits on every point but each `hold_out_every`-th (0: none held out),
@@ -259,6 +280,18 @@ pub fn evaluate(points: &[Point], hold_out_every: usize) -> Result<Report, Error
     let scored = if test.is_empty() { &fit } else { &test };
     let fbw = |p: &Point| bw.eval(p.ql, p.qr);
     let flat = |p: &Point| lat.eval(p.ql, p.qr);
+    let dev = |p: &Point| p.dev.unwrap_or(f64::NAN);
+    let device_latency = if points.iter().all(|p| p.dev.is_some()) {
+        let plane = fit_plane_to(&fit, dev)?;
+        let f = |p: &Point| plane.eval(p.ql, p.qr);
+        Some(PlaneFit {
+            plane,
+            goodness: goodness(&fit, dev, &f),
+            accuracy: accuracy(scored, dev, &f),
+        })
+    } else {
+        None
+    };
     Ok(Report {
         bandwidth: bw,
         latency: lat,
@@ -268,10 +301,12 @@ pub fn evaluate(points: &[Point], hold_out_every: usize) -> Result<Report, Error
         latency_goodness: goodness(&fit, |p| p.lat, &flat),
         bandwidth_accuracy: accuracy(scored, |p| p.bw, &fbw),
         latency_accuracy: accuracy(scored, |p| p.lat, &flat),
+        device_latency,
     })
 }
 
-/// A measured grid from CSV with the header `ql,qr,bandwidth,latency`.
+/// A measured grid from CSV with the header `ql,qr,bandwidth,latency`,
+/// or `ql,qr,bandwidth,latency,device_latency`.
 pub fn read_csv(path: &std::path::Path) -> Result<Vec<Point>, Error> {
     let at = |line: u64, msg: String| Error::Csv {
         path: path.display().to_string(),
@@ -282,16 +317,27 @@ pub fn read_csv(path: &std::path::Path) -> Result<Vec<Point>, Error> {
         path: path.display().to_string(),
         msg: e.to_string(),
     })?;
-    let want = ["ql", "qr", "bandwidth", "latency"];
+    let all = ["ql", "qr", "bandwidth", "latency", "device_latency"];
     let header = r.headers().map_err(|e| at(1, e.to_string()))?.clone();
-    if header.iter().map(str::trim).ne(want) {
-        return Err(at(1, format!("the header must be `{}`", want.join(","))));
+    let want = match header.len() {
+        4 => &all[..4],
+        _ => &all[..],
+    };
+    if header.iter().map(str::trim).ne(want.iter().copied()) {
+        return Err(at(
+            1,
+            format!(
+                "the header must be `{}` or `{}`",
+                all[..4].join(","),
+                all.join(",")
+            ),
+        ));
     }
     let mut out = Vec::new();
     for rec in r.records() {
         let rec = rec.map_err(|e| at(e.position().map_or(0, |p| p.line()), e.to_string()))?;
         let line = rec.position().map_or(0, |p| p.line());
-        let mut v = [0f64; 4];
+        let mut v = [0f64; 5];
         for (i, name) in want.iter().enumerate() {
             let s = rec.get(i).unwrap_or("").trim();
             v[i] = s
@@ -300,14 +346,15 @@ pub fn read_csv(path: &std::path::Path) -> Result<Vec<Point>, Error> {
                 .filter(|x: &f64| x.is_finite())
                 .ok_or_else(|| at(line, format!("{name}: `{s}` is not a number")))?;
         }
-        if v[2] <= 0.0 || v[3] <= 0.0 {
-            return Err(at(line, "bandwidth and latency must be positive".into()));
+        if v[2] <= 0.0 || v[3] <= 0.0 || (want.len() == 5 && v[4] <= 0.0) {
+            return Err(at(line, "bandwidth and latencies must be positive".into()));
         }
         out.push(Point {
             ql: v[0],
             qr: v[1],
             bw: v[2],
             lat: v[3],
+            dev: (want.len() == 5).then_some(v[4]),
         });
     }
     Ok(out)

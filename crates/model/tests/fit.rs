@@ -52,6 +52,7 @@ fn grid((bw, lat): (Rbf, Plane), noise: f64) -> Vec<Point> {
                 qr,
                 bw: bw.eval(ql, qr) * jitter(),
                 lat: lat.eval(ql, qr) * jitter(),
+                dev: None,
             });
         }
     }
@@ -110,6 +111,7 @@ fn a_fit_refuses_what_does_not_determine_it() {
             qr: 0.0,
             bw: 10.0,
             lat: 1.0,
+            dev: None,
         })
         .collect();
     assert_eq!(
