@@ -289,6 +289,19 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
             r.previous
         );
     }
+    // DETER §2.1: the earlier retransmission arrived (the receiver says
+    // it got this copy's bytes twice) but was not acknowledged before the
+    // backed-off timer ran out: after a timeout the sender may send that
+    // one segment, and a receiver whose quick-ACK quota is spent holds the
+    // ACK of one segment for its delayed-ACK timer (RFC 1122 §4.2.3.2;
+    // Linux: 40 ms at most, here longer than the doubled RTO).
+    if let (true, Some(d)) = (r.nth >= 2, r.dsack) {
+        return format!(
+            "its earlier retransmission {} reached the receiver (the DSACK {d} of this copy says so, RFC 2883), which held its ACK past the sender's backed-off timer{}: a delayed ACK of the one segment a timeout lets the sender send (DETER §2.1)",
+            r.previous,
+            r.rto_ns.map(|t| format!(" of {}", us(t))).unwrap_or_default()
+        );
+    }
     let acks_dropped: Vec<Evidence> = c
         .events
         .iter()

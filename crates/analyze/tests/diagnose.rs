@@ -180,6 +180,8 @@ fn acks_that_grow_the_window_are_named_when_a_timeout_follows() {
     for grow in [true, false] {
         let mut g = TcpGen::new();
         g.handshake(ISN, SISN);
+        // Room for 7 window steps of 2 segments in 16 bits.
+        g.window = 8000;
         for k in 0..10 {
             send(&mut g, k);
         }
@@ -231,6 +233,61 @@ fn a_timeout_after_too_few_packets_names_them() {
             lost == 4,
             "{}",
             t.text
+        );
+    }
+}
+
+#[test]
+fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_delayed_ack() {
+    // DETER §2.1: the last segment lost; the timeout's retransmission
+    // arrives but its ACK is held, so the timer (doubled) runs out again
+    // and the duplicate is answered at once, with a DSACK. The twin's
+    // first retransmission was lost too: no DSACK, no such claim.
+    for arrived in [true, false] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..5 {
+            send(&mut g, k);
+        }
+        ack(&mut g, 4);
+        // As the spec's sender: rto_min 10 ms, no tail loss probe.
+        g.wait(10 * MS);
+        send(&mut g, 4);
+        g.wait(20 * MS);
+        send(&mut g, 4);
+        let last = ISN + 1 + 4 * SEG;
+        let dsack: &[(u32, u32)] = if arrived { &[(last, last + SEG)] } else { &[] };
+        g.push_sacked(false, SISN + 1, last + SEG, 0, false, dsack);
+        let opts = wirelab_analyze::Options {
+            min_rto_ns: 10 * MS,
+            tlp: false,
+            ..wirelab_analyze::Options::default()
+        };
+        let r = wirelab_analyze::report::build(
+            "made",
+            &g.t,
+            opts,
+            None,
+            &["loss-recovery"],
+            &[],
+            &|_| {},
+        );
+        let slow = diagnose(&r.analysis.connections, 0.0);
+        let c = slow.into_iter().next().unwrap().causes;
+        let t: Vec<&Cause> = c.iter().filter(|c| c.kind == "timeout").collect();
+        assert_eq!(t.len(), 2, "{:?}", kinds(&c));
+        assert!(
+            t[0].text.contains("a tail loss"),
+            "the first: {}",
+            t[0].text
+        );
+        assert_eq!(
+            t[1].text
+                .contains("held its ACK past the sender's backed-off timer")
+                && t[1].text.contains("(DETER §2.1)"),
+            arrived,
+            "{}",
+            t[1].text
         );
     }
 }
