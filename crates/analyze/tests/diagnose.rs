@@ -291,3 +291,49 @@ fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_del
         );
     }
 }
+
+#[test]
+fn window_updates_during_a_backoff_do_not_restart_the_timer() {
+    // A slow reader's window updates come while the sender backs off.
+    // Linux's timer runs on from the first retransmission (only an ACK
+    // of new data re-arms it), so the second timeout waited 20 ms, twice
+    // the first: no `no-backoff`. Counted from the window update, it
+    // would have waited 12 ms.
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    for k in 0..5 {
+        send(&mut g, k);
+    }
+    ack(&mut g, 4);
+    g.wait(10 * MS);
+    send(&mut g, 4);
+    g.wait(8 * MS);
+    g.window -= 100;
+    ack(&mut g, 4);
+    g.wait(12 * MS);
+    send(&mut g, 4);
+    let last = ISN + 1 + 4 * SEG;
+    g.push_sacked(false, SISN + 1, last + SEG, 0, false, &[(last, last + SEG)]);
+    let opts = wirelab_analyze::Options {
+        min_rto_ns: 10 * MS,
+        tlp: false,
+        ..wirelab_analyze::Options::default()
+    };
+    let r =
+        wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {});
+    let rs = &r.analysis.connections[0].retransmissions;
+    let ms: Vec<u64> = rs.iter().map(|r| r.rto_ns.unwrap() / 1000).collect();
+    assert_eq!(
+        ms,
+        [10_010, 20_020],
+        "µs (each made packet 10 µs after the last)"
+    );
+    let violations: Vec<&str> = r
+        .analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.kind == wirelab_analyze::Kind::Violation)
+        .map(|f| f.name)
+        .collect();
+    assert!(violations.is_empty(), "{violations:?}");
+}

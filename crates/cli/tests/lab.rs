@@ -2465,7 +2465,8 @@ fn a_slow_reader_is_diagnosed_as_a_zero_window_on_the_run_and_on_its_replay() {
 /// DETER's replay (issue 21 item 3): a recorded connection, replayed in a
 /// lab of its own with its calls and the network's actions re-applied, for
 /// a fast retransmission with an ACK drop, a drop twice whose second loss
-/// only a timeout repairs, and a tail drop a probe repairs. Every one of 10
+/// only a timeout repairs, a tail drop a probe repairs, and DETER §2.1's
+/// second timeout behind a delayed ACK. Every one of 10
 /// replays re-applies the same actions to the same packets and retransmits
 /// as the recording did. The client's TCP headers are identical in at
 /// least 8 of 10 (measured: nearly all); the server's ACKs follow its
@@ -2514,6 +2515,11 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             1,
             &["fast-retransmit"][..],
         ),
+        (
+            "short-flow-rto-and-delayed-ack",
+            1,
+            &["timeout", "timeout"][..],
+        ),
     ] {
         let spec = repo().join(format!("specs/deter/{name}.yaml"));
         let r = run_spec(&spec, out.path());
@@ -2538,6 +2544,15 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             assert!(
                 recorded_causes[0].contains("(reorder); it was reordered, not lost")
                     && recorded_causes[0].contains("DSACK"),
+                "{recorded_causes:#?}"
+            );
+        }
+        if name.contains("delayed-ack") {
+            // DETER §2.1: the second timeout is the receiver's delayed ACK
+            // of the first retransmission, which arrived.
+            assert!(
+                recorded_causes[0].contains("a tail loss")
+                    && recorded_causes[1].contains("(DETER §2.1)"),
                 "{recorded_causes:#?}"
             );
         }

@@ -458,10 +458,13 @@ impl Sender {
         let (reason, trigger, flags) = ctx.classify();
         let crossed = if flags.0 { None } else { ctx.covering_ack() };
         // The timer runs from the later of the last transmission and the
-        // last ACK (each ACK re-arms it: RFC 6298 §5.3, Linux's
-        // tcp_rearm_rto).
+        // last ACK of new data (RFC 6298 §5.3; Linux re-arms it in tcp_ack
+        // only when data was acknowledged, FLAG_SET_XMIT_TIMER). A window
+        // update or a duplicate ACK leaves it running: counted from a slow
+        // reader's window updates, a backed-off timeout looked shorter
+        // than the one before it (a false `no-backoff`).
         let rto_ns = (reason == Reason::Timeout).then(|| {
-            let last_ack = self.acks.last().map_or(0, |a| a.ts);
+            let last_ack = self.una_hist.last().map_or(0, |u| u.0);
             ts.saturating_sub(s.1.last_tx_ts.max(last_ack))
         });
         let backoff_of = match (rto_ns, self.last_timeout) {
