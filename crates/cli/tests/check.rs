@@ -251,3 +251,39 @@ fn the_model_is_fitted_from_a_grid_folder_and_a_bad_grid_is_refused() {
         "{err}"
     );
 }
+
+/// A hostile nesting (a million brackets) is refused by its depth before
+/// any YAML library parses it, by every kind of file `check` reads:
+/// serde_yaml's scanner took 30 s on 100,000 of them (ignoring Ctrl-C) and
+/// over 10 minutes on a million. The child is killed after 60 s, so the
+/// old behaviour fails here rather than only slowing the suite.
+#[test]
+fn a_hostile_nesting_is_refused_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.yaml");
+    let n = 1_000_000;
+    std::fs::write(&deep, format!("a: {}{}\n", "[".repeat(n), "]".repeat(n))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(["check", deep.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().ok();
+            panic!("`wirelab check` still parsing a million brackets after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("deep.yaml: nested deeper than 64 levels (line 1)"),
+        "{err}"
+    );
+}

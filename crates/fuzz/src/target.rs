@@ -406,10 +406,9 @@ pub fn is_target_file(path: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(path) else {
         return false;
     };
-    if wirelab_spec::parse_yaml::<serde_yaml::Value>(&text, |_| Ok(())).is_err() {
+    let Ok(v) = wirelab_spec::parse_yaml::<serde_yaml::Value>(&text, |_| Ok(())) else {
         return false;
-    }
-    let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+    };
     v.get("objectives").is_some() && v.get("seed").is_some()
 }
 
