@@ -237,41 +237,45 @@ fn a_timeout_after_too_few_packets_names_them() {
     }
 }
 
+/// DETER §2.1's sender (rto_min 10 ms, no tail loss probe): 5 segments,
+/// the last lost; a timeout resends it 10 ms later, and again 20 ms after
+/// that (`between` runs between the two); then the ACK of all, with a
+/// DSACK of the last segment when `dsack`. The loss-recovery report.
+fn tail_resent_twice(
+    between: impl FnOnce(&mut TcpGen),
+    dsack: bool,
+) -> wirelab_analyze::report::Report {
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    for k in 0..5 {
+        send(&mut g, k);
+    }
+    ack(&mut g, 4);
+    g.wait(10 * MS);
+    send(&mut g, 4);
+    let t0 = g.ts;
+    between(&mut g);
+    g.wait((20 * MS).saturating_sub(g.ts - t0));
+    send(&mut g, 4);
+    let last = ISN + 1 + 4 * SEG;
+    let block: &[(u32, u32)] = if dsack { &[(last, last + SEG)] } else { &[] };
+    g.push_sacked(false, SISN + 1, last + SEG, 0, false, block);
+    let opts = wirelab_analyze::Options {
+        min_rto_ns: 10 * MS,
+        tlp: false,
+        ..wirelab_analyze::Options::default()
+    };
+    wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {})
+}
+
 #[test]
 fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_delayed_ack() {
-    // DETER §2.1: the last segment lost; the timeout's retransmission
-    // arrives but its ACK is held, so the timer (doubled) runs out again
-    // and the duplicate is answered at once, with a DSACK. The twin's
-    // first retransmission was lost too: no DSACK, no such claim.
+    // DETER §2.1: the timeout's retransmission arrives but its ACK is
+    // held, so the timer (doubled) runs out again and the duplicate is
+    // answered at once, with a DSACK. The twin's first retransmission was
+    // lost too: no DSACK, no such claim.
     for arrived in [true, false] {
-        let mut g = TcpGen::new();
-        g.handshake(ISN, SISN);
-        for k in 0..5 {
-            send(&mut g, k);
-        }
-        ack(&mut g, 4);
-        // As the spec's sender: rto_min 10 ms, no tail loss probe.
-        g.wait(10 * MS);
-        send(&mut g, 4);
-        g.wait(20 * MS);
-        send(&mut g, 4);
-        let last = ISN + 1 + 4 * SEG;
-        let dsack: &[(u32, u32)] = if arrived { &[(last, last + SEG)] } else { &[] };
-        g.push_sacked(false, SISN + 1, last + SEG, 0, false, dsack);
-        let opts = wirelab_analyze::Options {
-            min_rto_ns: 10 * MS,
-            tlp: false,
-            ..wirelab_analyze::Options::default()
-        };
-        let r = wirelab_analyze::report::build(
-            "made",
-            &g.t,
-            opts,
-            None,
-            &["loss-recovery"],
-            &[],
-            &|_| {},
-        );
+        let r = tail_resent_twice(|_| {}, arrived);
         let slow = diagnose(&r.analysis.connections, 0.0);
         let c = slow.into_iter().next().unwrap().causes;
         let t: Vec<&Cause> = c.iter().filter(|c| c.kind == "timeout").collect();
@@ -294,38 +298,24 @@ fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_del
 
 #[test]
 fn window_updates_during_a_backoff_do_not_restart_the_timer() {
-    // A slow reader's window updates come while the sender backs off.
+    // A slow reader's window update comes while the sender backs off.
     // Linux's timer runs on from the first retransmission (only an ACK
     // of new data re-arms it), so the second timeout waited 20 ms, twice
     // the first: no `no-backoff`. Counted from the window update, it
     // would have waited 12 ms.
-    let mut g = TcpGen::new();
-    g.handshake(ISN, SISN);
-    for k in 0..5 {
-        send(&mut g, k);
-    }
-    ack(&mut g, 4);
-    g.wait(10 * MS);
-    send(&mut g, 4);
-    g.wait(8 * MS);
-    g.window -= 100;
-    ack(&mut g, 4);
-    g.wait(12 * MS);
-    send(&mut g, 4);
-    let last = ISN + 1 + 4 * SEG;
-    g.push_sacked(false, SISN + 1, last + SEG, 0, false, &[(last, last + SEG)]);
-    let opts = wirelab_analyze::Options {
-        min_rto_ns: 10 * MS,
-        tlp: false,
-        ..wirelab_analyze::Options::default()
-    };
-    let r =
-        wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {});
+    let r = tail_resent_twice(
+        |g| {
+            g.wait(8 * MS);
+            g.window -= 100;
+            ack(g, 4);
+        },
+        true,
+    );
     let rs = &r.analysis.connections[0].retransmissions;
-    let ms: Vec<u64> = rs.iter().map(|r| r.rto_ns.unwrap() / 1000).collect();
+    let us: Vec<u64> = rs.iter().map(|r| r.rto_ns.unwrap() / 1000).collect();
     assert_eq!(
-        ms,
-        [10_010, 20_020],
+        us,
+        [10_010, 20_010],
         "µs (each made packet 10 µs after the last)"
     );
     let violations: Vec<&str> = r

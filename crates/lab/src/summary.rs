@@ -139,7 +139,9 @@ pub struct EsSummary {
     /// Per packet, on average, the nanoseconds its mask searches took over
     /// every table, measured in the stage around each search: the
     /// device's latency (ScalaCN's LAT, Eq. 2), free of the end hosts'
-    /// wake-ups that swing a message's completion time by ±20% here.
+    /// wake-ups that make most of a message's completion time, though not
+    /// of the machine's own speed (runs of one point differ by up to ±15%
+    /// on the project's VM).
     pub search_ns_per_packet: f64,
     /// Packets no table matched (left to the MAC table).
     pub misses: u64,

@@ -141,10 +141,10 @@ impl Design {
     /// The distinct points of the symptom and the sensitivity steps, in a
     /// fixed order: the symptom's two first, back to back, then the
     /// other steps. Run in this order, the base and the heaviest are close
-    /// in time, as each permutation pair is (`pairs`): measured as the
-    /// first and the last of a round, a machine whose speed drifted over
-    /// the round hid a +50% symptom here (54 µs at the base, 67 at the
-    /// heaviest in one round, 68 and 45 in the next two).
+    /// in time, as each permutation pair is (`pairs`). Measured as the
+    /// first and the last of a round, they were apart by the machine's
+    /// drift: one target's base measured 68, 70 and 45 µs in its three
+    /// rounds here, and a +50% symptom came out as −2%.
     pub fn points(&self) -> Vec<Point> {
         let mut rest = BTreeSet::new();
         for s in &self.sensitivity {
