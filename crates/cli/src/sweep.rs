@@ -375,7 +375,7 @@ fn run_one(pt: &Point, r: &Runs) -> serde_json::Value {
                 .unwrap_or_default();
             // The eSwitch's own latency: its mask searches per packet, timed
             // in the stage (the hosts' wake-ups are not in it).
-            let device = s.flowtables.as_ref().map(|f| f.search_ns_per_packet);
+            let device = s.flowtables.as_ref().and_then(|f| f.search_ns_per_packet);
             serde_json::json!({
                 "point": pt.label, "values": pt.values, "verdict": out.verdict.name(),
                 "results": out.dir,
@@ -523,31 +523,41 @@ fn combine(reps: &[&serde_json::Value]) -> Option<serde_json::Value> {
 
 /// ScalaCN's grid (§4.2), when the runs searched two flow tables: Q_l and
 /// Q_r are the masks per packet measured in tables 0 and 1, bandwidth in
-/// Gbit/s and latency in µs as measured above, and the device's latency
-/// (the eSwitch's searches per packet) in µs.
+/// Gbit/s and latency in µs as measured above, and, when every point has
+/// it (`flowtables.timed`), the device's latency (the eSwitch's searches
+/// per packet) in µs.
 fn write_grid(dir: &Path, rows: &[(usize, serde_json::Value)]) -> Result<Option<PathBuf>> {
-    let mut lines = vec!["ql,qr,bandwidth,latency,device_latency".to_string()];
-    for (_, r) in rows {
-        let q = r["masks_per_packet"].as_array();
-        let (Some(q), Some(bw), Some(rtt), Some(dev)) = (
-            q,
-            r["bandwidth_bps"].as_f64(),
-            r["latency_ns"].as_f64(),
-            r["device_latency_ns"].as_f64(),
-        ) else {
-            continue;
-        };
-        if q.len() < 2 || r["verdict"] != "PASS" {
-            continue;
-        }
-        lines.push(format!(
-            "{},{},{},{},{}",
+    let points: Vec<(&Vec<serde_json::Value>, f64, f64, Option<f64>)> = rows
+        .iter()
+        .filter(|(_, r)| r["verdict"] == "PASS")
+        .filter_map(|(_, r)| {
+            let q = r["masks_per_packet"].as_array().filter(|q| q.len() >= 2)?;
+            Some((
+                q,
+                r["bandwidth_bps"].as_f64()?,
+                r["latency_ns"].as_f64()?,
+                r["device_latency_ns"].as_f64(),
+            ))
+        })
+        .collect();
+    let timed = points.iter().all(|p| p.3.is_some());
+    let mut lines = vec![if timed {
+        "ql,qr,bandwidth,latency,device_latency".to_string()
+    } else {
+        "ql,qr,bandwidth,latency".to_string()
+    }];
+    for (q, bw, lat, dev) in points {
+        let mut line = format!(
+            "{},{},{},{}",
             q[0].as_f64().unwrap_or(0.0),
             q[1].as_f64().unwrap_or(0.0),
             bw / 1e9,
-            rtt / 1e3,
-            dev / 1e3
-        ));
+            lat / 1e3
+        );
+        if let (true, Some(d)) = (timed, dev) {
+            line += &format!(",{}", d / 1e3);
+        }
+        lines.push(line);
     }
     if lines.len() == 1 {
         return Ok(None);

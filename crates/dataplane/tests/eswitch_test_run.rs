@@ -391,14 +391,21 @@ fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
         ((1, 1), (1, 3), (0, 0)),
         "per table"
     );
-    // Each search was timed; the unsearched table took no time (and the
+    // Untimed unless asked (`flowtables.timed`): no clock read.
+    assert!(t.iter().all(|t| t.search_ns == 0), "{t:?}");
+    assert_eq!(sw.es_entry_hits(1, 2, &entry(2)).unwrap(), Some((1, 200)));
+    // Timed: each search took time; the unsearched table none (and the
     // start subtracted before a search came back with its end).
+    sw.set_es_timed(true);
+    let (verdict_, _, _) = run_frame(&sw, &frame(Ipv4Addr::new(10, 0, 2, 0), 9002));
+    assert_eq!(verdict_, verdict::REDIRECT);
+    let t = sw.es_stats().unwrap().tables;
     assert!(
         t[0].search_ns > 0 && t[1].search_ns > 0 && t[0].search_ns < 1_000_000,
         "{t:?}"
     );
     assert_eq!(t[2].search_ns, 0);
-    assert_eq!(sw.es_entry_hits(1, 2, &entry(2)).unwrap(), Some((1, 200)));
+    sw.set_es_timed(false);
 
     // Table 2 goes to itself: the packet passes MAX_CHAIN tables, is
     // counted as a loop and left to the MAC table.

@@ -476,6 +476,7 @@ impl Capability for FlowTables {
                 .set_es_slow_path(Some((o.slow_path_pps, o.slow_path_burst)))
                 .during("giving the eSwitch a slow path")?;
         }
+        cx.switch.set_es_timed(ft.timed);
         self.started = Some(std::time::Instant::now());
         Ok(())
     }
@@ -576,8 +577,9 @@ impl Capability for FlowTables {
             packets: st.pkts,
             masks_searched: st.visited,
             masks_per_packet: st.visited as f64 / st.pkts.max(1) as f64,
-            search_ns_per_packet: st.tables.iter().map(|t| t.search_ns).sum::<u64>() as f64
-                / st.pkts.max(1) as f64,
+            search_ns_per_packet: ft.timed.then(|| {
+                st.tables.iter().map(|t| t.search_ns).sum::<u64>() as f64 / st.pkts.max(1) as f64
+            }),
             misses: st.misses,
             drops: st.drops,
             loops: st.loops,
@@ -601,7 +603,9 @@ impl Capability for FlowTables {
                         table: t as u32,
                         packets: ts.pkts,
                         masks_per_packet: ts.visited as f64 / ts.pkts.max(1) as f64,
-                        search_ns_per_packet: ts.search_ns as f64 / ts.pkts.max(1) as f64,
+                        search_ns_per_packet: ft
+                            .timed
+                            .then(|| ts.search_ns as f64 / ts.pkts.max(1) as f64),
                         order: std::mem::take(&mut orders[t]),
                     }
                 })

@@ -141,8 +141,9 @@ pub struct EsSummary {
     /// device's latency (ScalaCN's LAT, Eq. 2), free of the end hosts'
     /// wake-ups that make most of a message's completion time, though not
     /// of the machine's own speed (runs of one point differ by up to ±15%
-    /// on the project's VM).
-    pub search_ns_per_packet: f64,
+    /// on the project's VM). Only with `flowtables.timed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_per_packet: Option<f64>,
     /// Packets no table matched (left to the MAC table).
     pub misses: u64,
     pub drops: u64,
@@ -204,8 +205,10 @@ pub struct EsTableSummary {
     pub table: u32,
     pub packets: u64,
     pub masks_per_packet: f64,
-    /// Per packet that searched the table, the nanoseconds the search took.
-    pub search_ns_per_packet: f64,
+    /// Per packet that searched the table, the nanoseconds the search took
+    /// (with `flowtables.timed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_per_packet: Option<f64>,
     /// The search order the run ended with (mask ids).
     pub order: Vec<u16>,
 }

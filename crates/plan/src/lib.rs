@@ -94,6 +94,8 @@ pub struct EsPlan {
     pub dut: wirelab_spec::flowtables::Dut,
     /// A virtual switch offloading the spec's own entries (`offload:`).
     pub offload: Option<OffloadPlan>,
+    /// Each table's search timed in the stage (`timed:`).
+    pub timed: bool,
 }
 
 /// `flowtables.offload`, defaults filled in.
@@ -833,6 +835,7 @@ fn flowtables(ft: &wirelab_spec::flowtables::FlowTables, hosts: &[HostPlan]) -> 
         device,
         dut: ft.dut,
         offload,
+        timed: ft.timed,
     }
 }
 

@@ -343,6 +343,7 @@ mod tests {
             device: wirelab_spec::flowtables::device("default").unwrap(),
             dut: Default::default(),
             offload: None,
+            timed: false,
         }
     }
 
