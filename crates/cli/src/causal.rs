@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
-use wirelab_model::causal::{analyse, Analysis, Design, Measure, Point};
+use wirelab_model::causal::{analyse, Analysis, Design, Measure, Pair, Point};
 
 use crate::code;
 use crate::sweep::{self, Vary};
@@ -366,12 +366,8 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     // Rows by the index of what was run.
     let by_run: HashMap<usize, &serde_json::Value> =
         rows.iter().map(|(i, r)| (l.kept[*i], r)).collect();
-    let single = |p: &Point| {
-        l.points[..l.singles]
-            .iter()
-            .position(|q| q == p)
-            .and_then(|i| by_run.get(&i).copied())
-    };
+    let at = |p: &Point| l.points[..l.singles].iter().position(|q| q == p);
+    let single = |p: &Point| at(p).and_then(|i| by_run.get(&i).copied());
     let result = |p: &Point| single(p).and_then(|r| value_of(t.measure, r));
     let pair_at: HashMap<(usize, usize), usize> = l
         .design
@@ -380,10 +376,34 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         .enumerate()
         .map(|(n, &(d, k, _, _))| ((d, k), n))
         .collect();
-    let pair = |d: usize, k: usize| {
-        let (light, heavy) = pair_runs(l.singles, pair_at[&(d, k)]);
-        let m = |i: usize| by_run.get(&i).and_then(|r| value_of(t.measure, r));
-        Some((m(light)?, m(heavy)?))
+    // A pair's two runs of the same round, round by round (a round whose
+    // run failed or measured nothing is left out).
+    let rounds = |a: usize, b: usize| -> Vec<(f64, f64)> {
+        let per = |i: usize| -> Vec<Option<f64>> {
+            by_run.get(&i).map_or(Vec::new(), |r| {
+                r["rounds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| value_of(t.measure, x))
+                    .collect()
+            })
+        };
+        per(a)
+            .into_iter()
+            .zip(per(b))
+            .filter_map(|(x, y)| x.zip(y))
+            .collect()
+    };
+    let pair = |p: Pair| match p {
+        Pair::Symptom => match (at(&l.design.base), at(&l.design.heaviest)) {
+            (Some(a), Some(b)) => rounds(a, b),
+            _ => Vec::new(),
+        },
+        Pair::Permutation(d, k) => {
+            let (light, heavy) = pair_runs(l.singles, pair_at[&(d, k)]);
+            rounds(light, heavy)
+        }
     };
     let a = analyse(&l.design, t.measure, &result, &pair);
     let folder = |p: &Point| -> serde_json::Value {
@@ -446,7 +466,7 @@ fn print_report(t: &Target, d: &Design, a: &Analysis, rows: &[(usize, serde_json
         println!("  {left_out} point(s) measured nothing and are left out (causal.jsonl says why)");
     }
     println!(
-        "  symptom    {} {} {u} with every dimension at its lightest, {} at its heaviest: {}{}",
+        "  symptom    {} {} {u} with every dimension at its lightest, {} at its heaviest: {} in the median round{}",
         match t.measure {
             Measure::Bandwidth => "bandwidth",
             Measure::Latency => "latency",
@@ -477,7 +497,7 @@ fn print_report(t: &Target, d: &Design, a: &Analysis, rows: &[(usize, serde_json
         );
     }
     println!(
-        "  permutation removal ({} pairs a dimension, the others permuted; kept above 95%):",
+        "  permutation removal ({} pairs a dimension, the others permuted, each judged by its median round; kept above 95%):",
         d.permutations.first().map_or(0, Vec::len)
     );
     for r in &a.dimensions {

@@ -917,6 +917,10 @@ fn causal_testing_keeps_the_masks_that_slow_a_write() {
         "{stdout}"
     );
     assert_eq!(dims[1]["pairs"].as_u64(), Some(3), "{stdout}");
+    // Each pair judged round by round: its two runs of each of 3 rounds.
+    for e in dims[0]["evidence"].as_array().unwrap() {
+        assert_eq!(e["rounds"].as_array().unwrap().len(), 3, "{e}");
+    }
     assert_eq!(a["critical_path"][0], 0, "{stdout}");
     assert!(
         stdout.contains("critical path: local egress masks"),
