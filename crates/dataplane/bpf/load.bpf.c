@@ -117,6 +117,10 @@ struct wl_gen_conf {
 	__u16 l4_off;
 	__u16 csum_off;
 	__u16 stamp_off;
+	/* An inner TCP checksum under VXLAN (0: none), which covers the
+	 * stamp; the outer checksum (csum_off) covers it in turn. */
+	__u16 inner_csum_off;
+	__u16 pad16;
 	/* 1: the network header is IPv6 (no header checksum; the version bit
 	 * in the flow label's low word; the pseudo-header's addresses at
 	 * l3 + 8 .. l3 + 40, RFC 8200 §8.1). */
@@ -643,13 +647,46 @@ int wl_gen(struct xdp_md *ctx)
 	 * (the sink counts it, without a latency). */
 	if (c->stamp_off && c->stamp_off + WL_LOAD_STAMP <= bpf_xdp_get_buff_len(ctx)) {
 		__u32 s = c->stamp_off & (WL_LOAD_MAX_FRAME - 2);
+		__u32 ick = c->inner_csum_off & (WL_LOAD_MAX_FRAME - 2);
+		__u16 inner = 0, *w, v;
+		__u64 zero16[2] = {0, 0};
 
-		for (i = 0; i < 4; i++)
-			if (put16(ctx, c, s + 2 * i, bpf_htons((seq >> (48 - 16 * i)) & 0xffff)))
+		/* A stamp past the head keeps the last run's values in a live
+		 * frame, while the checksums over it came back as the
+		 * template's: the template's stamp (zeros) first, so the
+		 * patches below start from the bytes the checksums count. */
+		if (s + WL_LOAD_STAMP > WL_LOAD_HEAD &&
+		    bpf_xdp_store_bytes(ctx, s, zero16, sizeof(zero16)))
+			return XDP_ABORTED;
+
+		/* An inner TCP checksum follows the stamp's words as they
+		 * change (RFC 1624; a live frame keeps its last stamp, so the
+		 * old words are read, not assumed), and is written once at
+		 * the end through put16, which patches the outer checksum for
+		 * it in turn. */
+		if (ick) {
+			data = (void *)(long)ctx->data;
+			end = (void *)(long)ctx->data_end;
+			w = data + ick;
+			if ((void *)(w + 1) > end)
 				return XDP_ABORTED;
-		for (i = 0; i < 4; i++)
-			if (put16(ctx, c, s + 8 + 2 * i, bpf_htons((now >> (48 - 16 * i)) & 0xffff)))
+			inner = *w;
+		}
+		for (i = 0; i < 8; i++) {
+			v = bpf_htons(((i < 4 ? seq : now) >> (48 - 16 * (i & 3))) & 0xffff);
+			if (ick) {
+				data = (void *)(long)ctx->data;
+				end = (void *)(long)ctx->data_end;
+				w = data + ((s + 2 * i) & (WL_LOAD_MAX_FRAME - 2));
+				if ((void *)(w + 1) > end)
+					return XDP_ABORTED;
+				inner = csum_update(inner, *w, v);
+			}
+			if (put16(ctx, c, s + 2 * i, v))
 				return XDP_ABORTED;
+		}
+		if (ick && put16(ctx, c, ick, inner ? inner : 0xffff))
+			return XDP_ABORTED;
 	}
 	if (c->sample_every && seq % c->sample_every == 0)
 		wl_take_sample(ctx, 0, seq, now);

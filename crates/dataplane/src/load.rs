@@ -91,6 +91,9 @@ pub struct GenConfig {
     pub l4_off: u16,
     /// The L4 checksum's offset (0: none).
     pub csum_off: u16,
+    /// An inner TCP checksum under VXLAN (0: none): it covers the stamp,
+    /// and the generator patches it for it.
+    pub inner_csum_off: u16,
     /// Where the 16-byte stamp (sequence, send time) goes (0: no room).
     pub stamp_off: u16,
     /// Cascaded units, (pass n, skip m), in order.
@@ -267,6 +270,7 @@ impl Tester {
             l3_off: c.l3_off,
             l4_off: c.l4_off,
             csum_off: c.csum_off,
+            inner_csum_off: c.inner_csum_off,
             stamp_off: c.stamp_off,
             edits: c.edits.len() as u32,
             sample_every: c.sample_every,
@@ -741,7 +745,11 @@ fn check(c: &GenConfig) -> Result<(), Error> {
             return bad(format!("edit {i}: its range ends before it starts"));
         }
     }
-    for (name, off) in [("stamp", c.stamp_off), ("checksum", c.csum_off)] {
+    for (name, off) in [
+        ("stamp", c.stamp_off),
+        ("checksum", c.csum_off),
+        ("inner checksum", c.inner_csum_off),
+    ] {
         if off % 2 == 1 || usize::from(off) + 16 > MAX_FRAME {
             return bad(format!("the {name} offset {off} is odd or past the frame"));
         }

@@ -21,6 +21,9 @@ pub struct Template {
     pub l4_off: u16,
     /// The (outer) L4 checksum (0: the template carries none).
     pub csum_off: u16,
+    /// The inner TCP checksum under VXLAN, which covers the stamp (0:
+    /// none).
+    pub inner_csum_off: u16,
     /// The stamp, after the innermost headers and the raw bytes (None: no
     /// room).
     pub stamp_off: Option<u16>,
@@ -43,13 +46,14 @@ pub struct SinkMatch {
 }
 
 /// A stream's header stack: an 802.1Q tag; IPv6 instead of IPv4 (with
-/// these addresses); UDP or TCP; a VXLAN encapsulation of an inner
-/// Ethernet + IPv4 + UDP frame; raw bytes at the start of the (innermost)
-/// payload, before the stamp.
+/// these addresses); UDP or TCP, or a VXLAN encapsulation (outer UDP) of
+/// an inner Ethernet + IPv4 + UDP or TCP frame; raw bytes at the start of
+/// the (innermost) payload, before the stamp.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stack {
     pub vlan: Option<u16>,
     pub ipv6: Option<([u8; 16], [u8; 16])>,
+    /// The transport: the inner frame's under VXLAN.
     pub l4: L4,
     pub vxlan: Option<Vxlan>,
     pub raw: Vec<u8>,
@@ -79,7 +83,42 @@ pub struct Vxlan {
 pub const VXLAN_PORT: u16 = 4789;
 /// VXLAN header, inner Ethernet, IPv4 and UDP headers (the spec's
 /// validation counts the same bytes).
-pub const VXLAN_OVERHEAD: usize = wirelab_spec::load::VXLAN_OVERHEAD as usize;
+pub const VXLAN_OVERHEAD: usize =
+    wirelab_spec::load::vxlan_overhead(wirelab_spec::load::L4Kind::Udp) as usize;
+
+impl L4 {
+    fn header_len(self) -> usize {
+        match self {
+            L4::Udp => 8,
+            L4::Tcp { .. } => 20,
+        }
+    }
+
+    /// The header with these ports and, for TCP, RFC 9293 §3.1's flag
+    /// bits (CWR ECE URG ACK PSH RST SYN FIN, FIN the lowest); checksum 0.
+    fn header(self, sport: u16, dport: u16, len: usize) -> Header {
+        match self {
+            L4::Udp => Header::Udp(UdpHeader {
+                source_port: sport,
+                destination_port: dport,
+                length: len as u16,
+                checksum: 0,
+            }),
+            L4::Tcp { flags } => {
+                let mut tcp = etherparse::TcpHeader::new(sport, dport, 1, 65535);
+                let bit = |k: u8| flags & (1 << k) != 0;
+                (tcp.fin, tcp.syn, tcp.rst, tcp.psh) = (bit(0), bit(1), bit(2), bit(3));
+                (tcp.ack, tcp.urg, tcp.ece, tcp.cwr) = (bit(4), bit(5), bit(6), bit(7));
+                Header::Tcp(tcp)
+            }
+        }
+    }
+}
+
+enum Header {
+    Udp(UdpHeader),
+    Tcp(etherparse::TcpHeader),
+}
 
 impl Stack {
     /// (network header, L4 header) offsets.
@@ -87,19 +126,20 @@ impl Stack {
         let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
         (l3, l3 + if self.ipv6.is_some() { 40 } else { 20 })
     }
-    /// The (outer) L4 header's length.
-    fn l4_len(&self) -> usize {
-        match self.l4 {
-            L4::Udp => 8,
-            L4::Tcp { .. } => 20,
+    /// The outer transport: UDP under VXLAN (RFC 7348 §5).
+    fn outer(&self) -> L4 {
+        if self.vxlan.is_some() {
+            L4::Udp
+        } else {
+            self.l4
         }
     }
     /// Every header's bytes: the start of the innermost payload.
     pub fn headers(&self) -> usize {
         usize::from(self.offsets().1)
-            + self.l4_len()
+            + self.outer().header_len()
             + if self.vxlan.is_some() {
-                VXLAN_OVERHEAD
+                VXLAN_OVERHEAD - 8 + self.l4.header_len()
             } else {
                 0
             }
@@ -123,9 +163,11 @@ pub struct Udp {
 /// addresses of `a` are unused with IPv6.
 ///
 /// Checksums that are zero on purpose: an outer UDP checksum over IPv4
-/// under VXLAN (RFC 7348 §5: it SHOULD be zero) and the inner UDP
+/// under VXLAN (RFC 7348 §5: it SHOULD be zero) and an inner UDP
 /// checksum (RFC 768 allows none over IPv4), so the stamp the generator
-/// writes into the inner payload needs no checksum of its own. A TCP
+/// writes into the inner payload needs no checksum of its own; an inner
+/// TCP checksum is computed (TCP has no "none", RFC 9293 §3.1), and the
+/// generator patches it for the stamp (`inner_csum_off`). A TCP
 /// checksum that comes out 0 is sent as 0xffff, its equal in ones'
 /// complement, because the generator patches only a non-zero checksum.
 pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, String> {
@@ -142,7 +184,9 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
     let mut payload = vec![0u8; frame_len - headers];
     payload[..stack.raw.len()].copy_from_slice(&stack.raw);
     let room = payload.len() - stack.raw.len() >= STAMP;
-    // The outer L4 payload: the payload itself, or VXLAN and the inner frame.
+    // The outer L4 payload: the payload itself, or VXLAN and the inner
+    // frame (and where in it the inner TCP checksum is).
+    let mut inner_csum = 0;
     let l4_payload = match &stack.vxlan {
         None => payload,
         Some(vx) => {
@@ -159,32 +203,36 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
             }
             .write(&mut b)
             .map_err(io)?;
-            let mut ip = Ipv4Header::new(
-                (8 + payload.len()) as u16,
-                64,
-                IpNumber::UDP,
-                i.src.octets(),
-                i.dst.octets(),
-            )
-            .map_err(|e| e.to_string())?;
+            let len = stack.l4.header_len() + payload.len();
+            let proto = match stack.l4 {
+                L4::Udp => IpNumber::UDP,
+                L4::Tcp { .. } => IpNumber::TCP,
+            };
+            let mut ip = Ipv4Header::new(len as u16, 64, proto, i.src.octets(), i.dst.octets())
+                .map_err(|e| e.to_string())?;
             ip.header_checksum = ip.calc_header_checksum();
             ip.write(&mut b).map_err(io)?;
-            UdpHeader {
-                source_port: i.sport,
-                destination_port: i.dport,
-                length: (8 + payload.len()) as u16,
-                checksum: 0,
+            match stack.l4.header(i.sport, i.dport, len) {
+                Header::Udp(u) => u.write(&mut b).map_err(io)?,
+                Header::Tcp(mut t) => {
+                    let c = t
+                        .calc_checksum_ipv4(&ip, &payload)
+                        .map_err(|e| e.to_string())?;
+                    t.checksum = if c == 0 { 0xffff } else { c };
+                    // From the outer L4 payload's start.
+                    inner_csum = b.len() + 16;
+                    t.write(&mut b).map_err(io)?;
+                }
             }
-            .write(&mut b)
-            .map_err(io)?;
             b.extend_from_slice(&payload);
             b
         }
     };
-    let l4_len = stack.l4_len() + l4_payload.len();
-    let (proto, dport) = match (stack.l4, &stack.vxlan) {
-        (L4::Tcp { .. }, _) => (IpNumber::TCP, a.dport),
-        (L4::Udp, Some(_)) => (IpNumber::UDP, VXLAN_PORT),
+    let outer = stack.outer();
+    let l4_len = outer.header_len() + l4_payload.len();
+    let (proto, dport) = match (outer, &stack.vxlan) {
+        (_, Some(_)) => (IpNumber::UDP, VXLAN_PORT),
+        (L4::Tcp { .. }, None) => (IpNumber::TCP, a.dport),
         (L4::Udp, None) => (IpNumber::UDP, a.dport),
     };
     let mut out = Vec::with_capacity(frame_len);
@@ -242,14 +290,8 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
         }
     };
     let csum_off;
-    match stack.l4 {
-        L4::Udp => {
-            let mut udp = UdpHeader {
-                source_port: a.sport,
-                destination_port: dport,
-                length: l4_len as u16,
-                checksum: 0,
-            };
+    match outer.header(a.sport, dport, l4_len) {
+        Header::Udp(mut udp) => {
             udp.checksum = match (&net, &stack.vxlan) {
                 (Net::V4(_), Some(_)) => Ok(0),
                 (Net::V4(ip), None) => udp.calc_checksum_ipv4(ip, &l4_payload),
@@ -259,11 +301,7 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
             udp.write(&mut out).map_err(io)?;
             csum_off = l4 + 6;
         }
-        L4::Tcp { flags } => {
-            let mut tcp = etherparse::TcpHeader::new(a.sport, dport, 1, 65535);
-            let bit = |k: u8| flags & (1 << k) != 0;
-            (tcp.fin, tcp.syn, tcp.rst, tcp.psh) = (bit(0), bit(1), bit(2), bit(3));
-            (tcp.ack, tcp.urg, tcp.ece, tcp.cwr) = (bit(4), bit(5), bit(6), bit(7));
+        Header::Tcp(mut tcp) => {
             let c = match &net {
                 Net::V4(ip) => tcp.calc_checksum_ipv4(ip, &l4_payload),
                 Net::V6(ip) => tcp.calc_checksum_ipv6(ip, &l4_payload),
@@ -283,11 +321,16 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
         l3_off: l3,
         l4_off: l4,
         csum_off,
+        inner_csum_off: if inner_csum > 0 {
+            (l4_payload_off + inner_csum) as u16
+        } else {
+            0
+        },
         stamp_off: stamp,
         ipv6: stack.ipv6.is_some(),
-        tcp: matches!(stack.l4, L4::Tcp { .. }),
+        tcp: matches!(outer, L4::Tcp { .. }),
         sink: SinkMatch {
-            tcp: matches!(stack.l4, L4::Tcp { .. }),
+            tcp: matches!(outer, L4::Tcp { .. }),
             port: dport,
             stamp_off: stamp.map(|s| s - l4_payload_off as u16),
         },
@@ -334,6 +377,7 @@ pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
         l3_off: 14,
         l4_off: 34,
         csum_off: 34 + 16,
+        inner_csum_off: 0,
         stamp_off: None,
         ipv6: false,
         tcp: true,
@@ -455,6 +499,62 @@ mod tests {
         };
         assert_eq!(iu.destination_port(), 6000);
         assert_eq!(usize::from(iu.length()), 128 - 92 + 8);
+    }
+
+    #[test]
+    fn a_vxlan_stack_can_carry_an_inner_tcp_segment_with_its_checksum() {
+        let inner = Udp {
+            src_mac: [2, 0, 0, 0, 1, 1],
+            dst_mac: [2, 0, 0, 0, 1, 2],
+            src: Ipv4Addr::new(198, 19, 100, 1),
+            dst: Ipv4Addr::new(198, 19, 100, 2),
+            sport: 5000,
+            dport: 80,
+        };
+        let stack = Stack {
+            l4: L4::Tcp { flags: 0x18 },
+            vxlan: Some(Vxlan { vni: 9, inner }),
+            raw: b"GET /".to_vec(),
+            ..Default::default()
+        };
+        let t = frame(&A, &stack, 160).unwrap();
+        // The outer stays UDP to 4789, without a checksum; the inner TCP
+        // header is 12 bytes longer than UDP's.
+        assert!(!t.tcp && !t.sink.tcp);
+        assert_eq!((t.sink.port, t.csum_off), (VXLAN_PORT, 34 + 6));
+        assert_eq!(t.stamp_off, Some(42 + 62 + 5));
+        assert_eq!(t.inner_csum_off, 42 + 8 + 14 + 20 + 16);
+        let p = etherparse::SlicedPacket::from_ethernet(&t.bytes).unwrap();
+        let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
+            panic!("not UDP")
+        };
+        assert_eq!((u.destination_port(), u.checksum()), (4789, 0));
+        let q = etherparse::SlicedPacket::from_ethernet(&u.payload()[8..]).unwrap();
+        let (Some(etherparse::NetSlice::Ipv4(ip)), Some(etherparse::TransportSlice::Tcp(tcp))) =
+            (&q.net, &q.transport)
+        else {
+            panic!("inner not IPv4 and TCP")
+        };
+        assert!(tcp.psh() && tcp.ack());
+        assert_eq!((tcp.source_port(), tcp.destination_port()), (5000, 80));
+        assert_eq!(&tcp.payload()[..5], b"GET /");
+        let at = usize::from(t.inner_csum_off);
+        assert_eq!(
+            u16::from_be_bytes([t.bytes[at], t.bytes[at + 1]]),
+            tcp.checksum()
+        );
+        assert_eq!(
+            tcp.checksum(),
+            tcp.to_header()
+                .calc_checksum_ipv4(&ip.header().to_header(), tcp.payload())
+                .unwrap()
+        );
+        // A UDP inner frame has no checksum to patch.
+        let udp = Stack {
+            l4: L4::Udp,
+            ..stack
+        };
+        assert_eq!(frame(&A, &udp, 160).unwrap().inner_csum_off, 0);
     }
 
     #[test]

@@ -300,7 +300,8 @@ pub struct Stream {
     /// The transport header: `udp`, or `tcp` (a stateless stream of
     /// segments with `tcp_flags`, sequence number 1, window 65535: what a
     /// DUT's forwarding or filtering of TCP sees, not a connection; for
-    /// those, `stateful:`).
+    /// those, `stateful:`). Under `vxlan` it is the inner frame's: the
+    /// outer header is UDP (RFC 7348 §5).
     #[serde(default)]
     pub l4: L4Kind,
     /// TCP's flags as tcpdump prints them, any of `FSRPAUEW` (FIN, SYN,
@@ -308,9 +309,10 @@ pub struct Stream {
     #[serde(default)]
     pub tcp_flags: Option<String>,
     /// Every frame VXLAN-encapsulated (RFC 7348): outer UDP to port 4789
-    /// from `sport`, this VNI, an inner Ethernet + IPv4 + UDP frame to
-    /// `dport`. The sink counts the outer frames; the editor's fields are
-    /// the outer headers' (`udp.sport` is RFC 7348 §5's entropy port).
+    /// from `sport`, this VNI, an inner Ethernet + IPv4 + UDP (or TCP,
+    /// `l4`) frame to `dport`. The sink counts the outer frames; the
+    /// editor's fields are the outer headers' (`udp.sport` is RFC 7348
+    /// §5's entropy port).
     #[serde(default)]
     pub vxlan: Option<VxlanSpec>,
     /// Bytes at the start of the (inner) payload, before the stamp, in hex
@@ -344,8 +346,20 @@ pub struct VxlanSpec {
     pub vni: u32,
 }
 
-/// VXLAN header and the inner Ethernet, IPv4 and UDP headers.
-pub const VXLAN_OVERHEAD: u16 = 8 + 14 + 20 + 8;
+/// VXLAN header and the inner Ethernet, IPv4 and UDP (or TCP) headers.
+pub const fn vxlan_overhead(inner: L4Kind) -> u16 {
+    8 + 14 + 20 + inner.header_len()
+}
+
+impl L4Kind {
+    /// The header's length (TCP without options).
+    pub const fn header_len(self) -> u16 {
+        match self {
+            L4Kind::Udp => 8,
+            L4Kind::Tcp => 20,
+        }
+    }
+}
 /// TCP's flags by tcpdump's letters, in RFC 9293 §3.1's bit order from
 /// FIN (bit 0) to CWR (bit 7).
 pub const TCP_FLAG_LETTERS: &str = "FSRPAUEW";
@@ -377,13 +391,19 @@ impl Stream {
         let l3 = 14 + if self.vlan.is_some() { 4 } else { 0 };
         (l3, l3 + if self.ip == 6 { 40 } else { 20 })
     }
+    /// The outer transport: UDP under VXLAN (RFC 7348 §5), else `l4`.
+    pub fn outer_l4(&self) -> L4Kind {
+        if self.vxlan.is_some() {
+            L4Kind::Udp
+        } else {
+            self.l4
+        }
+    }
     /// Every header's bytes, to the start of the (inner) payload.
     pub fn headers(&self) -> u16 {
-        let l4 = match self.l4 {
-            L4Kind::Udp => 8,
-            L4Kind::Tcp => 20,
-        };
-        self.offsets().1 + l4 + self.vxlan.map_or(0, |_| VXLAN_OVERHEAD)
+        self.offsets().1
+            + self.outer_l4().header_len()
+            + self.vxlan.map_or(0, |_| vxlan_overhead(self.l4))
     }
     /// The header stack as a path, "Ethernet/VLAN 100/IPv6/TCP PA/raw 16 B";
     /// None for plain Ethernet/IPv4/UDP.
@@ -393,15 +413,16 @@ impl Stream {
             v.push(format!("VLAN {t}"));
         }
         v.push(format!("IPv{}", self.ip));
-        match self.l4 {
-            L4Kind::Udp => v.push("UDP".into()),
-            L4Kind::Tcp => v.push(format!(
+        let l4 = match self.l4 {
+            L4Kind::Udp => "UDP".to_string(),
+            L4Kind::Tcp => format!(
                 "TCP {}",
                 self.tcp_flags.as_deref().unwrap_or("A").to_uppercase()
-            )),
-        }
-        if let Some(x) = self.vxlan {
-            v.push(format!("VXLAN {}/Ethernet/IPv4/UDP", x.vni));
+            ),
+        };
+        match self.vxlan {
+            Some(x) => v.push(format!("UDP/VXLAN {}/Ethernet/IPv4/{l4}", x.vni)),
+            None => v.push(l4),
         }
         let raw = self.raw_bytes().len();
         if raw > 0 {
@@ -1166,15 +1187,20 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
     if let Some(k) = st
         .edits
         .iter()
-        .position(|e| e.field.l4().is_some_and(|l| l != st.l4))
+        .position(|e| e.field.l4().is_some_and(|l| l != st.outer_l4()))
     {
-        let want = match st.l4 {
+        let want = match st.outer_l4() {
             L4Kind::Udp => "udp.sport",
             L4Kind::Tcp => "tcp.sport",
         };
+        let what = if st.vxlan.is_some() {
+            "the editor edits the outer headers, and a VXLAN stream's is udp".to_string()
+        } else {
+            format!("the stream's transport is {:?}", st.l4).to_lowercase()
+        };
         return err(
             format!("stream.edits[{k}].field"),
-            format!("the stream's transport is {:?}: its port is {want}", st.l4).to_lowercase(),
+            format!("{what}: its port is {want}"),
         );
     }
     if let Some(f) = &st.tcp_flags {
@@ -1189,13 +1215,6 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
     if let Some(v) = &st.vxlan {
         if v.vni >= 1 << 24 {
             return err("stream.vxlan.vni", format!("{} is above 24 bits", v.vni));
-        }
-        if st.l4 == L4Kind::Tcp {
-            return err(
-                "stream.l4",
-                "a VXLAN stream's outer header is UDP (RFC 7348 §5), and its inner frame is UDP \
-                 too here: TCP inside VXLAN would need an inner checksum the generator patches",
-            );
         }
         if st.sizes.is_some() {
             return err(
@@ -1778,10 +1797,18 @@ expect:
         assert_eq!(parse(&vx).unwrap().stream().headers(), 92);
         let e = bad(&vx.replace("vni: 5000", "vni: 16777216"));
         assert_eq!((e.path.as_str(), e.line), ("stream.vxlan.vni", Some(6)));
-        let e = bad(&vx
-            .replace("size: 128", "size: 128\n  l4: tcp")
-            .replace("udp.sport", "tcp.sport"));
-        assert_eq!(e.path, "stream.l4");
+        // TCP inside: 12 more header bytes; the editor's port stays the
+        // outer UDP one.
+        let vt = vx.replace("size: 128", "size: 128\n  l4: tcp\n  tcp_flags: PA");
+        let s = parse(&vt).unwrap();
+        assert_eq!(s.stream().headers(), 104);
+        assert_eq!(
+            s.stream().stack_name().unwrap(),
+            "Ethernet/IPv4/UDP/VXLAN 5000/Ethernet/IPv4/TCP PA"
+        );
+        let e = bad(&vt.replace("udp.sport", "tcp.sport"));
+        assert_eq!(e.path, "stream.edits[0].field");
+        assert!(e.message.contains("outer headers"), "{e}");
         let e = bad(&vx.replace("size: 128", "sizes: imix"));
         assert_eq!(e.path, "stream.sizes");
         let e = bad(&vx.replace("size: 128", "size: 64"));

@@ -232,10 +232,18 @@ fn malformed(layer: &str, offset: usize, detail: impl ToString) -> NotTcp {
 /// RFC 791 §3.1: the ones' complement sum of the header's 16-bit words,
 /// its checksum included, is all ones.
 fn ipv4_checksum_ok(header: &[u8]) -> bool {
-    let mut sum: u32 = header
+    // An IPv4 header is whole 32-bit words (IHL); summed a word at a time
+    // (RFC 1071 §2 (B): the sum is independent of the unit's size).
+    let words = header.chunks_exact(4);
+    let tail: u64 = words
+        .remainder()
         .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
         .sum();
+    let mut sum = words
+        .map(|w| u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]])))
+        .sum::<u64>()
+        + tail;
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -597,6 +605,47 @@ pub fn comment_option(m: &Meta) -> EnhancedPacketOption<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sum a word at a time is RFC 791's, on a header with options and
+    /// on every single-bit flip of one without.
+    #[test]
+    fn the_ipv4_checksum_is_the_ones_complement_sum_of_16_bit_words() {
+        let by16 = |h: &[u8]| {
+            let mut sum: u32 = h
+                .chunks(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum();
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            sum == 0xffff
+        };
+        // 192.168.0.1 → 192.168.0.199, UDP, checksum 0xb861.
+        let h: [u8; 20] = [
+            0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0, 1, 0xc0, 0xa8,
+            0, 0xc7,
+        ];
+        assert!(ipv4_checksum_ok(&h));
+        for bit in 0..160 {
+            let mut b = h;
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(ipv4_checksum_ok(&b), by16(&b), "bit {bit}");
+            assert!(!ipv4_checksum_ok(&b), "bit {bit}");
+        }
+        let mut opts = etherparse::Ipv4Header::new(
+            100,
+            64,
+            etherparse::IpNumber::TCP,
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+        )
+        .unwrap();
+        opts.options = [1, 1, 1, 0].into();
+        opts.header_checksum = opts.calc_header_checksum();
+        let bytes = opts.to_bytes();
+        assert_eq!(bytes.len(), 24);
+        assert!(ipv4_checksum_ok(&bytes) && by16(&bytes));
+    }
 
     /// A damaged IPv4 header is malformed at the IP header's offset, not
     /// read as some other connection; a checksum left at 0 (to hardware)

@@ -121,6 +121,64 @@ fn sections_in_both_byte_orders_with_their_own_resolutions_and_offsets() {
     assert_eq!(t.packets[3].data, frame(10));
 }
 
+/// A packet block without options is read from its fixed fields, one
+/// with options by pcap-parser: the same packets either way, in both byte
+/// orders and at every padding of the data, and a block whose data runs
+/// into its options is not mistaken for one without.
+#[test]
+fn a_packet_block_reads_the_same_with_and_without_options() {
+    for be in [false, true] {
+        let shb = SectionHeaderBlock {
+            endianness: if be {
+                Endianness::Big
+            } else {
+                Endianness::Little
+            },
+            major_version: 1,
+            minor_version: 0,
+            section_length: -1,
+            options: vec![],
+        };
+        let mut w = PcapNgWriter::with_section_header(Vec::new(), shb).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 0,
+            options: vec![],
+        })
+        .unwrap();
+        for payload in 10..18 {
+            let data = frame(payload);
+            for options in [
+                vec![],
+                vec![EnhancedPacketOption::Comment(Cow::Borrowed("x"))],
+            ] {
+                w.write_pcapng_block(EnhancedPacketBlock {
+                    interface_id: 0,
+                    timestamp: Duration::from_micros(1_000 + payload as u64),
+                    // Snapped: the original was longer than what was kept.
+                    original_len: data.len() as u32 + 7,
+                    data: Cow::Borrowed(&data),
+                    options,
+                })
+                .unwrap();
+            }
+        }
+        let t = read_bytes(&w.into_inner()).unwrap();
+        assert!(t.truncated.is_none(), "{:?}", t.truncated);
+        assert_eq!(t.packets.len(), 16);
+        for pair in t.packets.chunks(2) {
+            let view = |p: &wirelab_trace::Packet| {
+                (p.ts_ns, p.orig_len, p.data.clone(), p.interface, p.link)
+            };
+            assert_eq!(view(&pair[0]), view(&pair[1]), "big-endian: {be}");
+            assert_eq!(pair[0].orig_len as usize, pair[0].data.len() + 7);
+        }
+        assert_eq!(t.packets[0].data, frame(10));
+        // pcap-file writes the Duration's ns as the raw count, in µs.
+        assert_eq!(t.packets[0].ts_ns, 1_010_000_000);
+    }
+}
+
 /// mergecap's pcapng of an Ethernet and a raw-IP capture: two interfaces
 /// of two link types. Every packet is read (as capinfos counts them), and
 /// the same packet gives the same TCP view behind either link.

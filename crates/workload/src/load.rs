@@ -291,6 +291,7 @@ pub fn run(
             l3_off: tm.l3_off,
             l4_off: tm.l4_off,
             csum_off: tm.csum_off,
+            inner_csum_off: tm.inner_csum_off,
             stamp_off: tm.stamp_off.unwrap_or(0),
             units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
             edits: stream.edits.clone(),
