@@ -512,6 +512,38 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         };
         fields.push(format!("congestion_control: {}", c.name()));
     }
+    // The socket options its application set, which no sysctl holds.
+    let setting = |name: &str| {
+        r.settings
+            .iter()
+            .find(|s| s.0 == name)
+            .map(|s| s.1.as_str())
+    };
+    for (name, field) in [(record::SO_RCVBUF, "rcvbuf"), (record::SO_SNDBUF, "sndbuf")] {
+        if let Some(v) = setting(name) {
+            let bytes: u64 = v
+                .parse()
+                .with_context(|| format!("{}: {name} {v:?} is not a size", record.display()))?;
+            use wirelab_spec::{MAX_SOCKET_BUFFER, MIN_SOCKET_BUFFER};
+            let set = bytes.clamp(MIN_SOCKET_BUFFER, MAX_SOCKET_BUFFER);
+            if set != bytes {
+                eprintln!(
+                    "wirelab: {}: {name} {bytes} is outside what a spec sets; the replay sets {set}",
+                    record.display()
+                );
+            }
+            fields.push(format!("{field}: {set}"));
+        }
+    }
+    if let Some(v) = setting(record::TCP_NODELAY) {
+        fields.push(format!("nodelay: {}", v == "1"));
+    }
+    if setting(record::TCP_CORK).is_some() {
+        eprintln!(
+            "wirelab: {}: the socket was corked (TCP_CORK) when recorded, which a replay does not set",
+            record.display()
+        );
+    }
     if !sysctls.is_empty() {
         fields.push(format!("sysctls: {{{}}}", sysctls.join(", ")));
     }

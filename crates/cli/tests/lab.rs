@@ -2586,6 +2586,17 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             );
             let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
             assert_eq!(v["summary"]["verdict"], "PASS", "{why}");
+            if name.contains("out-of-order") {
+                // The server's application set SO_RCVBUF (10 MiB): the
+                // record holds it, and the replay's server sets it again.
+                let text = std::fs::read_to_string(v["spec"].as_str().unwrap()).unwrap();
+                let server = text
+                    .lines()
+                    .skip_while(|l| !l.contains("name: server"))
+                    .nth(1)
+                    .unwrap_or_default();
+                assert!(server.contains("rcvbuf: 10485760"), "{text}");
+            }
             let this_replay = PathBuf::from(v["summary"]["results"].as_str().unwrap());
             let f = &v["fidelity"];
             assert_eq!(
@@ -2598,9 +2609,9 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 f["recorded_retransmissions"][0].as_u64() >= Some(1),
                 "{why}"
             );
-            // The same retransmissions in 6 of 10 replays (measured: 9 or
+            // The same retransmissions in most replays (measured: 9 or
             // 10 of 10 on an idle machine, 7 of 10 in a clean-clone CI
-            // run): in `make test`'s load the reordered spec's replayed
+            // run; the bound is below): in `make test`'s load the reordered spec's replayed
             // receiver sometimes answers its burst with fewer ACKs (its
             // socket busy copying to the reader, the segments coalesced
             // in the backlog: TcpExtTCPBacklogCoalesce 2-3 in the
@@ -2632,8 +2643,13 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             client_identical += usize::from(h["client_differs"].is_null());
             identical += usize::from(same);
         }
+        // The reordered spec's replays under load differ with the
+        // receiver's backlog (above) in the retransmission and so in the
+        // client's headers: 6 of 10 for it (CI measured 7); 8 of 10 for
+        // the others, which measure 10 of 10.
+        let least = if name.contains("reordered") { 6 } else { 8 };
         assert!(
-            retransmissions_differ.len() <= 4,
+            retransmissions_differ.len() <= 10 - least,
             "{name}: retransmissions differ in {} of 10 replays:\n{}",
             retransmissions_differ.len(),
             retransmissions_differ.join("\n")
@@ -2642,7 +2658,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         // The client's (the sender's) headers, which the diagnosis reads;
         // the server's ACKs also follow the machine's load (see above).
         assert!(
-            client_identical >= 8,
+            client_identical >= least,
             "{name}: the client's headers identical in {client_identical} of 10 replays ({identical} both ways)"
         );
         eprintln!("{name}: headers identical in {identical} of 10 replays both ways, {client_identical} client -> server");

@@ -27,6 +27,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "wl_clock.h"
 
 /* tcx (bpf_link-based tc, Linux 6.6): the recorder's links go with the
@@ -102,6 +103,11 @@ enum wl_rec_kernel {
 	 * its first 8 bytes, c = the next 8. On entering ESTABLISHED and on
 	 * leaving it, so a TCP_CONGESTION set after accept(2) is seen. */
 	WL_REC_K_CONG_CONTROL = 4,
+	/* The socket's buffers and Nagle setting, at the same moments: b =
+	 * sk_rcvbuf | sk_sndbuf << 32 (bytes, as the kernel keeps them:
+	 * twice what setsockopt asked, socket(7)), c = sk_userlocks (which
+	 * of them the application set) | tcp_sock.nonagle << 8. */
+	WL_REC_K_SOCKOPTS = 5,
 };
 
 struct wl_rec_event {
@@ -388,6 +394,15 @@ struct sock_common {
 struct sock {
 	struct sock_common __sk_common;
 	__u16 sk_protocol;
+	int sk_rcvbuf;
+	int sk_sndbuf;
+	__u8 sk_userlocks;
+} __attribute__((preserve_access_index));
+
+/* TCP_NODELAY and TCP_CORK live in this bitfield (TCP_NAGLE_OFF 1,
+ * TCP_NAGLE_CORK 2, include/net/tcp.h). */
+struct tcp_sock {
+	__u8 nonagle : 4;
 } __attribute__((preserve_access_index));
 
 struct sk_buff {
@@ -495,6 +510,19 @@ int BPF_PROG(wl_rec_state, const struct sock *sk, const int oldstate, const int 
 			__builtin_memcpy(&lo, name, 8);
 			__builtin_memcpy(&hi, name + 8, 8);
 			sk_emit(sk, WL_REC_KERNEL, WL_REC_K_CONG_CONTROL, lo, hi);
+		}
+		/* ... and the socket options no tracepoint shows being set
+		 * (setsockopt has none): read from the socket, so what the
+		 * application set before connect(2), or before it closed,
+		 * is what the record holds. */
+		{
+			const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+			__u64 nonagle = BPF_CORE_READ_BITFIELD_PROBED(tp, nonagle);
+			__u64 bufs = (__u32)BPF_CORE_READ(sk, sk_rcvbuf) |
+				     (__u64)(__u32)BPF_CORE_READ(sk, sk_sndbuf) << 32;
+
+			sk_emit(sk, WL_REC_KERNEL, WL_REC_K_SOCKOPTS, bufs,
+				BPF_CORE_READ(sk, sk_userlocks) | nonagle << 8);
 		}
 	}
 	return 0;

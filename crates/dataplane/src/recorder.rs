@@ -83,6 +83,16 @@ pub enum RecEvent {
     /// The socket's congestion control, its name NUL-padded: on entering
     /// ESTABLISHED and on leaving it.
     CongControl([u8; 16]),
+    /// The socket's buffers as the kernel keeps them (twice what
+    /// setsockopt asked, socket(7)), which of them the application set
+    /// (`sk_userlocks`: SOCK_SNDBUF_LOCK 1, SOCK_RCVBUF_LOCK 2), and
+    /// `tcp_sock.nonagle` (TCP_NODELAY 1, TCP_CORK 2): at the same moments.
+    SockOpts {
+        rcvbuf: u32,
+        sndbuf: u32,
+        userlocks: u8,
+        nonagle: u8,
+    },
 }
 
 /// A connection's state in the kernel: what the events have not said yet.
@@ -262,6 +272,12 @@ impl Recorder {
                         name[8..].copy_from_slice(&e.c.to_le_bytes());
                         RecEvent::CongControl(name)
                     }
+                    5 => RecEvent::SockOpts {
+                        rcvbuf: e.b as u32,
+                        sndbuf: (e.b >> 32) as u32,
+                        userlocks: e.c as u8,
+                        nonagle: (e.c >> 8) as u8,
+                    },
                     _ => continue,
                 },
                 _ => continue,

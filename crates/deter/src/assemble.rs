@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::ipid::IdCoder;
-use crate::record::{Call, ConnRecord, Event, TCP_CONGESTION};
+use crate::record::{
+    Call, ConnRecord, Event, SO_RCVBUF, SO_SNDBUF, TCP_CONGESTION, TCP_CORK, TCP_NODELAY,
+};
 use crate::sample::{recorded, Sample};
 
 /// One report about a connection.
@@ -29,7 +31,23 @@ pub enum Ev {
     /// (`TCP_CONGESTION` in the record's settings; the last one seen is
     /// kept). Not numbered.
     CongControl([u8; 16]),
+    /// The socket's buffers as the kernel keeps them, which of them the
+    /// application set (`sk_userlocks`) and its Nagle bits
+    /// (`tcp_sock.nonagle`); the last one seen is kept. Not numbered.
+    SockOpts {
+        rcvbuf: u32,
+        sndbuf: u32,
+        userlocks: u8,
+        nonagle: u8,
+    },
 }
+
+/// include/net/sock.h.
+const SOCK_SNDBUF_LOCK: u8 = 1;
+const SOCK_RCVBUF_LOCK: u8 = 2;
+/// include/net/tcp.h.
+const TCP_NAGLE_OFF: u8 = 1;
+const TCP_NAGLE_CORK: u8 = 2;
 
 /// The number of an event that is not numbered (calls, kernel events: they
 /// carry their time).
@@ -68,6 +86,19 @@ struct Building {
 }
 
 impl Building {
+    /// A socket setting: the last value seen wins; None removes it.
+    fn set(&mut self, name: &str, value: Option<String>) {
+        let s = &mut self.rec.settings;
+        match (s.iter().position(|x| x.0 == name), value) {
+            (Some(i), Some(v)) => s[i].1 = v,
+            (None, Some(v)) => s.push((name.into(), v)),
+            (Some(i), None) => {
+                s.remove(i);
+            }
+            (None, None) => {}
+        }
+    }
+
     fn apply(&mut self, ev: Ev) {
         match ev {
             Ev::Start { id, segs } => self.ids.arrive(id, segs),
@@ -88,10 +119,28 @@ impl Building {
                 let value = String::from_utf8_lossy(&name)
                     .trim_end_matches('\0')
                     .to_string();
-                match self.rec.settings.iter_mut().find(|s| s.0 == TCP_CONGESTION) {
-                    Some(s) => s.1 = value,
-                    None => self.rec.settings.push((TCP_CONGESTION.into(), value)),
-                }
+                self.set(TCP_CONGESTION, Some(value));
+            }
+            Ev::SockOpts {
+                rcvbuf,
+                sndbuf,
+                userlocks,
+                nonagle,
+            } => {
+                // DETER Table 1's settings: a buffer only when the
+                // application set it (otherwise it is the kernel's
+                // autotuning, not a setting), as the value it asked for
+                // (the kernel keeps twice that, socket(7)); Nagle's bits
+                // always, since a replay's sockets default otherwise.
+                let asked = |locked: bool, v: u32| locked.then(|| (v / 2).to_string());
+                self.set(SO_RCVBUF, asked(userlocks & SOCK_RCVBUF_LOCK != 0, rcvbuf));
+                self.set(SO_SNDBUF, asked(userlocks & SOCK_SNDBUF_LOCK != 0, sndbuf));
+                let bit = |b: u8| if nonagle & b != 0 { "1" } else { "0" }.to_string();
+                self.set(TCP_NODELAY, Some(bit(TCP_NAGLE_OFF)));
+                self.set(
+                    TCP_CORK,
+                    (nonagle & TCP_NAGLE_CORK != 0).then(|| bit(TCP_NAGLE_CORK)),
+                );
             }
         }
     }
@@ -313,5 +362,58 @@ mod tests {
             rec.events.iter(rec.start_ns).collect::<Vec<_>>(),
             [(40, Event::State(1)), (990, Event::State(TCP_CLOSE))]
         );
+    }
+
+    /// The socket's options: a buffer only when the application locked it,
+    /// as the value it asked for; Nagle always; the last report wins (at
+    /// ESTABLISHED an autotuned buffer, at close the one set since).
+    #[test]
+    fn socket_options_are_the_ones_the_application_set() {
+        let (l, r): (SocketAddr, SocketAddr) = (
+            "198.18.0.2:5201".parse().unwrap(),
+            "198.18.0.1:40000".parse().unwrap(),
+        );
+        let mut a = Assembler::new("b");
+        let opts = |rcvbuf, userlocks, nonagle| Ev::SockOpts {
+            rcvbuf,
+            sndbuf: 46_080,
+            userlocks,
+            nonagle,
+        };
+        a.event(l, r, UNNUMBERED, opts(131_072, 0, 0));
+        // Finishing a connection takes it out of the assembler.
+        let rec = |a: &mut Assembler| a.finish(l, r, Final::default()).settings;
+        let got = rec(&mut a);
+        assert_eq!(got, [(TCP_NODELAY.to_string(), "0".to_string())]);
+        // SO_RCVBUF 10 MB asked (the kernel keeps 20), NODELAY and CORK.
+        a.event(l, r, UNNUMBERED, opts(131_072, 0, 1));
+        a.event(l, r, UNNUMBERED, opts(20_971_520, SOCK_RCVBUF_LOCK, 3));
+        let got = rec(&mut a);
+        assert_eq!(
+            got,
+            [
+                (TCP_NODELAY.to_string(), "1".to_string()),
+                (SO_RCVBUF.to_string(), "10485760".to_string()),
+                (TCP_CORK.to_string(), "1".to_string()),
+            ]
+        );
+        // Both buffers locked; uncorked again by close.
+        a.event(l, r, UNNUMBERED, opts(8192, SOCK_RCVBUF_LOCK, 3));
+        a.event(
+            l,
+            r,
+            UNNUMBERED,
+            opts(8192, SOCK_RCVBUF_LOCK | SOCK_SNDBUF_LOCK, 1),
+        );
+        let got = rec(&mut a);
+        assert!(
+            got.contains(&(SO_SNDBUF.to_string(), "23040".to_string())),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&(SO_RCVBUF.to_string(), "4096".to_string())),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|s| s.0 == TCP_CORK), "{got:?}");
     }
 }

@@ -25,6 +25,14 @@ pub const EXTENSION: &str = "deter";
 /// The socket's congestion control in `ConnRecord::settings` (setsockopt's
 /// name for it).
 pub const TCP_CONGESTION: &str = "TCP_CONGESTION";
+/// The receive and send buffers the application asked for (setsockopt's
+/// value, bytes), when it set them.
+pub const SO_RCVBUF: &str = "SO_RCVBUF";
+pub const SO_SNDBUF: &str = "SO_SNDBUF";
+/// Nagle's algorithm off ("1") or on ("0").
+pub const TCP_NODELAY: &str = "TCP_NODELAY";
+/// Corked ("1") when the socket was seen; absent otherwise.
+pub const TCP_CORK: &str = "TCP_CORK";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnRecord {

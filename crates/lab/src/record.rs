@@ -186,6 +186,17 @@ impl HostRecorder {
                             event: Event::State(new),
                         },
                         RecEvent::CongControl(name) => Ev::CongControl(name),
+                        RecEvent::SockOpts {
+                            rcvbuf,
+                            sndbuf,
+                            userlocks,
+                            nonagle,
+                        } => Ev::SockOpts {
+                            rcvbuf,
+                            sndbuf,
+                            userlocks,
+                            nonagle,
+                        },
                     };
                     asm.event(k.local.into(), k.remote.into(), seq, ev);
                 })

@@ -239,6 +239,10 @@ pub struct StackPlan {
     pub timestamps: bool,
     pub rto_min: Option<Nanos>,
     pub quickack: bool,
+    /// SO_RCVBUF and SO_SNDBUF on its sockets (None: autotuned).
+    pub rcvbuf: Option<Bytes>,
+    pub sndbuf: Option<Bytes>,
+    pub nodelay: bool,
     pub sysctls: BTreeMap<String, String>,
     pub roce: RocePlan,
 }
@@ -428,6 +432,9 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
                 timestamps: own.timestamps.or(defaults.timestamps).unwrap_or(true),
                 rto_min: own.rto_min.or(defaults.rto_min),
                 quickack: own.quickack.or(defaults.quickack).unwrap_or(false),
+                rcvbuf: own.rcvbuf.or(defaults.rcvbuf),
+                sndbuf: own.sndbuf.or(defaults.sndbuf),
+                nodelay: own.nodelay.or(defaults.nodelay).unwrap_or(true),
                 sysctls,
                 roce: {
                     let d = defaults.roce.clone().unwrap_or_default();

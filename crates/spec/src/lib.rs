@@ -29,7 +29,10 @@ pub use capture::Capture;
 pub use events::{Action, Edit, Event, Side, MAX_REORDER_AFTER};
 pub use expect::{Claim, Expect, Recovery};
 pub use findings::{Amount, AnalyzerEntry, AnalyzerName, Catalog, Stat, Unit};
-pub use topology::{CongestionControl, Host, RoceStack, Stack, Topology, MAX_GIDS, MAX_HOSTS};
+pub use topology::{
+    CongestionControl, Host, RoceStack, Stack, Topology, MAX_GIDS, MAX_HOSTS, MAX_SOCKET_BUFFER,
+    MIN_SOCKET_BUFFER,
+};
 pub use traffic::{
     ConnGroup, ReplayCalls, Traffic, Transport, Verb, Verbs, MAX_CONNECTIONS, ROCE_OVERHEAD,
 };

@@ -11,6 +11,10 @@ use crate::{err, holds_a_frame, roce, BitsPerSec, Bytes, Invalid, Nanos, Spec, T
 /// Largest number of hosts: switch ports in `wirelab.h` less one spare.
 pub const MAX_HOSTS: usize = 62;
 
+/// A socket buffer's bounds (`stack.rcvbuf`, `stack.sndbuf`).
+pub const MIN_SOCKET_BUFFER: u64 = 2 << 10;
+pub const MAX_SOCKET_BUFFER: u64 = 512 << 20;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
@@ -121,6 +125,20 @@ pub struct Stack {
     /// Route option `quickack` on the host's lab route.
     #[serde(default)]
     pub quickack: Option<bool>,
+    /// SO_RCVBUF on the host's sockets, set before connect(2) and
+    /// listen(2) as an application sets it, so the window scale follows
+    /// it (the kernel keeps twice the value, socket(7); wirelab forces it
+    /// past net.core.rmem_max). Default: the kernel's autotuning.
+    #[serde(default)]
+    pub rcvbuf: Option<Bytes>,
+    /// SO_SNDBUF likewise. Default: the kernel's autotuning.
+    #[serde(default)]
+    pub sndbuf: Option<Bytes>,
+    /// TCP_NODELAY on the host's sockets. Default: true (a message is
+    /// written whole, and Nagle's algorithm would hold its last segment
+    /// behind an unacknowledged one).
+    #[serde(default)]
+    pub nodelay: Option<bool>,
     /// Further sysctls (names under net.ipv4. or net.core.) set in the host namespace.
     #[serde(default)]
     pub sysctls: BTreeMap<String, String>,
@@ -189,6 +207,16 @@ pub(crate) fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
             return err(
                 format!("{at}.rto_min"),
                 format!("must be between 1ms and 120s, got {r}"),
+            );
+        }
+    }
+    for (name, b) in [("rcvbuf", s.rcvbuf), ("sndbuf", s.sndbuf)] {
+        // The kernel keeps an int of twice the value; below its minimum
+        // (SOCK_MIN_RCVBUF, about 2 KB) it rounds up.
+        if let Some(b) = b.filter(|b| !(MIN_SOCKET_BUFFER..=MAX_SOCKET_BUFFER).contains(&b.0)) {
+            return err(
+                format!("{at}.{name}"),
+                format!("must be between 2KiB and 512MiB, got {b}"),
             );
         }
     }

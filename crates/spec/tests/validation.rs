@@ -370,6 +370,11 @@ fn each_rejection_names_path_and_line() {
             "stack.rto_min: must be between 1ms and 120s, got 10us (line 11)",
         ),
         (
+            "a socket buffer out of range",
+            with("stack:\n  rcvbuf: 1000B\n"),
+            "stack.rcvbuf: must be between 2KiB and 512MiB, got 1000B (line 11)",
+        ),
+        (
             "read_rate on reads",
             BASE.replace("      message_size: 14480\n", "      message_size: 14480\n      verb: read\n      read_rate: 10mbit\n"),
             "traffic.connections[0].read_rate: the responder reads writes and sends; reads (and replays) have their own timing (line 11)",

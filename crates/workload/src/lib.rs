@@ -154,6 +154,28 @@ fn set_cc(sock: &Socket, host: &HostPlan, conn: u32) -> Result<(), Error> {
         })
 }
 
+/// The host's socket options (`stack.rcvbuf`, `sndbuf`, `nodelay`), on
+/// a socket not yet connected or listening: the window scale a SYN
+/// offers follows the receive buffer then (RFC 7323 §2.3). The buffers
+/// are forced (SO_RCVBUFFORCE, SO_SNDBUFFORCE: wirelab runs as root), so
+/// a replay gets the buffer its recording had whatever
+/// net.core.rmem_max says.
+fn set_options(sock: &Socket, host: &HostPlan, conn: u32) -> Result<(), Error> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let st = &host.stack;
+    let size = |b: wirelab_spec::Bytes| usize::try_from(b.0).unwrap_or(usize::MAX);
+    if let Some(b) = st.rcvbuf {
+        setsockopt(&sock.as_fd(), sockopt::RcvBufForce, &size(b))
+            .map_err(|e| ioe(conn, "SO_RCVBUFFORCE")(e.into()))?;
+    }
+    if let Some(b) = st.sndbuf {
+        setsockopt(&sock.as_fd(), sockopt::SndBufForce, &size(b))
+            .map_err(|e| ioe(conn, "SO_SNDBUFFORCE")(e.into()))?;
+    }
+    sock.set_nodelay(st.nodelay)
+        .map_err(ioe(conn, "TCP_NODELAY"))
+}
+
 fn mss_of(s: &TcpStream, conn: u32) -> Result<u32, Error> {
     nix::sys::socket::getsockopt(&s.as_fd(), nix::sys::socket::sockopt::TcpMaxSeg).map_err(|e| {
         Error::Io {
@@ -184,7 +206,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
                 .map_err(ioe(0, "socket"))?;
             s.set_reuse_address(true).map_err(ioe(0, "SO_REUSEADDR"))?;
             set_cc(&s, h, 0)?;
-            s.set_nodelay(true).map_err(ioe(0, "TCP_NODELAY"))?;
+            set_options(&s, h, 0)?;
             s.bind(&SocketAddr::V4(addr).into())
                 .map_err(ioe(0, "bind listener"))?;
             s.listen(1024).map_err(ioe(0, "listen"))?;
@@ -202,7 +224,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, Error> {
             s.set_reuse_address(true)
                 .map_err(ioe(c.id, "SO_REUSEADDR"))?;
             set_cc(&s, h, c.id)?;
-            s.set_nodelay(true).map_err(ioe(c.id, "TCP_NODELAY"))?;
+            set_options(&s, h, c.id)?;
             s.bind(&SocketAddr::V4(local).into())
                 .map_err(ioe(c.id, "bind"))?;
             Ok(s)
@@ -266,7 +288,10 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
                 source: std::io::Error::from(ErrorKind::InvalidData),
             });
         }
-        resp.set_nodelay(true).map_err(ioe(id, "TCP_NODELAY"))?;
+        // An accepted socket inherits the listener's buffers, not its
+        // TCP_NODELAY.
+        resp.set_nodelay(rh.stack.nodelay)
+            .map_err(ioe(id, "TCP_NODELAY"))?;
         let data_mss = match c.tcp_verb() {
             Verb::Write | Verb::Send => mss_of(&req, id)?,
             Verb::Read => mss_of(&resp, id)?,
