@@ -598,6 +598,17 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
     assert_eq!(t.sink_bank(1).unwrap().packets, 3);
 }
 
+/// The inner frame's addresses in the VXLAN fixtures: two made-up tenant
+/// hosts.
+const INNER: Udp = Udp {
+    src_mac: [2, 0, 0, 0, 1, 1],
+    dst_mac: [2, 0, 0, 0, 1, 2],
+    src: Ipv4Addr::new(198, 19, 200, 1),
+    dst: Ipv4Addr::new(198, 19, 200, 2),
+    sport: 6000,
+    dport: 7000,
+};
+
 /// A step edit of the L4 source port at `l4_off`, over `lo..=hi`.
 fn port_step(l4_off: u16, lo: u32, hi: u32) -> Edit {
     Edit {
@@ -685,14 +696,7 @@ fn vxlan_frames_keep_a_zero_outer_checksum_and_the_sink_finds_the_inner_stamp() 
     if !have_bpf() {
         return;
     }
-    let inner = Udp {
-        src_mac: [2, 0, 0, 0, 1, 1],
-        dst_mac: [2, 0, 0, 0, 1, 2],
-        src: Ipv4Addr::new(198, 19, 200, 1),
-        dst: Ipv4Addr::new(198, 19, 200, 2),
-        sport: 6000,
-        dport: 7000,
-    };
+    let inner = INNER;
     let stack = template::Stack {
         vxlan: Some(template::Vxlan { vni: 77, inner }),
         ..Default::default()
@@ -754,14 +758,7 @@ fn a_tcp_segment_inside_vxlan_keeps_every_checksum_right_stamp_after_stamp() {
     if !have_bpf() {
         return;
     }
-    let inner = Udp {
-        src_mac: [2, 0, 0, 0, 1, 1],
-        dst_mac: [2, 0, 0, 0, 1, 2],
-        src: Ipv4Addr::new(198, 19, 200, 1),
-        dst: Ipv4Addr::new(198, 19, 200, 2),
-        sport: 6000,
-        dport: 80,
-    };
+    let inner = Udp { dport: 80, ..INNER };
     let mut v6 = [0u8; 16];
     v6[..4].copy_from_slice(&[0x20, 0x01, 0x00, 0x02]);
     let mut v6b = v6;

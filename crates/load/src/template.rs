@@ -456,16 +456,19 @@ mod tests {
         assert!(frame(&A, &big, 60).is_err());
     }
 
+    /// The inner frame's addresses in the VXLAN tests.
+    const INNER: Udp = Udp {
+        src_mac: [2, 0, 0, 0, 1, 1],
+        dst_mac: [2, 0, 0, 0, 1, 2],
+        src: Ipv4Addr::new(198, 19, 100, 1),
+        dst: Ipv4Addr::new(198, 19, 100, 2),
+        sport: 5000,
+        dport: 6000,
+    };
+
     #[test]
     fn a_vxlan_stack_wraps_an_inner_udp_frame_as_rfc_7348_says() {
-        let inner = Udp {
-            src_mac: [2, 0, 0, 0, 1, 1],
-            dst_mac: [2, 0, 0, 0, 1, 2],
-            src: Ipv4Addr::new(198, 19, 100, 1),
-            dst: Ipv4Addr::new(198, 19, 100, 2),
-            sport: 5000,
-            dport: 6000,
-        };
+        let inner = INNER;
         let stack = Stack {
             vxlan: Some(Vxlan {
                 vni: 0x123456,
@@ -503,14 +506,7 @@ mod tests {
 
     #[test]
     fn a_vxlan_stack_can_carry_an_inner_tcp_segment_with_its_checksum() {
-        let inner = Udp {
-            src_mac: [2, 0, 0, 0, 1, 1],
-            dst_mac: [2, 0, 0, 0, 1, 2],
-            src: Ipv4Addr::new(198, 19, 100, 1),
-            dst: Ipv4Addr::new(198, 19, 100, 2),
-            sport: 5000,
-            dport: 80,
-        };
+        let inner = Udp { dport: 80, ..INNER };
         let stack = Stack {
             l4: L4::Tcp { flags: 0x18 },
             vxlan: Some(Vxlan { vni: 9, inner }),

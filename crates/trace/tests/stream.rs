@@ -31,9 +31,8 @@ fn frame(payload: usize) -> Vec<u8> {
     f
 }
 
-/// A pcapng section: one interface, with this byte order, resolution and
-/// offset, holding `frames` as EPBs (the first with a comment) and one SPB.
-fn section(be: bool, resol: u8, offset_s: u64, raw_ts: &[u64], name: &str) -> Vec<u8> {
+/// A pcapng writer whose section header has this byte order.
+fn writer(be: bool) -> PcapNgWriter<Vec<u8>> {
     let shb = SectionHeaderBlock {
         endianness: if be {
             Endianness::Big
@@ -45,7 +44,13 @@ fn section(be: bool, resol: u8, offset_s: u64, raw_ts: &[u64], name: &str) -> Ve
         section_length: -1,
         options: vec![],
     };
-    let mut w = PcapNgWriter::with_section_header(Vec::new(), shb).unwrap();
+    PcapNgWriter::with_section_header(Vec::new(), shb).unwrap()
+}
+
+/// A pcapng section: one interface, with this byte order, resolution and
+/// offset, holding `frames` as EPBs (the first with a comment) and one SPB.
+fn section(be: bool, resol: u8, offset_s: u64, raw_ts: &[u64], name: &str) -> Vec<u8> {
+    let mut w = writer(be);
     w.write_pcapng_block(InterfaceDescriptionBlock {
         linktype: DataLink::ETHERNET,
         snaplen: 0,
@@ -128,18 +133,7 @@ fn sections_in_both_byte_orders_with_their_own_resolutions_and_offsets() {
 #[test]
 fn a_packet_block_reads_the_same_with_and_without_options() {
     for be in [false, true] {
-        let shb = SectionHeaderBlock {
-            endianness: if be {
-                Endianness::Big
-            } else {
-                Endianness::Little
-            },
-            major_version: 1,
-            minor_version: 0,
-            section_length: -1,
-            options: vec![],
-        };
-        let mut w = PcapNgWriter::with_section_header(Vec::new(), shb).unwrap();
+        let mut w = writer(be);
         w.write_pcapng_block(InterfaceDescriptionBlock {
             linktype: DataLink::ETHERNET,
             snaplen: 0,
