@@ -120,7 +120,9 @@ struct wl_gen_conf {
 	/* An inner TCP checksum under VXLAN (0: none), which covers the
 	 * stamp; the outer checksum (csum_off) covers it in turn. */
 	__u16 inner_csum_off;
-	__u16 pad16;
+	/* The inner IPv4 header under VXLAN (0: none): a size mix fixes its
+	 * lengths too. */
+	__u16 inner_l3_off;
 	/* 1: the network header is IPv6 (no header checksum; the version bit
 	 * in the flow label's low word; the pseudo-header's addresses at
 	 * l3 + 8 .. l3 + 40, RFC 8200 §8.1). */
@@ -406,6 +408,50 @@ static __always_inline int put_field(struct xdp_md *ctx, const struct wl_gen_con
 	return put16(ctx, c, even, bpf_htons(w));
 }
 
+/* Under VXLAN, the inner frame's lengths for a frame of `want` bytes: its
+ * IPv4 total length and the header checksum over it (RFC 1624), and its
+ * UDP length (its checksum is 0) or, for TCP, the pseudo-header's length
+ * in its checksum (RFC 9293 §3.1). Each word goes through put16, which
+ * patches the outer checksum for it where there is one (IPv6). A global
+ * function, verified once. */
+__noinline int wl_inner_lengths(struct xdp_md *ctx, __u32 want)
+{
+	struct wl_gen_conf *c;
+	void *data, *end;
+	__u32 zero = 0, il3, ick;
+	__u16 *tot, *hck, *tck, old_tot, new_tot, old_l4, new_l4, v;
+
+	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	if (!c)
+		return -1;
+	il3 = c->inner_l3_off & (WL_LOAD_MAX_FRAME - 2);
+	ick = c->inner_csum_off & (WL_LOAD_MAX_FRAME - 2);
+	if (want < il3 + 28)
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	tot = data + il3 + 2;
+	hck = data + il3 + 10;
+	if ((void *)(hck + 1) > end || (void *)(tot + 1) > end)
+		return -1;
+	old_tot = *tot;
+	new_tot = bpf_htons(want - il3);
+	old_l4 = bpf_htons(bpf_ntohs(old_tot) - 20);
+	new_l4 = bpf_htons(want - il3 - 20);
+	v = csum_update(*hck, old_tot, new_tot);
+	if (put16(ctx, c, il3 + 2, new_tot) || put16(ctx, c, il3 + 10, v))
+		return -1;
+	if (!ick)
+		return put16(ctx, c, il3 + 20 + 4, new_l4);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	tck = data + ick;
+	if ((void *)(tck + 1) > end)
+		return -1;
+	v = csum_update(*tck, old_l4, new_l4);
+	return put16(ctx, c, ick, v ? v : 0xffff);
+}
+
 /* A frame of a size mix, `want` bytes long now: what counts the length,
  * the IPv4 total length and the UDP length (each a word put16 patches the
  * checksums of; TCP has no length of its own), and the L4 checksum once
@@ -457,6 +503,8 @@ __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 		__u16 v = csum_update(*ck, old_ulen, new_ulen);
 		*ck = v ? v : 0xffff;
 	}
+	if (c->inner_l3_off)
+		return wl_inner_lengths(ctx, want);
 	return 0;
 }
 

@@ -94,6 +94,9 @@ pub struct GenConfig {
     /// An inner TCP checksum under VXLAN (0: none): it covers the stamp,
     /// and the generator patches it for it.
     pub inner_csum_off: u16,
+    /// The inner IPv4 header under VXLAN (0: none): a size mix fixes its
+    /// lengths too.
+    pub inner_l3_off: u16,
     /// Where the 16-byte stamp (sequence, send time) goes (0: no room).
     pub stamp_off: u16,
     /// Cascaded units, (pass n, skip m), in order.
@@ -271,6 +274,7 @@ impl Tester {
             l4_off: c.l4_off,
             csum_off: c.csum_off,
             inner_csum_off: c.inner_csum_off,
+            inner_l3_off: c.inner_l3_off,
             stamp_off: c.stamp_off,
             edits: c.edits.len() as u32,
             sample_every: c.sample_every,
@@ -749,6 +753,7 @@ fn check(c: &GenConfig) -> Result<(), Error> {
         ("stamp", c.stamp_off),
         ("checksum", c.csum_off),
         ("inner checksum", c.inner_csum_off),
+        ("inner IPv4 header", c.inner_l3_off),
     ] {
         if off % 2 == 1 || usize::from(off) + 16 > MAX_FRAME {
             return bad(format!("the {name} offset {off} is odd or past the frame"));

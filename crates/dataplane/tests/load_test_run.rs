@@ -42,6 +42,7 @@ fn conf(t: &Template) -> GenConfig {
         l4_off: t.l4_off,
         csum_off: t.csum_off,
         inner_csum_off: t.inner_csum_off,
+        inner_l3_off: t.inner_l3_off,
         stamp_off: t.stamp_off.unwrap_or(0),
         template: t.bytes.clone(),
         ..Default::default()
@@ -829,5 +830,96 @@ fn a_tcp_segment_inside_vxlan_keeps_every_checksum_right_stamp_after_stamp() {
             frame = out.clone();
         }
         assert_eq!(t.sink_bank(0).unwrap().stamped, 5);
+    }
+}
+
+/// A size mix of VXLAN frames: each frame cut from the largest template
+/// has the outer and the inner lengths of its size, and every checksum
+/// right for its bytes: the inner IPv4 header's, the inner TCP one (its
+/// pseudo-header counts the length) and, over IPv6, the outer UDP one.
+#[test]
+fn a_size_mix_of_vxlan_frames_fixes_the_inner_lengths_and_checksums() {
+    if !have_bpf() {
+        return;
+    }
+    let mut v6 = [0u8; 16];
+    v6[..4].copy_from_slice(&[0x20, 0x01, 0x00, 0x02]);
+    let mut v6b = v6;
+    v6b[15] = 3;
+    for (ipv6, l4) in [
+        (None, template::L4::Tcp { flags: 0x18 }),
+        (Some((v6, v6b)), template::L4::Tcp { flags: 0x18 }),
+        (None, template::L4::Udp),
+    ] {
+        let stack = template::Stack {
+            ipv6,
+            l4,
+            vxlan: Some(template::Vxlan {
+                vni: 9,
+                inner: INNER,
+            }),
+            ..Default::default()
+        };
+        let tm = template::frame(&STREAM, &stack, 200).unwrap();
+        let mut t = Tester::load(true).unwrap();
+        let sizes = [150u16, 200, 160];
+        t.configure(&GenConfig {
+            ipv6: tm.ipv6,
+            sizes: sizes.to_vec(),
+            ..conf(&tm)
+        })
+        .unwrap();
+        t.configure_sink(tm.sink, 0).unwrap();
+        for k in 0..6u64 {
+            let (v, out) = t.test_gen(&tm.bytes).unwrap();
+            assert_eq!(v, XDP_REDIRECT);
+            assert_eq!(out.len(), usize::from(sizes[k as usize % 3]));
+            let p = SlicedPacket::from_ethernet(&out).expect("parses");
+            let Some(TransportSlice::Udp(u)) = &p.transport else {
+                panic!("not UDP")
+            };
+            let outer = u.to_header();
+            assert_eq!(
+                usize::from(outer.length),
+                out.len() - usize::from(tm.l4_off)
+            );
+            if let Some(etherparse::NetSlice::Ipv6(ip)) = &p.net {
+                let h = ip.header().to_header();
+                assert_eq!(
+                    outer.checksum,
+                    outer.calc_checksum_ipv6(&h, u.payload()).unwrap(),
+                    "{ipv6:?} frame {k}: the outer checksum"
+                );
+            }
+            let inner = &u.payload()[8..];
+            let q = SlicedPacket::from_ethernet(inner).expect("the inner frame");
+            let Some(etherparse::NetSlice::Ipv4(ip)) = &q.net else {
+                panic!("inner not IPv4")
+            };
+            let h = ip.header().to_header();
+            assert_eq!(usize::from(h.total_len), inner.len() - 14, "frame {k}");
+            assert_eq!(h.header_checksum, h.calc_header_checksum(), "frame {k}");
+            let payload = match &q.transport {
+                Some(TransportSlice::Tcp(tcp)) => {
+                    assert_eq!(
+                        tcp.checksum(),
+                        tcp.to_header()
+                            .calc_checksum_ipv4(&h, tcp.payload())
+                            .unwrap(),
+                        "{ipv6:?} frame {k}: the inner TCP checksum"
+                    );
+                    tcp.payload()
+                }
+                Some(TransportSlice::Udp(iu)) => {
+                    assert_eq!(usize::from(iu.length()), inner.len() - 34, "frame {k}");
+                    assert_eq!(iu.checksum(), 0);
+                    iu.payload()
+                }
+                _ => panic!("inner not TCP or UDP"),
+            };
+            assert_eq!(u64::from_be_bytes(payload[..8].try_into().unwrap()), k);
+            assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
+        }
+        assert_eq!(t.sink_bank(0).unwrap().stamped, 6);
     }
 }

@@ -392,6 +392,7 @@ pub fn run(
         l4_off: syn.l4_off,
         csum_off: syn.csum_off,
         inner_csum_off: 0,
+        inner_l3_off: 0,
         stamp_off: 0,
         edits: vec![Edit {
             offset: 34,

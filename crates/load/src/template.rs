@@ -24,6 +24,9 @@ pub struct Template {
     /// The inner TCP checksum under VXLAN, which covers the stamp (0:
     /// none).
     pub inner_csum_off: u16,
+    /// The inner IPv4 header under VXLAN (0: none), whose lengths a size
+    /// mix changes.
+    pub inner_l3_off: u16,
     /// The stamp, after the innermost headers and the raw bytes (None: no
     /// room).
     pub stamp_off: Option<u16>,
@@ -326,6 +329,12 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
         } else {
             0
         },
+        // Past the VXLAN header and the inner Ethernet header.
+        inner_l3_off: if stack.vxlan.is_some() {
+            (l4_payload_off + 8 + 14) as u16
+        } else {
+            0
+        },
         stamp_off: stamp,
         ipv6: stack.ipv6.is_some(),
         tcp: matches!(outer, L4::Tcp { .. }),
@@ -378,6 +387,7 @@ pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
         l4_off: 34,
         csum_off: 34 + 16,
         inner_csum_off: 0,
+        inner_l3_off: 0,
         stamp_off: None,
         ipv6: false,
         tcp: true,
@@ -520,6 +530,8 @@ mod tests {
         assert_eq!((t.sink.port, t.csum_off), (VXLAN_PORT, 34 + 6));
         assert_eq!(t.stamp_off, Some(42 + 62 + 5));
         assert_eq!(t.inner_csum_off, 42 + 8 + 14 + 20 + 16);
+        assert_eq!(t.inner_l3_off, 42 + 8 + 14);
+        assert_eq!(t.bytes[usize::from(t.inner_l3_off)], 0x45, "IPv4, 20 bytes");
         let p = etherparse::SlicedPacket::from_ethernet(&t.bytes).unwrap();
         let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
             panic!("not UDP")

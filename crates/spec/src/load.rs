@@ -1216,12 +1216,6 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
         if v.vni >= 1 << 24 {
             return err("stream.vxlan.vni", format!("{} is above 24 bits", v.vni));
         }
-        if st.sizes.is_some() {
-            return err(
-                "stream.sizes",
-                "a size mix fixes the outer headers' lengths only: a VXLAN stream has one size",
-            );
-        }
     }
     let raw = match &st.raw {
         None => 0,

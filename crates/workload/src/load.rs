@@ -292,6 +292,7 @@ pub fn run(
             l4_off: tm.l4_off,
             csum_off: tm.csum_off,
             inner_csum_off: tm.inner_csum_off,
+            inner_l3_off: tm.inner_l3_off,
             stamp_off: tm.stamp_off.unwrap_or(0),
             units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
             edits: stream.edits.clone(),
