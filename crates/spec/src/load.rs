@@ -1803,8 +1803,12 @@ expect:
         let e = bad(&vt.replace("udp.sport", "tcp.sport"));
         assert_eq!(e.path, "stream.edits[0].field");
         assert!(e.message.contains("outer headers"), "{e}");
+        // A mix whose frames all hold the headers; IMIX's 64-byte ones
+        // cannot.
+        parse(&vx.replace("size: 128", "sizes: [{size: 128}, {size: 1000}]")).unwrap();
         let e = bad(&vx.replace("size: 128", "sizes: imix"));
         assert_eq!(e.path, "stream.sizes");
+        assert!(e.message.contains("cannot hold its headers"), "{e}");
         let e = bad(&vx.replace("size: 128", "size: 64"));
         assert!(e.message.contains("at least 96"), "{e}");
     }
