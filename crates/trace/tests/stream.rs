@@ -128,8 +128,9 @@ fn sections_in_both_byte_orders_with_their_own_resolutions_and_offsets() {
 
 /// A packet block without options is read from its fixed fields, one
 /// with options by pcap-parser: the same packets either way, in both byte
-/// orders and at every padding of the data, and a block whose data runs
-/// into its options is not mistaken for one without.
+/// orders and at every padding of the data. (A block whose options carry
+/// wirelab's metadata must go the second way: every golden trace's
+/// metadata depends on it.)
 #[test]
 fn a_packet_block_reads_the_same_with_and_without_options() {
     for be in [false, true] {

@@ -288,8 +288,8 @@ pub fn connect(plan: &Plan, p: Prepared) -> Result<Connected, Error> {
                 source: std::io::Error::from(ErrorKind::InvalidData),
             });
         }
-        // An accepted socket inherits the listener's buffers, not its
-        // TCP_NODELAY.
+        // The accepted socket inherits the listener's buffers; Nagle is
+        // set on it too, as the host's `nodelay` says.
         resp.set_nodelay(rh.stack.nodelay)
             .map_err(ioe(id, "TCP_NODELAY"))?;
         let data_mss = match c.tcp_verb() {
