@@ -207,15 +207,10 @@ fn mean(v: &[u64]) -> f64 {
     v.iter().sum::<u64>() as f64 / v.len().max(1) as f64
 }
 
-/// The median; of an even count, the mean of the middle two.
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let h = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[h]
-    } else {
-        (v[h - 1] + v[h]) / 2.0
-    }
+/// The median; of an even count, the mean of the middle two (NaN of
+/// nothing).
+pub(crate) fn median(v: Vec<f64>) -> f64 {
+    wirelab_model::median(v).unwrap_or(f64::NAN)
 }
 
 fn fmt_us(ns: f64) -> String {

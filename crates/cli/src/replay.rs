@@ -456,11 +456,14 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         .parent()
         .map(|d| d.join(wirelab_lab::record::SETTINGS))
         .and_then(|p| Some((std::fs::read_to_string(&p).ok()?, p)));
-    let socket_cc = r
-        .settings
-        .iter()
-        .find(|s| s.0 == record::TCP_CONGESTION)
-        .map(|s| s.1.as_str());
+    // A socket setting of the record (DETER Table 1's per-socket ones).
+    let setting = |name: &str| {
+        r.settings
+            .iter()
+            .find(|s| s.0 == name)
+            .map(|s| s.1.as_str())
+    };
+    let socket_cc = setting(record::TCP_CONGESTION);
     if let Some((text, path)) = settings {
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
@@ -513,12 +516,6 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
         fields.push(format!("congestion_control: {}", c.name()));
     }
     // The socket options its application set, which no sysctl holds.
-    let setting = |name: &str| {
-        r.settings
-            .iter()
-            .find(|s| s.0 == name)
-            .map(|s| s.1.as_str())
-    };
     for (name, field) in [(record::SO_RCVBUF, "rcvbuf"), (record::SO_SNDBUF, "sndbuf")] {
         if let Some(v) = setting(name) {
             let bytes: u64 = v

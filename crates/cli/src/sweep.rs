@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_yaml::Value;
+use wirelab_model::median;
 
 use crate::code;
 
@@ -193,10 +194,6 @@ fn size_extremes(spec: &wirelab_spec::Spec) -> (Option<(u32, u64)>, Option<(u32,
         .max_by_key(|c| (c.1, std::cmp::Reverse(c.0)));
     let small = conns.iter().copied().min_by_key(|c| (c.1, c.0));
     (big, small)
-}
-
-fn median(v: Vec<f64>) -> Option<f64> {
-    (!v.is_empty()).then(|| crate::bench::median(v))
 }
 
 /// One point of a sweep: the values set, and the spec they make.
@@ -491,7 +488,8 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
 
 /// One point's row from its runs (in round order): medians of the
 /// measures and of the masks searched per table, every run's folder and
-/// measures, and PASS only if every run passed. None for a point that did not run (interrupted).
+/// measures, and PASS only if every run passed. None for a point that
+/// did not run (interrupted).
 fn combine(reps: &[&serde_json::Value]) -> Option<serde_json::Value> {
     let first = *reps.first()?;
     let med = |key: &str| median(reps.iter().filter_map(|r| r[key].as_f64()).collect());

@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 
 use etherparse::{EtherType, IpNumber, Ipv4Header, Ipv6Header, UdpHeader};
 use serde::Serialize;
+use wirelab_spec::load::{vxlan_overhead, L4Kind};
 
 /// The stamp: sequence number and send time, 8 bytes each.
 pub const STAMP: usize = 16;
@@ -84,17 +85,18 @@ pub struct Vxlan {
 
 /// VXLAN's IANA port (RFC 7348 §5).
 pub const VXLAN_PORT: u16 = 4789;
-/// VXLAN header, inner Ethernet, IPv4 and UDP headers (the spec's
-/// validation counts the same bytes).
-pub const VXLAN_OVERHEAD: usize =
-    wirelab_spec::load::vxlan_overhead(wirelab_spec::load::L4Kind::Udp) as usize;
-
 impl L4 {
-    fn header_len(self) -> usize {
+    /// The spec's kind of this transport, whose header lengths the spec's
+    /// validation counts too.
+    fn kind(self) -> L4Kind {
         match self {
-            L4::Udp => 8,
-            L4::Tcp { .. } => 20,
+            L4::Udp => L4Kind::Udp,
+            L4::Tcp { .. } => L4Kind::Tcp,
         }
+    }
+
+    fn header_len(self) -> usize {
+        usize::from(self.kind().header_len())
     }
 
     /// The header with these ports and, for TCP, RFC 9293 §3.1's flag
@@ -141,11 +143,9 @@ impl Stack {
     pub fn headers(&self) -> usize {
         usize::from(self.offsets().1)
             + self.outer().header_len()
-            + if self.vxlan.is_some() {
-                VXLAN_OVERHEAD - 8 + self.l4.header_len()
-            } else {
-                0
-            }
+            + self
+                .vxlan
+                .map_or(0, |_| usize::from(vxlan_overhead(self.l4.kind())))
     }
 }
 
@@ -194,7 +194,8 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
         None => payload,
         Some(vx) => {
             let i = &vx.inner;
-            let mut b = Vec::with_capacity(VXLAN_OVERHEAD + payload.len());
+            let mut b =
+                Vec::with_capacity(usize::from(vxlan_overhead(stack.l4.kind())) + payload.len());
             // RFC 7348 §5: flags with I set, 24 reserved bits, the VNI,
             // 8 reserved bits.
             b.extend_from_slice(&[0x08, 0, 0, 0]);

@@ -223,20 +223,12 @@ pub enum Pair {
 /// medians over rounds of a pair's two points then compare runs made in
 /// different rounds, and a +50% effect measured under 5% in one pair.
 pub fn judge(measure: Measure, rounds: &[(f64, f64)]) -> Option<f64> {
-    let mut d: Vec<f64> = rounds
-        .iter()
-        .map(|&(l, h)| measure.degradation(l, h))
-        .collect();
-    if d.is_empty() {
-        return None;
-    }
-    d.sort_by(f64::total_cmp);
-    let n = d.len();
-    Some(if n % 2 == 1 {
-        d[n / 2]
-    } else {
-        (d[n / 2 - 1] + d[n / 2]) / 2.0
-    })
+    crate::median(
+        rounds
+            .iter()
+            .map(|&(l, h)| measure.degradation(l, h))
+            .collect(),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -19,6 +19,21 @@
 
 pub mod causal;
 
+/// The median; of an even count, the mean of the middle two. None when
+/// there is nothing.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let h = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[h]
+    } else {
+        (v[h - 1] + v[h]) / 2.0
+    })
+}
+
 use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
 use nalgebra::{DMatrix, DVector, Dyn, Matrix3, Owned, Vector3};
 use serde::Serialize;

@@ -360,6 +360,7 @@ impl L4Kind {
         }
     }
 }
+
 /// TCP's flags by tcpdump's letters, in RFC 9293 §3.1's bit order from
 /// FIN (bit 0) to CWR (bit 7).
 pub const TCP_FLAG_LETTERS: &str = "FSRPAUEW";
