@@ -230,7 +230,7 @@ pub struct EcnMark {
 }
 
 /// The base round trip split at the vantage point.
-#[derive(Debug, Clone, Copy, Default, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
 pub struct BaseRtt {
     /// Vantage → data sender → vantage.
     pub sender_side_ns: u64,
@@ -518,23 +518,34 @@ struct Key((IpAddr, u16), (IpAddr, u16));
 /// them apart.
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        let word = |ip: IpAddr| match ip {
-            IpAddr::V4(a) => u128::from(u32::from(a)),
-            IpAddr::V6(a) => u128::from(a),
-        };
         h.write_u128(word(self.0 .0));
         h.write_u128(word(self.1 .0));
         h.write_u32(u32::from(self.0 .1) << 16 | u32::from(self.1 .1));
     }
 }
 
+/// An address as one word.
+fn word(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
 fn canonical(t: &Tcp) -> Key {
-    let a = (t.src, t.sport);
-    let b = (t.dst, t.dport);
-    if a <= b {
-        Key(a, b)
-    } else {
-        Key(b, a)
+    Key::of((t.src, t.sport), (t.dst, t.dport))
+}
+
+impl Key {
+    /// Which end is "lower" only has to be the same for both directions:
+    /// compared as words (the derived order of `IpAddr` was a fiftieth of
+    /// the analysis). A connection's ends are of one family.
+    fn of(a: (IpAddr, u16), b: (IpAddr, u16)) -> Key {
+        if (word(a.0), a.1) <= (word(b.0), b.1) {
+            Key(a, b)
+        } else {
+            Key(b, a)
+        }
     }
 }
 
@@ -563,40 +574,39 @@ pub fn build_with(
     progress: &dyn Fn(u64),
     keep_segs: bool,
 ) -> Analysis {
-    let mut survey = Survey::default();
-    for p in &trace.packets {
-        survey.add(&p.as_ref());
-    }
-    let mut model = Model::new(survey, opts);
-    if keep_segs {
-        model.keep_segs();
-    }
-    for (i, p) in trace.packets.iter().enumerate() {
-        if i % 65536 == 0 {
-            progress(i as u64);
+    let pass = |mut model: Model, progress: &dyn Fn(u64)| {
+        if keep_segs {
+            model.keep_segs();
         }
-        model.add(&p.as_ref());
+        for (i, p) in trace.packets.iter().enumerate() {
+            if i % 65536 == 0 {
+                progress(i as u64);
+            }
+            model.add(&p.as_ref());
+        }
+        progress(trace.packets.len() as u64);
+        model.finish(trace.truncated.as_ref())
+    };
+    match pass(Model::new(opts), progress) {
+        Finished::Done(a) => a,
+        Finished::Again(again) => {
+            let Finished::Done(redone) = pass(again.model(), &|_| {}) else {
+                unreachable!("a second pass is told each connection's direction")
+            };
+            again.complete(redone)
+        }
     }
-    progress(trace.packets.len() as u64);
-    model.finish(trace.truncated.as_ref())
 }
 
-/// What the model needs to know of each connection before reading its
-/// packets in order: the first pass over a capture. Its state is a few
-/// words per connection, so a capture of any size is read twice in
-/// bounded memory rather than held.
-#[derive(Debug, Default)]
-pub struct Survey {
-    conns: HashMap<Key, ConnSurvey>,
-    has_meta: bool,
-    packets: u64,
-    clock: Clock,
-}
-
-#[derive(Debug)]
+/// What the model knows of a connection from its packets so far: which
+/// end sends the data, and the handshake. Until it is clear which end
+/// sends the data, the connection's packets wait (`Pending`); the guess is
+/// checked against the whole connection at the end (`Model::finish`).
+#[derive(Debug, Clone)]
 struct ConnSurvey {
-    /// Order of first appearance (names connections without metadata).
-    order: usize,
+    /// The connection's first frame (its order of first appearance names
+    /// connections without metadata).
+    first_frame: u64,
     /// Payload bytes from each endpoint, once it sent anything (the data
     /// direction carries more).
     bytes: [((IpAddr, u16), Option<u64>); 2],
@@ -611,54 +621,48 @@ struct ConnSurvey {
     ack: Option<u64>,
 }
 
-impl Survey {
-    pub fn add(&mut self, p: &PacketRef) {
-        self.packets += 1;
-        self.has_meta |= p.meta.is_some();
-        let ts = self.clock.at(p);
-        let Ok(t) = p.tcp() else { return };
-        let k = canonical(&t);
-        let n = self.conns.len();
+/// A connection's packets wait for its direction at most this long: one
+/// end `LEAD` payload bytes ahead of the other, or `PENDING` packets.
+/// Then the end ahead is taken as the data sender; a connection whose
+/// lead changes hands later is built again in a second pass, which a
+/// bulk transfer or a request/response exchange never needs.
+const LEAD: u64 = 64 * 1024;
+const PENDING: usize = 64;
+
+impl ConnSurvey {
+    fn new(first_frame: u64, t: &Tcp) -> ConnSurvey {
         let (src, dst) = ((t.src, t.sport), (t.dst, t.dport));
-        let c = self.conns.entry(k).or_insert_with(|| ConnSurvey {
-            order: n,
+        ConnSurvey {
+            first_frame,
             bytes: [(src, None), (dst, None)],
             first: (src, dst),
             meta: None,
             syn: None,
             synack: None,
             ack: None,
-        });
-        if let Some(b) = c.bytes.iter_mut().find(|b| b.0 == src) {
+        }
+    }
+
+    fn add(&mut self, t: &Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
+        let (src, dst) = ((t.src, t.sport), (t.dst, t.dport));
+        if let Some(b) = self.bytes.iter_mut().find(|b| b.0 == src) {
             *b.1.get_or_insert(0) += u64::from(t.payload_len);
         }
-        if let Some(m) = p.meta.as_ref().filter(|m| m.conn > 0) {
+        if let Some(m) = meta.filter(|m| m.conn > 0) {
             let from = if m.data_dir { src } else { dst };
-            c.meta.get_or_insert((m.conn, from));
+            self.meta.get_or_insert((m.conn, from));
         }
         if t.syn && !t.has_ack {
-            c.syn.get_or_insert((src, ts));
+            self.syn.get_or_insert((src, ts));
         } else if t.syn {
-            c.synack.get_or_insert((dst, ts));
-        } else if let Some((client, _)) = c.synack {
-            if c.ack.is_none() && src == client {
-                c.ack = Some(ts);
+            self.synack.get_or_insert((dst, ts));
+        } else if let Some((client, _)) = self.synack {
+            if self.ack.is_none() && src == client {
+                self.ack = Some(ts);
             }
         }
     }
 
-    /// Packets surveyed.
-    pub fn packets(&self) -> u64 {
-        self.packets
-    }
-
-    /// Some packet carries wirelab's switch metadata.
-    pub fn has_meta(&self) -> bool {
-        self.has_meta
-    }
-}
-
-impl ConnSurvey {
     /// Without metadata the data direction is the one carrying more payload.
     fn data_source(&self) -> (IpAddr, u16) {
         if let Some((_, src)) = self.meta {
@@ -669,6 +673,26 @@ impl ConnSurvey {
             .filter_map(|&(src, b)| Some((src, b?)))
             .max_by_key(|&(src, b)| (b, std::cmp::Reverse(src)))
             .map_or(self.first.0, |(src, _)| src)
+    }
+
+    /// Whether the direction is clear after `waiting` packets: the
+    /// handshake is over (its split of the round trip is known) and the
+    /// metadata names the data source or one end is `LEAD` ahead; or the
+    /// connection waited `PENDING` packets.
+    fn clear(&self, waiting: usize) -> bool {
+        let handshake_over = self.ack.is_some() || self.syn.is_none() && self.synack.is_none();
+        let lead = match self.bytes {
+            [(_, a), (_, b)] => a.unwrap_or(0).abs_diff(b.unwrap_or(0)),
+        };
+        waiting >= PENDING || handshake_over && (self.meta.is_some() || lead >= LEAD)
+    }
+
+    /// The data source and what the model takes from the handshake: what
+    /// a connection is built with.
+    fn decision(&self) -> Decision {
+        let src = self.data_source();
+        let (hs, base) = self.base_rtt(src);
+        Decision { src, hs, base }
     }
 
     /// The handshake split of the base round trip (see the module doc):
@@ -696,8 +720,23 @@ impl ConnSurvey {
     }
 }
 
-/// The model fed one packet at a time, in capture order, after a
-/// [`Survey`] of the same packets: state per connection only.
+/// What a connection was built with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Decision {
+    src: (IpAddr, u16),
+    hs: Option<u64>,
+    base: BaseRtt,
+}
+
+/// The model fed one packet at a time, in capture order, in one pass:
+/// state per connection only.
+///
+/// Which end of a connection sends the data is known for sure only at
+/// its end (the end that sent more), so each connection's first packets
+/// wait until it is clear (`ConnSurvey::clear`), and the choice is
+/// checked when the pass ends: [`Model::finish`] asks for a second pass
+/// over the connections it guessed wrong ([`Finished::Again`]), which
+/// then gives exactly the analysis of a model told every direction.
 ///
 /// Connections are independent, so with [`Model::threads`] they are
 /// spread over worker threads by their 4-tuple: the caller's thread reads,
@@ -710,15 +749,20 @@ pub struct Model {
     malformed: Vec<Malformed>,
     clock: Clock,
     packets: u64,
+    has_meta: bool,
     first_ts_ns: Option<u64>,
     workers: Vec<Worker>,
+    /// Picks a connection's worker.
+    hasher: ahash::RandomState,
 }
 
 /// What every worker reads.
 struct Shared {
-    survey: Survey,
     opts: Options,
     keep_segs: bool,
+    /// A second pass: only these connections, each built at once with
+    /// what the whole first pass knew of it.
+    only: Option<HashMap<Key, ConnSurvey>>,
 }
 
 /// One packet for a connection's builder.
@@ -736,62 +780,180 @@ const BATCH: usize = 1024;
 struct Worker {
     batch: Vec<Item>,
     tx: std::sync::mpsc::SyncSender<Vec<Item>>,
-    done: std::thread::JoinHandle<Vec<ConnAnalysis>>,
+    done: std::thread::JoinHandle<Vec<Built>>,
+}
+
+/// A connection: what is known of it, and its model once its direction
+/// was chosen.
+struct Entry {
+    survey: ConnSurvey,
+    state: State,
+}
+
+enum State {
+    Pending(Vec<Item>),
+    Built(Decision, Box<Conn>),
+}
+
+/// A connection as a pass ends.
+struct Built {
+    key: Key,
+    survey: ConnSurvey,
+    decision: Decision,
+    analysis: ConnAnalysis,
 }
 
 /// Connections by 4-tuple, each built from its packets in order.
 #[derive(Default)]
-struct Conns(HashMap<Key, Conn>);
+struct Conns(HashMap<Key, Entry>);
 
 impl Conns {
     fn add(&mut self, shared: &Shared, it: Item) {
-        let conn = match self.0.entry(it.key) {
+        let e = match self.0.entry(it.key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let Some(s) = shared.survey.conns.get(&it.key) else {
-                    // Not in the survey: the two passes read different
-                    // bytes (the file changed between them).
-                    return;
+                let survey = match &shared.only {
+                    None => ConnSurvey::new(it.at.frame, &it.tcp),
+                    Some(only) => match only.get(&it.key) {
+                        Some(s) => s.clone(),
+                        None => return,
+                    },
                 };
-                let has_meta = shared.survey.has_meta;
-                let id = s.meta.map_or_else(
-                    || s.order as u32 + 1 + if has_meta { 10_000 } else { 0 },
-                    |(id, _)| id,
-                );
-                let src = s.data_source();
-                let dst = if s.first.0 == src {
-                    s.first.1
-                } else {
-                    s.first.0
-                };
-                let (hs, base) = s.base_rtt(src);
-                let mut c = Conn::new(id, src, dst, hs, base, shared.opts);
-                c.keep_segs = shared.keep_segs;
-                e.insert(c)
+                e.insert(Entry {
+                    survey,
+                    state: State::Pending(Vec::new()),
+                })
             }
         };
-        conn.add(it.at, it.tcp, it.ts, it.meta.as_ref());
+        if shared.only.is_none() {
+            e.survey.add(&it.tcp, it.ts, it.meta.as_ref());
+        }
+        match &mut e.state {
+            State::Built(_, c) => c.add(it.at, it.tcp, it.ts, it.meta.as_ref()),
+            State::Pending(waiting) => {
+                waiting.push(it);
+                if shared.only.is_some() || e.survey.clear(waiting.len()) {
+                    e.build(shared);
+                }
+            }
+        }
     }
 
-    fn finish(self) -> Vec<ConnAnalysis> {
-        self.0.into_values().map(Conn::finish).collect()
+    fn finish(self, shared: &Shared) -> Vec<Built> {
+        self.0
+            .into_iter()
+            .map(|(key, mut e)| {
+                // The pass ended before the direction was clear: it is now.
+                e.build(shared);
+                let State::Built(decision, c) = e.state else {
+                    unreachable!("just built")
+                };
+                Built {
+                    key,
+                    survey: e.survey,
+                    decision,
+                    analysis: c.finish(),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Entry {
+    /// Builds the connection's model with what is known now, from the
+    /// packets that waited.
+    fn build(&mut self, shared: &Shared) {
+        let State::Pending(waiting) = &mut self.state else {
+            return;
+        };
+        let waiting = std::mem::take(waiting);
+        let d = self.survey.decision();
+        let s = &self.survey;
+        let dst = if s.first.0 == d.src {
+            s.first.1
+        } else {
+            s.first.0
+        };
+        let mut c = Box::new(Conn::new(0, d.src, dst, d.hs, d.base, shared.opts));
+        c.keep_segs = shared.keep_segs;
+        for it in waiting {
+            c.add(it.at, it.tcp, it.ts, it.meta.as_ref());
+        }
+        self.state = State::Built(d, c);
+    }
+}
+
+/// A pass's end: the analysis, or a second pass to make over the
+/// connections whose direction was guessed wrong.
+pub enum Finished {
+    Done(Analysis),
+    Again(Again),
+}
+
+/// The first pass's analysis, less the connections to build again.
+pub struct Again {
+    partial: Analysis,
+    /// The connections to build again, with all the first pass knew of
+    /// them, and their ids.
+    redo: HashMap<Key, (ConnSurvey, u32)>,
+    opts: Options,
+    keep_segs: bool,
+    threads: usize,
+}
+
+impl Again {
+    /// How many connections the second pass builds.
+    pub fn connections(&self) -> usize {
+        self.redo.len()
+    }
+
+    /// The model of the second pass: feed it every packet again.
+    pub fn model(&self) -> Model {
+        let mut m = Model::new(self.opts);
+        Arc::get_mut(&mut m.shared).expect("a new model").only = Some(
+            self.redo
+                .iter()
+                .map(|(k, (s, _))| (*k, s.clone()))
+                .collect(),
+        );
+        if self.keep_segs {
+            m.keep_segs();
+        }
+        m.threads(self.threads);
+        m
+    }
+
+    /// The analysis, with the second pass's connections.
+    pub fn complete(self, redone: Analysis) -> Analysis {
+        let mut a = self.partial;
+        for mut c in redone.connections {
+            let key = Key::of(c.data_src, c.data_dst);
+            if let Some((_, id)) = self.redo.get(&key) {
+                c.id = *id;
+                a.connections.push(c);
+            }
+        }
+        a.connections.sort_by_key(|c| c.id);
+        a
     }
 }
 
 impl Model {
-    pub fn new(survey: Survey, opts: Options) -> Model {
+    pub fn new(opts: Options) -> Model {
         Model {
             shared: Arc::new(Shared {
-                survey,
                 opts,
                 keep_segs: false,
+                only: None,
             }),
             conns: Conns::default(),
             malformed: Vec::new(),
             clock: Clock::default(),
             packets: 0,
+            has_meta: false,
             first_ts_ns: None,
             workers: Vec::new(),
+            hasher: ahash::RandomState::new(),
         }
     }
 
@@ -819,7 +981,7 @@ impl Model {
                         conns.add(&shared, it);
                     }
                 }
-                conns.finish()
+                conns.finish(&shared)
             });
             self.workers.push(Worker {
                 batch: Vec::with_capacity(BATCH),
@@ -829,13 +991,21 @@ impl Model {
         }
     }
 
-    pub fn add(&mut self, p: &PacketRef) {
+    /// Some packet so far carries wirelab's switch metadata.
+    pub fn has_meta(&self) -> bool {
+        self.has_meta
+    }
+
+    /// The next packet; whether it was TCP (well-formed or not: a packet
+    /// that was not may be another protocol's).
+    pub fn add(&mut self, p: &PacketRef) -> bool {
         self.packets += 1;
+        self.has_meta |= p.meta.is_some();
         self.first_ts_ns.get_or_insert(p.ts_ns);
         let ts = self.clock.at(p);
         let t = match p.tcp() {
             Ok(t) => t,
-            Err(wirelab_trace::NotTcp::Other) => return,
+            Err(wirelab_trace::NotTcp::Other) => return false,
             Err(wirelab_trace::NotTcp::Malformed {
                 layer,
                 offset,
@@ -847,7 +1017,7 @@ impl Model {
                     offset,
                     detail,
                 });
-                return;
+                return true;
             }
         };
         let it = Item {
@@ -859,36 +1029,54 @@ impl Model {
         };
         if self.workers.is_empty() {
             self.conns.add(&self.shared, it);
-            return;
+            return true;
         }
         let n = self.workers.len();
-        let w =
-            &mut self.workers[(self.shared.survey.conns.hasher().hash_one(it.key) as usize) % n];
+        let w = &mut self.workers[(self.hasher.hash_one(it.key) as usize) % n];
         w.batch.push(it);
         if w.batch.len() == BATCH {
             let full = std::mem::replace(&mut w.batch, Vec::with_capacity(BATCH));
             // A worker that is gone panicked; its join in `finish` says so.
             let _ = w.tx.send(full);
         }
+        true
     }
 
-    /// The analysis, once every packet was added; `truncated` is where the
-    /// file stopped being readable, if it did.
-    pub fn finish(self, truncated: Option<&wirelab_trace::Damage>) -> Analysis {
-        let mut connections = self.conns.finish();
+    /// The analysis, once every packet was added, or the second pass it
+    /// needs; `truncated` is where the file stopped being readable, if
+    /// it did.
+    pub fn finish(self, truncated: Option<&wirelab_trace::Damage>) -> Finished {
+        let threads = self.workers.len();
+        let mut built = self.conns.finish(&self.shared);
         for w in self.workers {
             if !w.batch.is_empty() {
                 let _ = w.tx.send(w.batch);
             }
             drop(w.tx);
             match w.done.join() {
-                Ok(c) => connections.extend(c),
+                Ok(c) => built.extend(c),
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
+        // Connections without metadata are numbered in order of first
+        // appearance (after the switch's own, when it numbered some).
+        built.sort_by_key(|b| b.survey.first_frame);
+        let has_meta = self.has_meta;
+        let mut redo = HashMap::default();
+        let mut connections = Vec::with_capacity(built.len());
+        for (order, mut b) in built.into_iter().enumerate() {
+            b.analysis.id = b.survey.meta.map_or_else(
+                || order as u32 + 1 + if has_meta { 10_000 } else { 0 },
+                |(id, _)| id,
+            );
+            if self.shared.only.is_none() && b.survey.decision() != b.decision {
+                redo.insert(b.key, (b.survey, b.analysis.id));
+            } else {
+                connections.push(b.analysis);
+            }
+        }
         connections.sort_by_key(|c| c.id);
-        let has_meta = self.shared.survey.has_meta;
-        Analysis {
+        let analysis = Analysis {
             vantage: vantage_words(has_meta, &connections),
             switch_metadata: has_meta,
             connections,
@@ -897,7 +1085,17 @@ impl Model {
             clock_back: self.clock.back,
             packets: self.packets,
             first_ts_ns: self.first_ts_ns,
+        };
+        if redo.is_empty() {
+            return Finished::Done(analysis);
         }
+        Finished::Again(Again {
+            partial: analysis,
+            redo,
+            opts: self.shared.opts,
+            keep_segs: self.shared.keep_segs,
+            threads,
+        })
     }
 }
 

@@ -90,8 +90,9 @@ fn assemble(
     }
 }
 
-/// Where a streamed analysis is: the pass (1 survey, 2 model), the file's
-/// bytes read in it, the file's size.
+/// Where a streamed analysis is: the pass (1, or 2 for the connections
+/// whose direction the first guessed wrong, see [`model::Model`]), the
+/// file's bytes read in it, the file's size.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
     pub pass: u8,
@@ -99,13 +100,14 @@ pub struct Progress {
     pub total: u64,
 }
 
-/// The analysis of a capture file read as a stream, twice (the survey,
-/// then the model: see [`model::Survey`]), never held whole: memory is per
-/// connection, whatever the file's size. A capture with wirelab's switch
-/// metadata (a run's trace, bounded by its run) is read into memory
-/// instead: the vAQM analyzer replays the switch's queues from every
-/// packet. `threads` build connections on that many worker threads in the
-/// second pass (0: on this one; see [`model::Model::threads`]).
+/// The analysis of a capture file read as a stream, in one pass (two
+/// when a connection's direction was guessed wrong, see
+/// [`model::Model`]), never held whole: memory is per connection,
+/// whatever the file's size. A capture with wirelab's switch metadata (a
+/// run's trace, bounded by its run) is read into memory instead: the vAQM
+/// analyzer replays the switch's queues from every packet. `threads`
+/// build connections on that many worker threads (0: on this one; see
+/// [`model::Model::threads`]).
 pub fn stream(
     path: &Path,
     opts: Options,
@@ -130,50 +132,61 @@ pub fn stream(
             total,
         })
     };
-    let mut r = open()?;
-    let mut survey = model::Survey::default();
-    while let Some(p) = r.next() {
-        survey.add(&p);
-        if survey.packets() % 8192 == 0 {
-            tell(1, &r);
+    // One pass over the file with `model`; (packets read, damage, roce).
+    let pass = |n: u8, model: &mut model::Model| {
+        let mut r = open()?;
+        let mut roce = Vec::new();
+        while let Some(p) = r.next() {
+            if n == 1 && p.meta.is_some() {
+                return Ok(None);
+            }
+            // RoCE rides on UDP: a TCP packet is not parsed again for it.
+            if !model.add(&p) && n == 1 {
+                roce.extend(crate::roce::packet(&p));
+            }
+            if p.frame % 8192 == 0 {
+                tell(n, &r);
+            }
         }
-    }
-    if r.frames() == 0 {
-        if let Some(d) = r.damage() {
-            return Err(wirelab_trace::Error::at(
-                &name,
-                before_first_packet(d, r.compressed()),
-            ));
+        if r.frames() == 0 {
+            if let Some(d) = r.damage() {
+                return Err(wirelab_trace::Error::at(
+                    &name,
+                    before_first_packet(d, r.compressed()),
+                ));
+            }
         }
-    }
-    if survey.has_meta() {
+        Ok(Some((r.frames(), r.damage().cloned(), roce)))
+    };
+    let mut model = model::Model::new(opts);
+    model.threads(threads);
+    let Some((frames, damage, roce)) = pass(1, &mut model)? else {
+        drop(model);
         let trace = wirelab_trace::read(path)?;
         return Ok(build(&name, &trace, opts, facts, analyzers, &[], &|_| {}));
-    }
-    let surveyed = survey.packets();
-    let mut r = open()?;
-    let mut model = model::Model::new(survey, opts);
-    model.threads(threads);
-    let mut roce = Vec::new();
-    while let Some(p) = r.next() {
-        model.add(&p);
-        roce.extend(crate::roce::packet(&p));
-        if p.frame % 8192 == 0 {
-            tell(2, &r);
+    };
+    let analysis = match model.finish(damage.as_ref()) {
+        model::Finished::Done(a) => a,
+        model::Finished::Again(again) => {
+            let mut model = again.model();
+            let again_frames = pass(2, &mut model)?.map(|(f, _, _)| f);
+            if again_frames != Some(frames) {
+                // A capture still being written, or replaced: the two
+                // passes would describe different files.
+                return Err(wirelab_trace::Error::Format {
+                    path: name,
+                    detail: format!(
+                        "the file changed while it was read ({frames} packets on the first pass, {} on the second); analyze a finished capture",
+                        again_frames.map_or("others".into(), |f| f.to_string())
+                    ),
+                });
+            }
+            let model::Finished::Done(redone) = model.finish(damage.as_ref()) else {
+                unreachable!("a second pass is told each connection's direction")
+            };
+            again.complete(redone)
         }
-    }
-    if r.frames() != surveyed {
-        // A capture still being written, or replaced: the two passes
-        // would describe different files.
-        return Err(wirelab_trace::Error::Format {
-            path: name,
-            detail: format!(
-                "the file changed while it was read ({surveyed} packets on the first pass, {} on the second); analyze a finished capture",
-                r.frames()
-            ),
-        });
-    }
-    let analysis = model.finish(r.damage());
+    };
     let roce = crate::roce::view(roce);
     Ok(assemble(
         &name,

@@ -2,6 +2,7 @@
 //! results (facts.json) the run's counters, workload and rto_min are used
 //! too.
 
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -9,17 +10,18 @@ use wirelab_analyze::report::Report;
 
 use crate::code;
 
-/// Progress over a file read twice, in bytes (hidden for small files and
+/// Progress over a file read once (twice for the connections whose
+/// direction the first pass guessed wrong), in bytes (hidden for small files and
 /// when stderr is not a terminal).
 fn bytes_bar(path: &Path) -> indicatif::ProgressBar {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
-    let pb = indicatif::ProgressBar::new(2 * size);
+    let pb = indicatif::ProgressBar::new(size);
     if size < 64 << 20 {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     pb.set_style(
         indicatif::ProgressStyle::with_template(
-            "analyzing {bar:40} {bytes}/{total_bytes} (two passes, {bytes_per_sec}, {eta})",
+            "analyzing {bar:40} {bytes}/{total_bytes} ({msg}{bytes_per_sec}, {eta})",
         )
         .expect("a valid template"),
     );
@@ -42,8 +44,9 @@ pub fn report(
         Some(f) => f.options(min_rto_ns),
         None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
     };
-    // The file is read twice (survey, then model), never held: progress
-    // is over both passes, in the file's bytes.
+    // The file is read once, never held (a second time for connections
+    // whose direction the first pass guessed wrong): progress is over the
+    // pass under way, in the file's bytes.
     let pb = bytes_bar(trace);
     let threads = threads.unwrap_or_else(|| {
         // The reader keeps one core; connections are built on the rest.
@@ -56,8 +59,12 @@ pub fn report(
         }
     });
     let r = wirelab_analyze::report::stream(trace, opts, facts.as_ref(), names, threads, &|p| {
-        pb.set_length(2 * p.total);
-        pb.set_position(u64::from(p.pass - 1) * p.total + p.bytes);
+        if p.pass > 1 && pb.position() > p.bytes {
+            pb.set_message("a second pass for connections whose direction changed, ");
+            pb.reset_eta();
+        }
+        pb.set_length(p.total);
+        pb.set_position(p.bytes);
     });
     pb.finish_and_clear();
     r.map_err(|e| e.to_string())
@@ -99,7 +106,13 @@ pub fn run(
         write_html(h, &report)?;
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        // Written as it is serialized: the report lists every
+        // retransmission, so it grows with the capture (67 MB of text
+        // for 12 M packets held whole before).
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+        out.flush()?;
     } else {
         print!("{}", wirelab_report::terminal::render(&report, verbose));
         if let Some(h) = html {

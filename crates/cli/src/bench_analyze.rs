@@ -161,7 +161,7 @@ pub fn run(packets: u64) -> Result<()> {
         n as f64 / read
     );
 
-    // 2. `wirelab analyze` as a user runs it: two streaming passes, every
+    // 2. `wirelab analyze` as a user runs it: one streaming pass, every
     //    analyzer, in a process of its own (its peak RSS is its own), on
     //    one core, then with connections built on the other cores.
     let exe = std::env::current_exe().context("finding the wirelab binary")?;
