@@ -7,6 +7,7 @@ mod common;
 
 use common::TcpGen;
 use wirelab_analyze::diagnose::{diagnose, Cause};
+use wirelab_analyze::Reason;
 
 const ISN: u32 = 1000;
 const SISN: u32 = 5000;
@@ -294,6 +295,58 @@ fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_del
             t[1].text
         );
     }
+}
+
+#[test]
+fn an_ack_of_new_data_between_two_timeouts_starts_the_backoff_over() {
+    // Segments 3 and 4 of 5 are lost. The timeout resends 3, whose ACK
+    // comes at once: an RTT sample, after which Linux starts the backoff
+    // over (tcp_ack_update_rtt) and re-arms the timer. The recovery
+    // resends 4 at once, and that copy is lost too: 4 times out after the
+    // same 10 ms, not 20. No `no-backoff` (a congested run saw 207 then
+    // 205 ms across such an ACK, and was flagged).
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    for k in 0..5 {
+        send(&mut g, k);
+    }
+    ack(&mut g, 3);
+    g.wait(10 * MS);
+    send(&mut g, 3);
+    ack(&mut g, 4);
+    send(&mut g, 4);
+    g.wait(10 * MS);
+    send(&mut g, 4);
+    ack(&mut g, 5);
+    let opts = wirelab_analyze::Options {
+        min_rto_ns: 10 * MS,
+        tlp: false,
+        ..wirelab_analyze::Options::default()
+    };
+    let r =
+        wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {});
+    let rs = &r.analysis.connections[0].retransmissions;
+    let got: Vec<(Reason, u64)> = rs
+        .iter()
+        .map(|r| (r.reason, r.rto_ns.unwrap_or(0) / 1000))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Reason::Timeout, 10_010),
+            (Reason::AfterTimeout, 0),
+            (Reason::Timeout, 10_010)
+        ],
+        "µs"
+    );
+    let violations: Vec<&str> = r
+        .analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.kind == wirelab_analyze::Kind::Violation)
+        .map(|f| f.name)
+        .collect();
+    assert!(violations.is_empty(), "{violations:?}");
 }
 
 #[test]

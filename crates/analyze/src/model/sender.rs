@@ -481,12 +481,20 @@ impl Sender {
         // update or a duplicate ACK leaves it running: counted from a slow
         // reader's window updates, a backed-off timeout looked shorter
         // than the one before it (a false `no-backoff`).
-        let rto_ns = (reason == Reason::Timeout).then(|| {
-            let last_ack = self.una_hist.last().map_or(0, |u| u.0);
-            ts.saturating_sub(s.1.last_tx_ts.max(last_ack))
-        });
+        let last_ack = self.una_hist.last().map_or(0, |u| u.0);
+        let rto_ns =
+            (reason == Reason::Timeout).then(|| ts.saturating_sub(s.1.last_tx_ts.max(last_ack)));
+        // Backed off from the timeout before, if that one fired while this
+        // data was out and nothing new was acknowledged since: an ACK of
+        // new data gives an RTT sample (with timestamps, even for
+        // retransmitted data, RFC 7323 §4) and Linux then starts the
+        // backoff over (tcp_ack_update_rtt: "RFC6298: only reset backoff
+        // on valid RTT measurement"). A congested run saw timeouts of 207
+        // and then 205 ms across such ACKs, flagged `no-backoff`.
         let backoff_of = match (rto_ns, self.last_timeout) {
-            (Some(_), Some((e, pts, _, rto))) if pts >= s.1.first_ts => Some((e, rto)),
+            (Some(_), Some((e, pts, _, rto))) if pts >= s.1.first_ts && last_ack < pts => {
+                Some((e, rto))
+            }
             _ => None,
         };
         if let Some(rto) = rto_ns {
