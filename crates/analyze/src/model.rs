@@ -174,6 +174,13 @@ pub struct Retransmission {
     /// For a timeout: the previous timeout of the same outstanding data with
     /// no progress in between, and how long its timer ran (for backoff).
     pub backoff_of: Option<(Evidence, u64)>,
+    /// A packet the sender sent after this one (its IPv4 ID, numbered in
+    /// send order, is higher) that the capture holds before it: the
+    /// capture point reordered the two (several CPUs writing one file), so
+    /// what the sender knew when it sent this is not what the capture
+    /// order shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured_after: Option<Evidence>,
 }
 
 /// `fast at #22 (+136.5us after #7 drop)`: the one way a retransmission is
@@ -1176,6 +1183,51 @@ struct Conn {
     iters: IterTracker,
     isn: Option<u32>,
     keep_segs: bool,
+    ids: IdOrder,
+}
+
+/// The send order of the data sender's packets, from their IPv4 IDs:
+/// Linux numbers a connected socket's packets consecutively, by the
+/// segments each carries (`ip_select_ident_segs`), so each ID is a little
+/// above the last. Trusted once nine steps in ten of at least eight were
+/// such; a stack that numbers at random (or not at all) never is.
+#[derive(Debug, Default)]
+struct IdOrder {
+    /// The highest ID so far, and its packet.
+    highest: Option<(u16, Evidence)>,
+    steps: u32,
+    forward: u32,
+}
+
+/// How far apart, in ID, two packets of one sender can be and still be
+/// taken as sent in that order (a super-packet of 64 KB is 45 segments).
+const ID_STEP: u16 = 64;
+
+impl IdOrder {
+    /// The packet sent after this one that the capture showed first, if
+    /// the IDs say so.
+    fn on_packet(&mut self, id: Option<u16>, at: Evidence) -> Option<Evidence> {
+        let id = id?;
+        let Some((high, high_at)) = self.highest else {
+            self.highest = Some((id, at));
+            return None;
+        };
+        let ahead = id.wrapping_sub(high);
+        let behind = high.wrapping_sub(id);
+        self.steps += 1;
+        if (1..=ID_STEP).contains(&ahead) {
+            self.forward += 1;
+            self.highest = Some((id, at));
+            return None;
+        }
+        let trusted = self.steps >= 8 && self.forward * 10 >= self.steps * 9;
+        if (1..=ID_STEP).contains(&behind) {
+            return trusted.then_some(high_at);
+        }
+        // Numbered otherwise: start again from here.
+        self.highest = Some((id, at));
+        None
+    }
 }
 
 impl Conn {
@@ -1198,6 +1250,7 @@ impl Conn {
             iters: IterTracker::default(),
             isn: None,
             keep_segs: false,
+            ids: IdOrder::default(),
             out: ConnAnalysis {
                 id,
                 data_src: src,
@@ -1479,7 +1532,9 @@ impl Conn {
         if !first && index == 0 && snd.forgot(rel) {
             self.out.forgotten_retransmissions += 1;
         }
+        let captured_after = self.ids.on_packet(t.ip_id, at);
         if !first && index > 0 {
+            let n = self.out.retransmissions.len();
             snd.on_resend(
                 &mut self.out,
                 (at, event),
@@ -1488,6 +1543,9 @@ impl Conn {
                 (index, iter),
                 self.opts,
             );
+            if let Some(r) = self.out.retransmissions.get_mut(n) {
+                r.captured_after = captured_after;
+            }
         } else if !first {
             // Bytes never seen sent (a capture gap, or reordered before
             // the capture point): not judged, but a RACK signal still.

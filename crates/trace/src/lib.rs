@@ -76,6 +76,10 @@ pub struct Tcp {
     pub mss: Option<u16>,
     /// The window scale option's shift (RFC 7323 §2), on a SYN or SYN-ACK.
     pub wscale: Option<u8>,
+    /// The IPv4 Identification field (IPv6 has none). Linux numbers a
+    /// connected socket's packets consecutively (`ip_select_ident_segs`),
+    /// so it gives the order a sender sent them in.
+    pub ip_id: Option<u16>,
 }
 
 impl Tcp {
@@ -314,6 +318,7 @@ fn fast_ipv4_tcp(link: Link, data: &[u8]) -> Option<Tcp> {
             IpAddr::V4(Ipv4Addr::from(ip.source())),
             IpAddr::V4(Ipv4Addr::from(ip.destination())),
         ),
+        Some(ip.identification()),
         ip.ecn().value(),
         o + total,
         o + hl,
@@ -325,8 +330,9 @@ fn parse_layers(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     use etherparse::{LaxNetSlice, TransportSlice};
     let p = link.slice(data)?;
     let at = |s: &[u8]| s.as_ptr() as usize - data.as_ptr() as usize;
-    // (source, destination, ECN, where the IP datagram ends by its own length)
-    let (src, dst, ecn, declared_end, is_tcp) = match &p.net {
+    // (source, destination, IPv4 ID, ECN, where the IP datagram ends by
+    // its own length)
+    let (src, dst, ip_id, ecn, declared_end, is_tcp) = match &p.net {
         Some(LaxNetSlice::Ipv4(ip)) => {
             let h = ip.header();
             // A header whose bytes do not sum to its checksum was damaged
@@ -348,6 +354,7 @@ fn parse_layers(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
             (
                 IpAddr::V4(Ipv4Addr::from(h.source())),
                 IpAddr::V4(Ipv4Addr::from(h.destination())),
+                Some(h.identification()),
                 h.ecn().value(),
                 at(h.slice()) + usize::from(h.total_len()),
                 ip.payload().ip_number == etherparse::IpNumber::TCP,
@@ -358,6 +365,7 @@ fn parse_layers(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
             (
                 IpAddr::V6(h.source_addr()),
                 IpAddr::V6(h.destination_addr()),
+                None,
                 h.traffic_class() & 3,
                 at(h.slice()) + 40 + usize::from(h.payload_length()),
                 ip.payload().ip_number == etherparse::IpNumber::TCP,
@@ -388,13 +396,21 @@ fn parse_layers(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     let tcp_offset = at(t.slice());
     let header = etherparse::TcpHeaderSlice::from_slice(&data[tcp_offset..])
         .map_err(|e| malformed("tcp", tcp_offset, e))?;
-    Ok(tcp_of((src, dst), ecn, declared_end, tcp_offset, &header))
+    Ok(tcp_of(
+        (src, dst),
+        ip_id,
+        ecn,
+        declared_end,
+        tcp_offset,
+        &header,
+    ))
 }
 
 /// The TCP header's fields, with the payload length from where the IP
 /// datagram ends by its own length (not limited by the snap length).
 fn tcp_of(
     (src, dst): (IpAddr, IpAddr),
+    ip_id: Option<u16>,
     ecn: u8,
     declared_end: usize,
     tcp_offset: usize,
@@ -444,6 +460,7 @@ fn tcp_of(
         sack_count,
         mss,
         wscale,
+        ip_id,
     }
 }
 

@@ -40,6 +40,7 @@ impl Analyzer for LossRecovery {
             ("capture-gap", Unit::Count),
             ("spurious-retransmission", Unit::Count),
             ("forgotten-retransmission", Unit::Count),
+            ("capture-reordered", Unit::Count),
         ]
     }
 
@@ -131,7 +132,21 @@ impl Analyzer for LossRecovery {
             for r in &c.retransmissions {
                 checks += 1;
                 let ev = [r.previous, r.at];
-                if r.reason == Reason::Unjustified {
+                if let (Reason::Unjustified, Some(later)) = (r.reason, r.captured_after) {
+                    out.push(
+                        Finding::note(
+                            A,
+                            "capture-reordered",
+                            format!(
+                                "packet {} retransmitted at {} shows no loss signal in capture order, but the sender sent it before {} (IPv4 IDs), which the capture holds first: the capture point reordered them, so it is not judged",
+                                r.packet, r.at, later
+                            ),
+                        )
+                        .conn(c.id)
+                        .packet(r.packet)
+                        .evidence([later, r.at]),
+                    );
+                } else if r.reason == Reason::Unjustified {
                     out.push(
                         Finding::violation(
                             A,

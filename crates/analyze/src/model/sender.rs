@@ -533,6 +533,7 @@ impl Sender {
             rto_ns,
             duplicate_acks: rto_ns.map(|_| ctx.duplicate_acks()),
             backoff_of,
+            captured_after: None,
         });
         self.remember_resend(rel, end, ts);
         // Every byte this sends was sent again now (a retransmission can
