@@ -167,6 +167,10 @@ pub struct RunFacts {
     pub mct_ns: BTreeMap<u32, Vec<u64>>,
     /// Host name -> counter deltas (nstat names).
     pub counters: BTreeMap<String, BTreeMap<String, i64>>,
+    /// Host name -> packets its bottleneck dropped between the switch's
+    /// capture and the host (hosts without drops left out).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub bottleneck_drops: BTreeMap<String, u64>,
     /// Host name -> its address in the lab.
     pub addresses: BTreeMap<String, IpAddr>,
     /// Host name -> the switch port its link is on. With the switch's

@@ -95,6 +95,8 @@ struct Run<'a> {
 struct Before {
     kernel_rx: Vec<u64>,
     counters: Counters,
+    /// Each host's bottleneck drops so far (a lab may carry several runs).
+    bottleneck_drops: Vec<u64>,
 }
 
 fn host_counters(plan: &Plan) -> Result<Counters, Error> {
@@ -118,6 +120,11 @@ impl Run<'_> {
                 .switch_port_rx(plan)
                 .during("reading port counters")?,
             counters: host_counters(plan)?,
+            bottleneck_drops: self
+                .cx
+                .lab
+                .bottleneck_drops(plan)
+                .during("reading bottleneck drops")?,
         };
         let dumper =
             Dumper::start(switch, plan.capture_stall.as_std()).during("starting the capture")?;
@@ -146,6 +153,18 @@ impl Run<'_> {
         };
         let (integrity, ports, trace_path) = self.capture(&before, dumper)?;
         let mut facts = facts(plan, &finished, &before.counters)?;
+        let drops = self
+            .cx
+            .lab
+            .bottleneck_drops(plan)
+            .during("reading bottleneck drops")?;
+        for ((h, after), before) in plan.hosts.iter().zip(drops).zip(&before.bottleneck_drops) {
+            if after > *before {
+                facts
+                    .bottleneck_drops
+                    .insert(h.name.clone(), after - before);
+            }
+        }
         for c in &mut self.caps {
             c.collect(&self.cx, &mut facts, &mut self.log)?;
         }
@@ -438,6 +457,8 @@ fn facts(plan: &Plan, finished: &Finished, before: &Counters) -> Result<RunFacts
             .collect(),
         vaqm: Vec::new(),
         qcn: Vec::new(),
+        // Read around the capture, in `Run::go`.
+        bottleneck_drops: BTreeMap::new(),
     })
 }
 

@@ -509,6 +509,18 @@ impl Lab {
         Ok(lab)
     }
 
+    /// Packets each host's bottleneck dropped on the way from the switch
+    /// (after its capture point), by host index; 0 for a host without one.
+    pub fn bottleneck_drops(&self, plan: &Plan) -> Result<Vec<u64>, Error> {
+        plan.hosts
+            .iter()
+            .map(|h| match h.bottleneck {
+                Some(_) => root_qdisc_drops(&plan.switch_ns, &h.switch_ifname),
+                None => Ok(0),
+            })
+            .collect()
+    }
+
     /// Kernel receive counters of each switch port (an independent witness
     /// for the integrity check), by host index.
     pub fn switch_port_rx(&self, plan: &Plan) -> Result<Vec<u64>, Error> {
@@ -741,6 +753,26 @@ pub fn link_mac(ns: &str, dev: &str) -> Result<[u8; 6], Error> {
         .collect();
     v.try_into()
         .map_err(|_| Error::Other(format!("{dev} in {ns} has no MAC address (`{a}`)")))
+}
+
+/// Packets the root qdisc of `dev` in `ns` dropped (a bottleneck's tbf
+/// past its buffer); 0 without one.
+pub fn root_qdisc_drops(ns: &str, dev: &str) -> Result<u64, Error> {
+    #[derive(serde::Deserialize)]
+    struct Qdisc {
+        #[serde(default)]
+        drops: u64,
+    }
+    let out = run(
+        "tc",
+        &["-s", "-j", "-n", ns, "qdisc", "show", "dev", dev, "root"],
+    )?;
+    let v: Vec<Qdisc> = serde_json::from_str(&out).map_err(|e| {
+        Error::Other(format!(
+            "parsing `tc -s -j qdisc show dev {dev}` in {ns}: {e}"
+        ))
+    })?;
+    Ok(v.iter().map(|q| q.drops).sum())
 }
 
 pub fn link_rx_packets(ns: &str, dev: &str) -> Result<u64, Error> {
