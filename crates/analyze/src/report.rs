@@ -133,19 +133,30 @@ pub fn stream(
         })
     };
     // One pass over the file with `model`; (packets read, damage, roce).
-    let pass = |n: u8, model: &mut model::Model| {
+    // The first pass: the TCP model, and the RoCE survey (which end of
+    // each QP connection is the requester, its path MTU, its first PSN:
+    // the go-back-N FSM needs them from the first packet on).
+    // (packets read, damage), or None for a capture with wirelab's
+    // metadata.
+    let mut model = model::Model::new(opts);
+    model.threads(threads);
+    let mut survey = crate::roce::Survey::default();
+    let first = {
         let mut r = open()?;
-        let mut roce = Vec::new();
+        let mut meta = false;
         while let Some(p) = r.next() {
-            if n == 1 && p.meta.is_some() {
-                return Ok(None);
+            if p.meta.is_some() {
+                meta = true;
+                break;
             }
             // RoCE rides on UDP: a TCP packet is not parsed again for it.
-            if !model.add(&p) && n == 1 {
-                roce.extend(crate::roce::packet(&p));
+            if !model.add(&p) {
+                if let Some(rp) = crate::roce::packet(&p) {
+                    survey.add(&rp);
+                }
             }
             if p.frame % 8192 == 0 {
-                tell(n, &r);
+                tell(1, &r);
             }
         }
         if r.frames() == 0 {
@@ -156,38 +167,60 @@ pub fn stream(
                 ));
             }
         }
-        Ok(Some((r.frames(), r.damage().cloned(), roce)))
+        (!meta).then(|| (r.frames(), r.damage().cloned()))
     };
-    let mut model = model::Model::new(opts);
-    model.threads(threads);
-    let Some((frames, damage, roce)) = pass(1, &mut model)? else {
+    let Some((frames, damage)) = first else {
         drop(model);
         let trace = wirelab_trace::read(path)?;
         return Ok(build(&name, &trace, opts, facts, analyzers, &[], &|_| {}));
     };
-    let analysis = match model.finish(damage.as_ref()) {
-        model::Finished::Done(a) => a,
-        model::Finished::Again(again) => {
-            let mut model = again.model();
-            let again_frames = pass(2, &mut model)?.map(|(f, _, _)| f);
-            if again_frames != Some(frames) {
-                // A capture still being written, or replaced: the two
-                // passes would describe different files.
-                return Err(wirelab_trace::Error::Format {
-                    path: name,
-                    detail: format!(
-                        "the file changed while it was read ({frames} packets on the first pass, {} on the second); analyze a finished capture",
-                        again_frames.map_or("others".into(), |f| f.to_string())
-                    ),
-                });
+    let finished = model.finish(damage.as_ref());
+    // A second pass when the capture holds RoCE (its FSM), or a TCP
+    // connection whose direction the first guessed wrong.
+    let mut again = match &finished {
+        model::Finished::Again(again) => Some(again.model()),
+        model::Finished::Done(_) => None,
+    };
+    let mut stream = (survey.packets() > 0).then(|| survey.stream());
+    if again.is_some() || stream.is_some() {
+        let mut r = open()?;
+        while let Some(p) = r.next() {
+            let tcp = match &mut again {
+                Some(m) => m.add(&p),
+                None => p.tcp().is_ok(),
+            };
+            if let (false, Some(s)) = (tcp, &mut stream) {
+                if let Some(rp) = crate::roce::packet(&p) {
+                    s.add(&rp);
+                }
             }
+            if p.frame % 8192 == 0 {
+                tell(2, &r);
+            }
+        }
+        if r.frames() != frames {
+            // A capture still being written, or replaced: the two passes
+            // would describe different files.
+            return Err(wirelab_trace::Error::Format {
+                path: name,
+                detail: format!(
+                    "the file changed while it was read ({frames} packets on the first pass, {} on the second); analyze a finished capture",
+                    r.frames()
+                ),
+            });
+        }
+    }
+    let analysis = match finished {
+        model::Finished::Done(a) => a,
+        model::Finished::Again(first) => {
+            let model = again.expect("made above");
             let model::Finished::Done(redone) = model.finish(damage.as_ref()) else {
                 unreachable!("a second pass is told each connection's direction")
             };
-            again.complete(redone)
+            first.complete(redone)
         }
     };
-    let roce = crate::roce::view(roce);
+    let roce = stream.map(crate::roce::Stream::finish).unwrap_or_default();
     Ok(assemble(
         &name,
         analysis,

@@ -166,12 +166,7 @@ fn seen(input: &Input, addr: IpAddr, port: Option<u32>) -> Seen {
     }
     // IpExtInCEPkts counts every CE-marked IP packet, RoCEv2 over UDP too.
     if let IpAddr::V4(v4) = addr {
-        s.in_ce += input
-            .roce
-            .all
-            .iter()
-            .filter(|p| p.dst == v4 && p.delivered && p.ecn == 3)
-            .count() as i64;
+        s.in_ce += input.roce.tally.get(&v4).map_or(0, |t| t.ce_delivered_to);
     }
     s
 }

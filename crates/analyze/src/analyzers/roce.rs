@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use wirelab_roce::packet::{op, Kind};
 use wirelab_spec::Unit;
 
 use crate::roce::{Latency, RPkt};
@@ -366,27 +365,13 @@ impl Analyzer for Cnp {
         let mut out = Vec::new();
         let mut checks = 0;
         // Conn of a data packet's sender, by (sender, receiver's QPN).
-        let mut nps: BTreeMap<Ipv4Addr, (Vec<(u64, u32, Ipv4Addr)>, Vec<&RPkt>)> = BTreeMap::new();
-        for c in &v.conns {
-            for p in c.pkts.iter().filter(|p| {
-                p.accepted() && p.ecn == 3 && matches!(p.kind(), Kind::Data | Kind::ReadResponse)
-            }) {
-                nps.entry(p.dst).or_default().0.push((p.ts, c.id, p.src));
-            }
+        let mut nps: BTreeMap<Ipv4Addr, (Vec<Mark>, Vec<&RPkt>)> = BTreeMap::new();
+        for &(np, ts, conn, src) in &v.ce_marks {
+            nps.entry(np).or_default().0.push((ts, conn, src));
         }
         // A CNP names the data sender's QP; map it back to the connection.
-        let mut qp_conn: BTreeMap<(Ipv4Addr, u32), u32> = BTreeMap::new();
-        for c in &v.conns {
-            for p in &c.pkts {
-                if p.kind() == Kind::Ack
-                    || p.kind() == Kind::ReadResponse
-                    || (c.requester == Some(p.dst) && p.kind() != Kind::Cnp)
-                {
-                    qp_conn.insert((p.dst, p.dqpn), c.id);
-                }
-            }
-        }
-        for p in v.all.iter().filter(|p| p.opcode == op::CNP) {
+        let qp_conn = &v.qp_conn;
+        for p in &v.cnps {
             nps.entry(p.src).or_default().1.push(p);
         }
         let host_of = |ip: Ipv4Addr| {
@@ -532,6 +517,9 @@ impl Analyzer for Cnp {
     }
 }
 
+/// A CE mark a notification point received: (time, connection, sender).
+type Mark = (u64, u32, Ipv4Addr);
+
 pub struct Counters;
 
 impl Analyzer for Counters {
@@ -571,11 +559,13 @@ impl Analyzer for Counters {
                 continue;
             }
             let mine = |a: Ipv4Addr| ips.contains(&a);
-            let count = |f: &dyn Fn(&RPkt) -> bool| v.all.iter().filter(|p| f(p)).count() as i64;
-            let cnps_from = count(&|p| p.opcode == op::CNP && mine(p.src));
-            let cnps_to = count(&|p| p.opcode == op::CNP && mine(p.dst) && p.accepted());
-            let marked_to = count(&|p| mine(p.dst) && p.accepted() && p.ecn == 3);
-            let corrupted_to = count(&|p| mine(p.dst) && p.delivered && p.corrupted);
+            let count = |f: &dyn Fn(&crate::roce::RoceTally) -> i64| -> i64 {
+                ips.iter().filter_map(|a| v.tally.get(a)).map(f).sum()
+            };
+            let cnps_from = count(&|t| t.cnps_from);
+            let cnps_to = count(&|t| t.cnps_to);
+            let marked_to = count(&|t| t.marked_to);
+            let corrupted_to = count(&|t| t.corrupted_to);
             let resp = v.conns.iter().filter(|c| c.responder.is_some_and(mine));
             let req = v.conns.iter().filter(|c| c.requester.is_some_and(mine));
             let oos: i64 = resp.map(|c| c.out_of_sequence).sum();
