@@ -795,3 +795,65 @@ impl Fsm {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(frame: u64, src: Ipv4Addr, dst: Ipv4Addr, opcode: u8, psn: u32) -> RPkt {
+        RPkt {
+            frame,
+            mirror_seq: None,
+            ts: frame * 1000,
+            src,
+            dst,
+            opcode,
+            dqpn: 0x11,
+            psn,
+            migreq: true,
+            syndrome: (opcode == op::ACKNOWLEDGE).then_some(Syndrome::Ack { credits: 0 }),
+            dma_len: Some(1024),
+            payload_len: 1024,
+            ecn: 0,
+            delivered: true,
+            corrupted: false,
+            conn: 0,
+        }
+    }
+
+    /// A long healthy write stream keeps the FSM's state at its bound and
+    /// the view free of per-packet records: memory does not grow with
+    /// the capture.
+    #[test]
+    fn a_long_connection_is_analyzed_in_bounded_state() {
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let n = 3 * OPEN as u32;
+        let pkts: Vec<RPkt> = (0..n)
+            .flat_map(|k| {
+                let f = 2 * u64::from(k);
+                [
+                    pkt(f + 1, a, b, op::WRITE_ONLY, 100 + k),
+                    pkt(f + 2, b, a, op::ACKNOWLEDGE, 100 + k),
+                ]
+            })
+            .collect();
+        let mut survey = Survey::default();
+        pkts.iter().for_each(|p| survey.add(p));
+        let mut stream = survey.stream();
+        let mut most = 0;
+        for p in &pkts {
+            stream.add(p);
+            let f = stream.fsms[0].as_ref().expect("a requester");
+            most = most.max(f.starts.len() + f.reads.len());
+        }
+        assert_eq!(most, OPEN, "message starts kept");
+        let v = stream.finish();
+        assert_eq!(v.conns.len(), 1);
+        let c = &v.conns[0];
+        assert!(c.broken.is_empty(), "{:?}", c.broken);
+        assert_eq!(c.checks, 2 * u64::from(n));
+        assert_eq!(c.first_psn, Some(100));
+        assert!(v.cnps.is_empty() && v.ce_marks.is_empty());
+        assert_eq!(v.packets, 2 * u64::from(n));
+    }
+}
