@@ -103,9 +103,9 @@ pub struct Progress {
 /// The analysis of a capture file read as a stream, in one pass (two
 /// when a connection's direction was guessed wrong, see
 /// [`model::Model`]), never held whole: memory is per connection,
-/// whatever the file's size. A capture with wirelab's switch metadata (a
-/// run's trace, bounded by its run) is read into memory instead: the vAQM
-/// analyzer replays the switch's queues from every packet. `threads`
+/// whatever the file's size. A trace of the switch's virtual queues (a
+/// run's, bounded by its run) is read into memory instead: the vAQM
+/// analyzer replays the queues from every packet. `threads`
 /// build connections on that many worker threads (0: on this one; see
 /// [`model::Model::threads`]).
 pub fn stream(
@@ -136,17 +136,19 @@ pub fn stream(
     // The first pass: the TCP model, and the RoCE survey (which end of
     // each QP connection is the requester, its path MTU, its first PSN:
     // the go-back-N FSM needs them from the first packet on).
-    // (packets read, damage), or None for a capture with wirelab's
-    // metadata.
+    // (packets read, damage), or None for a trace of virtual queues.
     let mut model = model::Model::new(opts);
     model.threads(threads);
     let mut survey = crate::roce::Survey::default();
     let first = {
         let mut r = open()?;
-        let mut meta = false;
+        // The vAQM analyzer replays the switch's queues from every packet:
+        // a trace with virtual queues (or a run whose facts name them) is
+        // read whole; any other, wirelab's too, streams.
+        let mut queues = facts.is_some_and(|f| !f.vaqm.is_empty() || !f.qcn.is_empty());
         while let Some(p) = r.next() {
-            if p.meta.is_some() {
-                meta = true;
+            if queues || p.meta.is_some_and(|m| m.vq > 0 || m.cnm > 0) {
+                queues = true;
                 break;
             }
             // RoCE rides on UDP: a TCP packet is not parsed again for it.
@@ -167,7 +169,7 @@ pub fn stream(
                 ));
             }
         }
-        (!meta).then(|| (r.frames(), r.damage().cloned()))
+        (!queues).then(|| (r.frames(), r.damage().cloned()))
     };
     let Some((frames, damage)) = first else {
         drop(model);

@@ -1137,3 +1137,28 @@ fn connections_built_on_worker_threads_give_the_same_analysis() {
         assert_eq!(run(3), alone, "{name}: three workers");
     }
 }
+
+/// A run's trace without virtual queues streams from its file, as any
+/// capture does, and gives the report the trace read whole gives.
+#[test]
+fn a_run_trace_streams_to_the_same_report_as_read_whole() {
+    for name in ALL {
+        let path = dir(name).join("trace.pcapng");
+        let f = dir(name)
+            .join(wirelab_analyze::results::FACTS_FILE)
+            .exists()
+            .then(|| facts(name));
+        let o = common::options(name);
+        let names = wirelab_analyze::catalog().names();
+        let whole = build("t", &golden(name), o, f.as_ref(), &names, &[], &|_| {});
+        let streamed =
+            wirelab_analyze::report::stream(&path, o, f.as_ref(), &names, 0, &|_| {}).unwrap();
+        assert!(whole.analysis.switch_metadata, "{name}");
+        let json = |r: &Report| {
+            let mut v = serde_json::to_value(r).unwrap();
+            v["source"] = serde_json::Value::Null;
+            v
+        };
+        assert_eq!(json(&streamed), json(&whole), "{name}");
+    }
+}
