@@ -1794,7 +1794,9 @@ impl Classify<'_> {
         }
         let elapsed = self.ts.saturating_sub(since);
         // 4. TLP (RFC 8985 §7): the last segment, one probe per episode,
-        //    after a quiet probe timeout (PTO = 2 SRTT, never under one RTT;
+        //    after a quiet probe timeout (PTO = 2 SRTT, never under the
+        //    least round trip the sender's SRTT may hold, the handshake's
+        //    included;
         //    with one segment in flight PTO adds the delayed-ACK time, 200ms,
         //    so a probe can come as late as a timeout: the wire cannot tell
         //    them apart then, and a sender with TLP on sends the probe, as

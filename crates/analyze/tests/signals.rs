@@ -344,3 +344,49 @@ fn a_resend_the_capture_reordered_is_a_note_not_a_violation() {
     );
     assert!(!names.contains(&"capture-reordered".into()), "{names:?}");
 }
+
+/// A connection opened on an idle path (20 µs handshake) whose data then
+/// waits behind a queue (10 ms round trips): the sender's smoothed RTT
+/// still holds the handshake's, so its probe timer (2 SRTT + 2 ms in
+/// Linux) can fire long before a data round trip. A tail resent 5 ms
+/// after it was sent is a tail loss probe, not unjustified; one resent at
+/// once still is (a fig16 baseline capture called such a probe
+/// unjustified).
+#[test]
+fn a_probe_timed_by_the_handshakes_rtt_is_a_probe() {
+    let resent_after = |ns: u64| {
+        let mut g = common::TcpGen::new();
+        let (isn, sisn) = (1000u32, 5000u32);
+        let seq = |k: u32| isn + 1 + k * MSS;
+        g.handshake(isn, sisn);
+        for k in 0..2 {
+            g.push(true, seq(k), sisn + 1, MSS, false);
+        }
+        g.wait(10_000_000);
+        g.push(false, sisn + 1, seq(2), 0, false);
+        for k in 2..4 {
+            g.push(true, seq(k), sisn + 1, MSS, false);
+        }
+        g.same_instant();
+        g.wait(ns);
+        g.push(true, seq(3), sisn + 1, MSS, false);
+        g.push(false, sisn + 1, seq(4), 0, false);
+        let r = g.loss_recovery();
+        let c = &r.analysis.connections[0];
+        (
+            c.retransmissions
+                .iter()
+                .map(|r| r.reason)
+                .collect::<Vec<_>>(),
+            violations(&g),
+        )
+    };
+    assert_eq!(
+        resent_after(5_000_000),
+        (vec![wirelab_analyze::Reason::Tlp], vec![])
+    );
+    assert_eq!(
+        resent_after(0).1,
+        vec!["unjustified-retransmission".to_string()]
+    );
+}

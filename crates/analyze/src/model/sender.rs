@@ -42,6 +42,8 @@ pub(crate) struct Sender {
     last_timeout: Option<(Evidence, u64, u32, u64)>,
     rto_recovery_until: Option<(u32, u64)>,
     tlp_out: bool,
+    /// The round trip of the handshake, seen at the vantage point.
+    handshake_rtt: Option<u64>,
     last_data_ts: u64,
     /// The cumulative ACK before the oldest `una_hist` entry kept.
     una_floor: u32,
@@ -107,6 +109,7 @@ impl Sender {
     pub(crate) fn new(handshake_rtt_ns: Option<u64>) -> Sender {
         Sender {
             max_rtt: handshake_rtt_ns.unwrap_or(0),
+            handshake_rtt: handshake_rtt_ns,
             min_data_rtt: u64::MAX,
             next_new: 1,
             first_tx: 0,
@@ -469,10 +472,16 @@ impl Sender {
             next_new: self.next_new,
             smss: out.smss,
             max_rtt: self.max_rtt,
-            min_rtt: if self.min_data_rtt == u64::MAX {
-                self.max_rtt
-            } else {
-                self.min_data_rtt
+            // The least the sender's smoothed RTT can be: its first
+            // sample is the handshake's, and a mean never goes below the
+            // least of its samples. A connection opened on an idle path
+            // and used once a queue had built probes on that (a run's
+            // probes came 4.4 ms after a 9 ms path's data: PTO = 2 SRTT
+            // plus 2 ms, Linux's TCP_TIMEOUT_MIN_US).
+            min_rtt: match (self.min_data_rtt, self.handshake_rtt) {
+                (u64::MAX, _) => self.max_rtt,
+                (data, Some(hs)) => data.min(hs),
+                (data, None) => data,
             },
             sender_side: out.base_rtt.sender_side_ns,
             opts,
