@@ -43,6 +43,25 @@ fn ack(g: &mut TcpGen, k: u32) {
     g.push(false, SISN + 1, ISN + 1 + k * SEG, 0, false);
 }
 
+/// DETER §2.1's sender: rto_min 10 ms, no tail loss probe.
+fn deter_sender() -> wirelab_analyze::Options {
+    wirelab_analyze::Options {
+        min_rto_ns: 10 * MS,
+        tlp: false,
+        ..wirelab_analyze::Options::default()
+    }
+}
+
+/// The names of a report's violations.
+fn violations(r: &wirelab_analyze::report::Report) -> Vec<&'static str> {
+    r.analyzers
+        .iter()
+        .flat_map(|a| a.findings.iter())
+        .filter(|f| f.kind == wirelab_analyze::Kind::Violation)
+        .map(|f| f.name)
+        .collect()
+}
+
 #[test]
 fn a_closed_window_is_named_with_how_long_it_stayed_closed() {
     for closed in [true, false] {
@@ -261,11 +280,7 @@ fn tail_resent_twice(
     let last = ISN + 1 + 4 * SEG;
     let block: &[(u32, u32)] = if dsack { &[(last, last + SEG)] } else { &[] };
     g.push_sacked(false, SISN + 1, last + SEG, 0, false, block);
-    let opts = wirelab_analyze::Options {
-        min_rto_ns: 10 * MS,
-        tlp: false,
-        ..wirelab_analyze::Options::default()
-    };
+    let opts = deter_sender();
     wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {})
 }
 
@@ -318,11 +333,7 @@ fn an_ack_of_new_data_between_two_timeouts_starts_the_backoff_over() {
     g.wait(10 * MS);
     send(&mut g, 4);
     ack(&mut g, 5);
-    let opts = wirelab_analyze::Options {
-        min_rto_ns: 10 * MS,
-        tlp: false,
-        ..wirelab_analyze::Options::default()
-    };
+    let opts = deter_sender();
     let r =
         wirelab_analyze::report::build("made", &g.t, opts, None, &["loss-recovery"], &[], &|_| {});
     let rs = &r.analysis.connections[0].retransmissions;
@@ -339,14 +350,8 @@ fn an_ack_of_new_data_between_two_timeouts_starts_the_backoff_over() {
         ],
         "µs"
     );
-    let violations: Vec<&str> = r
-        .analyzers
-        .iter()
-        .flat_map(|a| a.findings.iter())
-        .filter(|f| f.kind == wirelab_analyze::Kind::Violation)
-        .map(|f| f.name)
-        .collect();
-    assert!(violations.is_empty(), "{violations:?}");
+    let v = violations(&r);
+    assert!(v.is_empty(), "{v:?}");
 }
 
 #[test]
@@ -371,12 +376,6 @@ fn window_updates_during_a_backoff_do_not_restart_the_timer() {
         [10_010, 20_010],
         "µs (each made packet 10 µs after the last)"
     );
-    let violations: Vec<&str> = r
-        .analyzers
-        .iter()
-        .flat_map(|a| a.findings.iter())
-        .filter(|f| f.kind == wirelab_analyze::Kind::Violation)
-        .map(|f| f.name)
-        .collect();
-    assert!(violations.is_empty(), "{violations:?}");
+    let v = violations(&r);
+    assert!(v.is_empty(), "{v:?}");
 }
