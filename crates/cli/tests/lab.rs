@@ -2568,7 +2568,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         }
         let records = results.join("record");
         let replays = out.path().join(format!("replays-{name}"));
-        let mut last_replay = PathBuf::new();
+        let (mut same_diagnosis, mut diagnosis_differs) = (0, Vec::new());
         let (mut identical, mut client_identical) = (0, 0);
         let mut retransmissions_differ = Vec::new();
         for round in 1..=10 {
@@ -2622,7 +2622,16 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             // packet, retransmits differently every time. DETER's goal
             // is 95% of connections exact.
             if f["recorded_retransmissions"] == f["replayed_retransmissions"] {
-                last_replay = this_replay;
+                // Diagnosed as the recording was? The same count can hide
+                // another recovery: a clean-clone CI replay of the
+                // no-SACK spec timed out (207 ms) where the recording
+                // retransmitted fast, its headers the same.
+                let replayed = diagnosed(&this_replay);
+                if kinds(&replayed) == causes {
+                    same_diagnosis += 1;
+                } else {
+                    diagnosis_differs.push(format!("{why}: {replayed:#?}"));
+                }
             } else {
                 retransmissions_differ.push(why.clone());
             }
@@ -2654,7 +2663,6 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             retransmissions_differ.len(),
             retransmissions_differ.join("\n")
         );
-        // The last replay that retransmitted as recorded is diagnosed below.
         // The client's (the sender's) headers, which the diagnosis reads;
         // the server's ACKs also follow the machine's load (see above).
         assert!(
@@ -2662,11 +2670,12 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             "{name}: the client's headers identical in {client_identical} of 10 replays ({identical} both ways)"
         );
         eprintln!("{name}: headers identical in {identical} of 10 replays both ways, {client_identical} client -> server");
-        let replayed_causes = diagnosed(&last_replay);
-        assert_eq!(
-            kinds(&replayed_causes),
-            causes,
-            "{name} replayed: {replayed_causes:#?}"
+        // The replays that retransmitted as recorded are diagnosed as it
+        // was, in as many replays as retransmit the same (`least`).
+        assert!(
+            same_diagnosis >= least,
+            "{name}: diagnosed as recorded ({causes:?}) in {same_diagnosis} of 10 replays:\n{}",
+            diagnosis_differs.join("\n")
         );
     }
     // Bad input: a damaged record names its byte offset; one end alone is
