@@ -90,8 +90,8 @@ fn assemble(
     }
 }
 
-/// Where a streamed analysis is: the pass (1, or 2 for the connections
-/// whose direction the first guessed wrong, see [`model::Model`]), the
+/// Where a streamed analysis is: the pass (1, or 2 for RoCE and for the
+/// connections whose direction the first guessed wrong), the
 /// file's bytes read in it, the file's size.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
@@ -101,7 +101,8 @@ pub struct Progress {
 }
 
 /// The analysis of a capture file read as a stream, in one pass (two
-/// when a connection's direction was guessed wrong, see
+/// when it holds RoCE, whose FSM needs each QP's requester, MTU and first
+/// PSN first, or when a TCP connection's direction was guessed wrong, see
 /// [`model::Model`]), never held whole: memory is per connection,
 /// whatever the file's size. A trace of the switch's virtual queues (a
 /// run's, bounded by its run) is read into memory instead: the vAQM
@@ -132,7 +133,6 @@ pub fn stream(
             total,
         })
     };
-    // One pass over the file with `model`; (packets read, damage, roce).
     // The first pass: the TCP model, and the RoCE survey (which end of
     // each QP connection is the requester, its path MTU, its first PSN:
     // the go-back-N FSM needs them from the first packet on).

@@ -10,9 +10,9 @@ use wirelab_analyze::report::Report;
 
 use crate::code;
 
-/// Progress over a file read once (twice for the connections whose
-/// direction the first pass guessed wrong), in bytes (hidden for small files and
-/// when stderr is not a terminal).
+/// Progress over a file read once (twice for RoCE, or for the connections
+/// whose direction the first pass guessed wrong), in bytes (hidden for
+/// small files and when stderr is not a terminal).
 fn bytes_bar(path: &Path) -> indicatif::ProgressBar {
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
     let pb = indicatif::ProgressBar::new(size);
@@ -44,9 +44,9 @@ pub fn report(
         Some(f) => f.options(min_rto_ns),
         None => wirelab_analyze::Options::for_hosts(std::iter::empty(), Some(min_rto_ns)),
     };
-    // The file is read once, never held (a second time for connections
-    // whose direction the first pass guessed wrong): progress is over the
-    // pass under way, in the file's bytes.
+    // The file is read once, never held (a second time for RoCE, or for
+    // connections whose direction the first pass guessed wrong): progress
+    // is over the pass under way, in the file's bytes.
     let pb = bytes_bar(trace);
     let threads = threads.unwrap_or_else(|| {
         // The reader keeps one core; connections are built on the rest.
@@ -60,7 +60,7 @@ pub fn report(
     });
     let r = wirelab_analyze::report::stream(trace, opts, facts.as_ref(), names, threads, &|p| {
         if p.pass > 1 && pb.position() > p.bytes {
-            pb.set_message("a second pass for connections whose direction changed, ");
+            pb.set_message("a second pass (RoCE, or connections whose direction changed), ");
             pb.reset_eta();
         }
         pb.set_length(p.total);
