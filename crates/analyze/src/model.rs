@@ -998,11 +998,6 @@ impl Model {
         }
     }
 
-    /// Some packet so far carries wirelab's switch metadata.
-    pub fn has_meta(&self) -> bool {
-        self.has_meta
-    }
-
     /// The next packet; whether it was TCP (well-formed or not: a packet
     /// that was not may be another protocol's).
     pub fn add(&mut self, p: &PacketRef) -> bool {

@@ -187,10 +187,9 @@ pub fn stream(
     if again.is_some() || stream.is_some() {
         let mut r = open()?;
         while let Some(p) = r.next() {
-            let tcp = match &mut again {
-                Some(m) => m.add(&p),
-                None => p.tcp().is_ok(),
-            };
+            // Without a TCP pass to make, every packet goes to the RoCE
+            // parser, which turns down anything not UDP at its first bytes.
+            let tcp = again.as_mut().is_some_and(|m| m.add(&p));
             if let (false, Some(s)) = (tcp, &mut stream) {
                 if let Some(rp) = crate::roce::packet(&p) {
                     s.add(&rp);
