@@ -56,9 +56,13 @@ pub struct Vary {
 pub enum Seg {
     Key(String),
     Index(usize),
+    /// `[*]`: every item of the list, one value for all (the masks of
+    /// every generated table, say).
+    All,
 }
 
-/// A dotted path with [i] for list items: `flowtables.generate[0].masks`.
+/// A dotted path with [i] for list items: `flowtables.generate[0].masks`,
+/// or [*] for every item: `flowtables.generate[*].masks`.
 pub fn parse_path(path: &str) -> Result<Vec<Seg>> {
     let mut segs = Vec::new();
     for part in path.split('.') {
@@ -74,10 +78,16 @@ pub fn parse_path(path: &str) -> Result<Vec<Seg>> {
             let Some(end) = rest.find(']').filter(|_| rest.starts_with('[')) else {
                 bail!("`{part}` is not name[index]");
             };
-            let i = rest[1..end]
-                .parse()
-                .with_context(|| format!("`{}` is not an index", &rest[1..end]))?;
-            segs.push(Seg::Index(i));
+            let inner = &rest[1..end];
+            segs.push(if inner == "*" {
+                Seg::All
+            } else {
+                Seg::Index(
+                    inner
+                        .parse()
+                        .with_context(|| format!("`{inner}` is not an index or *"))?,
+                )
+            });
             rest = &rest[end + 1..];
         }
     }
@@ -122,28 +132,38 @@ pub fn parse_vary(s: &str) -> Result<Vary> {
 
 /// Sets `path` in `doc` to `v`; the path must exist in the spec as written.
 pub fn set(doc: &mut Value, path: &[Seg], text: &str, v: Value) -> Result<()> {
-    let mut cur = doc;
-    for seg in path {
-        cur = match seg {
-            Seg::Key(k) => {
-                // `generate: {...}` is one generator: [0] names it too.
-                cur.as_mapping_mut()
-                    .and_then(|m| m.get_mut(k.as_str()))
-                    .with_context(|| format!("--vary {text}: the spec has no `{k}` there"))?
+    let Some((seg, rest)) = path.split_first() else {
+        *doc = v;
+        return Ok(());
+    };
+    match seg {
+        Seg::Key(k) => {
+            let next = doc
+                .as_mapping_mut()
+                .and_then(|m| m.get_mut(k.as_str()))
+                .with_context(|| format!("--vary {text}: the spec has no `{k}` there"))?;
+            set(next, rest, text, v)
+        }
+        // `generate: {...}` is one generator: [0] and [*] name it too.
+        Seg::Index(0) | Seg::All if doc.is_mapping() => set(doc, rest, text, v),
+        Seg::Index(i) => {
+            let next = doc
+                .as_sequence_mut()
+                .and_then(|s| s.get_mut(*i))
+                .with_context(|| format!("--vary {text}: no item [{i}] there"))?;
+            set(next, rest, text, v)
+        }
+        Seg::All => {
+            let items = doc
+                .as_sequence_mut()
+                .filter(|s| !s.is_empty())
+                .with_context(|| format!("--vary {text}: [*] names no list items there"))?;
+            for item in items {
+                set(item, rest, text, v.clone())?;
             }
-            Seg::Index(i) => {
-                if cur.is_mapping() && *i == 0 {
-                    cur
-                } else {
-                    cur.as_sequence_mut()
-                        .and_then(|s| s.get_mut(*i))
-                        .with_context(|| format!("--vary {text}: no item [{i}] there"))?
-                }
-            }
-        };
+            Ok(())
+        }
     }
-    *cur = v;
-    Ok(())
 }
 
 /// Every point of the grid: one value per `--vary`.
@@ -621,7 +641,7 @@ mod tests {
         );
         let v = parse_vary("traffic.connections[0].message_size=4KiB,64KiB").unwrap();
         assert_eq!(v.values, vec![Value::from("4KiB"), Value::from("64KiB")]);
-        for bad in ["nopath", "a..b=1", "a[x]=1", "a=5..1", "a=0..10:0"] {
+        for bad in ["nopath", "a..b=1", "a[x]=1", "a[]=1", "a=5..1", "a=0..10:0"] {
             assert!(parse_vary(bad).is_err(), "{bad}");
         }
     }
@@ -640,6 +660,14 @@ mod tests {
             e.to_string().contains("the spec has no `nothing` there"),
             "{e}"
         );
+        // [*]: every item gets the value; an empty list is refused.
+        let v = parse_vary("flowtables.generate[*].masks=9").unwrap();
+        set(&mut d, &v.path, &v.text, Value::from(9)).unwrap();
+        assert_eq!(d["flowtables"]["generate"][0]["masks"], Value::from(9));
+        assert_eq!(d["flowtables"]["generate"][1]["masks"], Value::from(9));
+        let mut e: Value = serde_yaml::from_str("flowtables: {generate: []}\n").unwrap();
+        let err = set(&mut e, &v.path, &v.text, Value::from(9)).unwrap_err();
+        assert!(err.to_string().contains("[*] names no list items"), "{err}");
         // Two varies make a grid: every pair.
         let a = parse_vary("a=1,2").unwrap();
         let b = parse_vary("b=0..20:10").unwrap();
