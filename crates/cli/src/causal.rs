@@ -557,7 +557,7 @@ mod tests {
             ),
             (
                 ok.replace("generate[0]", "generate[x]"),
-                "dimensions[0].path: `x` is not an index: invalid digit found in string (line 4)",
+                "dimensions[0].path: `x` is not an index or *: invalid digit found in string (line 4)",
             ),
             (
                 ok.to_string() + "permutations: 0\n",
