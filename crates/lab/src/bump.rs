@@ -181,6 +181,13 @@ pub fn run(
             .collect::<Result<_, _>>()
             .during("reading interface counters")
     };
+    // The interfaces may carry traffic while the program is attached and
+    // detached, and neither happens at the instant a counter is read. So
+    // the counters are read four times: before attaching and after
+    // detaching (every frame the program saw is counted between them),
+    // and after attaching and before detaching (every frame counted
+    // between those two was seen: the program stays attached 20 ms more,
+    // for the frames still in the backlog).
     let rx_before = rx()?;
     let clock_offset = wirelab_capture::monotonic_to_realtime_ns();
     let dumper = Dumper::start(&switch, Duration::ZERO).during("starting the capture")?;
@@ -190,11 +197,14 @@ pub fn run(
             .during(format!("entering {}", args.ns))?
             .during(format!("attaching to {}", args.ifaces[i]))?;
     }
+    let rx_attached = rx()?;
     progress.stage(&id, crate::Stage::SwitchArmed);
     let until = Instant::now() + args.duration;
     while Instant::now() < until && !abort.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let rx_detaching = rx()?;
+    std::thread::sleep(Duration::from_millis(20));
     // Detach first: from here on nothing enters, so counters and the
     // ring describe the same packets.
     drop(attached);
@@ -206,6 +216,7 @@ pub fn run(
             (
                 i as u32 + 1,
                 args.ifaces[i].to_string(),
+                rx_detaching[i] - rx_attached[i],
                 rx_after[i] - rx_before[i],
             )
         }),

@@ -223,11 +223,8 @@ impl Run<'_> {
         let (counts, info) = switch::port_records(
             switch,
             plan.hosts.iter().enumerate().map(|(i, h)| {
-                (
-                    h.port,
-                    format!("{}({})", h.switch_ifname, h.name),
-                    rx_after[i] - before.kernel_rx[i],
-                )
+                let n = rx_after[i] - before.kernel_rx[i];
+                (h.port, format!("{}({})", h.switch_ifname, h.name), n, n)
             }),
         )?;
         let seq_issued = switch.mirror_seq().during("reading the mirror sequence")?;

@@ -168,20 +168,23 @@ pub fn vq_config(q: &wirelab_plan::VqPlan) -> VqConfig {
 
 /// Each switch port's counters next to what the kernel counted into it
 /// (the integrity check), and its name and counts for the pcapng: from
-/// (port, name, kernel rx packets).
+/// (port, name, kernel rx packets while attached, kernel rx packets
+/// around it); the two are equal where no traffic flows before the switch
+/// is armed or after the workload (`PortCounts::kernel_rx_attached`).
 pub fn port_records(
     switch: &Switch,
-    ports: impl Iterator<Item = (u32, String, u64)>,
+    ports: impl Iterator<Item = (u32, String, u64, u64)>,
 ) -> Result<(Vec<PortCounts>, Vec<PortInfo>), Error> {
     let mut counts = Vec::new();
     let mut info = Vec::new();
-    for (port, name, kernel_rx) in ports {
+    for (port, name, kernel_rx_attached, kernel_rx) in ports {
         let c = switch
             .counters(port)
             .during(format!("reading the counters of switch port {port}"))?;
         counts.push(PortCounts {
             port,
             kernel_rx,
+            kernel_rx_attached,
             switch_rx: c.rx_pkts,
             mirrored: c.mirrored,
             mirror_lost: c.mirror_lost,

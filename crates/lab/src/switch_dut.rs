@@ -85,10 +85,10 @@ impl SwitchDut {
         let after = rx(&self.ns)?;
         let (counts, info) = crate::switch::port_records(
             &self.switch,
-            [DUT_IN, DUT_OUT]
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (i as u32 + 1, d.to_string(), after[i] - self.rx_before[i])),
+            [DUT_IN, DUT_OUT].iter().enumerate().map(|(i, d)| {
+                let n = after[i] - self.rx_before[i];
+                (i as u32 + 1, d.to_string(), n, n)
+            }),
         )?;
         let seq = self
             .switch
