@@ -295,6 +295,11 @@ pub struct Config {
     /// forward as the forward-only baseline does; 0 = the whole pipeline.
     /// `wirelab bench switch-overhead` measures each stage's cost this way.
     pub bench_cut: u8,
+    /// Ports (bit `p & 63` for port p) whose egress queues frames in this
+    /// kernel (a bottleneck's tbf): frames to them leave as clones, which
+    /// frees each from its sender's socket accounting as a real NIC's
+    /// transmit completion does (bpf/stage_forward.h says why).
+    pub release_ports: u64,
 }
 
 /// The pipeline's stages in order (bpf/switch.bpf.c); `Config::bench_cut`
@@ -318,6 +323,7 @@ impl Default for Config {
             truth: false,
             extension: false,
             bench_cut: 0,
+            release_ports: 0,
         }
     }
 }
@@ -1195,6 +1201,7 @@ fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Erro
         ro.track_lock = config.track_lock as u8;
         ro.vaqm_ext = config.extension as u8;
         ro.bench_cut = config.bench_cut;
+        ro.release_ports = config.release_ports;
         ro.eswitch_on = config.eswitch as u8;
         ro.dut_on = config.dut as u8;
     })?;

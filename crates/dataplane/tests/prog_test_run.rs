@@ -1088,3 +1088,31 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
     .join()
     .unwrap();
 }
+
+/// A port whose egress queues in this kernel (`Config::release_ports`)
+/// gets a clone, made and sent at once, while the frame itself is
+/// consumed: here the port's device (4242) does not exist, so the clone
+/// cannot go and the frame is dropped and counted, where the same frame
+/// to a port without the setting is redirected (the device is looked up
+/// only after the program).
+#[test]
+fn a_frame_to_a_release_port_leaves_as_a_clone_made_at_once() {
+    if !have_bpf() {
+        return;
+    }
+    for (release, want) in [(1u64 << 3, verdict::REDIRECT), (1 << 2, verdict::SHOT)] {
+        let sw = switch(Config {
+            release_ports: release,
+            ..Config::default()
+        });
+        let before = sw.counters(1).unwrap();
+        let (v, _) = sw.test_run(&data(1, MSS)).unwrap();
+        assert_eq!(v, want, "release_ports {release:#x}");
+        let after = sw.counters(1).unwrap();
+        assert_eq!(
+            after.no_route - before.no_route,
+            u64::from(want == verdict::SHOT),
+            "release_ports {release:#x}"
+        );
+    }
+}

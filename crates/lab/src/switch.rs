@@ -36,6 +36,12 @@ pub fn config(plan: &Plan, caps: &[Box<dyn Capability>]) -> Config {
         // The lab steers every switch port to one CPU (netns steer_rx):
         // the pipeline is serial, and ConnState::cpu_moves checks it.
         track_lock: false,
+        // A bottleneck's queue is the network's, not its senders'.
+        release_ports: plan
+            .hosts
+            .iter()
+            .filter(|h| h.bottleneck.is_some())
+            .fold(0, |m, h| m | 1u64 << (h.port & 63)),
         ..Config::default()
     };
     for c in caps {
