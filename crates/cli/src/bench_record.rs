@@ -198,9 +198,14 @@ fn captured(p: &Path3, dir: &Path, f: impl FnOnce() -> Result<()>) -> Result<(u6
 /// (the CPU time's baseline). tcpdump would add its own CPU time, so the
 /// CPU is measured without it.
 fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
-    let dir = tempfile::Builder::new()
+    let mut dir = tempfile::Builder::new()
         .prefix("wirelab-bench-record")
         .tempdir()?;
+    // WIRELAB_BENCH_KEEP=1 keeps the round's records and captures.
+    if std::env::var_os("WIRELAB_BENCH_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
     let p = path3(dir.path())?;
     let rec = recorder(&p, dir.path().join("rec"))?;
     let (pcap, pcap_zstd, packets) = captured(&p, dir.path(), || transfer(&p, mb, dir.path()))?;
