@@ -122,12 +122,10 @@ struct {
 	__type(value, struct wl_held);
 } held_scratch SEC(".maps");
 
-/* Frames held over all directions: packets skip the release check while
- * it is 0 (every run without reorder events). */
 /* Ports (bit p & 63 for port p) whose egress holds a queue of the lab's
- * own, a bottleneck's tbf. Since Linux 4.19 a frame crossing namespaces
- * keeps its sender's socket reference (skb_scrub_packet() no longer
- * orphans it), so a frame waiting in that queue still counts against the
+ * own, a bottleneck's tbf. A frame crossing namespaces keeps its sender's
+ * socket reference (skb_scrub_packet() has not orphaned it since Linux
+ * 4.19), so a frame waiting in that queue still counts against the
  * sender's write memory and TCP Small Queues, as no frame that left a
  * real NIC does. In fig15's baseline the senders carried up to 190 KB of
  * the bottleneck's queue in sk_wmem_alloc (ss -m), and held back the
@@ -135,6 +133,8 @@ struct {
  * data went out. Such frames leave as clones (`wl_stage_forward`). */
 const volatile __u64 release_ports = 0;
 
+/* Frames held over all directions: packets skip the release check while
+ * it is 0 (every run without reorder events). */
 __u64 wl_held_total = 0;
 
 /*
