@@ -503,16 +503,18 @@ pub fn check_integrity(
         ));
     }
     for p in ports {
-        if p.kernel_rx_attached == p.kernel_rx && p.kernel_rx != p.switch_rx {
-            reasons.push(format!(
-                "port {}: the kernel received {} packets but the switch program saw {}",
-                p.port, p.kernel_rx, p.switch_rx
-            ));
-        } else if !(p.kernel_rx_attached..=p.kernel_rx).contains(&p.switch_rx) {
-            reasons.push(format!(
-                "port {}: the kernel received {} packets while the switch program was attached and {} around it, but the program saw {}",
-                p.port, p.kernel_rx_attached, p.kernel_rx, p.switch_rx
-            ));
+        if !(p.kernel_rx_attached..=p.kernel_rx).contains(&p.switch_rx) {
+            reasons.push(if p.kernel_rx_attached == p.kernel_rx {
+                format!(
+                    "port {}: the kernel received {} packets but the switch program saw {}",
+                    p.port, p.kernel_rx, p.switch_rx
+                )
+            } else {
+                format!(
+                    "port {}: the kernel received {} packets while the switch program was attached and {} around it, but the program saw {}",
+                    p.port, p.kernel_rx_attached, p.kernel_rx, p.switch_rx
+                )
+            });
         }
         let n = records.iter().filter(|r| r.meta.port == p.port).count() as u64;
         if n != p.switch_rx && lost == 0 {
