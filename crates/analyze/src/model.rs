@@ -773,6 +773,7 @@ struct Shared {
 }
 
 /// One packet for a connection's builder.
+#[derive(Clone, Copy)]
 struct Item {
     key: Key,
     at: Evidence,
@@ -811,34 +812,82 @@ struct Built {
 }
 
 /// Connections by 4-tuple, each built from its packets in order.
-#[derive(Default)]
-struct Conns(HashMap<Key, Entry>);
+///
+/// A packet finds its connection through a small cache indexed by its
+/// ports before the map: consecutive packets mostly belong to a few
+/// connections, and hashing the 4-tuple and probing the map was about a
+/// tenth of `wirelab analyze`'s time (perf, 1 M packets).
+struct Conns {
+    entries: Vec<(Key, Entry)>,
+    index: HashMap<Key, usize>,
+    /// Entry index + 1 by `slot`; 0 is empty. A stale slot only costs
+    /// the map lookup: its key is compared first.
+    recent: [u32; RECENT],
+}
+
+const RECENT: usize = 256;
+
+impl Default for Conns {
+    fn default() -> Self {
+        Conns {
+            entries: Vec::new(),
+            index: HashMap::default(),
+            recent: [0; RECENT],
+        }
+    }
+}
+
+/// A connection's cache slot: from its ports, the same both ways.
+fn slot(k: &Key) -> usize {
+    let p = u32::from(k.0 .1) ^ u32::from(k.1 .1);
+    ((p ^ p >> 8) as usize) % RECENT
+}
 
 impl Conns {
-    fn add(&mut self, shared: &Shared, it: Item) {
-        let e = match self.0.entry(it.key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let survey = match &shared.only {
-                    None => ConnSurvey::new(it.at.frame, &it.tcp),
-                    Some(only) => match only.get(&it.key) {
-                        Some(s) => s.clone(),
-                        None => return,
-                    },
+    /// The entry of `it`'s connection, made if it is new; None for a
+    /// connection a second pass does not redo.
+    fn entry(&mut self, shared: &Shared, it: &Item) -> Option<&mut Entry> {
+        let s = slot(&it.key);
+        let i = match self.recent[s].checked_sub(1) {
+            Some(i) if self.entries[i as usize].0 == it.key => i as usize,
+            _ => {
+                let i = match self.index.get(&it.key) {
+                    Some(&i) => i,
+                    None => {
+                        let survey = match &shared.only {
+                            None => ConnSurvey::new(it.at.frame, &it.tcp),
+                            Some(only) => only.get(&it.key)?.clone(),
+                        };
+                        self.entries.push((
+                            it.key,
+                            Entry {
+                                survey,
+                                state: State::Pending(Vec::new()),
+                            },
+                        ));
+                        self.index.insert(it.key, self.entries.len() - 1);
+                        self.entries.len() - 1
+                    }
                 };
-                e.insert(Entry {
-                    survey,
-                    state: State::Pending(Vec::new()),
-                })
+                // u32: a capture holds fewer connections than packets.
+                self.recent[s] = i as u32 + 1;
+                i
             }
+        };
+        Some(&mut self.entries[i].1)
+    }
+
+    fn add(&mut self, shared: &Shared, it: &Item) {
+        let Some(e) = self.entry(shared, it) else {
+            return;
         };
         if shared.only.is_none() {
             e.survey.add(&it.tcp, it.ts, it.meta.as_ref());
         }
         match &mut e.state {
-            State::Built(_, c) => c.add(it.at, it.tcp, it.ts, it.meta.as_ref()),
+            State::Built(_, c) => c.add(it.at, &it.tcp, it.ts, it.meta.as_ref()),
             State::Pending(waiting) => {
-                waiting.push(it);
+                waiting.push(*it);
                 if shared.only.is_some() || e.survey.clear(waiting.len()) {
                     e.build(shared);
                 }
@@ -847,7 +896,7 @@ impl Conns {
     }
 
     fn finish(self, shared: &Shared) -> Vec<Built> {
-        self.0
+        self.entries
             .into_iter()
             .map(|(key, mut e)| {
                 // The pass ended before the direction was clear: it is now.
@@ -884,7 +933,7 @@ impl Entry {
         let mut c = Box::new(Conn::new(0, d.src, dst, d.hs, d.base, shared.opts));
         c.keep_segs = shared.keep_segs;
         for it in waiting {
-            c.add(it.at, it.tcp, it.ts, it.meta.as_ref());
+            c.add(it.at, &it.tcp, it.ts, it.meta.as_ref());
         }
         self.state = State::Built(d, c);
     }
@@ -985,7 +1034,7 @@ impl Model {
                 let mut conns = Conns::default();
                 for batch in rx {
                     for it in batch {
-                        conns.add(&shared, it);
+                        conns.add(&shared, &it);
                     }
                 }
                 conns.finish(&shared)
@@ -1030,7 +1079,7 @@ impl Model {
             meta: p.meta,
         };
         if self.workers.is_empty() {
-            self.conns.add(&self.shared, it);
+            self.conns.add(&self.shared, &it);
             return true;
         }
         let n = self.workers.len();
@@ -1131,18 +1180,100 @@ fn vantage_words(has_meta: bool, conns: &[ConnAnalysis]) -> String {
 }
 
 /// A first transmission and what the sender knows of it.
+///
+/// One is kept for every segment of a connection's recent history, and
+/// writing them was a large part of the analysis's memory traffic: 72
+/// bytes, not 104 (`Option`s of a time and of an `Evidence` cost a word
+/// of tag each; here one flag says whether the SACK fields hold).
 #[derive(Debug, Clone)]
 struct SegState {
     index: u32,
     end: u32,
+    tx_count: u32,
+    /// The event the switch applied to the last transmission.
+    last_event: Option<Action>,
+    /// `sack_ts` and `sack_at` hold.
+    sacked: bool,
     first_ts: u64,
     last_tx_ts: u64,
-    /// The last transmission, and the event the switch applied to it.
-    last_tx: (Evidence, Option<Action>),
-    tx_count: u32,
+    /// The last transmission.
+    last_tx_at: PackedEvidence,
     /// When a SACK covering it passed the vantage point, and that ACK.
-    sacked_ts: Option<u64>,
-    sack_at: Option<Evidence>,
+    sack_ts: u64,
+    sack_at: PackedEvidence,
+}
+
+/// An `Evidence` in two words: the mirror sequence number plus one, 0 for
+/// none (a ring counter never reaches u64::MAX).
+#[derive(Debug, Clone, Copy)]
+struct PackedEvidence {
+    frame: u64,
+    mirror: u64,
+}
+
+impl From<Evidence> for PackedEvidence {
+    fn from(e: Evidence) -> Self {
+        PackedEvidence {
+            frame: e.frame,
+            mirror: e.mirror_seq.map_or(0, |s| s + 1),
+        }
+    }
+}
+
+impl From<PackedEvidence> for Evidence {
+    fn from(e: PackedEvidence) -> Self {
+        Evidence {
+            frame: e.frame,
+            mirror_seq: e.mirror.checked_sub(1),
+        }
+    }
+}
+
+impl SegState {
+    /// A first transmission at `ts`, by `tx` (its packet and event).
+    fn new(index: u32, end: u32, ts: u64, tx: (Evidence, Option<Action>)) -> Self {
+        SegState {
+            index,
+            end,
+            tx_count: 1,
+            last_event: tx.1,
+            sacked: false,
+            first_ts: ts,
+            last_tx_ts: ts,
+            last_tx_at: tx.0.into(),
+            sack_ts: 0,
+            sack_at: PackedEvidence {
+                frame: 0,
+                mirror: 0,
+            },
+        }
+    }
+
+    /// The last transmission, and the event the switch applied to it.
+    fn last_tx(&self) -> (Evidence, Option<Action>) {
+        (self.last_tx_at.into(), self.last_event)
+    }
+
+    fn set_last_tx(&mut self, tx: (Evidence, Option<Action>)) {
+        self.last_tx_at = tx.0.into();
+        self.last_event = tx.1;
+    }
+
+    /// When a SACK covering it passed the vantage point.
+    fn sacked_ts(&self) -> Option<u64> {
+        self.sacked.then_some(self.sack_ts)
+    }
+
+    /// That SACK.
+    fn sack_at(&self) -> Option<Evidence> {
+        self.sacked.then(|| self.sack_at.into())
+    }
+
+    fn set_sacked(&mut self, ts: u64, at: Evidence) {
+        self.sacked = true;
+        self.sack_ts = ts;
+        self.sack_at = at.into();
+    }
 }
 
 /// An ACK from the receiver, as the sender's loss detection uses it.
@@ -1188,8 +1319,15 @@ struct Conn {
 /// such; a stack that numbers at random (or not at all) never is.
 #[derive(Debug, Default)]
 struct IdOrder {
-    /// The highest ID so far, and its packet.
-    highest: Option<(u16, Evidence)>,
+    /// The highest ID so far and its packet's frame and mirror sequence
+    /// (0: none), once `seen`. Plain words, not an `Option` of a tuple
+    /// with an `Evidence`: the compiler built that on the stack and copied
+    /// it in wider words than it had written, which the CPU cannot
+    /// forward (a fifth of `Conn::add`, perf).
+    high: u16,
+    seen: bool,
+    high_frame: u64,
+    high_mirror: u64,
     steps: u32,
     forward: u32,
 }
@@ -1203,25 +1341,36 @@ impl IdOrder {
     /// the IDs say so.
     fn on_packet(&mut self, id: Option<u16>, at: Evidence) -> Option<Evidence> {
         let id = id?;
-        let Some((high, high_at)) = self.highest else {
-            self.highest = Some((id, at));
+        if !self.seen {
+            self.seen = true;
+            self.set(id, at);
             return None;
-        };
-        let ahead = id.wrapping_sub(high);
-        let behind = high.wrapping_sub(id);
+        }
+        let ahead = id.wrapping_sub(self.high);
+        let behind = self.high.wrapping_sub(id);
         self.steps += 1;
         if (1..=ID_STEP).contains(&ahead) {
             self.forward += 1;
-            self.highest = Some((id, at));
+            self.set(id, at);
             return None;
         }
         let trusted = self.steps >= 8 && self.forward * 10 >= self.steps * 9;
         if (1..=ID_STEP).contains(&behind) {
-            return trusted.then_some(high_at);
+            return trusted.then_some(Evidence {
+                frame: self.high_frame,
+                mirror_seq: self.high_mirror.checked_sub(1),
+            });
         }
         // Numbered otherwise: start again from here.
-        self.highest = Some((id, at));
+        self.set(id, at);
         None
+    }
+
+    fn set(&mut self, id: u16, at: Evidence) {
+        self.high = id;
+        self.high_frame = at.frame;
+        // A mirror sequence is a ring counter, far below u64::MAX.
+        self.high_mirror = at.mirror_seq.map_or(0, |s| s + 1);
     }
 }
 
@@ -1292,7 +1441,7 @@ impl Conn {
     }
 
     /// The next packet of the connection, in capture order.
-    fn add(&mut self, at: Evidence, t: Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
+    fn add(&mut self, at: Evidence, t: &Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
         self.out.packets += 1;
         // The receiver's SYN or SYN-ACK bounds what the sender sends.
         if t.syn && !self.is_data(&t) {
@@ -1312,7 +1461,7 @@ impl Conn {
             at,
             ts,
             data: self.is_data(&t),
-            tcp: t,
+            tcp: *t,
             rel: 0,
             index: 0,
             iter: 0,
@@ -1664,7 +1813,7 @@ impl Classify<'_> {
             .map_or(self.una_floor, |(_, u)| *u);
         let already_acked = seq_le(self.seg.end, una_at_cut);
         let after_rto = self.rto_recovery.is_some_and(|(_, rto_ts)| since < rto_ts);
-        let already_sacked = !after_rto && self.seg.sacked_ts.is_some_and(|t| t <= known);
+        let already_sacked = !after_rto && self.seg.sacked_ts().is_some_and(|t| t <= known);
         let flags = (already_acked, already_sacked);
         // ACKs the sender could have acted on, since it last sent this.
         let window: Vec<&AckEv> = if self.acks_ordered.0 {
@@ -1702,9 +1851,9 @@ impl Classify<'_> {
             .range(self.seg.end..)
             .take_while(|(&k, _)| seq_lt(k, self.next_new))
             .filter_map(|(k, s)| {
-                s.sacked_ts
+                s.sacked_ts()
                     .filter(|t| *t >= since && *t <= cut)
-                    .map(|t| (t, s.sack_at, s.end.wrapping_sub(*k)))
+                    .map(|t| (t, s.sack_at(), s.end.wrapping_sub(*k)))
             })
             .collect();
         above.sort_unstable_by_key(|&(t, a, len)| (t, a.map(|e| e.frame), len));
@@ -1734,10 +1883,10 @@ impl Classify<'_> {
             .take_while(|(&k, _)| seq_lt(k, self.next_new))
             .filter(|(_, s)| s.last_tx_ts >= since)
             .filter_map(|(_, s)| {
-                s.sacked_ts
+                s.sacked_ts()
                     .filter(|t| *t >= since && *t <= cut)
                     .map(|t| AckEv {
-                        at: s.sack_at.expect("a SACKed segment has its SACK"),
+                        at: s.sack_at().expect("a SACKed segment has its SACK"),
                         ts: t,
                         ack: 0,
                         dup: false,

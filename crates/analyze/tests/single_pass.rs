@@ -169,3 +169,67 @@ fn write_pcap(t: &wirelab_trace::Trace, path: &std::path::Path) {
             .unwrap();
     }
 }
+
+/// More connections than the model's connection cache has slots, all on
+/// the same ports (so every one maps to the same slot), interleaved packet
+/// by packet: each is still analyzed from its own packets alone.
+#[test]
+fn interleaved_connections_that_share_a_cache_slot_stay_apart() {
+    const CONNS: u8 = 250;
+    const SEGS: u32 = 30;
+    let frame = |client: u8, to_server: bool, seq: u32, ack: u32, len: usize| {
+        let (c, s) = ([198, 18, 1, client], [198, 18, 0, 2]);
+        let b = if to_server {
+            etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4(c, s, 64)
+                .tcp(40000, 5001, seq, 65535)
+        } else {
+            etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+                .ipv4(s, c, 64)
+                .tcp(5001, 40000, seq, 65535)
+        };
+        let payload = vec![0u8; len];
+        let mut data = Vec::new();
+        b.ack(ack).write(&mut data, &payload).unwrap();
+        data
+    };
+    let mut t = wirelab_trace::Trace::default();
+    let mut push = |data: Vec<u8>| {
+        let n = t.packets.len() as u64;
+        t.packets.push(wirelab_trace::Packet {
+            frame: n + 1,
+            ts_ns: 1_000_000_000 + n * 1_000,
+            orig_len: data.len() as u32,
+            data,
+            interface: 0,
+            link: wirelab_trace::Link::Ethernet,
+            meta: None,
+        });
+    };
+    // Connection c's client sends SEGS segments of c + 100 bytes each
+    // (its ISN is c * 1000), each acknowledged; round robin over all.
+    for k in 0..SEGS {
+        for c in 1..=CONNS {
+            let (isn, len) = (u32::from(c) * 1000, u32::from(c) + 100);
+            let seq = isn + 1 + k * len;
+            push(frame(c, true, seq, 1, len as usize));
+            push(frame(c, false, 1, seq + len, 0));
+        }
+    }
+    let Finished::Done(a) = one_pass(&t, 0) else {
+        panic!("a bulk transfer each: one pass");
+    };
+    assert_eq!(a.connections.len(), usize::from(CONNS));
+    for conn in &a.connections {
+        let std::net::IpAddr::V4(ip) = conn.data_src.0 else {
+            panic!("IPv4 only here");
+        };
+        let c = ip.octets()[3];
+        assert_eq!(conn.data_src.1, 40000);
+        assert_eq!(conn.packets, u64::from(2 * SEGS), "connection {c}");
+        assert_eq!(conn.data_packets, u64::from(SEGS), "connection {c}");
+        assert_eq!(conn.first_transmissions, SEGS, "connection {c}");
+        assert_eq!(conn.smss, u32::from(c) + 100, "connection {c}");
+        assert!(conn.retransmissions.is_empty(), "connection {c}");
+    }
+}

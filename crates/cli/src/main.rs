@@ -254,6 +254,11 @@ enum BenchCmd {
     Analyze {
         #[arg(long, default_value_t = 1_000_000)]
         packets: u64,
+        /// Runs of `wirelab analyze` per configuration: the median is
+        /// reported, with the range (one run varies by several percent on
+        /// a shared machine). tshark runs once.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
     },
     /// Lumina's genetic search against random search: runs to find each
     /// planted RoCE quirk, several seeds each; then runs per minute with 1,
@@ -653,7 +658,7 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         BenchCmd::Capture => bench::capture(abort)?,
         BenchCmd::Record { rounds, megabytes } => bench_record::run(abort, rounds, megabytes)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
-        BenchCmd::Analyze { packets } => bench_analyze::run(packets)?,
+        BenchCmd::Analyze { packets, runs } => bench_analyze::run(packets, runs)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
         BenchCmd::Runs { runs } => bench_runs::run(abort, runs)?,
         BenchCmd::Replay { connections, jobs } => bench_replay::run(abort, connections, jobs)?,

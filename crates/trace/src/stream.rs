@@ -22,7 +22,11 @@ use crate::{Damage, Link, NotTcp, Packet, Tcp};
 /// libpcap's largest snap length is 256 KiB.
 pub const MAX_RECORD: usize = 64 << 20;
 
-const START_BUFFER: usize = 1 << 20;
+/// Bytes read at a time (the buffer grows for a longer record). Small
+/// enough that what the kernel copied is still in the core's cache when
+/// it is parsed: 64 KiB analyzed a 1 M-packet trace in 0.195-0.208 s,
+/// 256 KiB and 1 MiB in 0.200-0.228 s (three interleaved rounds of 20).
+const START_BUFFER: usize = 1 << 16;
 
 /// One packet as the reader holds it: valid until the next call to
 /// [`Reader::next`].
@@ -314,6 +318,27 @@ impl<'s> Reader<'s> {
                 return None;
             }
             let avail = &self.buf[self.start..self.end];
+            // Almost every block of a pcapng file: taken here without
+            // going through `Step`. Built in one place and matched in
+            // another, the enum lived on the stack, and copying it into
+            // the packet read wider words than had been written, which
+            // the CPU cannot forward (a tenth of this function, perf).
+            if let Format::PcapNg { be, ifs } = &self.fmt {
+                if let Some(e) = next_plain_epb(avail, *be, ifs) {
+                    let at = self.start;
+                    self.start += e.len;
+                    self.frames += 1;
+                    return Some(PacketRef {
+                        frame: self.frames,
+                        ts_ns: e.ts_ns,
+                        orig_len: e.orig_len,
+                        data: &self.buf[at + e.data.0..at + e.data.1],
+                        interface: e.interface,
+                        link: e.link,
+                        meta: None,
+                    });
+                }
+            }
             let step = match &mut self.fmt {
                 Format::Pcap {
                     link,
@@ -592,6 +617,30 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
 /// `wirelab analyze`'s time (perf); the layout read here is seven 32-bit
 /// words, the padded data and the trailing length.
 fn plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Step> {
+    let e = epb_fields(b, be, ifs)?;
+    Some(Step::Packet {
+        len: e.len,
+        data: e.data,
+        ts_ns: e.ts_ns,
+        orig_len: e.orig_len,
+        interface: e.interface,
+        link: e.link,
+        meta: None,
+    })
+}
+
+/// A plain Enhanced Packet Block's fields.
+struct Epb {
+    len: usize,
+    data: (usize, usize),
+    ts_ns: u64,
+    orig_len: u32,
+    interface: u32,
+    link: Link,
+}
+
+#[inline(always)]
+fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
     const EPB: u32 = 6;
     let len = b.len();
     if len < 32 || u32_at(b, 0, be) != EPB || u32_at(b, len - 4, be) as usize != len {
@@ -605,15 +654,29 @@ fn plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Step> {
     }
     let i = ifs.get(u32_at(b, 8, be) as usize)?;
     let raw = (u64::from(u32_at(b, 12, be)) << 32) | u64::from(u32_at(b, 16, be));
-    Some(Step::Packet {
+    Some(Epb {
         len,
         data: (28, 28 + caplen),
         ts_ns: ts_ns(raw, i),
         orig_len: u32_at(b, 24, be),
         interface: i.global,
         link: i.link,
-        meta: None,
     })
+}
+
+/// The next block, if it is a complete plain Enhanced Packet Block of
+/// this section (the checks `ng_step` makes first, then `epb_fields`);
+/// anything else is left to `ng_step`.
+#[inline(always)]
+fn next_plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
+    if b.len() < 12 {
+        return None;
+    }
+    let len = u32_at(b, 4, be) as usize;
+    if len < 32 || len % 4 != 0 || len > MAX_RECORD || b.len() < len {
+        return None;
+    }
+    epb_fields(&b[..len], be, ifs)
 }
 
 /// An EPB's timestamp in ns: if_tsresol units (§4.2: MSB clear 10^-n s,

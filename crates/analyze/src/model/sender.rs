@@ -38,6 +38,12 @@ pub(crate) struct Sender {
     una_hist: Vec<(u64, u32)>,
     last_ack: Option<(u32, u16)>,
     acks: Vec<AckEv>,
+    /// The oldest kept entry's ACK number, of `acks` and of `una_hist`
+    /// (when not empty): `forget` asks for them on every ACK, and reading
+    /// them from the far end of their vectors missed the cache each time
+    /// (perf).
+    oldest_ack: u32,
+    oldest_una: u32,
     /// Latest timeout: (retransmission evidence, ts, recovery point, interval).
     last_timeout: Option<(Evidence, u64, u32, u64)>,
     rto_recovery_until: Option<(u32, u64)>,
@@ -118,6 +124,8 @@ impl Sender {
             una_hist: Vec::new(),
             last_ack: None,
             acks: Vec::new(),
+            oldest_ack: 0,
+            oldest_una: 0,
             last_timeout: None,
             rto_recovery_until: None,
             tlp_out: false,
@@ -181,13 +189,16 @@ impl Sender {
                 .segs
                 .range(..a)
                 .next_back()
-                .filter(|(_, s)| s.tx_count == 1 && s.sacked_ts.is_none() && seq_le(s.end, a))
+                .filter(|(_, s)| s.tx_count == 1 && !s.sacked && seq_le(s.end, a))
                 .map(|(_, s)| ts.saturating_sub(s.first_ts));
             if let Some(rtt) = sample {
                 self.rtt_sample(out, rtt);
             }
             out.bytes_acked += u64::from(a.wrapping_sub(self.snd_una));
             self.snd_una = a;
+            if self.una_hist.is_empty() {
+                self.oldest_una = a;
+            }
             self.una_hist.push((ts, a));
             out.last_ack_ts_ns = Some(ts);
             self.tlp_out = false;
@@ -201,6 +212,9 @@ impl Sender {
             // Acknowledges bytes never seen sent: the capture missed them.
             // Follow the receiver.
             self.snd_una = a;
+            if self.una_hist.is_empty() {
+                self.oldest_una = a;
+            }
             self.una_hist.push((ts, a));
         }
         self.on_sacks(out, ack);
@@ -215,6 +229,9 @@ impl Sender {
             let (t, k) = disorder(last, &ev);
             self.acks_disorder.0 += t;
             self.acks_disorder.1 += k;
+        }
+        if self.acks.is_empty() {
+            self.oldest_ack = ev.ack;
         }
         self.acks.push(ev);
         self.forget();
@@ -239,13 +256,13 @@ impl Sender {
         };
         let n = cut(
             self.acks.len(),
-            self.acks.first().is_some_and(|a| beyond(a.ack)),
+            !self.acks.is_empty() && beyond(self.oldest_ack),
             &|| self.acks.partition_point(|a| old(a.ack)),
         );
         // Not the ACKs since the oldest data in flight was last sent: its
         // retransmission will be judged on them (a window wider than
         // `KEEP` segments).
-        let n = if n > 0 && self.acks.first().is_some_and(|a| !beyond(a.ack)) {
+        let n = if n > 0 && !self.acks.is_empty() && !beyond(self.oldest_ack) {
             let una = self.snd_una;
             let sent = (self.segs.range(..=una).next_back())
                 .filter(|(_, s)| seq_lt(una, s.end))
@@ -257,6 +274,7 @@ impl Sender {
         };
         if n > 0 {
             self.acks.drain(..n);
+            self.oldest_ack = self.acks.first().map_or(0, |a| a.ack);
             self.acks_disorder = self.acks.windows(2).fold((0, 0), |(t, k), w| {
                 let (dt, dk) = disorder(&w[0], &w[1]);
                 (t + dt, k + dk)
@@ -264,12 +282,13 @@ impl Sender {
         }
         let n = cut(
             self.una_hist.len(),
-            self.una_hist.first().is_some_and(|u| beyond(u.1)),
+            !self.una_hist.is_empty() && beyond(self.oldest_una),
             &|| self.una_hist.partition_point(|u| old(u.1)),
         );
         if n > 0 {
             self.una_floor = self.una_hist[n - 1].1;
             self.una_hist.drain(..n);
+            self.oldest_una = self.una_hist.first().map_or(0, |u| u.1);
         }
         // Only acknowledged segments are forgotten.
         let keep = if self.segs.len() >= TRIM {
@@ -277,6 +296,21 @@ impl Sender {
         } else {
             usize::MAX
         };
+        // Past `keep`, the acknowledged oldest go in one step: popped one
+        // by one, each was read again long after it was written, a cache
+        // miss per segment (perf).
+        let excess = self.segs.len().saturating_sub(keep);
+        if excess > 0
+            && self
+                .segs
+                .first_key_value()
+                .is_some_and(|(_, s)| seq_le(s.end, self.snd_una))
+        {
+            let n = excess.min(self.segs.ended_by(self.snd_una));
+            if let Some(end) = self.segs.pop_n(n) {
+                self.forgotten_below = Some(end);
+            }
+        }
         while self.segs.bytes() > SPAN || self.segs.len() > keep {
             match self.segs.first_key_value() {
                 Some((_, s)) if seq_le(s.end, self.snd_una) => {
@@ -331,9 +365,8 @@ impl Sender {
                 if !seq_le(s.end, r) {
                     break;
                 }
-                if s.sacked_ts.is_none() {
-                    s.sacked_ts = Some(ts);
-                    s.sack_at = Some(at);
+                if !s.sacked {
+                    s.set_sacked(ts, at);
                     if s.tx_count == 1 {
                         samples.push(ts.saturating_sub(s.first_ts));
                     }
@@ -393,19 +426,8 @@ impl Sender {
         let first = seq_le(self.next_new, rel);
         let index = if first {
             self.first_tx += 1;
-            self.segs.insert(
-                rel,
-                SegState {
-                    index: self.first_tx,
-                    end,
-                    first_ts: ts,
-                    last_tx_ts: ts,
-                    last_tx: tx,
-                    tx_count: 1,
-                    sacked_ts: None,
-                    sack_at: None,
-                },
-            );
+            self.segs
+                .insert(rel, SegState::new(self.first_tx, end, ts, tx));
             self.first_tx
         } else {
             self.segs
@@ -527,8 +549,8 @@ impl Sender {
             iteration: iter,
             at: tx.0,
             ts_ns: ts,
-            previous: s.1.last_tx.0,
-            previous_event: s.1.last_tx.1,
+            previous: s.1.last_tx().0,
+            previous_event: s.1.last_tx().1,
             since_loss_ns: ts.saturating_sub(s.1.last_tx_ts),
             recovery: reason.recovery(),
             reason,
@@ -553,7 +575,7 @@ impl Sender {
             .take_while(|(&k, _)| seq_lt(k, end))
         {
             st.last_tx_ts = ts;
-            st.last_tx = tx;
+            st.set_last_tx(tx);
             st.tx_count += 1;
         }
     }
