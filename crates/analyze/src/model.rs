@@ -772,7 +772,8 @@ struct Shared {
     only: Option<HashMap<Key, ConnSurvey>>,
 }
 
-/// One packet for a connection's builder.
+/// One packet for a connection's builder, kept (waiting for its
+/// connection's direction, or in a batch for a worker).
 #[derive(Clone, Copy)]
 struct Item {
     key: Key,
@@ -780,6 +781,43 @@ struct Item {
     tcp: Tcp,
     ts: u64,
     meta: Option<wirelab_trace::Meta>,
+}
+
+/// The same, borrowed: how a packet reaches its connection. Built as an
+/// `Item` on the reading path, its 232 bytes were written to the stack
+/// (across a cache line, at the odd offsets its addresses' layout gave)
+/// and read back for every packet (perf).
+#[derive(Clone, Copy)]
+struct ItemRef<'a> {
+    key: Key,
+    at: Evidence,
+    tcp: &'a Tcp,
+    ts: u64,
+    meta: Option<&'a wirelab_trace::Meta>,
+}
+
+impl Item {
+    fn as_ref(&self) -> ItemRef<'_> {
+        ItemRef {
+            key: self.key,
+            at: self.at,
+            tcp: &self.tcp,
+            ts: self.ts,
+            meta: self.meta.as_ref(),
+        }
+    }
+}
+
+impl ItemRef<'_> {
+    fn owned(&self) -> Item {
+        Item {
+            key: self.key,
+            at: self.at,
+            tcp: *self.tcp,
+            ts: self.ts,
+            meta: self.meta.copied(),
+        }
+    }
 }
 
 /// Packets handed to a worker at a time (a channel message each).
@@ -846,7 +884,7 @@ fn slot(k: &Key) -> usize {
 impl Conns {
     /// The entry of `it`'s connection, made if it is new; None for a
     /// connection a second pass does not redo.
-    fn entry(&mut self, shared: &Shared, it: &Item) -> Option<&mut Entry> {
+    fn entry(&mut self, shared: &Shared, it: &ItemRef) -> Option<&mut Entry> {
         let s = slot(&it.key);
         let i = match self.recent[s].checked_sub(1) {
             Some(i) if self.entries[i as usize].0 == it.key => i as usize,
@@ -855,7 +893,7 @@ impl Conns {
                     Some(&i) => i,
                     None => {
                         let survey = match &shared.only {
-                            None => ConnSurvey::new(it.at.frame, &it.tcp),
+                            None => ConnSurvey::new(it.at.frame, it.tcp),
                             Some(only) => only.get(&it.key)?.clone(),
                         };
                         self.entries.push((
@@ -877,17 +915,17 @@ impl Conns {
         Some(&mut self.entries[i].1)
     }
 
-    fn add(&mut self, shared: &Shared, it: &Item) {
-        let Some(e) = self.entry(shared, it) else {
+    fn add(&mut self, shared: &Shared, it: ItemRef) {
+        let Some(e) = self.entry(shared, &it) else {
             return;
         };
         if shared.only.is_none() {
-            e.survey.add(&it.tcp, it.ts, it.meta.as_ref());
+            e.survey.add(it.tcp, it.ts, it.meta);
         }
         match &mut e.state {
-            State::Built(_, c) => c.add(it.at, &it.tcp, it.ts, it.meta.as_ref()),
+            State::Built(_, c) => c.add(it.at, it.tcp, it.ts, it.meta),
             State::Pending(waiting) => {
-                waiting.push(*it);
+                waiting.push(it.owned());
                 if shared.only.is_some() || e.survey.clear(waiting.len()) {
                     e.build(shared);
                 }
@@ -1034,7 +1072,7 @@ impl Model {
                 let mut conns = Conns::default();
                 for batch in rx {
                     for it in batch {
-                        conns.add(&shared, &it);
+                        conns.add(&shared, it.as_ref());
                     }
                 }
                 conns.finish(&shared)
@@ -1071,20 +1109,20 @@ impl Model {
                 return true;
             }
         };
-        let it = Item {
+        let it = ItemRef {
             key: canonical(&t),
             at: evidence_of(p),
-            tcp: t,
+            tcp: &t,
             ts,
-            meta: p.meta,
+            meta: p.meta.as_ref(),
         };
         if self.workers.is_empty() {
-            self.conns.add(&self.shared, &it);
+            self.conns.add(&self.shared, it);
             return true;
         }
         let n = self.workers.len();
         let w = &mut self.workers[(self.hasher.hash_one(it.key) as usize) % n];
-        w.batch.push(it);
+        w.batch.push(it.owned());
         if w.batch.len() == BATCH {
             let full = std::mem::replace(&mut w.batch, Vec::with_capacity(BATCH));
             // A worker that is gone panicked; its join in `finish` says so.
