@@ -130,6 +130,8 @@ struct Round {
     runs: u64,
     cpu_ns: u64,
     cpu_base_ns: u64,
+    /// (program, runs, kernel ns) during the recorded-alone transfer.
+    by_program: Vec<(&'static str, u64, u64)>,
 }
 
 fn recorder(p: &Path3, out: std::path::PathBuf) -> Result<wirelab_lab::record::HostRecorder> {
@@ -214,9 +216,18 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
 
     let rec = recorder(&p, dir.path().join("rec2"))?;
     let cpu0 = cpu_busy_ns()?;
-    let (runs0, k0) = rec.kernel_time();
+    let by0 = rec.kernel_time_by_program();
     transfer(&p, mb, dir.path())?;
-    let (runs1, k1) = rec.kernel_time();
+    let by1 = rec.kernel_time_by_program();
+    let by_program: Vec<(&'static str, u64, u64)> = by1
+        .iter()
+        .map(|&(n, r, t)| {
+            let (r0, t0) = by0.iter().find(|p| p.0 == n).map_or((0, 0), |p| (p.1, p.2));
+            (n, r - r0, t - t0)
+        })
+        .collect();
+    let runs: u64 = by_program.iter().map(|p| p.1).sum();
+    let kernel_ns: u64 = by_program.iter().map(|p| p.2).sum();
     let cpu1 = cpu_busy_ns()?;
     rec.stop()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
@@ -230,8 +241,9 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
         records,
         pcap,
         pcap_zstd,
-        kernel_ns: k1 - k0,
-        runs: runs1 - runs0,
+        kernel_ns,
+        runs,
+        by_program,
         cpu_ns: cpu1.saturating_sub(cpu0),
         cpu_base_ns: base1.saturating_sub(base0),
     })
@@ -294,5 +306,21 @@ pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
         m(&|r| r.kernel_ns as f64 / r.runs.max(1) as f64),
         m(&|r| r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64),
     );
+    // Where the kernel time goes (medians over the rounds): which
+    // program to make cheaper.
+    println!(
+        "{:>18} {:>13} {:>8} {:>10}",
+        "program", "runs/packet", "ns/run", "CPU share"
+    );
+    for (i, (name, _, _)) in got[0].by_program.iter().enumerate() {
+        let of = |r: &Round| r.by_program.get(i).map_or((0, 0), |p| (p.1, p.2));
+        println!(
+            "{:>18} {:>13.3} {:>8.0} {:>9.3}%",
+            name,
+            m(&|r| of(r).0 as f64 / r.packets.max(1) as f64),
+            m(&|r| of(r).1 as f64 / of(r).0.max(1) as f64),
+            m(&|r| 100.0 * of(r).1 as f64 / r.cpu_ns.max(1) as f64),
+        );
+    }
     Ok(())
 }

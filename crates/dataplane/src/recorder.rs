@@ -333,16 +333,24 @@ impl Recorder {
     /// Runs of the recorder's programs and the kernel time spent in them
     /// (ns; counted only while `RunTimeStats` is held).
     pub fn kernel_time(&self) -> (u64, u64) {
-        let ids: Vec<u32> = PROGS
+        self.kernel_time_by_program()
+            .iter()
+            .fold((0, 0), |(r, t), p| (r + p.1, t + p.2))
+    }
+
+    /// The same, per program: (name, runs, ns).
+    pub fn kernel_time_by_program(&self) -> Vec<(&'static str, u64, u64)> {
+        let info: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
+        PROGS
             .iter()
             .chain(PROBES.iter())
             .filter_map(|n| {
-                libbpf_rs::Program::id_from_fd(object::program(&self.obj, n).as_fd()).ok()
+                let id =
+                    libbpf_rs::Program::id_from_fd(object::program(&self.obj, n).as_fd()).ok()?;
+                let p = info.iter().find(|p| p.id == id)?;
+                Some((*n, p.run_cnt, p.run_time_ns))
             })
-            .collect();
-        libbpf_rs::query::ProgInfoIter::default()
-            .filter(|p| ids.contains(&p.id))
-            .fold((0, 0), |(r, t), p| (r + p.run_cnt, t + p.run_time_ns))
+            .collect()
     }
 
     /// Connections not followed because the map was full.

@@ -142,6 +142,22 @@ impl HostRecorder {
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
+    /// The same per program, over all hosts: (name, runs, ns).
+    pub fn kernel_time_by_program(&self) -> Vec<(&'static str, u64, u64)> {
+        let mut all: Vec<(&'static str, u64, u64)> = Vec::new();
+        for (n, r, t) in self
+            .hosts
+            .iter()
+            .flat_map(|h| h.rec.kernel_time_by_program())
+        {
+            match all.iter_mut().find(|p| p.0 == n) {
+                Some(p) => (p.1, p.2) = (p.1 + r, p.2 + t),
+                None => all.push((n, r, t)),
+            }
+        }
+        all
+    }
+
     /// Connections followed now, over all hosts.
     pub fn open(&self) -> usize {
         self.hosts.iter().map(|h| h.rec.conns().len()).sum()
