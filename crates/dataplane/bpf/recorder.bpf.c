@@ -83,7 +83,9 @@ enum wl_rec_kind {
 	WL_REC_ARRIVE = 2,
 	/* A CE run ended: a = its length, b = 1 if marked. */
 	WL_REC_CE = 3,
-	/* Algorithm 1 line 6: a = s.index, b = s.time, c = gap. */
+	/* Algorithm 1 line 6: a = s.index, b = s.time, c and d = rec_range
+	 * (gaps; d = ~0: unbounded). User space picks the gap recorded
+	 * (wirelab_deter::sample::recorded), which knows the sample before. */
 	WL_REC_SAMPLE = 4,
 	/* A socket call (sock:sock_send_length, sock_recv_length): a = 0 send,
 	 * 1 receive; b = bytes; c = flags. Not numbered (seq = ~0). */
@@ -116,6 +118,7 @@ struct wl_rec_event {
 	__u64 a;
 	__u64 b;
 	__u64 c;
+	__u64 d;
 	__u32 kind;
 	/* The connection's event number (wl_rec_conn.ev_seq). */
 	__u32 seq;
@@ -161,7 +164,7 @@ __u64 rec_full = 0;
 
 /* An event decided under the lock, emitted after it. */
 struct pending {
-	__u64 a, b, c;
+	__u64 a, b, c, d;
 	__u32 kind, seq;
 };
 
@@ -178,6 +181,7 @@ static __always_inline void emit(const struct wl_rec_key *k, __u64 now, const st
 	e->a = p->a;
 	e->b = p->b;
 	e->c = p->c;
+	e->d = p->d;
 	e->kind = p->kind;
 	e->seq = p->seq;
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
@@ -245,6 +249,8 @@ int wl_rec_in(struct __sk_buff *skb)
 	ce = (ip->tos & 3) == 3;
 	ev[0].kind = 0;
 	ev[1].kind = 0;
+	ev[0].d = 0;
+	ev[1].d = 0;
 	bpf_spin_lock(&c->lock);
 	c->last_ns = now;
 	/* Once this host's FIN is acknowledged the peer may answer from a
@@ -355,7 +361,8 @@ int wl_rec_out(struct __sk_buff *skb)
 	ev.kind = WL_REC_SAMPLE;
 	ev.a = c->s_index;
 	ev.b = c->s_time;
-	ev.c = c->hi == ~0ULL ? c->lo : c->lo + (c->hi - c->lo) / 2;
+	ev.c = c->lo;
+	ev.d = c->hi;
 	ev.seq = c->ev_seq++;
 	c->s_index = idx;
 	c->s_time = now;

@@ -71,7 +71,15 @@ pub enum RecEvent {
     /// A run of `run` arrivals, CE-marked or not, ended.
     Ce { run: u32, marked: bool },
     /// Algorithm 1 line 6.
-    Sample { index: u64, time_ns: u64, gap: u64 },
+    /// Algorithm 1's sample with its final rec_range [lo, hi] (gaps; hi
+    /// = u64::MAX unbounded): `wirelab_deter::sample::recorded` picks the
+    /// gap.
+    Sample {
+        index: u64,
+        time_ns: u64,
+        lo: u64,
+        hi: u64,
+    },
     /// A socket call: sent (`recv` false) or received `bytes`, with its flags.
     Call { recv: bool, bytes: u64, flags: u32 },
     /// tcp:tcp_retransmit_skb: the segment's sequence number.
@@ -252,7 +260,8 @@ impl Recorder {
                 4 => RecEvent::Sample {
                     index: e.a,
                     time_ns: e.b,
-                    gap: e.c,
+                    lo: e.c,
+                    hi: e.d,
                 },
                 5 => RecEvent::Call {
                     recv: e.a == 1,

@@ -301,19 +301,20 @@ fn algorithm_1_in_the_kernel_matches_the_reference() {
                 RecEvent::Sample {
                     index,
                     time_ns,
-                    gap,
-                } => kernel.push(wirelab_deter::sample::Sample {
-                    index,
-                    time_ns,
-                    gap,
-                }),
+                    lo,
+                    hi,
+                } => {
+                    let prev = kernel.last().map(|s: &wirelab_deter::sample::Sample| s.gap);
+                    kernel.push(recorded(index, time_ns, lo, hi, prev))
+                }
                 other => panic!("only samples on departure: {other:?}"),
             })
             .unwrap();
         }
         let s = r.state(&key_at_a()).unwrap();
         assert_eq!(s.tx_count, 600);
-        kernel.push(recorded(s.s_index, s.s_time, s.lo, s.hi));
+        let prev = kernel.last().map(|s| s.gap);
+        kernel.push(recorded(s.s_index, s.s_time, s.lo, s.hi, prev));
         want.extend(reference.finish());
         assert_eq!(kernel, want, "th {th}");
         assert!(

@@ -10,7 +10,7 @@ use crate::ipid::IdCoder;
 use crate::record::{
     Call, ConnRecord, Event, SO_RCVBUF, SO_SNDBUF, TCP_CONGESTION, TCP_CORK, TCP_NODELAY,
 };
-use crate::sample::{recorded, Sample};
+use crate::sample::recorded;
 
 /// One report about a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +22,15 @@ pub enum Ev {
     /// A run of arrivals, CE-marked or not, ended.
     Ce { run: u32, marked: bool },
     /// Algorithm 1 line 6.
-    Sample(Sample),
+    /// Algorithm 1's sample and its final rec_range (gaps; `hi` =
+    /// u64::MAX unbounded): the gap is chosen in order
+    /// (`sample::recorded`, which takes the sample before's).
+    Sample {
+        index: u64,
+        time_ns: u64,
+        lo: u64,
+        hi: u64,
+    },
     /// A socket call at `t` (ns). Not numbered.
     Call { t: u64, call: Call },
     /// A kernel event at `t`. Not numbered.
@@ -107,7 +115,16 @@ impl Building {
                 self.ids.arrive(id, segs);
             }
             Ev::Ce { run, marked } => self.rec.ce.extend(marked, run),
-            Ev::Sample(s) => self.rec.tx_samples.push(s),
+            Ev::Sample {
+                index,
+                time_ns,
+                lo,
+                hi,
+            } => {
+                let prev = self.rec.tx_samples.last().map(|s| s.gap);
+                let s = recorded(index, time_ns, lo, hi, prev);
+                self.rec.tx_samples.push(s);
+            }
             Ev::Call { t, call } => self.calls.push((t, call)),
             Ev::Kernel { t, event } => {
                 if event == Event::State(TCP_CLOSE) {
@@ -188,9 +205,10 @@ impl Assembler {
         b.ids.advance(f.rx_run);
         b.rec.ce.extend(f.ce_marked, f.ce_run);
         if f.tx_count > 0 {
+            let prev = b.rec.tx_samples.last().map(|s| s.gap);
             b.rec
                 .tx_samples
-                .push(recorded(f.s_index, f.s_time, f.lo, f.hi));
+                .push(recorded(f.s_index, f.s_time, f.lo, f.hi, prev));
         }
         let mut r = b.rec;
         r.host = self.host.clone();
@@ -250,6 +268,7 @@ impl Assembler {
 mod tests {
     use super::*;
     use crate::ipid::arrivals;
+    use crate::sample::Sample;
 
     #[test]
     fn events_and_the_final_state_make_the_record() {
@@ -283,11 +302,12 @@ mod tests {
             l,
             r,
             3,
-            Ev::Sample(Sample {
+            Ev::Sample {
                 index: 0,
                 time_ns: 100,
-                gap: 1024,
-            }),
+                lo: 1024,
+                hi: 1024,
+            },
         );
         let call = Call {
             kind: crate::record::CallKind::Recv,
@@ -346,7 +366,8 @@ mod tests {
             Sample {
                 index: 5,
                 time_ns: 900,
-                gap: 3072
+                // Of [2048, 4096], the gap nearest the sample before's.
+                gap: 2048
             }
         );
         // The first kernel event (40) came before the first packet (50).

@@ -175,12 +175,14 @@ impl HostRecorder {
                         RecEvent::Sample {
                             index,
                             time_ns,
-                            gap,
-                        } => Ev::Sample(wirelab_deter::sample::Sample {
+                            lo,
+                            hi,
+                        } => Ev::Sample {
                             index,
                             time_ns,
-                            gap,
-                        }),
+                            lo,
+                            hi,
+                        },
                         RecEvent::Call { recv, bytes, flags } => Ev::Call {
                             t,
                             call: Call {
