@@ -91,15 +91,7 @@ enum Format {
 
 /// What one record turned out to be.
 enum Step {
-    Packet {
-        len: usize,
-        data: (usize, usize),
-        ts_ns: u64,
-        orig_len: u32,
-        interface: u32,
-        link: Link,
-        meta: Option<Meta>,
-    },
+    Packet(Frame, Option<Meta>),
     /// A block that is not a packet (or one that declares an interface).
     Skip(usize),
     /// More bytes are needed.
@@ -349,15 +341,17 @@ impl<'s> Reader<'s> {
                 Format::PcapNg { be, ifs } => ng_step(avail, be, ifs, &mut self.interfaces),
             };
             match step {
-                Step::Packet {
-                    len,
-                    data: (from, to),
-                    ts_ns,
-                    orig_len,
-                    interface,
-                    link,
+                Step::Packet(
+                    Frame {
+                        len,
+                        data: (from, to),
+                        ts_ns,
+                        orig_len,
+                        interface,
+                        link,
+                    },
                     meta,
-                } => {
+                ) => {
                     let at = self.start;
                     self.start += len;
                     self.frames += 1;
@@ -471,15 +465,17 @@ fn pcap_step(b: &[u8], link: Link, be: bool, extra: usize, sub_second: u64) -> S
         return Step::Incomplete;
     }
     let (sec, sub) = (u64::from(u32_at(b, 0, be)), u64::from(u32_at(b, 4, be)));
-    Step::Packet {
-        len: hdr + caplen,
-        data: (hdr, hdr + caplen),
-        ts_ns: sec * 1_000_000_000 + sub * sub_second,
-        orig_len: u32_at(b, 12, be),
-        interface: 0,
-        link,
-        meta: None,
-    }
+    Step::Packet(
+        Frame {
+            len: hdr + caplen,
+            data: (hdr, hdr + caplen),
+            ts_ns: sec * 1_000_000_000 + sub * sub_second,
+            orig_len: u32_at(b, 12, be),
+            interface: 0,
+            link,
+        },
+        None,
+    )
 }
 
 /// One pcapng block (pcapng draft, §3-4). The block's length is checked
@@ -576,15 +572,17 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
                 .find_map(|o| o.as_str().ok().and_then(Meta::decode));
             let from = epb.data.as_ptr() as usize - b.as_ptr() as usize;
             let caplen = (epb.caplen as usize).min(epb.data.len());
-            Step::Packet {
-                len,
-                data: (from, from + caplen),
-                ts_ns: ts_ns(raw, i),
-                orig_len: epb.origlen,
-                interface: i.global,
-                link: i.link,
+            Step::Packet(
+                Frame {
+                    len,
+                    data: (from, from + caplen),
+                    ts_ns: ts_ns(raw, i),
+                    orig_len: epb.origlen,
+                    interface: i.global,
+                    link: i.link,
+                },
                 meta,
-            }
+            )
         }
         Block::SimplePacket(spb) => {
             // No timestamp, interface 0 (§4.4); captured up to its snap length.
@@ -596,15 +594,17 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
             if i.snaplen > 0 {
                 caplen = caplen.min(i.snaplen as usize);
             }
-            Step::Packet {
-                len,
-                data: (from, from + caplen),
-                ts_ns: 0,
-                orig_len: spb.origlen,
-                interface: i.global,
-                link: i.link,
-                meta: None,
-            }
+            Step::Packet(
+                Frame {
+                    len,
+                    data: (from, from + caplen),
+                    ts_ns: 0,
+                    orig_len: spb.origlen,
+                    interface: i.global,
+                    link: i.link,
+                },
+                None,
+            )
         }
         _ => Step::Skip(len),
     }
@@ -617,20 +617,11 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
 /// `wirelab analyze`'s time (perf); the layout read here is seven 32-bit
 /// words, the padded data and the trailing length.
 fn plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Step> {
-    let e = epb_fields(b, be, ifs)?;
-    Some(Step::Packet {
-        len: e.len,
-        data: e.data,
-        ts_ns: e.ts_ns,
-        orig_len: e.orig_len,
-        interface: e.interface,
-        link: e.link,
-        meta: None,
-    })
+    Some(Step::Packet(epb_fields(b, be, ifs)?, None))
 }
 
-/// A plain Enhanced Packet Block's fields.
-struct Epb {
+/// Where a packet record's data lies in it, and the packet's fields.
+struct Frame {
     len: usize,
     data: (usize, usize),
     ts_ns: u64,
@@ -640,7 +631,7 @@ struct Epb {
 }
 
 #[inline(always)]
-fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
+fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Frame> {
     const EPB: u32 = 6;
     let len = b.len();
     if len < 32 || u32_at(b, 0, be) != EPB || u32_at(b, len - 4, be) as usize != len {
@@ -654,7 +645,7 @@ fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
     }
     let i = ifs.get(u32_at(b, 8, be) as usize)?;
     let raw = (u64::from(u32_at(b, 12, be)) << 32) | u64::from(u32_at(b, 16, be));
-    Some(Epb {
+    Some(Frame {
         len,
         data: (28, 28 + caplen),
         ts_ns: ts_ns(raw, i),
@@ -668,7 +659,7 @@ fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
 /// this section (the checks `ng_step` makes first, then `epb_fields`);
 /// anything else is left to `ng_step`.
 #[inline(always)]
-fn next_plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Epb> {
+fn next_plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Frame> {
     if b.len() < 12 {
         return None;
     }
