@@ -65,11 +65,9 @@ fn a_capture_cut_short_exits_3_and_says_so_first() {
     );
 }
 
-/// A classic pcap of `n` data segments of one connection, written directly
-/// (24-byte file header, 16-byte record headers): big enough to take a
-/// while to analyze.
-fn big_pcap(dir: &Path, n: u32) -> PathBuf {
-    use std::io::Write;
+/// A classic pcap of data segments of one connection, as bytes (24-byte
+/// file header, 16-byte record headers): `n` segments from `from` on.
+fn pcap_bytes(from: u32, n: u32, header: bool) -> Vec<u8> {
     let mut frame = Vec::new();
     etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
         .ipv4([198, 18, 0, 1], [198, 18, 0, 2], 64)
@@ -77,51 +75,67 @@ fn big_pcap(dir: &Path, n: u32) -> PathBuf {
         .ack(1)
         .write(&mut frame, &[0u8; 16])
         .unwrap();
-    let path = dir.join("big.pcap");
-    let mut w = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
-    let mut hdr = Vec::new();
-    for v in [0xa1b2_c3d4u32.to_le_bytes(), [2, 0, 4, 0], [0; 4], [0; 4]] {
-        hdr.extend_from_slice(&v);
+    let mut out = Vec::new();
+    if header {
+        for v in [0xa1b2_c3d4u32.to_le_bytes(), [2, 0, 4, 0], [0; 4], [0; 4]] {
+            out.extend_from_slice(&v);
+        }
+        out.extend_from_slice(&65535u32.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes()); // Ethernet
     }
-    hdr.extend_from_slice(&65535u32.to_le_bytes());
-    hdr.extend_from_slice(&1u32.to_le_bytes()); // Ethernet
-    w.write_all(&hdr).unwrap();
-    for i in 0..n {
+    for i in from..from + n {
         // The TCP sequence number moves on; the IP header stays as built.
         frame[38..42].copy_from_slice(&(1 + i * 16).to_be_bytes());
         let len = frame.len() as u32;
         for v in [1_700_000_000 + i / 1_000_000, i % 1_000_000, len, len] {
-            w.write_all(&v.to_le_bytes()).unwrap();
+            out.extend_from_slice(&v.to_le_bytes());
         }
-        w.write_all(&frame).unwrap();
+        out.extend_from_slice(&frame);
     }
-    w.flush().unwrap();
-    path
+    out
 }
 
 /// Ctrl-C during a long analysis stops it with exit 130 (issue 19), not a
-/// verdict on the part read: an analysis holds nothing to clean up.
+/// verdict on the part read: an analysis holds nothing to clean up. The
+/// capture comes through a FIFO that this test keeps open, so the
+/// analysis is still under way however fast it reads (a file of 1.5 M
+/// packets once took long enough; it no longer does).
 #[test]
 fn ctrl_c_stops_an_analysis_with_130() {
+    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let path = big_pcap(dir.path(), 1_500_000);
+    let fifo = dir.path().join("capture.pcap");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_wirelab"))
         .arg("analyze")
-        .arg(&path)
+        .arg(&fifo)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    if child.try_wait().unwrap().is_some() {
-        eprintln!("SKIPPED: the analysis ended within 400 ms; nothing to interrupt");
-        return;
-    }
+    // Opening blocks until the analysis opens its end; 100,000 packets
+    // (7 MB, far beyond a pipe's buffer) are all written only once it has
+    // read most of them: it is in its reading loop.
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    w.write_all(&pcap_bytes(0, 100_000, true)).unwrap();
+    w.flush().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
+    // Bounded: a process still running after 10 s is a failure, and is
+    // killed (dropping `w` would let it finish with a verdict instead).
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the analysis ran on 10 s after Ctrl-C");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(w);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
