@@ -1243,7 +1243,7 @@ struct SegState {
 
 /// An `Evidence` in two words: the mirror sequence number plus one, 0 for
 /// none (a ring counter never reaches u64::MAX).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct PackedEvidence {
     frame: u64,
     mirror: u64,
@@ -1280,10 +1280,7 @@ impl SegState {
             last_tx_ts: ts,
             last_tx_at: tx.0.into(),
             sack_ts: 0,
-            sack_at: PackedEvidence {
-                frame: 0,
-                mirror: 0,
-            },
+            sack_at: PackedEvidence::default(),
         }
     }
 
@@ -1357,15 +1354,14 @@ struct Conn {
 /// such; a stack that numbers at random (or not at all) never is.
 #[derive(Debug, Default)]
 struct IdOrder {
-    /// The highest ID so far and its packet's frame and mirror sequence
-    /// (0: none), once `seen`. Plain words, not an `Option` of a tuple
-    /// with an `Evidence`: the compiler built that on the stack and copied
-    /// it in wider words than it had written, which the CPU cannot
-    /// forward (a fifth of `Conn::add`, perf).
+    /// The highest ID so far and its packet, once `seen`. Plain words,
+    /// not an `Option` of a tuple with an `Evidence`: the compiler built
+    /// that on the stack and copied it in wider words than it had
+    /// written, which the CPU cannot forward (a fifth of `Conn::add`,
+    /// perf).
     high: u16,
     seen: bool,
-    high_frame: u64,
-    high_mirror: u64,
+    high_at: PackedEvidence,
     steps: u32,
     forward: u32,
 }
@@ -1394,10 +1390,7 @@ impl IdOrder {
         }
         let trusted = self.steps >= 8 && self.forward * 10 >= self.steps * 9;
         if (1..=ID_STEP).contains(&behind) {
-            return trusted.then_some(Evidence {
-                frame: self.high_frame,
-                mirror_seq: self.high_mirror.checked_sub(1),
-            });
+            return trusted.then(|| self.high_at.into());
         }
         // Numbered otherwise: start again from here.
         self.set(id, at);
@@ -1406,9 +1399,7 @@ impl IdOrder {
 
     fn set(&mut self, id: u16, at: Evidence) {
         self.high = id;
-        self.high_frame = at.frame;
-        // A mirror sequence is a ring counter, far below u64::MAX.
-        self.high_mirror = at.mirror_seq.map_or(0, |s| s + 1);
+        self.high_at = at.into();
     }
 }
 
@@ -1482,7 +1473,7 @@ impl Conn {
     fn add(&mut self, at: Evidence, t: &Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
         self.out.packets += 1;
         // The receiver's SYN or SYN-ACK bounds what the sender sends.
-        if t.syn && !self.is_data(&t) {
+        if t.syn && !self.is_data(t) {
             if let Some(m) = t.mss {
                 self.out.announced_mss = Some(u32::from(m));
             }
@@ -1490,7 +1481,7 @@ impl Conn {
         // Window scaling holds when both SYNs offered it (RFC 7323 §2.2);
         // the receiver's windows are scaled by the shift it sent.
         if t.syn {
-            self.wscale[usize::from(!self.is_data(&t))] = Some(t.wscale);
+            self.wscale[usize::from(!self.is_data(t))] = Some(t.wscale);
             if let [Some(s), Some(r)] = self.wscale {
                 self.stalls.shift = Some(if s.is_some() { r.unwrap_or(0) } else { 0 });
             }
@@ -1498,7 +1489,7 @@ impl Conn {
         let mut seg = Seg {
             at,
             ts,
-            data: self.is_data(&t),
+            data: self.is_data(t),
             tcp: *t,
             rel: 0,
             index: 0,
@@ -1523,7 +1514,7 @@ impl Conn {
                 );
                 let ack = AckIn {
                     at,
-                    tcp: &t,
+                    tcp: t,
                     ts,
                     base,
                     ack: seg.rel,

@@ -216,9 +216,9 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
 
     let rec = recorder(&p, dir.path().join("rec2"))?;
     let cpu0 = cpu_busy_ns()?;
-    let by0 = rec.kernel_time_by_program();
+    let by0 = rec.kernel_time();
     transfer(&p, mb, dir.path())?;
-    let by1 = rec.kernel_time_by_program();
+    let by1 = rec.kernel_time();
     let by_program: Vec<(&'static str, u64, u64)> = by1
         .iter()
         .map(|&(n, r, t)| {

@@ -70,8 +70,7 @@ pub enum RecEvent {
     Arrive { run: u32, id: u16, segs: u16 },
     /// A run of `run` arrivals, CE-marked or not, ended.
     Ce { run: u32, marked: bool },
-    /// Algorithm 1 line 6.
-    /// Algorithm 1's sample with its final rec_range [lo, hi] (gaps; hi
+    /// Algorithm 1 line 6: the sample with its final rec_range [lo, hi] (gaps; hi
     /// = u64::MAX unbounded): `wirelab_deter::sample::recorded` picks the
     /// gap.
     Sample {
@@ -339,16 +338,9 @@ impl Recorder {
         let _ = self.maps.rec_conns.delete(bytes_of(&key.raw()));
     }
 
-    /// Runs of the recorder's programs and the kernel time spent in them
-    /// (ns; counted only while `RunTimeStats` is held).
-    pub fn kernel_time(&self) -> (u64, u64) {
-        self.kernel_time_by_program()
-            .iter()
-            .fold((0, 0), |(r, t), p| (r + p.1, t + p.2))
-    }
-
-    /// The same, per program: (name, runs, ns).
-    pub fn kernel_time_by_program(&self) -> Vec<(&'static str, u64, u64)> {
+    /// Runs of each of the recorder's programs and the kernel time spent
+    /// in it: (name, runs, ns), counted only while `RunTimeStats` is held.
+    pub fn kernel_time(&self) -> Vec<(&'static str, u64, u64)> {
         let info: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
         PROGS
             .iter()

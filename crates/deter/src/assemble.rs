@@ -21,8 +21,7 @@ pub enum Ev {
     Arrive { run: u32, id: u16, segs: u16 },
     /// A run of arrivals, CE-marked or not, ended.
     Ce { run: u32, marked: bool },
-    /// Algorithm 1 line 6.
-    /// Algorithm 1's sample and its final rec_range (gaps; `hi` =
+    /// Algorithm 1 line 6: the sample and its final rec_range (gaps; `hi` =
     /// u64::MAX unbounded): the gap is chosen in order
     /// (`sample::recorded`, which takes the sample before's).
     Sample {

@@ -133,23 +133,11 @@ impl HostRecorder {
         Ok((self.files, self.bytes, lost))
     }
 
-    /// The recorders' programs: runs and kernel time (ns), over all hosts
-    /// (counted only while the kernel's BPF run-time statistics are on).
-    pub fn kernel_time(&self) -> (u64, u64) {
-        self.hosts
-            .iter()
-            .map(|h| h.rec.kernel_time())
-            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    }
-
-    /// The same per program, over all hosts: (name, runs, ns).
-    pub fn kernel_time_by_program(&self) -> Vec<(&'static str, u64, u64)> {
+    /// The recorders' programs, over all hosts: (name, runs, kernel ns),
+    /// counted only while the kernel's BPF run-time statistics are on.
+    pub fn kernel_time(&self) -> Vec<(&'static str, u64, u64)> {
         let mut all: Vec<(&'static str, u64, u64)> = Vec::new();
-        for (n, r, t) in self
-            .hosts
-            .iter()
-            .flat_map(|h| h.rec.kernel_time_by_program())
-        {
+        for (n, r, t) in self.hosts.iter().flat_map(|h| h.rec.kernel_time()) {
             match all.iter_mut().find(|p| p.0 == n) {
                 Some(p) => (p.1, p.2) = (p.1 + r, p.2 + t),
                 None => all.push((n, r, t)),

@@ -508,9 +508,8 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
     if b.len() < len {
         return Step::Incomplete;
     }
-    if let Some(step) = plain_epb(&b[..len], block_be, ifs) {
-        return step;
-    }
+    // A plain Enhanced Packet Block never gets here: `Reader::next` took
+    // it (`next_plain_epb`).
     let parse = if block_be {
         parse_block_be
     } else {
@@ -610,16 +609,6 @@ fn ng_step(b: &[u8], be: &mut bool, ifs: &mut Vec<Interface>, names: &mut Vec<St
     }
 }
 
-/// An Enhanced Packet Block without options (pcapng §4.3), the form of
-/// almost every packet, read from its fixed fields; None for anything
-/// else, which `pcap_parser` reads. Its parser builds a `Vec` of options
-/// for every block, and with its framework that was a sixth of
-/// `wirelab analyze`'s time (perf); the layout read here is seven 32-bit
-/// words, the padded data and the trailing length.
-fn plain_epb(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Step> {
-    Some(Step::Packet(epb_fields(b, be, ifs)?, None))
-}
-
 /// Where a packet record's data lies in it, and the packet's fields.
 struct Frame {
     len: usize,
@@ -630,6 +619,12 @@ struct Frame {
     link: Link,
 }
 
+/// An Enhanced Packet Block without options (pcapng §4.3), the form of
+/// almost every packet, read from its fixed fields; None for anything
+/// else, which `pcap_parser` reads. Its parser builds a `Vec` of options
+/// for every block, and with its framework that was a sixth of
+/// `wirelab analyze`'s time (perf); the layout read here is seven 32-bit
+/// words, the padded data and the trailing length.
 #[inline(always)]
 fn epb_fields(b: &[u8], be: bool, ifs: &[Interface]) -> Option<Frame> {
     const EPB: u32 = 6;
