@@ -23,10 +23,6 @@ use super::SegState;
 #[derive(Debug, Default)]
 pub(crate) struct SegMap {
     v: VecDeque<(u32, SegState)>,
-    /// The oldest key (when `v` is not empty), kept beside the ring: every
-    /// search compares against it, and reading it from the ring's far end
-    /// missed the cache each time (a twentieth of the analysis, perf).
-    front: u32,
 }
 
 impl SegMap {
@@ -37,11 +33,7 @@ impl SegMap {
     /// Where `k` falls in sequence order: its distance from 2^31 before
     /// the oldest key.
     fn ord(&self, k: u32) -> u32 {
-        let base = if self.v.is_empty() {
-            0
-        } else {
-            self.front.wrapping_sub(1 << 31)
-        };
+        let base = self.v.front().map_or(0, |(f, _)| f.wrapping_sub(1 << 31));
         k.wrapping_sub(base)
     }
 
@@ -108,21 +100,13 @@ impl SegMap {
             .back()
             .is_none_or(|(last, _)| self.ord(*last) < self.ord(k))
         {
-            if self.v.is_empty() {
-                self.front = k;
-            }
             self.v.push_back((k, s));
             return;
         }
         let i = self.lower(k);
         match self.v.get_mut(i) {
             Some(e) if e.0 == k => e.1 = s,
-            _ => {
-                self.v.insert(i, (k, s));
-                if i == 0 {
-                    self.front = k;
-                }
-            }
+            _ => self.v.insert(i, (k, s)),
         }
     }
 
@@ -152,11 +136,7 @@ impl SegMap {
     }
 
     pub(crate) fn pop_first(&mut self) -> Option<(u32, SegState)> {
-        let first = self.v.pop_front();
-        if let Some((k, _)) = self.v.front() {
-            self.front = *k;
-        }
-        first
+        self.v.pop_front()
     }
 
     /// How many entries, from the oldest, end at or before `una` (entries
@@ -171,17 +151,14 @@ impl SegMap {
     pub(crate) fn pop_n(&mut self, n: usize) -> Option<u32> {
         let end = self.v.get(n.checked_sub(1)?)?.1.end;
         self.v.drain(..n);
-        if let Some((k, _)) = self.v.front() {
-            self.front = *k;
-        }
         Some(end)
     }
 
     /// Bytes from the oldest key to the newest entry's end.
     pub(crate) fn bytes(&self) -> u32 {
-        match self.v.back() {
-            Some((_, last)) => last.end.wrapping_sub(self.front),
-            None => 0,
+        match (self.v.front(), self.v.back()) {
+            (Some((k, _)), Some((_, last))) => last.end.wrapping_sub(*k),
+            _ => 0,
         }
     }
 }
@@ -266,8 +243,8 @@ mod tests {
     }
 
     /// Dropping the acknowledged oldest in one step leaves the map as
-    /// popping them one by one does, and the oldest key (kept beside the
-    /// ring) follows every way the front changes.
+    /// popping them one by one does, and searches and spans still order
+    /// from the new oldest key, however the front changed.
     #[test]
     fn dropping_a_prefix_at_once_equals_popping_it() {
         let fill = || {
@@ -292,8 +269,7 @@ mod tests {
         assert_eq!(all.pop_n(0), None);
         let keys = |m: &SegMap| m.range(..).map(|(k, _)| *k).collect::<Vec<_>>();
         assert_eq!(keys(&one), keys(&all));
-        // The cached oldest key: bytes span from it, and searches order
-        // from it.
+        // Bytes span from the oldest key, and searches order from it.
         assert_eq!(all.bytes(), 1000 - 420);
         assert_eq!(all.range(..425).count(), 1);
         // An insert before the oldest key makes it the oldest.
