@@ -1220,7 +1220,7 @@ fn vantage_words(has_meta: bool, conns: &[ConnAnalysis]) -> String {
 /// A first transmission and what the sender knows of it.
 ///
 /// One is kept for every segment of a connection's recent history, and
-/// writing them was a large part of the analysis's memory traffic: 72
+/// writing them (`SegMap::insert`) was 6-7% of the analysis (perf): 72
 /// bytes, not 104 (`Option`s of a time and of an `Evidence` cost a word
 /// of tag each; here one flag says whether the SACK fields hold).
 #[derive(Debug, Clone)]

@@ -249,8 +249,6 @@ int wl_rec_in(struct __sk_buff *skb)
 	ce = (ip->tos & 3) == 3;
 	ev[0].kind = 0;
 	ev[1].kind = 0;
-	ev[0].d = 0;
-	ev[1].d = 0;
 	bpf_spin_lock(&c->lock);
 	c->last_ns = now;
 	/* Once this host's FIN is acknowledged the peer may answer from a
@@ -267,6 +265,7 @@ int wl_rec_in(struct __sk_buff *skb)
 		ev[0].a = id;
 		ev[0].b = segs;
 		ev[0].c = 0;
+		ev[0].d = 0;
 		ev[0].seq = c->ev_seq++;
 	} else if (id == (__u16)(c->rx_high + 1)) {
 		c->rx_run += segs;
@@ -276,6 +275,7 @@ int wl_rec_in(struct __sk_buff *skb)
 		ev[0].a = c->rx_run;
 		ev[0].b = id;
 		ev[0].c = segs;
+		ev[0].d = 0;
 		ev[0].seq = c->ev_seq++;
 		c->rx_run = 0;
 		/* Serial number arithmetic (RFC 1982): ahead or behind. */
@@ -287,6 +287,7 @@ int wl_rec_in(struct __sk_buff *skb)
 		ev[1].a = c->ce_run;
 		ev[1].b = c->ce_state;
 		ev[1].c = 0;
+		ev[1].d = 0;
 		ev[1].seq = c->ev_seq++;
 		c->ce_run = 0;
 	}
