@@ -95,7 +95,8 @@ enum wl_rec_kind {
 };
 
 enum wl_rec_kernel {
-	/* tcp:tcp_retransmit_skb: b = the segment's sequence number. */
+	/* tcp:tcp_retransmit_skb, a retransmission sent (err 0): b = the
+	 * segment's sequence number. */
 	WL_REC_K_RETRANSMIT = 1,
 	/* tcp:tcp_cong_state_set: b = the state (TCP_CA_Open 0 .. Loss 4). */
 	WL_REC_K_CONG_STATE = 2,
@@ -481,9 +482,17 @@ int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
 }
 
 SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb)
+int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	__u32 seq = 0;
+
+	/* The tracepoint fires for attempts too (its `err` argument): with
+	 * -EBUSY when the original is still in the host's queue
+	 * (TcpExtTCPSpuriousRtxHostQueues, tcp_output.c) nothing is sent, and
+	 * a replay under another load makes more or fewer such attempts with
+	 * the same packets on the wire. A record holds what went out. */
+	if (err)
+		return 0;
 
 	/* TCP_SKB_CB(skb)->seq: the first field of the control block. */
 	bpf_probe_read_kernel(&seq, sizeof(seq), __builtin_preserve_access_index(&skb->cb));

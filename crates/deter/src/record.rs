@@ -136,7 +136,7 @@ pub struct Events {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
-    /// A retransmission (tcp:tcp_retransmit_skb) of the segment starting
+    /// A retransmission sent (tcp:tcp_retransmit_skb with err 0) of the segment starting
     /// at sequence number `seq`.
     Retransmit { seq: u32 },
     /// Congestion state set (tcp:tcp_cong_state_set; Open 0, Disorder 1,
