@@ -2647,7 +2647,8 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             // Exit 0 exactly when the headers matched both ways too.
             let h = &f["headers"];
             let same = h["client_differs"].is_null() && h["server_differs"].is_null();
-            assert_eq!(f["same"], same, "{why}");
+            // The fidelity alone first: CI logs cut a long message's middle.
+            assert_eq!(f["same"], same, "{name} round {round}: {f}\n{why}");
             assert_eq!(o.status.code(), Some(if same { 0 } else { 1 }), "{why}");
             client_identical += usize::from(h["client_differs"].is_null());
             identical += usize::from(same);
