@@ -304,6 +304,7 @@ fn fast_ipv4_tcp(link: Link, data: &[u8]) -> Result<Tcp, NotTcp> {
     fast_ipv4_tcp_fields(link, data).ok_or(NotTcp::Other)
 }
 
+// Inlined (as `tcp_of` is) so that the packet is built in the `Result`.
 #[inline(always)]
 fn fast_ipv4_tcp_fields(link: Link, data: &[u8]) -> Option<Tcp> {
     let o = link.ipv4_offset(data)?;
