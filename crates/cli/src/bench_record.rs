@@ -249,11 +249,6 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
     let _stats = wirelab_dataplane::RunTimeStats::enable()?;
     println!(
@@ -294,7 +289,7 @@ pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
             r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64,
         );
     }
-    let m = |f: &dyn Fn(&Round) -> f64| median(got.iter().map(f).collect());
+    let m = |f: &dyn Fn(&Round) -> f64| crate::bench::median(got.iter().map(f).collect());
     println!(
         "median: records {:.1}% of the zstd -19 pcap (DETER: 2.1-3.1%), {:.2} bytes per packet; \
          the recorder's kernel time {:.3}% of the machine's CPU time during the transfer (DETER: 0.094-1.49%), \
