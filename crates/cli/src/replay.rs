@@ -75,6 +75,14 @@ struct Fidelity {
     /// first packet: (p50, p99, max) ns over the packets both sent, from
     /// Algorithm 1's samples (each within th). Not part of `same`.
     send_time_differences_ns: SendTimes,
+    /// Where a record's retransmissions disagree with its own capture's
+    /// (a kernel event the recorder did not report): the capture decides
+    /// `same`, and this says which record is short.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    records_disagree: Vec<String>,
+    /// The same network actions on the same packets, and the same
+    /// retransmissions: by the captures' TCP headers when both are known,
+    /// by the records otherwise.
     same: bool,
 }
 
@@ -100,6 +108,10 @@ struct Headers {
     /// Packets client -> server and server -> client, recorded and replayed.
     recorded: (usize, usize),
     replayed: (usize, usize),
+    /// Retransmissions each end sent (client, server) as each capture
+    /// shows them.
+    recorded_retransmissions: (usize, usize),
+    replayed_retransmissions: (usize, usize),
     /// The first packet that differs in each direction, and how: the
     /// client's (the sender's) and the server's (mostly ACKs, whose
     /// spacing follows the receiver's softirq and socket-lock timing).
@@ -274,6 +286,9 @@ fn replay_one(
                 }
             ),
             Err(e) => println!("  replay     not compared: {e:#}"),
+        }
+        for d in fidelity.iter().flat_map(|f| &f.records_disagree) {
+            println!("  records    {d}: a kernel event the recorder did not report");
         }
         if let Ok(f) = &fidelity {
             let t = &f.send_time_differences_ns;
@@ -684,6 +699,7 @@ fn compare(
             client: send_time_differences(&recorded.client, &replayed.client),
             server: send_time_differences(&recorded.server, &replayed.server),
         },
+        records_disagree: Vec::new(),
         same: false,
     };
     let headers = match recorded_trace {
@@ -702,18 +718,117 @@ fn compare(
             Some(Headers {
                 recorded: (a_up.len(), a_down.len()),
                 replayed: (b_up.len(), b_down.len()),
+                recorded_retransmissions: (retransmitted(&a_up), retransmitted(&a_down)),
+                replayed_retransmissions: (retransmitted(&b_up), retransmitted(&b_down)),
                 client_differs: first_difference("client -> server", &a_up, &b_up),
                 server_differs: first_difference("server -> client", &a_down, &b_down),
             })
         }
     };
+    let mut records_disagree = Vec::new();
+    if let Some(h) = &headers {
+        for (what, record, capture) in [
+            (
+                "recording",
+                f.recorded_retransmissions,
+                h.recorded_retransmissions,
+            ),
+            (
+                "replay",
+                f.replayed_retransmissions,
+                h.replayed_retransmissions,
+            ),
+        ] {
+            if record != capture {
+                records_disagree.push(format!(
+                    "the {what}'s records count {}/{} retransmissions (client/server), its capture {}/{}",
+                    record.0, record.1, capture.0, capture.1
+                ));
+            }
+        }
+    }
+    let same_retransmissions = match &headers {
+        Some(h) => h.first_difference().is_none(),
+        None => f.recorded_retransmissions == f.replayed_retransmissions,
+    };
     Ok(Fidelity {
-        same: f.recorded_actions == f.replayed_actions
-            && f.recorded_retransmissions == f.replayed_retransmissions
-            && headers
-                .as_ref()
-                .is_none_or(|h| h.first_difference().is_none()),
+        same: f.recorded_actions == f.replayed_actions && same_retransmissions,
         headers,
+        records_disagree,
         ..f
     })
+}
+
+/// Segments of one direction that repeat sequence space already sent
+/// (data, SYN or FIN): what the sender's TcpRetransSegs counts, as its
+/// capture shows it.
+fn retransmitted(h: &[Hdr]) -> usize {
+    let mut sent_to: Option<u32> = None;
+    let mut n = 0;
+    for x in h {
+        let len = x.len + u32::from(x.flags.contains('S')) + u32::from(x.flags.contains('F'));
+        if len == 0 {
+            continue;
+        }
+        let end = x.seq.wrapping_add(len);
+        match sent_to {
+            // RFC 9293 §3.4: compared in sequence space.
+            Some(to) if (x.seq.wrapping_sub(to) as i32) < 0 => {
+                n += 1;
+                if (end.wrapping_sub(to) as i32) > 0 {
+                    sent_to = Some(end);
+                }
+            }
+            _ => sent_to = Some(end),
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(seq: u32, flags: &'static str, len: u32) -> Hdr {
+        Hdr {
+            seq,
+            ack: 0,
+            flags,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_capture_counts_the_segments_that_repeat_sequence_space() {
+        // SYN, three segments, the second resent whole, then a FIN resent.
+        let up = [
+            h(0, "S", 0),
+            h(1, "A", 100),
+            h(101, "A", 100),
+            h(201, "A", 100),
+            h(101, "A", 100),
+            h(301, "FA", 0),
+            h(301, "FA", 0),
+        ];
+        assert_eq!(retransmitted(&up), 2);
+        // A SYN sent again, and a retransmission that also carries new
+        // data (its end moves the high mark, so the next is new).
+        let up = [
+            h(0, "S", 0),
+            h(0, "S", 0),
+            h(1, "A", 100),
+            h(51, "A", 100),
+            h(151, "A", 100),
+        ];
+        assert_eq!(retransmitted(&up), 2);
+        // Pure ACKs repeat nothing, however alike.
+        assert_eq!(retransmitted(&[h(1, "A", 0), h(1, "A", 0)]), 0);
+        // Sequence numbers wrap (RFC 9293 §3.4).
+        let up = [
+            h(u32::MAX - 99, "A", 100),
+            h(0, "A", 100),
+            h(u32::MAX - 99, "A", 100),
+        ];
+        assert_eq!(retransmitted(&up), 1);
+    }
 }

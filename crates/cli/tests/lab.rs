@@ -2571,6 +2571,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
         let (mut same_diagnosis, mut diagnosis_differs) = (0, Vec::new());
         let (mut identical, mut client_identical) = (0, 0);
         let mut retransmissions_differ = Vec::new();
+        let mut records_disagree = Vec::new();
         for round in 1..=10 {
             let o = wirelab(&[
                 "replay",
@@ -2609,7 +2610,8 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 f["recorded_retransmissions"][0].as_u64() >= Some(1),
                 "{why}"
             );
-            // The same retransmissions in most replays (measured: 9 or
+            // The same retransmissions, as the captures count them, in
+            // most replays (measured: 9 or
             // 10 of 10 on an idle machine, 7 of 10 in a clean-clone CI
             // run; the bound is below): in `make test`'s load the reordered spec's replayed
             // receiver sometimes answers its burst with fewer ACKs (its
@@ -2621,7 +2623,16 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             // [0, 0]). A replay that re-applied nothing, or the wrong
             // packet, retransmits differently every time. DETER's goal
             // is 95% of connections exact.
-            if f["recorded_retransmissions"] == f["replayed_retransmissions"] {
+            // A record that misses a kernel event its capture shows (CI
+            // saw the replay's client record without the loss probe its
+            // capture and TcpRetransSegs had, 1 replay in 10) is named,
+            // and the captures decide; it must stay rare.
+            if let Some(d) = f["records_disagree"].as_array() {
+                records_disagree.push(format!("{why}: {d:?}"));
+            }
+            let h = &f["headers"];
+            assert!(h["replayed_retransmissions"].is_array(), "{why}");
+            if h["recorded_retransmissions"] == h["replayed_retransmissions"] {
                 // Diagnosed as the recording was? The same count can hide
                 // another recovery: a clean-clone CI replay of the
                 // no-SACK spec timed out (207 ms) where the recording
@@ -2645,7 +2656,6 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 .collect();
             assert!(t[0] <= t[1] && t[1] <= t[2], "p50 <= p99 <= max: {why}");
             // Exit 0 exactly when the headers matched both ways too.
-            let h = &f["headers"];
             let same = h["client_differs"].is_null() && h["server_differs"].is_null();
             // The fidelity alone first: CI logs cut a long message's middle.
             assert_eq!(f["same"], same, "{name} round {round}: {f}\n{why}");
@@ -2663,6 +2673,12 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             "{name}: retransmissions differ in {} of 10 replays:\n{}",
             retransmissions_differ.len(),
             retransmissions_differ.join("\n")
+        );
+        assert!(
+            records_disagree.len() <= 10 - least,
+            "{name}: records disagree with their captures in {} of 10 replays:\n{}",
+            records_disagree.len(),
+            records_disagree.join("\n")
         );
         // The client's (the sender's) headers, which the diagnosis reads;
         // the server's ACKs also follow the machine's load (see above).
