@@ -76,8 +76,9 @@ struct Fidelity {
     /// Algorithm 1's samples (each within th). Not part of `same`.
     send_time_differences_ns: SendTimes,
     /// Where a record's retransmissions disagree with its own capture's
-    /// (a kernel event the recorder did not report): the capture decides
-    /// `same`, and this says which record is short.
+    /// (a kernel event the recorder missed, or one retransmission call
+    /// that sent several segments): the captures decide `same`, and this
+    /// says which record differs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     records_disagree: Vec<String>,
     /// The same network actions on the same packets, and the same
@@ -288,7 +289,7 @@ fn replay_one(
             Err(e) => println!("  replay     not compared: {e:#}"),
         }
         for d in fidelity.iter().flat_map(|f| &f.records_disagree) {
-            println!("  records    {d}: a kernel event the recorder did not report");
+            println!("  records    {d}");
         }
         if let Ok(f) = &fidelity {
             let t = &f.send_time_differences_ns;
