@@ -95,7 +95,7 @@ pub fn run(args: &Args, abort: &AtomicBool) -> Result<u8> {
         "wirelab record: {files} records ({bytes} bytes) in {}{}",
         args.out.display(),
         if lost > 0 {
-            format!("; {lost} events or connections did not fit the recorder: those records are incomplete or missing")
+            format!("; {lost} events or connections did not fit the recorder, or events its programs missed: those records are incomplete or missing")
         } else {
             String::new()
         }

@@ -341,15 +341,34 @@ impl Recorder {
     /// Runs of each of the recorder's programs and the kernel time spent
     /// in it: (name, runs, ns), counted only while `RunTimeStats` is held.
     pub fn kernel_time(&self) -> Vec<(&'static str, u64, u64)> {
-        let info: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
+        self.infos()
+            .into_iter()
+            .map(|(n, p)| (n, p.run_cnt, p.run_time_ns))
+            .collect()
+    }
+
+    /// Runs of the recorder's programs the kernel skipped: a tracepoint
+    /// program is not run again on a CPU where it is already running
+    /// (`bpf_prog_info.recursion_misses`), so what it would have reported
+    /// is missing from the records.
+    pub fn missed(&self) -> u64 {
+        self.infos()
+            .into_iter()
+            .map(|(_, p)| p.recursion_misses)
+            .sum()
+    }
+
+    /// The kernel's information on each of the recorder's programs.
+    fn infos(&self) -> Vec<(&'static str, libbpf_rs::query::ProgramInfo)> {
+        let mut info: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
         PROGS
             .iter()
             .chain(PROBES.iter())
             .filter_map(|n| {
                 let id =
                     libbpf_rs::Program::id_from_fd(object::program(&self.obj, n).as_fd()).ok()?;
-                let p = info.iter().find(|p| p.id == id)?;
-                Some((*n, p.run_cnt, p.run_time_ns))
+                let i = info.iter().position(|p| p.id == id)?;
+                Some((*n, info.swap_remove(i)))
             })
             .collect()
     }

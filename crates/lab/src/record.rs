@@ -129,7 +129,11 @@ impl HostRecorder {
     pub fn stop(mut self) -> Result<(usize, u64, u64), Error> {
         self.drain()?;
         self.write_where(|_| true, None)?;
-        let lost = self.hosts.iter().map(|h| h.rec.lost() + h.rec.full()).sum();
+        let lost = self
+            .hosts
+            .iter()
+            .map(|h| h.rec.lost() + h.rec.full() + h.rec.missed())
+            .sum();
         Ok((self.files, self.bytes, lost))
     }
 
@@ -315,8 +319,9 @@ pub struct RecordSummary {
     pub folder: String,
     pub records: usize,
     pub bytes: u64,
-    /// Events or connections the recorders had no room for: records
-    /// incomplete or missing.
+    /// Events or connections the recorders had no room for, and program
+    /// runs the kernel skipped (`Recorder::missed`): records incomplete
+    /// or missing.
     pub incomplete: u64,
 }
 
