@@ -602,6 +602,8 @@ fn yaml_str(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 
+/// Retransmissions a record holds (tcp_retransmit_skb events); a
+/// capture's are `retransmissions_captured`.
 fn retransmissions(r: &ConnRecord) -> usize {
     r.events
         .iter(r.start_ns)
@@ -719,8 +721,14 @@ fn compare(
             Some(Headers {
                 recorded: (a_up.len(), a_down.len()),
                 replayed: (b_up.len(), b_down.len()),
-                recorded_retransmissions: (retransmitted(&a_up), retransmitted(&a_down)),
-                replayed_retransmissions: (retransmitted(&b_up), retransmitted(&b_down)),
+                recorded_retransmissions: (
+                    retransmissions_captured(&a_up),
+                    retransmissions_captured(&a_down),
+                ),
+                replayed_retransmissions: (
+                    retransmissions_captured(&b_up),
+                    retransmissions_captured(&b_down),
+                ),
                 client_differs: first_difference("client -> server", &a_up, &b_up),
                 server_differs: first_difference("server -> client", &a_down, &b_down),
             })
@@ -763,7 +771,7 @@ fn compare(
 /// Segments of one direction that repeat sequence space already sent
 /// (data, SYN or FIN): what the sender's TcpRetransSegs counts, as its
 /// capture shows it.
-fn retransmitted(h: &[Hdr]) -> usize {
+fn retransmissions_captured(h: &[Hdr]) -> usize {
     let mut sent_to: Option<u32> = None;
     let mut n = 0;
     for x in h {
@@ -811,7 +819,7 @@ mod tests {
             h(301, "FA", 0),
             h(301, "FA", 0),
         ];
-        assert_eq!(retransmitted(&up), 2);
+        assert_eq!(retransmissions_captured(&up), 2);
         // A SYN sent again, and a retransmission that also carries new
         // data (its end moves the high mark, so the next is new).
         let up = [
@@ -821,15 +829,15 @@ mod tests {
             h(51, "A", 100),
             h(151, "A", 100),
         ];
-        assert_eq!(retransmitted(&up), 2);
+        assert_eq!(retransmissions_captured(&up), 2);
         // Pure ACKs repeat nothing, however alike.
-        assert_eq!(retransmitted(&[h(1, "A", 0), h(1, "A", 0)]), 0);
+        assert_eq!(retransmissions_captured(&[h(1, "A", 0), h(1, "A", 0)]), 0);
         // Sequence numbers wrap (RFC 9293 §3.4).
         let up = [
             h(u32::MAX - 99, "A", 100),
             h(0, "A", 100),
             h(u32::MAX - 99, "A", 100),
         ];
-        assert_eq!(retransmitted(&up), 1);
+        assert_eq!(retransmissions_captured(&up), 1);
     }
 }
