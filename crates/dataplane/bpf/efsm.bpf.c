@@ -8,7 +8,10 @@
  * One arriving IPv4 TCP packet for the side's address:
  *   1. the flow's register (Norma's state register, §4.2) and TCP's
  *      variables: an in-order segment moves RCV.NXT, an ACK of new data
- *      SND.UNA (RFC 793 §3.2); an unknown flow starts from the packet;
+ *      SND.UNA (RFC 793 §3.2); an unknown flow starts from the packet.
+ *      The first segment of the peer's message (an HTTP request or
+ *      response) gives its end, from its head (RFC 9112 §6.3), so the
+ *      segment that completes it is known (keep-alive's next request);
  *   2. the first row of the flow's state whose condition holds (flags,
  *      payload, its first bytes, whether all we sent is acknowledged);
  *   3. the row's reply, built in the packet itself (Norma builds it from
@@ -46,7 +49,9 @@ enum wl_efsm_limits {
 	WL_EFSM_SEG = 8960,
 	WL_EFSM_SEGMENTS = 4,
 	/* Counters: one per row, then enum wl_efsm_count. */
-	WL_EFSM_COUNTS = WL_EFSM_ROWS + 8,
+	WL_EFSM_COUNTS = WL_EFSM_ROWS + 10,
+	/* A message's first bytes read for its head (wirelab_load::efsm::SCAN). */
+	WL_EFSM_SCAN = 512,
 };
 
 enum wl_efsm_reply {
@@ -57,6 +62,7 @@ enum wl_efsm_reply {
 	WL_REPLY_FIN = 4,
 	WL_REPLY_DATA = 5,
 	WL_REPLY_REOPEN = 6,
+	WL_REPLY_NEXT = 7, /* next-message */
 };
 
 /* wirelab_load::efsm::Count, after the rows' counters. */
@@ -69,7 +75,13 @@ enum wl_efsm_count {
 	WL_COUNT_SEGMENTS = 5,
 	WL_COUNT_TX_BYTES = 6,
 	WL_COUNT_FULL = 7,
+	WL_COUNT_MESSAGES = 8,
+	WL_COUNT_UNDELIMITED = 9,
 };
+
+/* wl_efsm_flow.mflags (wirelab_load::efsm::END_KNOWN, FIN_SENT). */
+#define M_END_KNOWN 1
+#define M_FIN_SENT 2
 
 #define F_FIN 0x01
 #define F_SYN 0x02
@@ -87,7 +99,9 @@ struct wl_efsm_row {
 	__u8 next;
 	__u8 reply; /* enum wl_efsm_reply */
 	__u8 forget;
-	__u8 pad[7];
+	__u8 message_complete; /* 0 not compared, 1 must, 2 must not */
+	__u8 requests_left; /* likewise */
+	__u8 pad[5];
 	__u8 prefix[WL_EFSM_PREFIX];
 };
 
@@ -102,6 +116,8 @@ struct wl_efsm_conf {
 	__u32 connections;
 	__u32 port_range;
 	__u32 rows;
+	__u32 requests; /* messages a flow sends while requests are left */
+	__u32 draining; /* no requests left, no reopening */
 	__u64 payload_len; /* 0: no payload */
 	__u64 payload_chunks;
 	struct wl_efsm_row row[WL_EFSM_ROWS];
@@ -120,6 +136,11 @@ struct wl_efsm_flow {
 	__u32 snd_nxt;
 	__u32 rcv_nxt;
 	__u32 wnd;
+	__u32 base; /* where our current message starts */
+	__u32 rcv_base; /* where the peer's starts ... */
+	__u32 msg_end; /* ... and ends (M_END_KNOWN) */
+	__u32 msgs; /* messages we started */
+	__u32 mflags;
 };
 
 /* A chunk of the payload and its RFC 1071 sum (folded, not complemented). */
@@ -151,6 +172,38 @@ struct {
 	__type(value, struct wl_efsm_flow);
 } efsm_flows SEC(".maps");
 
+/* The head scanner's state across bytes (wirelab_load::efsm::message_len,
+ * the same machine). */
+struct wl_scan {
+	__u32 n; /* bytes to read */
+	__u32 crlf; /* bytes of "\r\n\r\n" matched */
+	__u32 line_start;
+	__u32 matching;
+	__u32 name; /* bytes of "content-length:" matched */
+	__u32 in_value;
+	__u32 digits;
+	__u32 len;
+	__u32 have_len;
+	__u32 head; /* 0: the blank line not found */
+};
+
+/* A message's first bytes, read once for its head, and the scanner's
+ * state. In map memory, not on the stack: the verifier then reads the
+ * state as unknown and the bpf_loop callback converges at once (on the
+ * stack it tracked each counter's value through the 512 iterations, past
+ * its limit). */
+struct wl_efsm_scan_buf {
+	struct wl_scan s;
+	__u8 b[WL_EFSM_SCAN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wl_efsm_scan_buf);
+} efsm_scan SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, WL_EFSM_COUNTS);
@@ -169,6 +222,98 @@ static __always_inline void bump(__u32 k, __u64 by)
 
 	if (c)
 		*c += by;
+}
+
+/* A read-only global with BTF of its own (a static array would share
+ * .rodata's offset 0 with test_clock in the BTF clang writes). */
+const volatile char wl_cl_name[16] = "content-length:";
+
+static long wl_scan_byte(__u64 i, void *ctx)
+{
+	struct wl_efsm_scan_buf *buf;
+	struct wl_scan *s;
+	__u32 zero = 0, k;
+	__u8 c, lower;
+
+	buf = bpf_map_lookup_elem(&efsm_scan, &zero);
+	if (!buf)
+		return 1;
+	s = &buf->s;
+	if (i >= WL_EFSM_SCAN || i >= s->n)
+		return 1;
+	c = buf->b[i];
+	if (s->line_start) {
+		s->matching = 1;
+		s->name = 0;
+	}
+	if (s->matching) {
+		lower = c >= 'A' && c <= 'Z' ? c | 0x20 : c;
+		k = s->name;
+		if (k < 15 && lower == wl_cl_name[k]) {
+			s->name = k + 1;
+			if (k + 1 == 15) {
+				s->matching = 0;
+				s->in_value = 1;
+				s->digits = 0;
+				s->len = 0;
+				s->have_len = 0;
+			}
+		} else {
+			s->matching = 0;
+		}
+	} else if (s->in_value) {
+		if (c >= '0' && c <= '9') {
+			s->digits++;
+			s->len = s->len * 10 + (c - '0');
+		} else if (!((c == ' ' || c == '\t') && s->digits == 0)) {
+			s->in_value = 0;
+			s->have_len = s->digits >= 1 && s->digits <= 9;
+		}
+	}
+	s->line_start = c == '\n';
+	k = s->crlf;
+	if ((k == 0 || k == 2) ? c == '\r' : c == '\n')
+		s->crlf = k + 1;
+	else
+		s->crlf = c == '\r';
+	if (s->crlf == 4) {
+		s->head = i + 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* The length of the message whose first segment's payload is at `off`
+ * (`plen` bytes): its head and, for a response, Content-Length bytes of
+ * body (RFC 9112 §6.3). 0: not known (see message_len). A global
+ * function, verified once. */
+__noinline __u32 wl_message_len(struct __sk_buff *skb, __u32 off, __u32 plen)
+{
+	struct wl_efsm_scan_buf *buf;
+	__u32 zero = 0, n;
+
+	if (!skb || !plen)
+		return 0;
+	buf = bpf_map_lookup_elem(&efsm_scan, &zero);
+	if (!buf)
+		return 0;
+	n = plen < WL_EFSM_SCAN ? plen : WL_EFSM_SCAN;
+	n = ((n - 1) & (WL_EFSM_SCAN - 1)) + 1;
+	if (bpf_skb_load_bytes(skb, off & 0xff, buf->b, n))
+		return 0;
+	__builtin_memset(&buf->s, 0, sizeof(buf->s));
+	buf->s.n = n;
+	buf->s.line_start = 1;
+	bpf_loop(WL_EFSM_SCAN, wl_scan_byte, NULL, 0);
+	if (!buf->s.head)
+		return 0;
+	if (buf->s.have_len)
+		return buf->s.head + buf->s.len;
+	/* A response ("HTTP/") without a length ends with the connection. */
+	if (n >= 5 && buf->b[0] == 'H' && buf->b[1] == 'T' && buf->b[2] == 'T' &&
+	    buf->b[3] == 'P' && buf->b[4] == '/')
+		return 0;
+	return buf->s.head;
 }
 
 /* The reply's headers, built on the stack; `eth` two bytes in so the IP
@@ -258,6 +403,49 @@ __noinline int wl_build(struct __sk_buff *skb, struct reply *r, __u32 tcp_len,
 	return 0;
 }
 
+/* The first row of `state` whose condition holds for a packet with
+ * `facts` (its TCP flags; bit 8 all acknowledged, 9 the peer's message
+ * completed, 10 requests left), `plen` bytes of payload starting with
+ * `prefix` (little-endian); WL_EFSM_ROWS: none. A global function,
+ * verified once: inline, its 32 rows multiplied the caller's states. */
+__noinline __u32 wl_match(const struct wl_efsm_conf *c, __u32 state, __u32 facts, __u32 plen,
+			  __u64 prefix)
+{
+	__u32 i, k, rows, flags = facts & 0xff;
+	__u32 all_acked = (facts >> 8) & 1, completed = (facts >> 9) & 1, left = (facts >> 10) & 1;
+
+	if (!c)
+		return WL_EFSM_ROWS;
+	rows = c->rows;
+	for (i = 0; i < WL_EFSM_ROWS; i++) {
+		const struct wl_efsm_row *w = &c->row[i];
+		__u32 ok = 1;
+
+		if (i >= rows)
+			break;
+		if (w->from != state || (flags & w->flags_mask) != w->flags_value)
+			continue;
+		if ((w->payload == 1 && plen) || (w->payload == 2 && !plen))
+			continue;
+		if ((w->all_acked == 1 && !all_acked) || (w->all_acked == 2 && all_acked))
+			continue;
+		if ((w->message_complete == 1 && !completed) ||
+		    (w->message_complete == 2 && completed))
+			continue;
+		if ((w->requests_left == 1 && !left) || (w->requests_left == 2 && left))
+			continue;
+		if (w->prefix_len > plen)
+			continue;
+		for (k = 0; k < WL_EFSM_PREFIX; k++)
+			if (k < w->prefix_len && ((prefix >> (8 * k)) & 0xff) != w->prefix[k])
+				ok = 0;
+		if (!ok)
+			continue;
+		return i;
+	}
+	return WL_EFSM_ROWS;
+}
+
 /* The chunk a segment at payload offset `off` starts (aligned: every
  * segment but the last is a full MSS). */
 static __always_inline const struct wl_efsm_chunk *chunk_at(const struct wl_efsm_conf *c,
@@ -280,7 +468,7 @@ int wl_efsm(struct __sk_buff *skb)
 	struct reply r = {};
 	__u8 prefix[WL_EFSM_PREFIX] = {};
 	__u32 zero = 0, i, plen, syn, fin, doff, tot, hit = WL_EFSM_ROWS, nsent = 0;
-	__u32 rows, all_acked, ahead, broken = 0;
+	__u32 all_acked, ahead, broken = 0, fresh = 0, completed = 0, left;
 	__u64 now, bytes = 0;
 	__u8 flags;
 	int keep;
@@ -320,8 +508,28 @@ int wl_efsm(struct __sk_buff *skb)
 	if (known) {
 		f = *known;
 		if (bpf_ntohl(in.tcp.seq) == f.rcv_nxt) {
+			/* The first segment of the peer's message: its head
+			 * says where it ends. */
+			if (plen && f.rcv_nxt == f.rcv_base && !(f.mflags & M_END_KNOWN)) {
+				__u32 n = wl_message_len(skb, 14 + 20 + doff, plen);
+
+				if (n) {
+					f.msg_end = f.rcv_base + n;
+					f.mflags |= M_END_KNOWN;
+				} else {
+					bump(WL_EFSM_ROWS + WL_COUNT_UNDELIMITED, 1);
+				}
+			}
 			f.rcv_nxt += plen + fin;
+			fresh = plen > 0;
 			bump(WL_EFSM_ROWS + WL_COUNT_RX_BYTES, plen);
+			if ((f.mflags & M_END_KNOWN) && (__s32)(f.rcv_nxt - f.msg_end) >= 0) {
+				/* The next message starts where this one ends. */
+				completed = 1;
+				f.rcv_base = f.msg_end;
+				f.mflags &= ~M_END_KNOWN;
+				bump(WL_EFSM_ROWS + WL_COUNT_MESSAGES, 1);
+			}
 		} else if (plen + fin) {
 			bump(WL_EFSM_ROWS + WL_COUNT_OOO, 1);
 		}
@@ -338,35 +546,29 @@ int wl_efsm(struct __sk_buff *skb)
 		f.snd_nxt = f.snd_una;
 		f.rcv_nxt = bpf_ntohl(in.tcp.seq) + plen + syn + fin;
 		f.wnd = bpf_ntohs(in.tcp.window);
+		f.base = f.isn + 1;
+		f.rcv_base = bpf_ntohl(in.tcp.seq) + syn;
+		f.msgs = 1;
 		if ((flags & (F_SYN | F_ACK)) != F_SYN)
 			bump(WL_EFSM_ROWS + WL_COUNT_RX_BYTES, plen);
 	}
+	left = !c->draining && f.msgs < c->requests;
 
 	/* 2. The first row of the state that matches. */
 	all_acked = (flags & F_ACK) && bpf_ntohl(in.tcp.ack_seq) == f.snd_nxt;
-	rows = c->rows;
-	for (i = 0; i < WL_EFSM_ROWS; i++) {
-		const struct wl_efsm_row *w = &c->row[i];
-		__u32 k, ok = 1;
+	{
+		__u64 pfx = 0;
 
-		if (i >= rows)
-			break;
-		if (w->from != f.state || (flags & w->flags_mask) != w->flags_value)
-			continue;
-		if ((w->payload == 1 && plen) || (w->payload == 2 && !plen))
-			continue;
-		if ((w->all_acked == 1 && !all_acked) || (w->all_acked == 2 && all_acked))
-			continue;
-		if (w->prefix_len > plen)
-			continue;
-		for (k = 0; k < WL_EFSM_PREFIX; k++)
-			if (k < w->prefix_len && prefix[k] != w->prefix[k])
-				ok = 0;
-		if (!ok)
-			continue;
-		hit = i;
-		row = w;
-		break;
+		for (i = 0; i < WL_EFSM_PREFIX; i++)
+			pfx |= (__u64)prefix[i] << (8 * i);
+		hit = wl_match(c, f.state,
+			       flags | all_acked << 8 | completed << 9 | left << 10, plen, pfx);
+	}
+	if (hit < WL_EFSM_ROWS) {
+		/* The verifier bounds the index by the mask, which the
+		 * compiler would otherwise drop after the comparison. */
+		asm volatile("" : "+r"(hit));
+		row = &c->row[hit & (WL_EFSM_ROWS - 1)];
 	}
 	if (!row) {
 		bump(WL_EFSM_ROWS + WL_COUNT_UNMATCHED, 1);
@@ -411,19 +613,15 @@ int wl_efsm(struct __sk_buff *skb)
 	case WL_REPLY_FIN:
 		r.tcp.seq = bpf_htonl(f.snd_nxt);
 		r.tcp.ack_seq = bpf_htonl(f.rcv_nxt);
-		((__u8 *)&r.tcp)[13] = row->reply == WL_REPLY_FIN ? F_FIN | F_ACK : F_ACK;
-		if (row->reply == WL_REPLY_FIN)
+		/* Our FIN went already: a plain ACK. */
+		if (row->reply == WL_REPLY_FIN && !(f.mflags & M_FIN_SENT)) {
+			((__u8 *)&r.tcp)[13] = F_FIN | F_ACK;
 			f.snd_nxt++;
+			f.mflags |= M_FIN_SENT;
+		} else {
+			((__u8 *)&r.tcp)[13] = F_ACK;
+		}
 		break;
-	case WL_REPLY_REOPEN: {
-		__u32 slot = (__u16)(key.local_port - c->port_base);
-		__u32 range = c->port_range ? c->port_range : 1;
-
-		r.tcp.source = bpf_htons((__u16)(c->port_base + (slot + c->connections) % range));
-		r.tcp.seq = bpf_htonl(now >> 12);
-		((__u8 *)&r.tcp)[13] = F_SYN;
-		break;
-	}
 	default:
 		break;
 	}
@@ -435,15 +633,22 @@ int wl_efsm(struct __sk_buff *skb)
 		bump(WL_EFSM_ROWS + WL_COUNT_ENDED, 1);
 	}
 
-	if (row->reply == WL_REPLY_DATA) {
+	if (row->reply == WL_REPLY_DATA || row->reply == WL_REPLY_NEXT) {
 		__u64 off, len_all = c->payload_len, mss = c->mss;
 		__u32 s, len, last, fl, segs = c->segments;
 		const struct wl_efsm_chunk *ch;
 
+		/* The next message: only once the last was sent whole, and for
+		 * new data (a repeated request does not start it again). */
+		if (row->reply == WL_REPLY_NEXT && (__u32)(f.snd_nxt - f.base) >= len_all &&
+		    fresh && !(f.mflags & M_FIN_SENT)) {
+			f.base = f.snd_nxt;
+			f.msgs++;
+		}
 		for (s = 0; s < WL_EFSM_SEGMENTS; s++) {
 			if (s >= segs || !mss)
 				break;
-			off = (__u32)(f.snd_nxt - (f.isn + 1));
+			off = (__u32)(f.snd_nxt - f.base);
 			if (off >= len_all)
 				break;
 			len = len_all - off < mss ? len_all - off : mss;
@@ -469,11 +674,44 @@ int wl_efsm(struct __sk_buff *skb)
 				break;
 			}
 			f.snd_nxt += len + !!(fl & F_FIN);
+			if (fl & F_FIN)
+				f.mflags |= M_FIN_SENT;
 			bytes += len;
 			nsent++;
 		}
+	} else if (row->reply == WL_REPLY_REOPEN) {
+		__u32 slot = (__u16)(key.local_port - c->port_base);
+		__u32 range = c->port_range ? c->port_range : 1;
+
+		/* The old connection's last word: the ACK of its FIN. */
+		if (fin) {
+			r.tcp.seq = bpf_htonl(f.snd_nxt);
+			r.tcp.ack_seq = bpf_htonl(f.rcv_nxt);
+			((__u8 *)&r.tcp)[13] = F_ACK;
+			if (wl_build(skb, &r, 20, NULL, 0))
+				broken = 1;
+			else
+				nsent = 1;
+		}
+		if (!c->draining && !broken) {
+			/* The ACK leaves as a clone. */
+			if (nsent && c->ifindex)
+				bpf_clone_redirect(skb, c->ifindex, 0);
+			r.tcp.source = bpf_htons((__u16)(c->port_base + (slot + c->connections) % range));
+			r.tcp.seq = bpf_htonl(now >> 12);
+			r.tcp.ack_seq = 0;
+			((__u8 *)&r.tcp)[13] = F_SYN;
+			r.opt[0] = 2;
+			r.opt[1] = 4;
+			r.opt[2] = c->mss >> 8;
+			r.opt[3] = c->mss & 0xff;
+			if (wl_build(skb, &r, 24, NULL, 0))
+				broken = 1;
+			else
+				nsent++;
+		}
 	} else if (row->reply != WL_REPLY_NONE) {
-		__u32 opt = row->reply == WL_REPLY_SYNACK || row->reply == WL_REPLY_REOPEN;
+		__u32 opt = row->reply == WL_REPLY_SYNACK;
 
 		if (opt) {
 			r.opt[0] = 2;

@@ -84,6 +84,8 @@ impl Responder {
             connections: side.connections,
             port_range: side.port_range,
             rows: t.rows.len() as u32,
+            requests: side.requests,
+            draining: side.draining as u32,
             ..Default::default()
         };
         for (raw, r) in c.row.iter_mut().zip(&t.rows) {
@@ -93,6 +95,8 @@ impl Responder {
             raw.payload = r.payload;
             raw.prefix_len = r.prefix_len;
             raw.all_acked = r.all_acked;
+            raw.message_complete = r.message_complete;
+            raw.requests_left = r.requests_left;
             raw.next = r.next;
             raw.forget = r.forget as u8;
             raw.prefix = r.prefix;
@@ -103,6 +107,7 @@ impl Responder {
                 Reply::Ack => types::wl_efsm_reply::WL_REPLY_ACK,
                 Reply::Fin => types::wl_efsm_reply::WL_REPLY_FIN,
                 Reply::Data => types::wl_efsm_reply::WL_REPLY_DATA,
+                Reply::NextMessage => types::wl_efsm_reply::WL_REPLY_NEXT,
                 Reply::Reopen => types::wl_efsm_reply::WL_REPLY_REOPEN,
             }
             .0 as u8;

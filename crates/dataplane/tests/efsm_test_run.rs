@@ -34,6 +34,8 @@ fn side(efsm: &str, payload: Option<Payload>, fin_after_data: bool, segments: u8
         port_base: 20000,
         connections: 4,
         port_range: 40,
+        requests: 1,
+        draining: false,
     }
 }
 
@@ -112,11 +114,16 @@ impl Pair {
         want.unwrap_or_default()
     }
 
-    /// The counters and the flows are the reference's; every row fired.
-    fn finish(&self) {
+    /// The counters and the flows are the reference's.
+    fn same_counts(&self) {
         let counts = self.bpf.counts().unwrap();
         assert_eq!(counts, self.reference.counts, "counters (rows, then Count)");
         assert_eq!(self.bpf.flows(), self.reference.flows.len(), "flows held");
+    }
+
+    /// The counters and the flows are the reference's; every row fired.
+    fn finish(&self) {
+        self.same_counts();
         let t = &self.reference.side.table;
         for (i, c) in self.reference.counts[..t.rows.len()].iter().enumerate() {
             assert!(*c > 0, "row {i} ({}) never fired", t.describe(i));
@@ -230,6 +237,12 @@ fn every_transition_of_the_http_server_replies_as_the_reference_does() {
         &seg(1007, 8080, flag::ACK, 6, isn + 1, 2000, GET),
     );
     assert_eq!(r.len(), 1);
+    // A request before the response went whole: the response goes on.
+    let r = p.step(
+        "sending, GET before the response went whole",
+        &seg(1007, 8080, flag::ACK, 6 + GET.len() as u32, isn + 1 + 1460, w, GET),
+    );
+    assert!(read(&r[0]).1 == isn + 1 + 1460, "the response's next segment");
     // Not the side's: another address, and not TCP.
     let mut other = seg(1008, 8080, flag::SYN, 5, 0, w, &[]);
     other[33] = 9;
@@ -248,7 +261,9 @@ fn the_http_client_requests_acks_closes_and_reopens_as_the_reference_does() {
         return;
     }
     let req = Payload::new(GET, GET.len() as u64, 1460);
-    let mut p = Pair::new(side("http-client", Some(req), false, 2));
+    let mut s = side("http-client", Some(req), false, 2);
+    s.requests = 2;
+    let mut p = Pair::new(s);
     let w = 65535;
     // Our SYN (the generator's) left port 20006 with ISN 999.
     let r = p.step(
@@ -313,7 +328,104 @@ fn the_http_client_requests_acks_closes_and_reopens_as_the_reference_does() {
         ),
     );
     p.step("closing, RST", &seg(80, 20003, flag::RST, 52, 0, w, &[]));
+    // Keep-alive, two requests: a response whole in one segment gets
+    // the next request, the second our FIN; the server's FIN then its
+    // ACK and a new SYN.
+    let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n0123456789";
+    p.step(
+        "syn-sent, SYN|ACK (4)",
+        &seg(80, 20004, flag::SYN | flag::ACK, 300, 10, w, &[]),
+    );
+    let mut us = 10 + GET.len() as u32;
+    let r = p.step(
+        "requested, the response whole, a request left",
+        &seg(80, 20004, flag::ACK | flag::PSH, 301, us, w, resp),
+    );
+    let (fl, s, a, n) = read(&r[0]);
+    assert_eq!((fl, s, a, n), (flag::ACK | flag::PSH, us, 301 + resp.len() as u32, GET.len()));
+    assert_eq!(&r[0][54..], GET, "the request again, from its first byte");
+    us += GET.len() as u32;
+    let them = 301 + resp.len() as u32;
+    let r = p.step(
+        "requested, the last response whole",
+        &seg(80, 20004, flag::ACK | flag::PSH, them, us, w, resp),
+    );
+    assert_eq!(read(&r[0]).0, flag::FIN | flag::ACK, "we close");
+    let them = them + resp.len() as u32;
+    p.step(
+        "fin-wait, the ACK of our FIN",
+        &seg(80, 20004, flag::ACK, them, us + 1, w, &[]),
+    );
+    let r = p.step(
+        "fin-wait, the server's FIN",
+        &seg(80, 20004, flag::FIN | flag::ACK, them, us + 1, w, &[]),
+    );
+    assert_eq!(r.len(), 2, "its ACK, then a SYN");
+    assert_eq!(read(&r[0]).2, them + 1);
+    assert_eq!(read(&r[1]).0, flag::SYN);
+    p.step(
+        "syn-sent, SYN|ACK (5)",
+        &seg(80, 20005, flag::SYN | flag::ACK, 300, 10, w, &[]),
+    );
+    let mut them = 301;
+    let mut ours = 10 + GET.len() as u32;
+    for k in 0..2 {
+        p.step(
+            &format!("requested, response {k} whole (5)"),
+            &seg(80, 20005, flag::ACK | flag::PSH, them, ours, w, resp),
+        );
+        them += resp.len() as u32;
+        ours += GET.len() as u32;
+    }
+    p.step("fin-wait, RST", &seg(80, 20005, flag::RST, 301, 0, w, &[]));
+    assert_eq!(p.reference.counted(Count::MessagesReceived), 4);
     p.finish();
+}
+
+#[test]
+fn a_kept_alive_server_answers_each_request_whole_as_the_reference_does() {
+    if !have_bpf() {
+        return;
+    }
+    let mut p = Pair::new(side(
+        "http-server",
+        Some(Payload::http_response(2000, 1460)),
+        false,
+        2,
+    ));
+    let len = p.reference.side.payload.as_ref().unwrap().len as u32;
+    let isn = clock_isn(NOW);
+    let w = 65535;
+    p.step("listen, SYN", &seg(1002, 8080, flag::SYN, 100, 0, w, &[]));
+    let mut them = 101;
+    let mut us = isn + 1;
+    for k in 0..3 {
+        let r = p.step(
+            &format!("request {k}"),
+            &seg(1002, 8080, flag::ACK | flag::PSH, them, us, w, GET),
+        );
+        assert_eq!(r.len(), 2, "request {k}: the whole response");
+        assert!(r[0][54..].starts_with(b"HTTP/1.1 200 OK"), "request {k}: from its start");
+        assert_eq!(read(&r[1]).0, flag::ACK | flag::PSH, "no FIN: kept alive");
+        them += GET.len() as u32;
+        us += len;
+        // A repeated request starts nothing again.
+        let r = p.step(
+            &format!("request {k} again"),
+            &seg(1002, 8080, flag::ACK | flag::PSH, them - GET.len() as u32, us, w, GET),
+        );
+        assert!(r.is_empty(), "request {k} again");
+    }
+    // The client closes: our FIN with its ACK.
+    let r = p.step(
+        "sending, FIN",
+        &seg(1002, 8080, flag::FIN | flag::ACK, them, us, w, &[]),
+    );
+    let (fl, s, a, _) = read(&r[0]);
+    assert_eq!((fl, s, a), (flag::FIN | flag::ACK, us, them + 1));
+    assert_eq!(p.reference.counted(Count::MessagesReceived), 3, "three requests");
+    assert!(p.reference.flows.is_empty());
+    p.same_counts();
 }
 
 #[test]

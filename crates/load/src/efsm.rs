@@ -115,6 +115,12 @@ pub struct Side {
     pub port_base: u16,
     pub connections: u32,
     pub port_range: u32,
+    /// Messages a flow sends before `requests_left` turns false (a
+    /// client's requests per connection).
+    pub requests: u32,
+    /// The run is draining: no flow has requests left, and `reopen`
+    /// sends no SYN.
+    pub draining: bool,
 }
 
 /// One flow's register (`struct wl_efsm_flow`).
@@ -126,6 +132,89 @@ pub struct Flow {
     pub snd_nxt: u32,
     pub rcv_nxt: u32,
     pub wnd: u16,
+    /// Where the side's current message (payload) starts.
+    pub base: u32,
+    /// Where the peer's current message starts, and ends once its head
+    /// was read (`END_KNOWN`).
+    pub rcv_base: u32,
+    pub msg_end: u32,
+    /// Messages the side started (the first is the flow's first payload).
+    pub msgs: u32,
+    /// `END_KNOWN`, `FIN_SENT`.
+    pub mflags: u8,
+}
+
+/// `Flow::mflags`: the peer's message's end is known.
+pub const END_KNOWN: u8 = 1;
+/// `Flow::mflags`: the side's FIN has left.
+pub const FIN_SENT: u8 = 2;
+
+/// Bytes of a message's first segment read for its head
+/// (`WL_EFSM_SCAN`).
+pub const SCAN: usize = 512;
+
+/// The length of a message whose first segment's payload is `b`, from
+/// its head (RFC 9112 §6.3): the head up to and with its blank line,
+/// plus the Content-Length a response gives (the last one, names
+/// compared without case). A request without one has no body. None: the
+/// head does not end within the first [`SCAN`] bytes, or a response
+/// gives no Content-Length (chunked, or delimited by the close), or one
+/// of more than 9 digits.
+///
+/// A byte at a time, as `bpf/efsm.bpf.c`'s `wl_scan_byte` reads it.
+pub fn message_len(b: &[u8]) -> Option<u32> {
+    const NAME: &[u8] = b"content-length:";
+    const END: &[u8] = b"\r\n\r\n";
+    let (mut crlf, mut line_start, mut name, mut matching) = (0, true, 0, false);
+    let (mut in_value, mut digits, mut len, mut have_len) = (false, 0u32, 0u32, false);
+    let mut head = None;
+    for (i, &c) in b.iter().take(SCAN).enumerate() {
+        if line_start {
+            matching = true;
+            name = 0;
+        }
+        if matching {
+            let lower = if c.is_ascii_uppercase() { c | 0x20 } else { c };
+            if lower == NAME[name] {
+                name += 1;
+                if name == NAME.len() {
+                    matching = false;
+                    in_value = true;
+                    (digits, len, have_len) = (0, 0, false);
+                }
+            } else {
+                matching = false;
+            }
+        } else if in_value {
+            if c.is_ascii_digit() {
+                digits += 1;
+                len = len.wrapping_mul(10).wrapping_add(u32::from(c - b'0'));
+            } else if !((c == b' ' || c == b'\t') && digits == 0) {
+                in_value = false;
+                have_len = (1..=9).contains(&digits);
+            }
+        }
+        line_start = c == b'\n';
+        crlf = if c == END[crlf] {
+            crlf + 1
+        } else if c == b'\r' {
+            1
+        } else {
+            0
+        };
+        if crlf == 4 {
+            head = Some(i as u32 + 1);
+            break;
+        }
+    }
+    let head = head?;
+    if have_len {
+        Some(head + len)
+    } else if b.starts_with(b"HTTP/") {
+        None
+    } else {
+        Some(head)
+    }
 }
 
 /// (peer address, peer port, local port), host order.
@@ -147,10 +236,15 @@ pub enum Count {
     BytesSent,
     /// A flow that could not be stored (the table was full).
     TableFull,
+    /// The peer's messages that arrived whole (a client's: responses).
+    MessagesReceived,
+    /// The peer's messages whose end the head did not give (see
+    /// [`message_len`]): they end with the connection.
+    MessagesUndelimited,
 }
 
 /// Counters after the rows': `rows + Count as usize`.
-pub const COUNTS: usize = 8;
+pub const COUNTS: usize = 10;
 /// Rows' counters (the largest table).
 pub const ROW_COUNTS: usize = wirelab_spec::efsm::MAX_ROWS;
 
@@ -209,6 +303,15 @@ fn parse(f: &[u8]) -> Option<Seen> {
         wnd: be16(48),
         payload: f[34 + doff..14 + tot].to_vec(),
     })
+}
+
+/// A yes/no condition (0 not compared, 1 yes, 2 no) against `fact`.
+fn tri(cond: u8, fact: bool) -> bool {
+    match cond {
+        1 => fact,
+        2 => !fact,
+        _ => true,
+    }
 }
 
 /// RFC 1071's sum, folded to 16 bits (not complemented); odd lengths are
@@ -271,12 +374,35 @@ impl Responder {
         let syn = u32::from(p.flags & flag::SYN != 0);
         let fin = u32::from(p.flags & flag::FIN != 0);
         let known = self.flows.get(&key).copied();
+        // Whether this packet brought new data in order, and completed
+        // the peer's message.
+        let (mut fresh, mut completed) = (false, false);
         // 1. The variables.
         let mut f = match known {
             Some(mut f) => {
                 if p.seq == f.rcv_nxt {
+                    // The first segment of the peer's message: its head
+                    // says where it ends.
+                    if plen > 0 && p.seq == f.rcv_base && f.mflags & END_KNOWN == 0 {
+                        match message_len(&p.payload) {
+                            Some(n) => {
+                                f.msg_end = f.rcv_base.wrapping_add(n);
+                                f.mflags |= END_KNOWN;
+                            }
+                            None => self.count(Count::MessagesUndelimited, 1),
+                        }
+                    }
                     f.rcv_nxt = f.rcv_nxt.wrapping_add(plen + fin);
+                    fresh = plen > 0;
                     self.count(Count::BytesReceived, u64::from(plen));
+                    if f.mflags & END_KNOWN != 0 && f.rcv_nxt.wrapping_sub(f.msg_end) as i32 >= 0
+                    {
+                        // The next message starts where this one ends.
+                        completed = true;
+                        f.rcv_base = f.msg_end;
+                        f.mflags &= !END_KNOWN;
+                        self.count(Count::MessagesReceived, 1);
+                    }
                 } else if plen + fin > 0 {
                     self.count(Count::OutOfOrder, 1);
                 }
@@ -307,9 +433,15 @@ impl Responder {
                     snd_nxt: una,
                     rcv_nxt: p.seq.wrapping_add(plen + syn + fin),
                     wnd: p.wnd,
+                    base: isn.wrapping_add(1),
+                    rcv_base: p.seq.wrapping_add(syn),
+                    msg_end: 0,
+                    msgs: 1,
+                    mflags: 0,
                 }
             }
         };
+        let left = !self.side.draining && f.msgs < self.side.requests;
         // 2. The first row of the state that matches.
         let all_acked = p.flags & flag::ACK != 0 && p.ack == f.snd_nxt;
         let t = &self.side.table;
@@ -324,11 +456,9 @@ impl Responder {
                 && (r.prefix_len == 0
                     || p.payload.get(..usize::from(r.prefix_len))
                         == Some(&r.prefix[..usize::from(r.prefix_len)]))
-                && match r.all_acked {
-                    1 => all_acked,
-                    2 => !all_acked,
-                    _ => true,
-                }
+                && tri(r.all_acked, all_acked)
+                && tri(r.message_complete, completed)
+                && tri(r.requests_left, left)
         });
         let Some(i) = hit else {
             self.count(Count::Unmatched, 1);
@@ -369,19 +499,32 @@ impl Responder {
                 f.snd_nxt = f.isn.wrapping_add(1);
             }
             Reply::Ack => outs.push((out(f.snd_nxt, f.rcv_nxt, flag::ACK), None)),
+            Reply::Fin if f.mflags & FIN_SENT != 0 => {
+                outs.push((out(f.snd_nxt, f.rcv_nxt, flag::ACK), None));
+            }
             Reply::Fin => {
                 outs.push((out(f.snd_nxt, f.rcv_nxt, flag::FIN | flag::ACK), None));
                 f.snd_nxt = f.snd_nxt.wrapping_add(1);
+                f.mflags |= FIN_SENT;
             }
-            Reply::Data => {
+            Reply::Data | Reply::NextMessage => {
                 let pl = self
                     .side
                     .payload
                     .as_ref()
                     .expect("validated: a data reply has a payload");
                 let mss = u64::from(pl.mss);
+                let sent_whole = u64::from(f.snd_nxt.wrapping_sub(f.base)) >= pl.len;
+                if row.reply == Reply::NextMessage
+                    && sent_whole
+                    && fresh
+                    && f.mflags & FIN_SENT == 0
+                {
+                    f.base = f.snd_nxt;
+                    f.msgs += 1;
+                }
                 for _ in 0..self.side.segments_per_ack {
-                    let off = u64::from(f.snd_nxt.wrapping_sub(f.isn.wrapping_add(1)));
+                    let off = u64::from(f.snd_nxt.wrapping_sub(f.base));
                     if off >= pl.len {
                         break;
                     }
@@ -394,9 +537,16 @@ impl Responder {
                     let flags = flag::ACK | flag::PSH | if fin { flag::FIN } else { 0 };
                     outs.push((out(f.snd_nxt, f.rcv_nxt, flags), Some((off / mss, len))));
                     f.snd_nxt = f.snd_nxt.wrapping_add(len + u32::from(fin));
+                    if fin {
+                        f.mflags |= FIN_SENT;
+                    }
                 }
             }
             Reply::Reopen => {
+                // The old connection's last word: the ACK of its FIN.
+                if fin > 0 {
+                    outs.push((out(f.snd_nxt, f.rcv_nxt, flag::ACK), None));
+                }
                 let s = &self.side;
                 let slot = u32::from(p.dport.wrapping_sub(s.port_base));
                 let next = (slot + s.connections) % s.port_range;
@@ -405,7 +555,9 @@ impl Responder {
                     mss_option: true,
                     ..out(clock_isn(now), 0, flag::SYN)
                 };
-                outs.push((o, None));
+                if !s.draining {
+                    outs.push((o, None));
+                }
             }
         }
         // 4. The register.
@@ -508,6 +660,8 @@ mod tests {
             port_base: 0,
             connections: 0,
             port_range: 1,
+            requests: 1,
+            draining: false,
         })
     }
 
@@ -654,6 +808,8 @@ mod tests {
             port_base: 8000,
             connections: 10,
             port_range: 100,
+            requests: 1,
+            draining: false,
         });
         // Our SYN was ISN 999 from port 8080 (slot 0's ... any port).
         let out = r
@@ -686,6 +842,116 @@ mod tests {
     }
 
     #[test]
+    fn a_message_ends_where_its_head_says() {
+        let resp = b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 4000\r\n\r\nbody";
+        assert_eq!(message_len(resp), Some(resp.len() as u32 - 4 + 4000));
+        // haproxy's HTX writes names in lower case; spaces before the value.
+        let lower = b"HTTP/1.1 200 OK\r\ncontent-length:   12\r\nx-a: b\r\n\r\n";
+        assert_eq!(message_len(lower), Some(lower.len() as u32 + 12));
+        // A request without a length has no body.
+        let get = b"GET / HTTP/1.1\r\nHost: wirelab\r\n\r\n";
+        assert_eq!(message_len(get), Some(get.len() as u32));
+        // A response without one ends with the connection; so does one
+        // whose head is longer than the scan, or whose length is absurd.
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"), None);
+        let mut long = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nX: ".to_vec();
+        long.resize(SCAN, b'y');
+        long.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(message_len(&long), None);
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890\r\n\r\n"), None);
+        // Names match whole, from a line's start only.
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n"), None);
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent\rLength: 5\r\n\r\n"), None);
+        // The head so far, without its blank line: not yet known.
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"), None);
+    }
+
+    /// A client and a server executor wired back to back: every frame one
+    /// sends, the other receives, until `until` holds or nothing moves.
+    fn wire(c: &mut Responder, s: &mut Responder, syn: Vec<u8>, until: impl Fn(&Responder) -> bool) {
+        let mut to_server = vec![syn];
+        let mut to_client: Vec<Vec<u8>> = Vec::new();
+        let mut now = 1u64 << 32;
+        for _ in 0..10_000 {
+            if until(c) || (to_server.is_empty() && to_client.is_empty()) {
+                return;
+            }
+            now += 1 << 20;
+            for f in std::mem::take(&mut to_server) {
+                to_client.extend(s.receive(&f, now).expect("for the server"));
+            }
+            for f in std::mem::take(&mut to_client) {
+                to_server.extend(c.receive(&f, now).expect("for the client"));
+            }
+        }
+        panic!("the exchange did not end");
+    }
+
+    #[test]
+    fn a_kept_alive_connection_carries_its_requests_then_closes_and_opens_again() {
+        let req = b"GET / HTTP/1.1\r\nHost: wirelab\r\n\r\n";
+        let mut c = Responder::new(Side {
+            table: compile(&EfsmRef::Builtin("http-client".into()), "x").unwrap(),
+            local_ip: u32::from_be_bytes(CLIENT),
+            mss: 1460,
+            segments_per_ack: 2,
+            payload: Some(Payload::new(req, req.len() as u64, 1460)),
+            fin_after_data: false,
+            port_base: 40000,
+            connections: 1,
+            port_range: 100,
+            requests: 3,
+            draining: false,
+        });
+        let mut s = server(2, 4000);
+        s.side.fin_after_data = false;
+        let len = s.side.payload.as_ref().unwrap().len;
+        let syn = || {
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv4(CLIENT, SERVER, 64)
+                .tcp(40000, 8080, 7, 65535)
+                .syn()
+                .write(&mut f, &[])
+                .unwrap();
+            f
+        };
+        let row = |r: &Responder, from: &str, reply: Reply| -> u64 {
+            let t = &r.side.table;
+            (0..t.rows.len())
+                .filter(|&i| t.states[t.rows[i].from as usize] == from && t.rows[i].reply == reply)
+                .map(|i| r.counts[i])
+                .sum()
+        };
+        // Two whole connections: each three requests, answered whole,
+        // then our FIN, the server's, and a new SYN.
+        wire(&mut c, &mut s, syn(), |c| row(c, "fin-wait", Reply::Reopen) == 2);
+        assert_eq!(c.counted(Count::MessagesReceived), 6, "responses whole");
+        assert_eq!(c.counted(Count::MessagesUndelimited), 0);
+        assert_eq!(row(&c, "requested", Reply::NextMessage), 4, "second and third requests");
+        assert_eq!(row(&c, "requested", Reply::Fin), 2, "the client closes");
+        assert_eq!(s.counted(Count::MessagesReceived), 6, "requests, whole");
+        assert_eq!(row(&s, "sending", Reply::NextMessage), 4);
+        assert_eq!(s.counted(Count::BytesSent), 6 * len, "each response sent once, whole");
+        assert_eq!(c.counted(Count::BytesReceived), 6 * len);
+        assert_eq!(c.counted(Count::OutOfOrder) + s.counted(Count::OutOfOrder), 0);
+        // The server answered our FIN with its own and forgot the flow.
+        assert_eq!(row(&s, "sending", Reply::Fin), 2);
+        assert!(s.flows.is_empty(), "the third connection's SYN is still on the wire");
+
+        // Draining: the response in flight is the last; the client
+        // closes, ACKs the server's FIN, and opens nothing again.
+        c.side.draining = true;
+        s.flows.clear();
+        c.flows.clear();
+        let before = c.counted(Count::MessagesReceived);
+        wire(&mut c, &mut s, syn(), |_| false);
+        assert_eq!(c.counted(Count::MessagesReceived), before + 1);
+        assert_eq!(row(&c, "fin-wait", Reply::Reopen), 3, "the close, ACKed");
+        assert!(c.flows.is_empty() && s.flows.is_empty(), "both ends closed");
+    }
+
+    #[test]
     fn the_syn_flood_responder_keeps_no_flow() {
         let e = builtin("syn-flood").unwrap();
         let table = compile(&EfsmRef::Table(e), "x").unwrap();
@@ -699,6 +965,8 @@ mod tests {
             port_base: 0,
             connections: 0,
             port_range: 1,
+            requests: 1,
+            draining: false,
         });
         for k in 0..100 {
             let out = r.receive(&seg(flag::SYN, k, 0, &[]), 0).unwrap();

@@ -72,18 +72,35 @@ pub struct Clients {
     /// The port they connect to on the DUT.
     #[serde(default = "default_port")]
     pub port: u16,
-    /// The request each connection sends (an HTTP GET by default).
-    #[serde(default = "default_request")]
-    pub request: String,
+    /// The request each connection sends (by default an HTTP GET, with
+    /// `Connection: close` when `requests` is 1).
+    #[serde(default)]
+    pub request: Option<String>,
+    /// Requests each connection sends before it closes (HTTP/1.1
+    /// keep-alive, RFC 9112 §9.3): the next request leaves once the
+    /// response to the last has arrived whole (its head and
+    /// Content-Length bytes of body), and after the last one the client
+    /// closes, then opens again. 1 (the default, Norma's): one request,
+    /// and the server closes. A large number keeps every connection open
+    /// for the whole run, as wrk does.
+    #[serde(default = "one")]
+    pub requests: u32,
+}
+
+impl Clients {
+    /// The request each connection sends.
+    pub fn request(&self) -> String {
+        match &self.request {
+            Some(r) => r.clone(),
+            None if self.requests > 1 => "GET / HTTP/1.1\r\nHost: wirelab\r\n\r\n".into(),
+            None => "GET / HTTP/1.1\r\nHost: wirelab\r\nConnection: close\r\n\r\n".into(),
+        }
+    }
 }
 
 fn default_port() -> u16 {
     80
 }
-fn default_request() -> String {
-    "GET / HTTP/1.1\r\nHost: wirelab\r\nConnection: close\r\n\r\n".into()
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Servers {
@@ -103,6 +120,11 @@ pub struct Servers {
     /// The response's body (an HTTP/1.1 200 with this Content-Length).
     #[serde(default = "default_response")]
     pub response: Bytes,
+    /// Emulated servers keep a connection open after a response and
+    /// answer the next request on it (HTTP/1.1's default, RFC 9112
+    /// §9.3); false (the default): a FIN follows each response.
+    #[serde(default)]
+    pub keep_alive: bool,
 }
 
 fn one() -> u32 {
@@ -173,6 +195,17 @@ pub struct Condition {
     /// FIN), or not.
     #[serde(default)]
     pub all_acked: Option<bool>,
+    /// This packet completes the peer's message, or not: an HTTP request
+    /// or response whose head (to the blank line) is in its first
+    /// segment, and, for a response, Content-Length bytes of body after
+    /// it (RFC 9112 §6.3). A response delimited otherwise (chunked, or
+    /// by the close) never completes: its end is the peer's FIN.
+    #[serde(default)]
+    pub message_complete: Option<bool>,
+    /// The flow has sent fewer messages than the side's `requests`, or
+    /// not (never while the run drains).
+    #[serde(default)]
+    pub requests_left: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -194,14 +227,24 @@ pub enum Reply {
     SynAck,
     /// A pure ACK of what arrived.
     Ack,
-    /// FIN|ACK.
+    /// FIN|ACK; a plain ACK once the flow's FIN was sent (a server
+    /// that closed after its response answers the peer's FIN so).
     Fin,
     /// The side's payload (a client's request, a server's response), up
     /// to `segments_per_ack` segments within the peer's window; a
-    /// server's last segment carries FIN.
+    /// server's last segment carries FIN unless it keeps connections
+    /// alive.
     Data,
+    /// The side's payload again from its first byte, as `data` sends it:
+    /// the next request, or the response to it, on a connection kept
+    /// alive. Only once the last message was sent whole and this packet
+    /// brought new data in order (a repeated request does not start the
+    /// response again); otherwise `data`.
+    NextMessage,
     /// A client's connection opened again: a SYN from the slot's next
-    /// port (Norma §8 re-initiates what ends normally).
+    /// port (Norma §8 re-initiates what ends normally), after an ACK of
+    /// the packet's FIN when it carries one (the old connection's last
+    /// word); while the run drains, only that ACK.
     Reopen,
 }
 
@@ -214,6 +257,7 @@ impl Reply {
             Reply::Ack => "ack",
             Reply::Fin => "fin",
             Reply::Data => "data",
+            Reply::NextMessage => "next-message",
             Reply::Reopen => "reopen",
         }
     }
@@ -289,10 +333,14 @@ pub const BUILTINS: [&str; 5] = [
 ///
 /// - `http-server`: Norma Table 2 grown to a whole exchange: SYN gets
 ///   SYN|ACK, a GET gets the response (segments per ACK as set, FIN on
-///   the last), the peer's FIN an ACK; RST ends the flow; an unknown
-///   flow's packet gets RST.
-/// - `http-client`: SYN|ACK gets the ACK with the request, data its ACK,
-///   the server's FIN our FIN, the ACK of our FIN a new connection.
+///   the last unless the server keeps connections alive, when the next
+///   GET gets the response again), the peer's FIN a FIN (an ACK if ours
+///   went already); RST ends the flow; an unknown flow's packet gets RST.
+/// - `http-client`: SYN|ACK gets the ACK with the request, data its ACK;
+///   a response that arrived whole gets the next request while the
+///   connection has requests left, else our FIN; the server's FIN gets
+///   our FIN; the end of the close (the ACK of our FIN, or the server's
+///   FIN after ours) a new connection.
 /// - `tcp-server` / `tcp-client`: the same without the payload prefix
 ///   (any data is a request).
 /// - `syn-flood`: Norma's state-machine bypass: every SYN gets RST, no
@@ -314,77 +362,49 @@ pub fn builtin(name: &str) -> Option<Efsm> {
         payload: Some(PayloadIs::Empty),
         ..Condition::default()
     };
+    let any = Condition::default;
     let server = |request: Condition| Efsm {
         states: states(&["listen", "syn-received", "established", "sending"]),
         transitions: vec![
             row("listen", has("RST"), "listen", Reply::None, false),
             row("listen", flags("SYN"), "syn-received", Reply::SynAck, false),
-            row("listen", Condition::default(), "listen", Reply::Rst, false),
-            row(
-                "syn-received",
-                request.clone(),
-                "sending",
-                Reply::Data,
-                false,
-            ),
-            row(
-                "syn-received",
-                empty_ack.clone(),
-                "established",
-                Reply::None,
-                false,
-            ),
+            row("listen", any(), "listen", Reply::Rst, false),
+            row("syn-received", request.clone(), "sending", Reply::Data, false),
+            row("syn-received", empty_ack.clone(), "established", Reply::None, false),
             row("syn-received", has("RST"), "listen", Reply::None, true),
-            row("established", request, "sending", Reply::Data, false),
+            row("established", request.clone(), "sending", Reply::Data, false),
             row("established", has("RST"), "listen", Reply::None, true),
             row("established", has("FIN"), "listen", Reply::Fin, true),
-            row(
-                "established",
-                Condition::default(),
-                "established",
-                Reply::None,
-                false,
-            ),
+            row("established", any(), "established", Reply::None, false),
             row("sending", has("RST"), "listen", Reply::None, true),
-            row("sending", has("FIN"), "listen", Reply::Ack, true),
+            row("sending", has("FIN"), "listen", Reply::Fin, true),
+            // Keep-alive: the next request on the same connection.
+            row("sending", request, "sending", Reply::NextMessage, false),
             row("sending", flags("ACK"), "sending", Reply::Data, false),
-            row(
-                "sending",
-                Condition::default(),
-                "sending",
-                Reply::None,
-                false,
-            ),
+            row("sending", any(), "sending", Reply::None, false),
         ],
     };
+    let complete = |left: Option<bool>| Condition {
+        flags: Some("ACK".into()),
+        message_complete: Some(true),
+        requests_left: left,
+        ..Condition::default()
+    };
     let client = || Efsm {
-        states: states(&["syn-sent", "requested", "closing"]),
+        states: states(&["syn-sent", "requested", "closing", "fin-wait"]),
         transitions: vec![
-            row(
-                "syn-sent",
-                flags("SYN|ACK"),
-                "requested",
-                Reply::Data,
-                false,
-            ),
+            row("syn-sent", flags("SYN|ACK"), "requested", Reply::Data, false),
             row("syn-sent", has("RST"), "syn-sent", Reply::None, false),
-            row(
-                "syn-sent",
-                Condition::default(),
-                "syn-sent",
-                Reply::Rst,
-                false,
-            ),
+            row("syn-sent", any(), "syn-sent", Reply::Rst, false),
             row("requested", has("RST"), "syn-sent", Reply::None, true),
+            // The server closed (after its response, or not).
             row("requested", has("FIN"), "closing", Reply::Fin, false),
+            // Keep-alive: the response is whole; the next request, or
+            // the close once none is left.
+            row("requested", complete(Some(true)), "requested", Reply::NextMessage, false),
+            row("requested", complete(None), "fin-wait", Reply::Fin, false),
             row("requested", data.clone(), "requested", Reply::Ack, false),
-            row(
-                "requested",
-                Condition::default(),
-                "requested",
-                Reply::None,
-                false,
-            ),
+            row("requested", any(), "requested", Reply::None, false),
             row(
                 "closing",
                 Condition {
@@ -397,13 +417,11 @@ pub fn builtin(name: &str) -> Option<Efsm> {
                 true,
             ),
             row("closing", has("RST"), "syn-sent", Reply::None, true),
-            row(
-                "closing",
-                Condition::default(),
-                "closing",
-                Reply::None,
-                false,
-            ),
+            row("closing", any(), "closing", Reply::None, false),
+            // We closed first: the server's FIN ends it.
+            row("fin-wait", has("RST"), "syn-sent", Reply::None, true),
+            row("fin-wait", has("FIN"), "syn-sent", Reply::Reopen, true),
+            row("fin-wait", any(), "fin-wait", Reply::None, false),
         ],
     };
     Some(match name {
@@ -414,7 +432,7 @@ pub fn builtin(name: &str) -> Option<Efsm> {
             states: states(&["none"]),
             transitions: vec![
                 row("none", flags("SYN"), "none", Reply::Rst, false),
-                row("none", Condition::default(), "none", Reply::None, false),
+                row("none", any(), "none", Reply::None, false),
             ],
         },
         _ => return None,
@@ -435,6 +453,10 @@ pub struct Row {
     pub prefix_len: u8,
     /// 0: not compared, 1: must acknowledge all, 2: must not.
     pub all_acked: u8,
+    /// 0: not compared, 1: the packet completes the peer's message, 2: not.
+    pub message_complete: u8,
+    /// 0: not compared, 1: the flow has requests left, 2: not.
+    pub requests_left: u8,
     pub next: u8,
     pub reply: Reply,
     pub forget: bool,
@@ -459,6 +481,16 @@ impl Table {
             self.states[r.next as usize],
             r.reply.name()
         )
+    }
+}
+
+/// A condition on a yes/no fact in the executor's terms: 0 not
+/// compared, 1 yes, 2 no.
+fn tri(b: Option<bool>) -> u8 {
+    match b {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
     }
 }
 
@@ -515,7 +547,7 @@ pub fn compile(e: &EfsmRef, at: &str) -> Result<Table, Invalid> {
     let sends_data = efsm
         .transitions
         .iter()
-        .any(|t| t.reply == Some(Reply::Data));
+        .any(|t| matches!(t.reply, Some(Reply::Data | Reply::NextMessage)));
     for (k, t) in efsm.transitions.iter().enumerate() {
         let from = index(&t.from, k, ".from")?;
         let next = index(&t.next, k, ".next")?;
@@ -584,11 +616,9 @@ pub fn compile(e: &EfsmRef, at: &str) -> Result<Table, Invalid> {
                 },
                 prefix,
                 prefix_len,
-                all_acked: match w.all_acked {
-                    None => 0,
-                    Some(true) => 1,
-                    Some(false) => 2,
-                },
+                all_acked: tri(w.all_acked),
+                message_complete: tri(w.message_complete),
+                requests_left: tri(w.requests_left),
                 next,
                 reply,
                 forget: t.forget,
@@ -664,14 +694,21 @@ pub fn validate(s: &Stateful, mtu: u32) -> Result<(), Invalid> {
                 format!("from 1 to {}", MAX_FLOWS / 2),
             );
         }
-        if c.request.is_empty() || c.request.len() > MAX_REQUEST.min(usize::from(s.mss)) {
+        let request = c.request();
+        if request.is_empty() || request.len() > MAX_REQUEST.min(usize::from(s.mss)) {
             return err(
                 "stateful.clients.request",
                 format!(
                     "from 1 byte to one segment ({} bytes), got {}",
                     MAX_REQUEST.min(usize::from(s.mss)),
-                    c.request.len()
+                    request.len()
                 ),
+            );
+        }
+        if c.requests == 0 {
+            return err(
+                "stateful.clients.requests",
+                "at least 1 (requests each connection sends)",
             );
         }
     }
