@@ -409,7 +409,7 @@ fn stateful(
     );
     if let Some(h) = &o.haproxy {
         println!(
-            "  haproxy: frontend {} sessions, {} requests; backend {} sessions, {} 2xx (EFSMs: {} requests sent, {} answered)",
+            "  haproxy: frontend {} sessions, {} requests; backend {} sessions, {} 2xx (EFSMs: {} requests sent, {} responses received whole)",
             h.frontend_sessions, h.frontend_requests, h.backend_sessions, h.backend_2xx,
             h.efsm_requests_sent, h.efsm_transactions
         );

@@ -199,6 +199,25 @@ impl Responder {
         self.maps.efsm_flows.keys().count()
     }
 
+    /// Flows the side holds now with data or a FIN not yet acknowledged
+    /// (an idle connection kept alive has none).
+    pub fn busy_flows(&self) -> usize {
+        let map = &self.maps.efsm_flows;
+        map.keys()
+            .filter_map(|k| map.lookup(&k, MapFlags::ANY).ok().flatten())
+            .filter(|v| {
+                let mut f = types::wl_efsm_flow::default();
+                let n = v.len().min(std::mem::size_of_val(&f));
+                // SAFETY: wl_efsm_flow is plain integers; at most its
+                // size is copied from the map's value.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut f as *mut _) as *mut u8, n)
+                };
+                f.snd_una != f.snd_nxt
+            })
+            .count()
+    }
+
     /// Tests: runs the program once on `frame`; its verdict and the frame
     /// as it left (the last reply when there were several).
     pub fn test_run(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {

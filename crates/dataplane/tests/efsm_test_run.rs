@@ -240,9 +240,39 @@ fn every_transition_of_the_http_server_replies_as_the_reference_does() {
     // A request before the response went whole: the response goes on.
     let r = p.step(
         "sending, GET before the response went whole",
-        &seg(1007, 8080, flag::ACK, 6 + GET.len() as u32, isn + 1 + 1460, w, GET),
+        &seg(
+            1007,
+            8080,
+            flag::ACK,
+            6 + GET.len() as u32,
+            isn + 1 + 1460,
+            w,
+            GET,
+        ),
     );
-    assert!(read(&r[0]).1 == isn + 1 + 1460, "the response's next segment");
+    assert!(
+        read(&r[0]).1 == isn + 1 + 1460,
+        "the response's next segment"
+    );
+    // A reset once everything was acknowledged: an idle connection's
+    // close (as haproxy closes its idle ones), not an exchange cut short.
+    p.step(
+        "listen, SYN (1009)",
+        &seg(1009, 8080, flag::SYN, 5, 0, w, &[]),
+    );
+    p.step(
+        "syn-received, GET (1009)",
+        &seg(1009, 8080, flag::ACK, 6, isn + 1, w, GET),
+    );
+    let rcv = 6 + GET.len() as u32;
+    p.step(
+        "sending, ACK (1009)",
+        &seg(1009, 8080, flag::ACK, rcv, isn + 1 + 2920, w, &[]),
+    );
+    p.step(
+        "sending, RST once all was acknowledged",
+        &seg(1009, 8080, flag::RST | flag::ACK, rcv, end, w, &[]),
+    );
     // Not the side's: another address, and not TCP.
     let mut other = seg(1008, 8080, flag::SYN, 5, 0, w, &[]);
     other[33] = 9;
@@ -250,8 +280,8 @@ fn every_transition_of_the_http_server_replies_as_the_reference_does() {
     let mut arp = other.clone();
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     p.step("not IPv4", &arp);
-    assert_eq!(p.reference.counted(Count::FlowsCreated), 6);
-    assert_eq!(p.reference.counted(Count::FlowsEnded), 5);
+    assert_eq!(p.reference.counted(Count::FlowsCreated), 7);
+    assert_eq!(p.reference.counted(Count::FlowsEnded), 6);
     p.finish();
 }
 
@@ -342,7 +372,15 @@ fn the_http_client_requests_acks_closes_and_reopens_as_the_reference_does() {
         &seg(80, 20004, flag::ACK | flag::PSH, 301, us, w, resp),
     );
     let (fl, s, a, n) = read(&r[0]);
-    assert_eq!((fl, s, a, n), (flag::ACK | flag::PSH, us, 301 + resp.len() as u32, GET.len()));
+    assert_eq!(
+        (fl, s, a, n),
+        (
+            flag::ACK | flag::PSH,
+            us,
+            301 + resp.len() as u32,
+            GET.len()
+        )
+    );
     assert_eq!(&r[0][54..], GET, "the request again, from its first byte");
     us += GET.len() as u32;
     let them = 301 + resp.len() as u32;
@@ -363,22 +401,41 @@ fn the_http_client_requests_acks_closes_and_reopens_as_the_reference_does() {
     assert_eq!(r.len(), 2, "its ACK, then a SYN");
     assert_eq!(read(&r[0]).2, them + 1);
     assert_eq!(read(&r[1]).0, flag::SYN);
-    p.step(
-        "syn-sent, SYN|ACK (5)",
-        &seg(80, 20005, flag::SYN | flag::ACK, 300, 10, w, &[]),
-    );
-    let mut them = 301;
-    let mut ours = 10 + GET.len() as u32;
-    for k in 0..2 {
+    // Two more: one whose close crosses the server's FIN, one reset.
+    for port in [20005, 20007] {
         p.step(
-            &format!("requested, response {k} whole (5)"),
-            &seg(80, 20005, flag::ACK | flag::PSH, them, ours, w, resp),
+            &format!("syn-sent, SYN|ACK ({port})"),
+            &seg(80, port, flag::SYN | flag::ACK, 300, 10, w, &[]),
         );
-        them += resp.len() as u32;
-        ours += GET.len() as u32;
+        let mut them = 301;
+        let mut ours = 10 + GET.len() as u32;
+        for k in 0..2 {
+            p.step(
+                &format!("requested, response {k} whole ({port})"),
+                &seg(80, port, flag::ACK | flag::PSH, them, ours, w, resp),
+            );
+            them += resp.len() as u32;
+            ours += GET.len() as u32;
+        }
+        ours -= GET.len() as u32;
+        if port == 20007 {
+            p.step("fin-wait, RST", &seg(80, port, flag::RST, them, 0, w, &[]));
+            break;
+        }
+        // The server's FIN before it had ours: ACKed, and the ACK of
+        // ours then opens the next connection (a SYN alone).
+        let r = p.step(
+            "fin-wait, a FIN that crossed ours",
+            &seg(80, port, flag::FIN | flag::ACK, them, ours, w, &[]),
+        );
+        assert_eq!((read(&r[0]).0, read(&r[0]).2), (flag::ACK, them + 1));
+        let r = p.step(
+            "closing, the ACK of our FIN",
+            &seg(80, port, flag::ACK, them + 1, ours + 1, w, &[]),
+        );
+        assert_eq!((r.len(), read(&r[0]).0), (1, flag::SYN));
     }
-    p.step("fin-wait, RST", &seg(80, 20005, flag::RST, 301, 0, w, &[]));
-    assert_eq!(p.reference.counted(Count::MessagesReceived), 4);
+    assert_eq!(p.reference.counted(Count::MessagesReceived), 6);
     p.finish();
 }
 
@@ -405,14 +462,25 @@ fn a_kept_alive_server_answers_each_request_whole_as_the_reference_does() {
             &seg(1002, 8080, flag::ACK | flag::PSH, them, us, w, GET),
         );
         assert_eq!(r.len(), 2, "request {k}: the whole response");
-        assert!(r[0][54..].starts_with(b"HTTP/1.1 200 OK"), "request {k}: from its start");
+        assert!(
+            r[0][54..].starts_with(b"HTTP/1.1 200 OK"),
+            "request {k}: from its start"
+        );
         assert_eq!(read(&r[1]).0, flag::ACK | flag::PSH, "no FIN: kept alive");
         them += GET.len() as u32;
         us += len;
         // A repeated request starts nothing again.
         let r = p.step(
             &format!("request {k} again"),
-            &seg(1002, 8080, flag::ACK | flag::PSH, them - GET.len() as u32, us, w, GET),
+            &seg(
+                1002,
+                8080,
+                flag::ACK | flag::PSH,
+                them - GET.len() as u32,
+                us,
+                w,
+                GET,
+            ),
         );
         assert!(r.is_empty(), "request {k} again");
     }
@@ -423,7 +491,11 @@ fn a_kept_alive_server_answers_each_request_whole_as_the_reference_does() {
     );
     let (fl, s, a, _) = read(&r[0]);
     assert_eq!((fl, s, a), (flag::FIN | flag::ACK, us, them + 1));
-    assert_eq!(p.reference.counted(Count::MessagesReceived), 3, "three requests");
+    assert_eq!(
+        p.reference.counted(Count::MessagesReceived),
+        3,
+        "three requests"
+    );
     assert!(p.reference.flows.is_empty());
     p.same_counts();
 }

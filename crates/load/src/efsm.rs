@@ -395,8 +395,7 @@ impl Responder {
                     f.rcv_nxt = f.rcv_nxt.wrapping_add(plen + fin);
                     fresh = plen > 0;
                     self.count(Count::BytesReceived, u64::from(plen));
-                    if f.mflags & END_KNOWN != 0 && f.rcv_nxt.wrapping_sub(f.msg_end) as i32 >= 0
-                    {
+                    if f.mflags & END_KNOWN != 0 && f.rcv_nxt.wrapping_sub(f.msg_end) as i32 >= 0 {
                         // The next message starts where this one ends.
                         completed = true;
                         f.rcv_base = f.msg_end;
@@ -853,22 +852,42 @@ mod tests {
         assert_eq!(message_len(get), Some(get.len() as u32));
         // A response without one ends with the connection; so does one
         // whose head is longer than the scan, or whose length is absurd.
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"), None);
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            None
+        );
         let mut long = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nX: ".to_vec();
         long.resize(SCAN, b'y');
         long.extend_from_slice(b"\r\n\r\n");
         assert_eq!(message_len(&long), None);
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890\r\n\r\n"), None);
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 1234567890\r\n\r\n"),
+            None
+        );
         // Names match whole, from a line's start only.
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n"), None);
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent\rLength: 5\r\n\r\n"), None);
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nX-Content-Length: 5\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nContent\rLength: 5\r\n\r\n"),
+            None
+        );
         // The head so far, without its blank line: not yet known.
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"), None);
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"),
+            None
+        );
     }
 
     /// A client and a server executor wired back to back: every frame one
     /// sends, the other receives, until `until` holds or nothing moves.
-    fn wire(c: &mut Responder, s: &mut Responder, syn: Vec<u8>, until: impl Fn(&Responder) -> bool) {
+    fn wire(
+        c: &mut Responder,
+        s: &mut Responder,
+        syn: Vec<u8>,
+        until: impl Fn(&Responder) -> bool,
+    ) {
         let mut to_server = vec![syn];
         let mut to_client: Vec<Vec<u8>> = Vec::new();
         let mut now = 1u64 << 32;
@@ -925,19 +944,35 @@ mod tests {
         };
         // Two whole connections: each three requests, answered whole,
         // then our FIN, the server's, and a new SYN.
-        wire(&mut c, &mut s, syn(), |c| row(c, "fin-wait", Reply::Reopen) == 2);
+        wire(&mut c, &mut s, syn(), |c| {
+            row(c, "fin-wait", Reply::Reopen) == 2
+        });
         assert_eq!(c.counted(Count::MessagesReceived), 6, "responses whole");
         assert_eq!(c.counted(Count::MessagesUndelimited), 0);
-        assert_eq!(row(&c, "requested", Reply::NextMessage), 4, "second and third requests");
+        assert_eq!(
+            row(&c, "requested", Reply::NextMessage),
+            4,
+            "second and third requests"
+        );
         assert_eq!(row(&c, "requested", Reply::Fin), 2, "the client closes");
         assert_eq!(s.counted(Count::MessagesReceived), 6, "requests, whole");
         assert_eq!(row(&s, "sending", Reply::NextMessage), 4);
-        assert_eq!(s.counted(Count::BytesSent), 6 * len, "each response sent once, whole");
+        assert_eq!(
+            s.counted(Count::BytesSent),
+            6 * len,
+            "each response sent once, whole"
+        );
         assert_eq!(c.counted(Count::BytesReceived), 6 * len);
-        assert_eq!(c.counted(Count::OutOfOrder) + s.counted(Count::OutOfOrder), 0);
+        assert_eq!(
+            c.counted(Count::OutOfOrder) + s.counted(Count::OutOfOrder),
+            0
+        );
         // The server answered our FIN with its own and forgot the flow.
         assert_eq!(row(&s, "sending", Reply::Fin), 2);
-        assert!(s.flows.is_empty(), "the third connection's SYN is still on the wire");
+        assert!(
+            s.flows.is_empty(),
+            "the third connection's SYN is still on the wire"
+        );
 
         // Draining: the response in flight is the last; the client
         // closes, ACKs the server's FIN, and opens nothing again.

@@ -338,9 +338,10 @@ pub const BUILTINS: [&str; 5] = [
 ///   went already); RST ends the flow; an unknown flow's packet gets RST.
 /// - `http-client`: SYN|ACK gets the ACK with the request, data its ACK;
 ///   a response that arrived whole gets the next request while the
-///   connection has requests left, else our FIN; the server's FIN gets
-///   our FIN; the end of the close (the ACK of our FIN, or the server's
-///   FIN after ours) a new connection.
+///   connection has requests left, else our FIN (as wrk closes once a
+///   response says the connection ends); the server's FIN gets our FIN;
+///   the end of the close (the ACK of our FIN, with or after the
+///   server's) a new connection.
 /// - `tcp-server` / `tcp-client`: the same without the payload prefix
 ///   (any data is a request).
 /// - `syn-flood`: Norma's state-machine bypass: every SYN gets RST, no
@@ -369,13 +370,45 @@ pub fn builtin(name: &str) -> Option<Efsm> {
             row("listen", has("RST"), "listen", Reply::None, false),
             row("listen", flags("SYN"), "syn-received", Reply::SynAck, false),
             row("listen", any(), "listen", Reply::Rst, false),
-            row("syn-received", request.clone(), "sending", Reply::Data, false),
-            row("syn-received", empty_ack.clone(), "established", Reply::None, false),
+            row(
+                "syn-received",
+                request.clone(),
+                "sending",
+                Reply::Data,
+                false,
+            ),
+            row(
+                "syn-received",
+                empty_ack.clone(),
+                "established",
+                Reply::None,
+                false,
+            ),
             row("syn-received", has("RST"), "listen", Reply::None, true),
-            row("established", request.clone(), "sending", Reply::Data, false),
+            row(
+                "established",
+                request.clone(),
+                "sending",
+                Reply::Data,
+                false,
+            ),
             row("established", has("RST"), "listen", Reply::None, true),
             row("established", has("FIN"), "listen", Reply::Fin, true),
             row("established", any(), "established", Reply::None, false),
+            // A reset once everything we sent was acknowledged closes an
+            // idle connection (haproxy closes its idle server
+            // connections so); any other is an exchange cut short.
+            row(
+                "sending",
+                Condition {
+                    has: Some("RST".into()),
+                    all_acked: Some(true),
+                    ..Condition::default()
+                },
+                "listen",
+                Reply::None,
+                true,
+            ),
             row("sending", has("RST"), "listen", Reply::None, true),
             row("sending", has("FIN"), "listen", Reply::Fin, true),
             // Keep-alive: the next request on the same connection.
@@ -393,7 +426,13 @@ pub fn builtin(name: &str) -> Option<Efsm> {
     let client = || Efsm {
         states: states(&["syn-sent", "requested", "closing", "fin-wait"]),
         transitions: vec![
-            row("syn-sent", flags("SYN|ACK"), "requested", Reply::Data, false),
+            row(
+                "syn-sent",
+                flags("SYN|ACK"),
+                "requested",
+                Reply::Data,
+                false,
+            ),
             row("syn-sent", has("RST"), "syn-sent", Reply::None, false),
             row("syn-sent", any(), "syn-sent", Reply::Rst, false),
             row("requested", has("RST"), "syn-sent", Reply::None, true),
@@ -401,7 +440,13 @@ pub fn builtin(name: &str) -> Option<Efsm> {
             row("requested", has("FIN"), "closing", Reply::Fin, false),
             // Keep-alive: the response is whole; the next request, or
             // the close once none is left.
-            row("requested", complete(Some(true)), "requested", Reply::NextMessage, false),
+            row(
+                "requested",
+                complete(Some(true)),
+                "requested",
+                Reply::NextMessage,
+                false,
+            ),
             row("requested", complete(None), "fin-wait", Reply::Fin, false),
             row("requested", data.clone(), "requested", Reply::Ack, false),
             row("requested", any(), "requested", Reply::None, false),
@@ -418,9 +463,22 @@ pub fn builtin(name: &str) -> Option<Efsm> {
             ),
             row("closing", has("RST"), "syn-sent", Reply::None, true),
             row("closing", any(), "closing", Reply::None, false),
-            // We closed first: the server's FIN ends it.
+            // We closed first: the server's FIN, with the ACK of ours,
+            // ends it; a FIN that crossed ours is ACKed, and the ACK of
+            // ours then ends it (in `closing`).
             row("fin-wait", has("RST"), "syn-sent", Reply::None, true),
-            row("fin-wait", has("FIN"), "syn-sent", Reply::Reopen, true),
+            row(
+                "fin-wait",
+                Condition {
+                    has: Some("FIN|ACK".into()),
+                    all_acked: Some(true),
+                    ..Condition::default()
+                },
+                "syn-sent",
+                Reply::Reopen,
+                true,
+            ),
+            row("fin-wait", has("FIN"), "closing", Reply::Ack, false),
             row("fin-wait", any(), "fin-wait", Reply::None, false),
         ],
     };
