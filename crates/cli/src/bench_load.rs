@@ -11,11 +11,11 @@
 //!   frames/s up: wirelab's version-counted stream against iperf3
 //!   `-u -b` (its server's count over its own interval);
 //! - **HTTP transactions per second** through haproxy to nginx (four
-//!   workers' worth of backends, one worker), one request per connection:
-//!   wirelab's EFSM clients against wrk (`-t1`, `Connection: close`) with
-//!   as many connections, each with the tester's own CPU time: the
-//!   responders' BPF run time (kernel.bpf_stats_enabled), wrk's process
-//!   time.
+//!   workers' worth of backends, one worker), one request per connection
+//!   and then kept alive: wirelab's EFSM clients against wrk (`-t1`, with
+//!   `Connection: close`, then as it runs by default) with as many
+//!   connections, each with the tester's own CPU time: the responders'
+//!   BPF run time (kernel.bpf_stats_enabled), wrk's process time.
 
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
@@ -186,12 +186,18 @@ fn iperf3(size: u32, pps: f64, secs: u32) -> Result<f64> {
 const HTTP_CONNECTIONS: u32 = 100;
 const HTTP_BODY: u64 = 1024;
 
-/// wirelab's EFSM clients through haproxy to nginx for `secs`:
-/// (transactions/s, the tester's CPU s per second).
-fn http_wirelab(abort: &Arc<AtomicBool>, secs: u32) -> Result<(f64, f64)> {
+/// Requests a kept-alive connection sends: more than a run's worth, so
+/// each stays open throughout, as wrk's do.
+const KEPT_ALIVE: u32 = 1_000_000;
+
+/// wirelab's EFSM clients through haproxy to nginx for `secs`, one
+/// request per connection or kept alive: (transactions/s, the tester's
+/// CPU s per second).
+fn http_wirelab(abort: &Arc<AtomicBool>, secs: u32, keep_alive: bool) -> Result<(f64, f64)> {
+    let requests = if keep_alive { KEPT_ALIVE } else { 1 };
     let text = format!(
         "name: bench-http\ndut: {{kind: haproxy}}\nduration: {secs}s\ninterval: 1s\n\
-         stateful:\n  clients: {{efsm: http-client, connections: {HTTP_CONNECTIONS}}}\n  \
+         stateful:\n  clients: {{efsm: http-client, connections: {HTTP_CONNECTIONS}, requests: {requests}}}\n  \
          servers: {{real: nginx, count: 4, response: {HTTP_BODY}}}\n"
     );
     let spec = wirelab_spec::load::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -206,12 +212,16 @@ fn http_wirelab(abort: &Arc<AtomicBool>, secs: u32) -> Result<(f64, f64)> {
     let cpu = o
         .tester_cpu_ns
         .context("no BPF run time (kernel.bpf_stats_enabled)")?;
-    Ok((o.connections_per_second, cpu as f64 / 1e9 / o.seconds))
+    Ok((
+        o.transactions as f64 / o.seconds,
+        cpu as f64 / 1e9 / o.seconds,
+    ))
 }
 
-/// wrk with as many connections, one request each, through the same DUT
-/// and server for `secs`: (requests/s, wrk's CPU s per second).
-fn http_wrk(secs: u32) -> Result<(f64, f64)> {
+/// wrk with as many connections, one request each or kept alive, through
+/// the same DUT and server for `secs`: (requests/s, wrk's CPU s per
+/// second).
+fn http_wrk(secs: u32, keep_alive: bool) -> Result<(f64, f64)> {
     use wirelab_lab::{haproxy, nginx};
     let id = format!("bh{}", std::process::id());
     let lab = TesterLab::up(&id, DutKind::Haproxy, 1500, None)?;
@@ -246,24 +256,20 @@ fn http_wrk(secs: u32) -> Result<(f64, f64)> {
         Ok(t(u.user_time()) + t(u.system_time()))
     };
     let before = cpu()?;
-    let out = sh(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &lab.tx_ns,
-            "taskset",
-            "-c",
-            &tester_cpu.to_string(),
-            "wrk",
-            "-t1",
-            &format!("-c{HTTP_CONNECTIONS}"),
-            &format!("-d{secs}s"),
-            "-H",
-            "Connection: close",
-            &format!("http://{}/", at.dut_tx_side),
-        ],
-    )?;
+    let (cpu_arg, conns, dur) = (
+        tester_cpu.to_string(),
+        format!("-c{HTTP_CONNECTIONS}"),
+        format!("-d{secs}s"),
+    );
+    let url = format!("http://{}/", at.dut_tx_side);
+    let mut args = vec![
+        "netns", "exec", &lab.tx_ns, "taskset", "-c", &cpu_arg, "wrk", "-t1", &conns, &dur,
+    ];
+    if !keep_alive {
+        args.extend(["-H", "Connection: close"]);
+    }
+    args.push(&url);
+    let out = sh("ip", &args)?;
     let used = cpu()? - before;
     let rps = out
         .lines()
@@ -414,28 +420,30 @@ fn rate_error(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()
 
 fn http(abort: &Arc<AtomicBool>, rounds: usize, seconds: u32) -> Result<()> {
     println!(
-        "HTTP transactions/s through haproxy to nginx, {HTTP_CONNECTIONS} connections, one {HTTP_BODY}-byte GET each (medians of {rounds} rounds of {seconds} s)"
+        "HTTP transactions/s through haproxy to nginx, {HTTP_CONNECTIONS} connections, {HTTP_BODY}-byte GETs (medians of {rounds} rounds of {seconds} s)"
     );
     println!(
-        "  {:>12}  {:>12}  {:>7}   tester CPU s/s: {:>8}  {:>8}",
-        "wirelab", "wrk -t1", "ratio", "wirelab", "wrk"
+        "  {:<22}  {:>12}  {:>12}  {:>7}   tester CPU s/s: {:>8}  {:>8}",
+        "connections", "wirelab", "wrk -t1", "ratio", "wirelab", "wrk"
     );
     let _stats = BpfStats::on()?;
-    let (mut w, mut k, mut wc, mut kc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let (t, c) = http_wirelab(abort, seconds)?;
-        w.push(t);
-        wc.push(c);
-        let (t, c) = http_wrk(seconds)?;
-        k.push(t);
-        kc.push(c);
+    for (what, keep_alive) in [("one request each", false), ("kept alive", true)] {
+        let (mut w, mut k, mut wc, mut kc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (t, c) = http_wirelab(abort, seconds, keep_alive)?;
+            w.push(t);
+            wc.push(c);
+            let (t, c) = http_wrk(seconds, keep_alive)?;
+            k.push(t);
+            kc.push(c);
+        }
+        let (w, k) = (median(&mut w), median(&mut k));
+        println!(
+            "  {what:<22}  {w:>12.0}  {k:>12.0}  {:>6.2}x   {:>23.3}  {:>8.3}",
+            w / k,
+            median(&mut wc),
+            median(&mut kc)
+        );
     }
-    let (w, k) = (median(&mut w), median(&mut k));
-    println!(
-        "  {w:>12.0}  {k:>12.0}  {:>6.2}x   {:>23.3}  {:>8.3}",
-        w / k,
-        median(&mut wc),
-        median(&mut kc)
-    );
     Ok(())
 }
