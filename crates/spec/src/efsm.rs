@@ -885,6 +885,36 @@ stateful:
     }
 
     #[test]
+    fn keep_alive_clients_ask_for_it_and_zero_requests_is_refused() {
+        let spec = |clients: &str| {
+            format!(
+                "dut: {{kind: haproxy}}
+stateful:
+  clients: {clients}
+  servers: {{efsm: http-server, keep_alive: true}}
+"
+            )
+        };
+        let one = parse(&spec("{efsm: http-client, connections: 10}")).unwrap();
+        let c = one.stateful.unwrap().clients.unwrap();
+        assert_eq!(c.requests, 1);
+        assert!(c.request().contains("Connection: close"));
+        let many = parse(&spec("{efsm: http-client, connections: 10, requests: 50}")).unwrap();
+        let st = many.stateful.unwrap();
+        assert!(st.servers.unwrap().keep_alive);
+        let c = st.clients.unwrap();
+        assert_eq!(c.requests, 50);
+        assert!(!c.request().contains("Connection:"), "HTTP/1.1 keeps it alive");
+        let e = parse(&spec("{efsm: http-client, connections: 10, requests: 0}")).unwrap_err();
+        assert_eq!((e.path.as_str(), e.line), ("stateful.clients.requests", Some(3)));
+        // The built-in client's keep-alive rows compile to the executor's
+        // conditions.
+        let t = compile(&EfsmRef::Builtin("http-client".into()), "x").unwrap();
+        let next = t.rows.iter().find(|r| r.reply == Reply::NextMessage).unwrap();
+        assert_eq!((next.message_complete, next.requests_left), (1, 1));
+    }
+
+    #[test]
     fn a_stateful_test_is_checked_as_a_whole() {
         let both = "dut: {kind: router}
 stream: {size: 64, pps: 1000}
