@@ -18,8 +18,15 @@
  * when its payload has room, a sequence number and its send time, is
  * counted in its version's bank, and is redirected into the tester port.
  *
- * wl_sink (XDP on the receiving tester port): counts the stream's packets
- * in the bank of the version they carry, with the blind delay's sums
+ * Several streams (templates, rates, editors) run at once, each on a
+ * thread of its own: a thread's stream is looked up by its thread ID
+ * (gen_threads; a thread not registered runs stream 0), and everything a
+ * stream keeps (settings, per-CPU state, banks, histogram) is indexed by
+ * it.
+ *
+ * wl_sink (XDP on the receiving tester port): counts each stream's
+ * packets (told apart by protocol and destination port) in the bank of
+ * the version they carry, with the blind delay's sums
  * (§6.2) and the per-packet one-way latency (the namespaces share one
  * clock) in a log-linear histogram; drops them (the tester is their end).
  *
@@ -66,6 +73,8 @@ enum wl_load_limits {
 	/* A size mix's pattern (IMIX): frame lengths taken in turn. */
 	WL_LOAD_SIZES = 64,
 	WL_HIST_BUCKETS = 64 + (40 - 6) * 64,
+	/* Streams generated at once (a power of two: indices are masked). */
+	WL_LOAD_STREAMS = 8,
 };
 
 enum wl_edit_mode {
@@ -196,23 +205,31 @@ struct wl_sample {
 	__u32 len;
 	__u32 cap;
 	__u32 side;
-	__u32 pad;
+	__u32 stream;
 	__u8 data[WL_SAMPLE_CAP];
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WL_LOAD_STREAMS);
 	__type(key, __u32);
 	__type(value, struct wl_gen_conf);
 } gen_conf SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WL_LOAD_STREAMS);
 	__type(key, __u32);
 	__type(value, struct wl_gen_state);
 } gen_state SEC(".maps");
+
+/* A generating thread's stream: thread ID -> stream. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_threads SEC(".maps");
 
 struct wl_gen_head {
 	__u64 w[WL_LOAD_HEAD / 8];
@@ -220,7 +237,7 @@ struct wl_gen_head {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WL_LOAD_STREAMS);
 	__type(key, __u32);
 	__type(value, struct wl_gen_head);
 } gen_head SEC(".maps");
@@ -232,33 +249,35 @@ struct {
 	__type(value, __u32);
 } load_table SEC(".maps");
 
-/* Banks 0 and 1 by version; 2 counts every packet, the naive counter a
- * tester without versions reads. */
+/* Per stream, banks 0 and 1 by version; 2 counts every packet, the
+ * naive counter a tester without versions reads: key = stream * 3 + bank. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, WL_LOAD_STREAMS * 3);
 	__type(key, __u32);
 	__type(value, struct wl_load_bank);
 } gen_banks SEC(".maps");
 
+/* Per stream; a port of 0: the stream is not measured here. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, WL_LOAD_STREAMS);
 	__type(key, __u32);
 	__type(value, struct wl_sink_conf);
 } sink_conf SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, WL_LOAD_STREAMS * 3);
 	__type(key, __u32);
 	__type(value, struct wl_load_bank);
 } sink_banks SEC(".maps");
 
-/* Latency histogram, per version: key = version * WL_HIST_BUCKETS + bucket. */
+/* Latency histogram, per stream and version:
+ * key = (stream * 2 + version) * WL_HIST_BUCKETS + bucket. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2 * WL_HIST_BUCKETS);
+	__uint(max_entries, WL_LOAD_STREAMS * 2 * WL_HIST_BUCKETS);
 	__type(key, __u32);
 	__type(value, __u64);
 } sink_hist SEC(".maps");
@@ -282,8 +301,9 @@ const volatile enum wl_load_limits wl_load_limits_btf = WL_LOAD_UNITS;
 const volatile enum wl_edit_mode wl_edit_mode_btf = WL_EDIT_OFF;
 const volatile struct wl_sample wl_sample_btf;
 
-/* Copies the frame's first bytes to sample_ring. A global function,
- * verified once for both programs. */
+/* Copies the frame's first bytes to sample_ring; `side` carries the
+ * stream in its bits above the first. A global function, verified once
+ * for both programs. */
 __noinline int wl_take_sample(struct xdp_md *ctx, __u32 side, __u64 seq, __u64 now)
 {
 	struct wl_sample *r;
@@ -308,7 +328,7 @@ __noinline int wl_take_sample(struct xdp_md *ctx, __u32 side, __u64 seq, __u64 n
 	r->len = len;
 	r->cap = cap;
 	r->side = k;
-	r->pad = 0;
+	r->stream = (side >> 1) & (WL_LOAD_STREAMS - 1);
 	/* The same value, in a form whose bounds (1..WL_SAMPLE_CAP) survive
 	 * clang's register choices for the verifier. */
 	if (bpf_xdp_load_bytes(ctx, 0, r->data, ((cap - 1) & (WL_SAMPLE_CAP - 1)) + 1)) {
@@ -414,14 +434,15 @@ static __always_inline int put_field(struct xdp_md *ctx, const struct wl_gen_con
  * in its checksum (RFC 9293 §3.1). Each word goes through put16, which
  * patches the outer checksum for it where there is one (IPv6). A global
  * function, verified once. */
-__noinline int wl_inner_lengths(struct xdp_md *ctx, __u32 want)
+__noinline int wl_inner_lengths(struct xdp_md *ctx, __u32 want, __u32 stream)
 {
 	struct wl_gen_conf *c;
 	void *data, *end;
-	__u32 zero = 0, il3, ick;
+	__u32 il3, ick;
 	__u16 *tot, *hck, *tck, old_tot, new_tot, old_l4, new_l4, v;
 
-	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	stream &= WL_LOAD_STREAMS - 1;
+	c = bpf_map_lookup_elem(&gen_conf, &stream);
 	if (!c)
 		return -1;
 	il3 = c->inner_l3_off & (WL_LOAD_MAX_FRAME - 2);
@@ -457,16 +478,17 @@ __noinline int wl_inner_lengths(struct xdp_md *ctx, __u32 want)
  * checksums of; TCP has no length of its own), and the L4 checksum once
  * more for the length in its pseudo-header (RFC 768, RFC 9293 §3.1). The payload cut away is zeros, which no
  * checksum counts. A global function, verified once. */
-__noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
+__noinline int wl_lengths(struct xdp_md *ctx, __u32 want, __u32 stream)
 {
 	struct wl_gen_conf *c;
 	struct iphdr *ip;
 	struct udphdr *udp;
 	void *data, *end;
-	__u32 zero = 0, l3, l4;
+	__u32 l3, l4;
 	__u16 old_ulen, new_ulen, *ck;
 
-	c = bpf_map_lookup_elem(&gen_conf, &zero);
+	stream &= WL_LOAD_STREAMS - 1;
+	c = bpf_map_lookup_elem(&gen_conf, &stream);
 	if (!c)
 		return -1;
 	l3 = c->l3_off & (WL_LOAD_MAX_FRAME - 1);
@@ -504,22 +526,23 @@ __noinline int wl_lengths(struct xdp_md *ctx, __u32 want)
 		*ck = v ? v : 0xffff;
 	}
 	if (c->inner_l3_off)
-		return wl_inner_lengths(ctx, want);
+		return wl_inner_lengths(ctx, want, stream);
 	return 0;
 }
 
 /* Edit i of the template; returns 1 when a step wrapped (its cascade
  * moves), -1 when the frame is too short. A global function: the editor
  * is verified once, not once per edit and branch. */
-__noinline int wl_edit(struct xdp_md *ctx, __u32 i, __u32 carries)
+__noinline int wl_edit(struct xdp_md *ctx, __u32 i, __u32 carries, __u32 stream)
 {
 	const struct wl_load_edit *e;
 	struct wl_gen_state *st;
 	struct wl_gen_conf *c;
-	__u32 v, out, wrapped = 0, *t, k, r, l, zero = 0;
+	__u32 v, out, wrapped = 0, *t, k, r, l;
 
-	c = bpf_map_lookup_elem(&gen_conf, &zero);
-	st = bpf_map_lookup_elem(&gen_state, &zero);
+	stream &= WL_LOAD_STREAMS - 1;
+	c = bpf_map_lookup_elem(&gen_conf, &stream);
+	st = bpf_map_lookup_elem(&gen_state, &stream);
 	if (!c || !st)
 		return -1;
 	i &= WL_LOAD_EDITS - 1;
@@ -608,7 +631,7 @@ SEC("xdp")
 int wl_gen(struct xdp_md *ctx)
 {
 	void *data, *end;
-	__u32 zero = 0, i, carries = 0, version;
+	__u32 stream = 0, i, carries = 0, version, tid, *mine;
 	struct wl_load_bank *bank, *total;
 	struct wl_gen_head *head;
 	__u64 n;
@@ -619,8 +642,13 @@ int wl_gen(struct xdp_md *ctx)
 	__u32 want = 0;
 	int r;
 
-	c = bpf_map_lookup_elem(&gen_conf, &zero);
-	st = bpf_map_lookup_elem(&gen_state, &zero);
+	/* The calling thread's stream (BPF_PROG_RUN runs in its context). */
+	tid = (__u32)bpf_get_current_pid_tgid();
+	mine = bpf_map_lookup_elem(&gen_threads, &tid);
+	if (mine)
+		stream = *mine & (WL_LOAD_STREAMS - 1);
+	c = bpf_map_lookup_elem(&gen_conf, &stream);
+	st = bpf_map_lookup_elem(&gen_state, &stream);
 	if (!c || !st)
 		return XDP_ABORTED;
 	now = pipeline_now();
@@ -658,7 +686,7 @@ int wl_gen(struct xdp_md *ctx)
 		if (want != have && bpf_xdp_adjust_tail(ctx, (__s64)want - have))
 			return XDP_ABORTED;
 	}
-	head = bpf_map_lookup_elem(&gen_head, &zero);
+	head = bpf_map_lookup_elem(&gen_head, &stream);
 	if (!head)
 		return XDP_ABORTED;
 	n = bpf_xdp_get_buff_len(ctx);
@@ -667,14 +695,14 @@ int wl_gen(struct xdp_md *ctx)
 	if (n < 1 || bpf_xdp_store_bytes(ctx, 0, head->w, n))
 		return XDP_ABORTED;
 	/* The lengths, when the stream mixes sizes. */
-	if (want && wl_lengths(ctx, want) < 0)
+	if (want && wl_lengths(ctx, want, stream) < 0)
 		return XDP_ABORTED;
 	/* 4. The editor (App. C), in the order of the edits, so a cascaded
 	 * step follows the one that drives it. */
 	for (i = 0; i < WL_LOAD_EDITS; i++) {
 		if (i >= c->edits)
 			break;
-		r = wl_edit(ctx, i, carries);
+		r = wl_edit(ctx, i, carries, stream);
 		if (r < 0)
 			return XDP_ABORTED;
 		carries |= (__u32)r << i;
@@ -737,10 +765,11 @@ int wl_gen(struct xdp_md *ctx)
 			return XDP_ABORTED;
 	}
 	if (c->sample_every && seq % c->sample_every == 0)
-		wl_take_sample(ctx, 0, seq, now);
+		wl_take_sample(ctx, stream << 1, seq, now);
 	/* 6. Counted in its version's bank and in the naive total. */
-	bank = bpf_map_lookup_elem(&gen_banks, &version);
-	i = 2;
+	i = stream * 3 + version;
+	bank = bpf_map_lookup_elem(&gen_banks, &i);
+	i = stream * 3 + 2;
 	total = bpf_map_lookup_elem(&gen_banks, &i);
 	if (!bank || !total)
 		return XDP_ABORTED;
@@ -780,23 +809,39 @@ static __always_inline __u64 be64_at(const __u8 *p)
 	return v;
 }
 
+/* The stream whose packets go to `port` (network order) over `proto`
+ * (1: TCP), and its settings; WL_LOAD_STREAMS: none. */
+static __always_inline __u32 sink_stream(__u16 port, __u32 tcp, struct wl_sink_conf **conf)
+{
+	__u32 k;
+
+	for (k = 0; k < WL_LOAD_STREAMS; k++) {
+		struct wl_sink_conf *c = bpf_map_lookup_elem(&sink_conf, &k);
+
+		if (c && c->port && c->port == port && c->tcp == tcp) {
+			*conf = c;
+			return k;
+		}
+	}
+	return WL_LOAD_STREAMS;
+}
+
 SEC("xdp")
 int wl_sink(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct wl_load_bank *bank, *total;
-	struct wl_sink_conf *c;
-	__u32 zero = 0, version, key, two = 2;
+	struct wl_sink_conf *c = 0;
+	__u32 version, key, stream, tcp;
 	struct iphdr *ip;
 	struct udphdr *udp;
 	__u64 now, *h;
-	__u8 *payload, want;
+	__u8 *payload, proto_l4;
 	void *l3;
 	__u16 proto, vword;
 
-	c = bpf_map_lookup_elem(&sink_conf, &zero);
-	if (!c || (void *)(eth + 1) > end)
+	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
 	proto = eth->h_proto;
 	l3 = eth + 1;
@@ -809,39 +854,48 @@ int wl_sink(struct xdp_md *ctx)
 		proto = tag[1];
 		l3 = tag + 2;
 	}
-	want = c->tcp ? IPPROTO_TCP : IPPROTO_UDP;
 	if (proto == bpf_htons(ETH_P_IP)) {
 		ip = l3;
-		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != want)
+		if ((void *)(ip + 1) > end || ip->ihl != 5)
 			return XDP_PASS;
+		proto_l4 = ip->protocol;
 		udp = (void *)(ip + 1);
 		vword = ip->id;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = l3;
 
-		if ((void *)(ip6 + 1) > end || ip6->nexthdr != want)
+		if ((void *)(ip6 + 1) > end)
 			return XDP_PASS;
+		proto_l4 = ip6->nexthdr;
 		udp = (void *)(ip6 + 1);
 		/* The flow label's low word (the generator's version bit). */
 		vword = ((__u16 *)ip6)[1];
 	} else {
 		return XDP_PASS;
 	}
+	if (proto_l4 != IPPROTO_UDP && proto_l4 != IPPROTO_TCP)
+		return XDP_PASS;
+	tcp = proto_l4 == IPPROTO_TCP;
 	/* UDP's and TCP's destination ports sit at the same offset. */
-	if ((void *)(udp + 1) > end || udp->dest != c->port)
+	if ((void *)(udp + 1) > end)
+		return XDP_PASS;
+	stream = sink_stream(udp->dest, tcp, &c);
+	if (stream >= WL_LOAD_STREAMS || !c)
 		return XDP_PASS;
 	payload = (void *)(udp + 1);
-	if (c->tcp) {
-		struct tcphdr *tcp = (void *)udp;
+	if (tcp) {
+		struct tcphdr *th = (void *)udp;
 
-		if ((void *)(tcp + 1) > end)
+		if ((void *)(th + 1) > end)
 			return XDP_PASS;
-		payload = (__u8 *)tcp + tcp->doff * 4;
+		payload = (__u8 *)th + th->doff * 4;
 	}
 	now = pipeline_now();
 	version = bpf_ntohs(vword) >> 15;
-	bank = bpf_map_lookup_elem(&sink_banks, &version);
-	total = bpf_map_lookup_elem(&sink_banks, &two);
+	key = stream * 3 + version;
+	bank = bpf_map_lookup_elem(&sink_banks, &key);
+	key = stream * 3 + 2;
+	total = bpf_map_lookup_elem(&sink_banks, &key);
 	if (!bank || !total)
 		return XDP_DROP;
 	count(bank, bpf_xdp_get_buff_len(ctx), now);
@@ -862,16 +916,16 @@ int wl_sink(struct xdp_md *ctx)
 			bank->lat_min = lat;
 		if (lat > bank->lat_max)
 			bank->lat_max = lat;
-		/* Sequence numbers are the generator CPU's: with one generator
-		 * CPU, one not above the highest seen is reordered or a
-		 * duplicate. */
+		/* Sequence numbers are the stream's generator CPU's: with one
+		 * generator CPU, one not above the highest seen is reordered or
+		 * a duplicate. */
 		if (bank->stamped > 1 && seq <= bank->max_seq)
 			bank->late_seq++;
 		else
 			bank->max_seq = seq;
 		if (c->sample_every && seq % c->sample_every == 0)
-			wl_take_sample(ctx, 1, seq, now);
-		key = version * WL_HIST_BUCKETS + hist_bucket(lat);
+			wl_take_sample(ctx, 1 | stream << 1, seq, now);
+		key = (stream * 2 + version) * WL_HIST_BUCKETS + hist_bucket(lat);
 		h = bpf_map_lookup_elem(&sink_hist, &key);
 		if (h)
 			(*h)++;

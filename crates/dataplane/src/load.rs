@@ -37,6 +37,8 @@ pub const HEAD: usize = types::wl_load_limits::WL_LOAD_HEAD.0 as usize;
 pub const HIST_BUCKETS: usize = types::wl_load_limits::WL_HIST_BUCKETS.0 as usize;
 /// Exact buckets, and buckets per octave above them (2^`WL_HIST_BITS`).
 pub const HIST_BITS: u32 = types::wl_load_limits::WL_HIST_BITS.0;
+/// Streams generated and measured at once (`WL_LOAD_STREAMS`).
+pub const STREAMS: u32 = types::wl_load_limits::WL_LOAD_STREAMS.0;
 
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` (uapi bpf.h, Linux 5.18).
 const LIVE_FRAMES: u32 = 1 << 1;
@@ -125,6 +127,8 @@ pub const SIZES: usize = types::wl_load_limits::WL_LOAD_SIZES.0 as usize;
 pub struct Sample {
     /// false: as sent; true: as received.
     pub received: bool,
+    /// The stream it belongs to.
+    pub stream: u32,
     pub seq: u64,
     /// The pipeline clock (CLOCK_MONOTONIC, ns).
     pub ts: u64,
@@ -233,7 +237,7 @@ fn zero_per_cpu(
 }
 
 object::maps! {
-    struct Maps { gen_conf, gen_head, gen_state, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock, sample_ring, sample_lost }
+    struct Maps { gen_conf, gen_head, gen_state, gen_threads, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock, sample_ring, sample_lost }
 }
 
 /// The tester's programs: one object for the generator and the sink (a
@@ -242,9 +246,21 @@ pub struct Tester {
     /// Dropped first: detached before the object goes.
     links: Vec<libbpf_rs::Link>,
     maps: Maps,
-    conf: GenConfig,
+    /// Each stream's settings (None: not configured).
+    conf: Vec<Option<GenConfig>>,
+    /// The version bit every stream writes (§6.1: one for the tester).
     version: u32,
     obj: libbpf_rs::Object,
+}
+
+/// A stream's index, checked against the program's table.
+fn stream_key(k: u32) -> Result<[u8; 4], Error> {
+    if k >= STREAMS {
+        return Err(Error::Config(format!(
+            "stream {k}: the tester generates {STREAMS} streams at most"
+        )));
+    }
+    Ok(k.to_ne_bytes())
 }
 
 impl Tester {
@@ -257,14 +273,16 @@ impl Tester {
         Ok(Tester {
             links: Vec::new(),
             maps: Maps::find(&obj)?,
-            conf: GenConfig::default(),
+            conf: vec![None; STREAMS as usize],
             version: 0,
             obj,
         })
     }
 
-    fn write_conf(&self) -> Result<(), Error> {
-        let c = &self.conf;
+    fn write_conf(&self, stream: u32) -> Result<(), Error> {
+        let Some(c) = &self.conf[stream as usize] else {
+            return Ok(());
+        };
         let mut raw = types::wl_gen_conf {
             interval_ns: c.interval_ns,
             tolerance_ns: c.tolerance_ns,
@@ -307,17 +325,18 @@ impl Tester {
         }
         self.maps
             .gen_conf
-            .update(&0u32.to_ne_bytes(), bytes_of(&raw), MapFlags::ANY)
+            .update(&stream_key(stream)?, bytes_of(&raw), MapFlags::ANY)
             .map_err(map_err("configuring the generator"))
     }
 
-    /// Sets the generator up and starts it afresh: the meter, the units
-    /// and the editor's values restart, the counters are cleared.
-    pub fn configure(&mut self, conf: &GenConfig) -> Result<(), Error> {
+    /// Sets stream `stream` up and starts it afresh: the meter, the units
+    /// and the editor's values restart, its counters are cleared. It
+    /// writes the version bit the others write.
+    pub fn configure(&mut self, stream: u32, conf: &GenConfig) -> Result<(), Error> {
         check(conf)?;
-        self.conf = conf.clone();
-        self.version = 0;
-        self.write_conf()?;
+        let key = stream_key(stream)?;
+        self.conf[stream as usize] = Some(conf.clone());
+        self.write_conf(stream)?;
         let mut head = types::wl_gen_head::default();
         for (i, w) in head.w.iter_mut().enumerate() {
             let mut b = [0u8; 8];
@@ -328,7 +347,7 @@ impl Tester {
         }
         self.maps
             .gen_head
-            .update(&0u32.to_ne_bytes(), bytes_of(&head), MapFlags::ANY)
+            .update(&key, bytes_of(&head), MapFlags::ANY)
             .map_err(map_err("writing the template"))?;
         let cpus = libbpf_rs::num_possible_cpus().map_err(map_err("counting CPUs"))?;
         let fresh = types::wl_gen_state {
@@ -339,10 +358,10 @@ impl Tester {
         let states = vec![bytes_of(&fresh).to_vec(); cpus];
         self.maps
             .gen_state
-            .update_percpu(&0u32.to_ne_bytes(), &states, MapFlags::ANY)
+            .update_percpu(&key, &states, MapFlags::ANY)
             .map_err(map_err("resetting the generator"))?;
         for k in 0..3 {
-            self.clear_gen_bank(k)?;
+            self.clear_gen_bank(stream, k)?;
         }
         Ok(())
     }
@@ -374,33 +393,47 @@ impl Tester {
     /// on from where they are.
     pub fn set_rate(
         &mut self,
+        stream: u32,
         interval_ns: u64,
         tolerance_ns: u64,
         units: &[(u32, u32)],
     ) -> Result<(), Error> {
-        let mut c = self.conf.clone();
+        stream_key(stream)?;
+        let Some(mut c) = self.conf[stream as usize].clone() else {
+            return Err(Error::Config(format!("stream {stream} is not configured")));
+        };
         (c.interval_ns, c.tolerance_ns, c.units) = (interval_ns, tolerance_ns, units.to_vec());
         check(&c)?;
-        self.conf = c;
-        self.write_conf()
+        self.conf[stream as usize] = Some(c);
+        self.write_conf(stream)
     }
 
-    /// The version bit the generator writes from now on (§6.1).
+    /// The version bit every stream writes from now on (§6.1).
     pub fn set_version(&mut self, v: u32) -> Result<(), Error> {
         self.version = v & 1;
-        self.write_conf()
+        for k in 0..STREAMS {
+            self.write_conf(k)?;
+        }
+        Ok(())
     }
 
-    /// A handle that generates (`GenHandle::generate`) from another
-    /// thread, in the namespace of the tester port.
-    pub fn generator(&self) -> Result<GenHandle, Error> {
+    /// A handle that generates stream `stream` (`GenHandle::generate`)
+    /// from another thread, in the namespace of the tester port.
+    pub fn generator(&self, stream: u32) -> Result<GenHandle, Error> {
+        stream_key(stream)?;
         use std::os::fd::AsFd;
         let fd = object::program(&self.obj, GEN)
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| Error::Config(format!("duplicating the generator's fd: {e}")))?;
         let state = object::map_handle(&self.obj, "gen_state")?;
-        Ok(GenHandle { fd, state })
+        let threads = object::map_handle(&self.obj, "gen_threads")?;
+        Ok(GenHandle {
+            fd,
+            state,
+            threads,
+            stream,
+        })
     }
 }
 
@@ -410,7 +443,7 @@ impl GenHandle {
     pub fn next_slot_ns(&self) -> Result<u64, Error> {
         let per_cpu = self
             .state
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .lookup_percpu(&self.stream.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("reading the generator's state"))?
             .unwrap_or_default();
         Ok(per_cpu
@@ -423,9 +456,11 @@ impl GenHandle {
 }
 
 impl Tester {
-    /// Tests: runs the generator once on `frame` (not live); its verdict
-    /// and the frame as it left.
-    pub fn test_gen(&self, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+    /// Tests: runs stream `stream`'s generator once on `frame` (not
+    /// live), as a thread of that stream; its verdict and the frame as it
+    /// left.
+    pub fn test_gen(&self, stream: u32, frame: &[u8]) -> Result<(u32, Vec<u8>), Error> {
+        let _as = ThreadStream::bind(&self.maps.gen_threads, stream)?;
         test_run(&self.obj, GEN, frame)
     }
 
@@ -442,12 +477,12 @@ impl Tester {
             .map_err(map_err("setting the test clock"))
     }
 
-    /// The generator's own counts.
-    pub fn gen_counts(&self) -> Result<GenCounts, Error> {
+    /// Stream `stream`'s generator's own counts.
+    pub fn gen_counts(&self, stream: u32) -> Result<GenCounts, Error> {
         let per_cpu = self
             .maps
             .gen_state
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .lookup_percpu(&stream_key(stream)?, MapFlags::ANY)
             .map_err(map_err("reading the generator's state"))?
             .unwrap_or_default();
         let mut c = GenCounts::default();
@@ -462,28 +497,33 @@ impl Tester {
         Ok(c)
     }
 
-    /// What the generator sent with version `v` (0, 1; 2: all, naive).
-    pub fn gen_bank(&self, v: u32) -> Result<Bank, Error> {
-        per_cpu_banks(&self.maps.gen_banks, v, "generator's")
+    /// What stream `stream` sent with version `v` (0, 1; 2: all, naive).
+    pub fn gen_bank(&self, stream: u32, v: u32) -> Result<Bank, Error> {
+        stream_key(stream)?;
+        per_cpu_banks(&self.maps.gen_banks, stream * 3 + v, "generator's")
     }
 
-    pub fn clear_gen_bank(&self, v: u32) -> Result<(), Error> {
+    pub fn clear_gen_bank(&self, stream: u32, v: u32) -> Result<(), Error> {
+        stream_key(stream)?;
         zero_per_cpu(
             &self.maps.gen_banks,
-            v,
+            stream * 3 + v,
             std::mem::size_of::<types::wl_load_bank>(),
             "generator's counters",
         )
     }
 
-    /// The sink counts the UDP or TCP packets to the port `m` names,
-    /// reading the stamp at its offset into their L4 payload (None: no
-    /// stamp).
+    /// The sink counts the UDP or TCP packets to the port `m` names as
+    /// stream `stream`'s, reading the stamp at its offset into their L4
+    /// payload (None: no stamp). Streams measured at once go to
+    /// different ports.
     pub fn configure_sink(
         &self,
+        stream: u32,
         m: wirelab_load::template::SinkMatch,
         sample_every: u32,
     ) -> Result<(), Error> {
+        let key = stream_key(stream)?;
         let raw = types::wl_sink_conf {
             port: m.port.to_be(),
             stamp_off: m.stamp_off.unwrap_or(0xffff),
@@ -492,10 +532,10 @@ impl Tester {
         };
         self.maps
             .sink_conf
-            .update(&0u32.to_ne_bytes(), bytes_of(&raw), MapFlags::ANY)
+            .update(&key, bytes_of(&raw), MapFlags::ANY)
             .map_err(map_err("configuring the sink"))?;
         for v in 0..3 {
-            self.clear_sink_bank(v)?;
+            self.clear_sink_bank(stream, v)?;
         }
         Ok(())
     }
@@ -510,6 +550,7 @@ impl Tester {
                 let cap = (r.cap as usize).min(SAMPLE_CAP);
                 sink.borrow_mut().push(Sample {
                     received: r.side == 1,
+                    stream: r.stream,
                     seq: r.seq,
                     ts: r.ts,
                     len: r.len,
@@ -567,17 +608,20 @@ impl Tester {
         Ok(())
     }
 
-    /// What arrived with version `v` (0, 1; 2: all, naive).
-    pub fn sink_bank(&self, v: u32) -> Result<Bank, Error> {
-        per_cpu_banks(&self.maps.sink_banks, v, "sink's")
+    /// What arrived of stream `stream` with version `v` (0, 1; 2: all,
+    /// naive).
+    pub fn sink_bank(&self, stream: u32, v: u32) -> Result<Bank, Error> {
+        stream_key(stream)?;
+        per_cpu_banks(&self.maps.sink_banks, stream * 3 + v, "sink's")
     }
 
-    /// Version `v`'s latency histogram, summed over CPUs (buckets as
-    /// `wirelab_load::hist`).
-    pub fn sink_hist(&self, v: u32) -> Result<Vec<u64>, Error> {
+    /// Stream `stream`'s version `v` latency histogram, summed over CPUs
+    /// (buckets as `wirelab_load::hist`).
+    pub fn sink_hist(&self, stream: u32, v: u32) -> Result<Vec<u64>, Error> {
+        stream_key(stream)?;
         let mut out = vec![0u64; HIST_BUCKETS];
         for (b, slot) in out.iter_mut().enumerate() {
-            let key = v * HIST_BUCKETS as u32 + b as u32;
+            let key = (stream * 2 + v) * HIST_BUCKETS as u32 + b as u32;
             let per_cpu = self
                 .maps
                 .sink_hist
@@ -595,12 +639,13 @@ impl Tester {
         Ok(out)
     }
 
-    /// Clears version `v`'s sink counters and histogram, for its next
-    /// interval.
-    pub fn clear_sink_bank(&self, v: u32) -> Result<(), Error> {
+    /// Clears stream `stream`'s version `v` sink counters and histogram,
+    /// for its next interval.
+    pub fn clear_sink_bank(&self, stream: u32, v: u32) -> Result<(), Error> {
+        stream_key(stream)?;
         zero_per_cpu(
             &self.maps.sink_banks,
-            v,
+            stream * 3 + v,
             std::mem::size_of::<types::wl_load_bank>(),
             "sink's counters",
         )?;
@@ -608,7 +653,7 @@ impl Tester {
             for b in 0..HIST_BUCKETS as u32 {
                 zero_per_cpu(
                     &self.maps.sink_hist,
-                    v * HIST_BUCKETS as u32 + b,
+                    (stream * 2 + v) * HIST_BUCKETS as u32 + b,
                     8,
                     "histogram",
                 )?;
@@ -618,10 +663,34 @@ impl Tester {
     }
 }
 
-/// The generator's program, for the thread that drives it.
+/// One stream's generator, for the thread that drives it.
 pub struct GenHandle {
     fd: std::os::fd::OwnedFd,
     state: libbpf_rs::MapHandle,
+    threads: libbpf_rs::MapHandle,
+    stream: u32,
+}
+
+/// The calling thread generates `stream` while this lives: the program
+/// finds a run's stream by its thread ID (gen_threads).
+struct ThreadStream<'a> {
+    map: &'a libbpf_rs::MapHandle,
+    tid: u32,
+}
+
+impl<'a> ThreadStream<'a> {
+    fn bind(map: &'a libbpf_rs::MapHandle, stream: u32) -> Result<ThreadStream<'a>, Error> {
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        map.update(&tid.to_ne_bytes(), &stream.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("naming the generating thread's stream"))?;
+        Ok(ThreadStream { map, tid })
+    }
+}
+
+impl Drop for ThreadStream<'_> {
+    fn drop(&mut self) {
+        let _ = self.map.delete(&self.tid.to_ne_bytes());
+    }
 }
 
 impl GenHandle {
@@ -643,6 +712,7 @@ impl GenHandle {
     }
 
     fn live(&self, frame: &[u8], repeat: u32) -> Result<(), Error> {
+        let _as = ThreadStream::bind(&self.threads, self.stream)?;
         // SAFETY: zeroed is a valid bpf_test_run_opts; the input slice
         // outlives the call; libbpf reads `sz` bytes of opts.
         let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };

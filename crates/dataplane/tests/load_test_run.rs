@@ -95,7 +95,7 @@ fn seen(frame: &[u8]) -> Seen {
 fn verdicts(t: &Tester, frame: &[u8], n: usize) -> Vec<bool> {
     (0..n)
         .map(|_| {
-            let (v, _) = t.test_gen(frame).expect("test run");
+            let (v, _) = t.test_gen(0, frame).expect("test run");
             assert!(v == XDP_DROP || v == XDP_REDIRECT, "verdict {v}");
             v == XDP_REDIRECT
         })
@@ -123,16 +123,16 @@ fn the_units_pass_and_skip_as_the_control_plane_s_model_says() {
     ] {
         let mut c = conf(&t0);
         c.units = units.iter().map(|u| (u.pass, u.skip)).collect();
-        t.configure(&c).unwrap();
+        t.configure(0, &c).unwrap();
         let mut model = Cascade::new(&units);
         let want: Vec<bool> = (0..200).map(|_| model.pass()).collect();
         let got = verdicts(&t, &t0.bytes, 200);
         assert_eq!(got, want, "units {units:?}");
-        let counts = t.gen_counts().unwrap();
+        let counts = t.gen_counts(0).unwrap();
         let sent = want.iter().filter(|&&p| p).count() as u64;
         assert_eq!(counts.sent, sent, "units {units:?}: sent");
         assert_eq!(counts.skipped, 200 - sent, "units {units:?}: skipped");
-        assert_eq!(t.gen_bank(2).unwrap().packets, sent);
+        assert_eq!(t.gen_bank(0, 2).unwrap().packets, sent);
     }
 }
 
@@ -146,7 +146,7 @@ fn the_meter_holds_early_runs_and_gives_up_slots_missed_beyond_its_tolerance() {
     let mut c = conf(&t0);
     c.interval_ns = 100;
     c.tolerance_ns = 250;
-    t.configure(&c).unwrap();
+    t.configure(0, &c).unwrap();
     // (clock, leaves?, held, missed so far)
     let rows: [(u64, bool, u64, u64); 9] = [
         (10_000, true, 0, 0),  // the first run sets the schedule: next 10,100
@@ -161,9 +161,9 @@ fn the_meter_holds_early_runs_and_gives_up_slots_missed_beyond_its_tolerance() {
     ];
     for (i, (at, leaves, held, missed)) in rows.into_iter().enumerate() {
         t.set_test_clock(at).unwrap();
-        let (v, _) = t.test_gen(&t0.bytes).unwrap();
+        let (v, _) = t.test_gen(0, &t0.bytes).unwrap();
         assert_eq!(v == XDP_REDIRECT, leaves, "row {i} at {at}");
-        let k = t.gen_counts().unwrap();
+        let k = t.gen_counts(0).unwrap();
         assert_eq!((k.held, k.missed), (held, missed), "row {i} at {at}");
     }
 }
@@ -174,7 +174,7 @@ fn edited(edits: Vec<Edit>, table: &[u32], n: usize) -> Vec<Seen> {
     let mut t = Tester::load(true).unwrap();
     let mut c = conf(&t0);
     c.edits = edits;
-    t.configure(&c).unwrap();
+    t.configure(0, &c).unwrap();
     t.set_table(0, table).unwrap();
     t.set_test_clock(5_000).unwrap();
     // Live frames reuse pages with whatever the last run wrote; feeding
@@ -183,7 +183,7 @@ fn edited(edits: Vec<Edit>, table: &[u32], n: usize) -> Vec<Seen> {
     (0..n)
         .map(|i| {
             let (v, out) = t
-                .test_gen(if i % 2 == 0 { &t0.bytes } else { &frame })
+                .test_gen(0, if i % 2 == 0 { &t0.bytes } else { &frame })
                 .unwrap();
             assert_eq!(v, XDP_REDIRECT);
             frame = out;
@@ -315,19 +315,19 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     }
     let t0 = template(60);
     let mut t = Tester::load(true).unwrap();
-    t.configure(&conf(&t0)).unwrap();
-    t.configure_sink(t0.sink, 0).unwrap();
+    t.configure(0, &conf(&t0)).unwrap();
+    t.configure_sink(0, t0.sink, 0).unwrap();
     // Three packets in version 1 sent at 1000, 1010, 1020 and received at
     // 1105, 1120, 1130; one in version 0 around them.
     t.set_version(1).unwrap();
     let mut sent = Vec::new();
     for at in [1000, 1010, 1020] {
         t.set_test_clock(at).unwrap();
-        sent.push(t.test_gen(&t0.bytes).unwrap().1);
+        sent.push(t.test_gen(0, &t0.bytes).unwrap().1);
     }
     t.set_version(0).unwrap();
     t.set_test_clock(1030).unwrap();
-    let v0 = t.test_gen(&t0.bytes).unwrap().1;
+    let v0 = t.test_gen(0, &t0.bytes).unwrap().1;
     assert!(sent.iter().all(|f| seen(f).id >> 15 == 1));
     assert_eq!(seen(&v0).id >> 15, 0);
     for (f, at) in sent.iter().zip([1105, 1120, 1130]) {
@@ -338,14 +338,14 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
             "the sink ends the stream"
         );
     }
-    let (o, i) = (t.gen_bank(1).unwrap(), t.sink_bank(1).unwrap());
+    let (o, i) = (t.gen_bank(0, 1).unwrap(), t.sink_bank(0, 1).unwrap());
     assert_eq!((o.packets, i.packets, o.bytes, i.bytes), (3, 3, 180, 180));
-    assert_eq!(t.gen_bank(0).unwrap().packets, 1);
-    assert_eq!(t.sink_bank(0).unwrap().packets, 0);
+    assert_eq!(t.gen_bank(0, 0).unwrap().packets, 1);
+    assert_eq!(t.sink_bank(0, 0).unwrap().packets, 0);
     assert_eq!(
         (
-            t.gen_bank(2).unwrap().packets,
-            t.sink_bank(2).unwrap().packets
+            t.gen_bank(0, 2).unwrap().packets,
+            t.sink_bank(0, 2).unwrap().packets
         ),
         (4, 3)
     );
@@ -357,7 +357,7 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
         (i.stamped, i.lat_min, i.lat_max, i.late_seq),
         (3, 105, 110, 0)
     );
-    let h = t.sink_hist(1).unwrap();
+    let h = t.sink_hist(0, 1).unwrap();
     assert_eq!(h.iter().sum::<u64>(), 3);
     assert_eq!(h[wirelab_load::hist::bucket(110)], 2);
     assert_eq!(
@@ -367,7 +367,7 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     // A duplicate is a late sequence number; another port is not counted.
     t.set_test_clock(1200).unwrap();
     t.test_sink(&sent[2]).unwrap();
-    assert_eq!(t.sink_bank(1).unwrap().late_seq, 1);
+    assert_eq!(t.sink_bank(0, 1).unwrap().late_seq, 1);
     let other = template::udp(
         &Udp {
             dport: 10,
@@ -377,11 +377,11 @@ fn the_version_bit_picks_the_bank_on_both_sides_and_the_blind_delay_follows() {
     )
     .unwrap();
     assert_eq!(t.test_sink(&other.bytes).unwrap(), 2, "XDP_PASS");
-    assert_eq!(t.sink_bank(2).unwrap().packets, 4);
+    assert_eq!(t.sink_bank(0, 2).unwrap().packets, 4);
     // Clearing a bank readies it for its next interval.
-    t.clear_sink_bank(1).unwrap();
-    assert_eq!(t.sink_bank(1).unwrap(), Default::default());
-    assert_eq!(t.sink_hist(1).unwrap().iter().sum::<u64>(), 0);
+    t.clear_sink_bank(0, 1).unwrap();
+    assert_eq!(t.sink_bank(0, 1).unwrap(), Default::default());
+    assert_eq!(t.sink_hist(0, 1).unwrap().iter().sum::<u64>(), 0);
 }
 
 #[test]
@@ -391,16 +391,19 @@ fn frames_whose_sequence_is_a_multiple_of_the_sampling_are_sampled_as_sent_and_r
     }
     let t0 = template(100);
     let mut t = Tester::load(true).unwrap();
-    t.configure(&GenConfig {
-        sample_every: 3,
-        ..conf(&t0)
-    })
+    t.configure(
+        0,
+        &GenConfig {
+            sample_every: 3,
+            ..conf(&t0)
+        },
+    )
     .unwrap();
-    t.configure_sink(t0.sink, 3).unwrap();
+    t.configure_sink(0, t0.sink, 3).unwrap();
     let mut sent = Vec::new();
     for k in 0..7u64 {
         t.set_test_clock(1000 + 10 * k).unwrap();
-        sent.push(t.test_gen(&t0.bytes).unwrap().1);
+        sent.push(t.test_gen(0, &t0.bytes).unwrap().1);
     }
     for (k, f) in sent.iter().enumerate() {
         t.set_test_clock(2000 + 10 * k as u64).unwrap();
@@ -430,9 +433,9 @@ fn frames_whose_sequence_is_a_multiple_of_the_sampling_are_sampled_as_sent_and_r
     }
     assert_eq!(t.samples_lost().unwrap(), (0, 0));
     // Off: nothing.
-    t.configure(&conf(&t0)).unwrap();
-    t.configure_sink(t0.sink, 0).unwrap();
-    let f = t.test_gen(&t0.bytes).unwrap().1;
+    t.configure(0, &conf(&t0)).unwrap();
+    t.configure_sink(0, t0.sink, 0).unwrap();
+    let f = t.test_gen(0, &t0.bytes).unwrap().1;
     t.test_sink(&f).unwrap();
     let mut none = 0;
     t.drain_samples(|_| none += 1).unwrap();
@@ -467,7 +470,7 @@ fn configurations_the_program_cannot_run_are_refused() {
             "ends before",
         ),
     ] {
-        let e = t.configure(&c).unwrap_err().to_string();
+        let e = t.configure(0, &c).unwrap_err().to_string();
         assert!(e.contains(says), "{e}");
     }
 }
@@ -481,10 +484,13 @@ fn a_size_mix_cuts_each_frame_to_its_turn_with_both_checksums_right() {
     let pattern = vec![60u16, 590, 60, 1514, 60];
     let t0 = template(1514);
     let mut t = Tester::load(true).unwrap();
-    t.configure(&GenConfig {
-        sizes: pattern.clone(),
-        ..conf(&t0)
-    })
+    t.configure(
+        0,
+        &GenConfig {
+            sizes: pattern.clone(),
+            ..conf(&t0)
+        },
+    )
     .unwrap();
     for k in 0..15usize {
         // A live frame starts a run at the length its last run left:
@@ -494,7 +500,7 @@ fn a_size_mix_cuts_each_frame_to_its_turn_with_both_checksums_right() {
         } else {
             &t0.bytes[..]
         };
-        let (v, out) = t.test_gen(input).expect("test run");
+        let (v, out) = t.test_gen(0, input).expect("test run");
         assert_eq!(v, XDP_REDIRECT);
         let want = usize::from(pattern[k % pattern.len()]);
         assert_eq!(out.len(), want, "frame {k}");
@@ -507,15 +513,18 @@ fn a_size_mix_cuts_each_frame_to_its_turn_with_both_checksums_right() {
         );
     }
     // The banks count each frame's own bytes.
-    let b = t.gen_bank(0).unwrap();
+    let b = t.gen_bank(0, 0).unwrap();
     let bytes: u64 = (0..15).map(|k| u64::from(pattern[k % 5])).sum();
     assert_eq!((b.packets, b.bytes), (15, bytes));
     // Sizes the template cannot be cut to are refused before loading.
     let err = t
-        .configure(&GenConfig {
-            sizes: vec![60, 1600],
-            ..conf(&t0)
-        })
+        .configure(
+            0,
+            &GenConfig {
+                sizes: vec![60, 1600],
+                ..conf(&t0)
+            },
+        )
         .unwrap_err();
     assert!(err.to_string().contains("1600-byte frame"), "{err}");
 }
@@ -539,36 +548,39 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
     let tm = template::frame(&STREAM, &stack, 200).unwrap();
     assert_eq!((tm.l3_off, tm.l4_off, tm.ipv6), (18, 58, true));
     let mut t = Tester::load(true).unwrap();
-    t.configure(&GenConfig {
-        ipv6: true,
-        l3_off: tm.l3_off,
-        l4_off: tm.l4_off,
-        csum_off: tm.csum_off,
-        stamp_off: tm.stamp_off.unwrap(),
-        // udp.sport stepped, and cut to 100 and 200 bytes in turn.
-        edits: vec![Edit {
-            offset: tm.l4_off,
-            width: 2,
-            mode: EditMode::Step,
-            carry_from: None,
-            rand_bits: 0,
-            table: 0,
-            lo: 5000,
-            hi: 5002,
-            step: 1,
-        }],
-        sizes: vec![100, 200],
-        template: tm.bytes.clone(),
-        ifindex: 1,
-        ..Default::default()
-    })
+    t.configure(
+        0,
+        &GenConfig {
+            ipv6: true,
+            l3_off: tm.l3_off,
+            l4_off: tm.l4_off,
+            csum_off: tm.csum_off,
+            stamp_off: tm.stamp_off.unwrap(),
+            // udp.sport stepped, and cut to 100 and 200 bytes in turn.
+            edits: vec![Edit {
+                offset: tm.l4_off,
+                width: 2,
+                mode: EditMode::Step,
+                carry_from: None,
+                rand_bits: 0,
+                table: 0,
+                lo: 5000,
+                hi: 5002,
+                step: 1,
+            }],
+            sizes: vec![100, 200],
+            template: tm.bytes.clone(),
+            ifindex: 1,
+            ..Default::default()
+        },
+    )
     .unwrap();
-    t.configure_sink(tm.sink, 0).unwrap();
+    t.configure_sink(0, tm.sink, 0).unwrap();
     for k in 0..6u64 {
         if k == 3 {
             t.set_version(1).unwrap();
         }
-        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        let (v, out) = t.test_gen(0, &tm.bytes).unwrap();
         assert_eq!(v, XDP_REDIRECT);
         assert_eq!(out.len(), if k % 2 == 0 { 100 } else { 200 });
         let p = SlicedPacket::from_ethernet(&out).expect("parses");
@@ -595,8 +607,8 @@ fn tagged_ipv6_frames_carry_the_version_in_the_flow_label_and_right_checksums() 
         // The sink counts it in the bank of its version.
         assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP);
     }
-    assert_eq!(t.sink_bank(0).unwrap().packets, 3);
-    assert_eq!(t.sink_bank(1).unwrap().packets, 3);
+    assert_eq!(t.sink_bank(0, 0).unwrap().packets, 3);
+    assert_eq!(t.sink_bank(0, 1).unwrap().packets, 3);
 }
 
 /// The inner frame's addresses in the VXLAN fixtures: two made-up tenant
@@ -638,17 +650,20 @@ fn tcp_frames_of_a_size_mix_keep_their_flags_raw_bytes_and_checksums_and_short_o
     let tm = template::frame(&STREAM, &stack, 200).unwrap();
     assert_eq!((tm.l4_off, tm.csum_off, tm.stamp_off), (34, 50, Some(58)));
     let mut t = Tester::load(true).unwrap();
-    t.configure(&GenConfig {
-        tcp: true,
-        edits: vec![port_step(tm.l4_off, 5000, 5002)],
-        // 60 bytes hold the headers and the raw bytes, not the stamp.
-        sizes: vec![60, 200],
-        ..conf(&tm)
-    })
+    t.configure(
+        0,
+        &GenConfig {
+            tcp: true,
+            edits: vec![port_step(tm.l4_off, 5000, 5002)],
+            // 60 bytes hold the headers and the raw bytes, not the stamp.
+            sizes: vec![60, 200],
+            ..conf(&tm)
+        },
+    )
     .unwrap();
-    t.configure_sink(tm.sink, 0).unwrap();
+    t.configure_sink(0, tm.sink, 0).unwrap();
     for k in 0..6u64 {
-        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        let (v, out) = t.test_gen(0, &tm.bytes).unwrap();
         assert_eq!(v, XDP_REDIRECT);
         assert_eq!(out.len(), if k % 2 == 0 { 60 } else { 200 });
         let p = SlicedPacket::from_ethernet(&out).expect("parses");
@@ -677,10 +692,11 @@ fn tcp_frames_of_a_size_mix_keep_their_flags_raw_bytes_and_checksums_and_short_o
         }
         assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
     }
-    let b = t.sink_bank(0).unwrap();
+    let b = t.sink_bank(0, 0).unwrap();
     assert_eq!((b.packets, b.stamped), (6, 3));
     // A sink counting UDP does not count these.
     t.configure_sink(
+        0,
         template::SinkMatch {
             tcp: false,
             ..tm.sink
@@ -688,7 +704,7 @@ fn tcp_frames_of_a_size_mix_keep_their_flags_raw_bytes_and_checksums_and_short_o
         0,
     )
     .unwrap();
-    let (_, out) = t.test_gen(&tm.bytes).unwrap();
+    let (_, out) = t.test_gen(0, &tm.bytes).unwrap();
     assert_eq!(t.test_sink(&out).unwrap(), XDP_PASS);
 }
 
@@ -704,18 +720,21 @@ fn vxlan_frames_keep_a_zero_outer_checksum_and_the_sink_finds_the_inner_stamp() 
     };
     let tm = template::frame(&STREAM, &stack, 128).unwrap();
     let mut t = Tester::load(true).unwrap();
-    t.configure(&GenConfig {
-        // The outer source port: RFC 7348 §5's entropy.
-        edits: vec![port_step(tm.l4_off, 5000, 5001)],
-        ..conf(&tm)
-    })
+    t.configure(
+        0,
+        &GenConfig {
+            // The outer source port: RFC 7348 §5's entropy.
+            edits: vec![port_step(tm.l4_off, 5000, 5001)],
+            ..conf(&tm)
+        },
+    )
     .unwrap();
-    t.configure_sink(tm.sink, 0).unwrap();
+    t.configure_sink(0, tm.sink, 0).unwrap();
     for k in 0..4u64 {
         if k == 2 {
             t.set_version(1).unwrap();
         }
-        let (v, out) = t.test_gen(&tm.bytes).unwrap();
+        let (v, out) = t.test_gen(0, &tm.bytes).unwrap();
         assert_eq!(v, XDP_REDIRECT);
         let p = SlicedPacket::from_ethernet(&out).expect("parses");
         let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
@@ -742,7 +761,7 @@ fn vxlan_frames_keep_a_zero_outer_checksum_and_the_sink_finds_the_inner_stamp() 
         assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
     }
     for v in 0..2 {
-        let b = t.sink_bank(v).unwrap();
+        let b = t.sink_bank(0, v).unwrap();
         assert_eq!((b.packets, b.stamped), (2, 2), "bank {v}");
     }
 }
@@ -783,16 +802,19 @@ fn a_tcp_segment_inside_vxlan_keeps_every_checksum_right_stamp_after_stamp() {
             "the second is past the head"
         );
         let mut t = Tester::load(true).unwrap();
-        t.configure(&GenConfig {
-            ipv6: tm.ipv6,
-            edits: vec![port_step(tm.l4_off, 5000, 5003)],
-            ..conf(&tm)
-        })
+        t.configure(
+            0,
+            &GenConfig {
+                ipv6: tm.ipv6,
+                edits: vec![port_step(tm.l4_off, 5000, 5003)],
+                ..conf(&tm)
+            },
+        )
         .unwrap();
-        t.configure_sink(tm.sink, 0).unwrap();
+        t.configure_sink(0, tm.sink, 0).unwrap();
         let mut frame = tm.bytes.clone();
         for k in 0..5u64 {
-            let (v, out) = t.test_gen(&frame).unwrap();
+            let (v, out) = t.test_gen(0, &frame).unwrap();
             assert_eq!(v, XDP_REDIRECT);
             let p = SlicedPacket::from_ethernet(&out).expect("parses");
             let Some(TransportSlice::Udp(u)) = &p.transport else {
@@ -829,7 +851,7 @@ fn a_tcp_segment_inside_vxlan_keeps_every_checksum_right_stamp_after_stamp() {
             assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
             frame = out.clone();
         }
-        assert_eq!(t.sink_bank(0).unwrap().stamped, 5);
+        assert_eq!(t.sink_bank(0, 0).unwrap().stamped, 5);
     }
 }
 
@@ -863,15 +885,18 @@ fn a_size_mix_of_vxlan_frames_fixes_the_inner_lengths_and_checksums() {
         let tm = template::frame(&STREAM, &stack, 200).unwrap();
         let mut t = Tester::load(true).unwrap();
         let sizes = [150u16, 200, 160];
-        t.configure(&GenConfig {
-            ipv6: tm.ipv6,
-            sizes: sizes.to_vec(),
-            ..conf(&tm)
-        })
+        t.configure(
+            0,
+            &GenConfig {
+                ipv6: tm.ipv6,
+                sizes: sizes.to_vec(),
+                ..conf(&tm)
+            },
+        )
         .unwrap();
-        t.configure_sink(tm.sink, 0).unwrap();
+        t.configure_sink(0, tm.sink, 0).unwrap();
         for k in 0..6u64 {
-            let (v, out) = t.test_gen(&tm.bytes).unwrap();
+            let (v, out) = t.test_gen(0, &tm.bytes).unwrap();
             assert_eq!(v, XDP_REDIRECT);
             assert_eq!(out.len(), usize::from(sizes[k as usize % 3]));
             let p = SlicedPacket::from_ethernet(&out).expect("parses");
@@ -920,6 +945,126 @@ fn a_size_mix_of_vxlan_frames_fixes_the_inner_lengths_and_checksums() {
             assert_eq!(u64::from_be_bytes(payload[..8].try_into().unwrap()), k);
             assert_eq!(t.test_sink(&out).unwrap(), XDP_DROP, "frame {k}");
         }
-        assert_eq!(t.sink_bank(0).unwrap().stamped, 6);
+        assert_eq!(t.sink_bank(0, 0).unwrap().stamped, 6);
     }
+}
+
+#[test]
+fn two_streams_keep_their_own_template_editor_meter_banks_and_latency() {
+    if !have_bpf() {
+        return;
+    }
+    // Stream 0: 60-byte frames to port 9, source port stepped 100..102.
+    // Stream 1: 200-byte frames to port 4000, one frame per 1000 ns.
+    let a = template(60);
+    let b = template::udp(
+        &Udp {
+            dport: 4000,
+            sport: 50000,
+            ..STREAM
+        },
+        200,
+    )
+    .unwrap();
+    let mut t = Tester::load(true).unwrap();
+    t.configure(
+        0,
+        &GenConfig {
+            edits: vec![Edit {
+                offset: 34,
+                width: 2,
+                mode: EditMode::Step,
+                carry_from: None,
+                rand_bits: 0,
+                table: 0,
+                lo: 100,
+                hi: 102,
+                step: 1,
+            }],
+            ..conf(&a)
+        },
+    )
+    .unwrap();
+    t.configure(
+        1,
+        &GenConfig {
+            interval_ns: 1000,
+            tolerance_ns: 1_000_000,
+            ..conf(&b)
+        },
+    )
+    .unwrap();
+    t.configure_sink(0, a.sink, 0).unwrap();
+    t.configure_sink(1, b.sink, 0).unwrap();
+    t.set_version(1).unwrap();
+    // Interleaved, as two generator threads would run: each stream's
+    // frames are its own template, edits and sequence numbers.
+    let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+    for k in 0..6u64 {
+        t.set_test_clock(10_000 + 500 * k).unwrap();
+        let (v, f) = t.test_gen(0, &a.bytes).unwrap();
+        assert_eq!(v, XDP_REDIRECT, "stream 0 has no meter");
+        from_a.push(f);
+        let (v, f) = t.test_gen(1, &b.bytes).unwrap();
+        if v == XDP_REDIRECT {
+            from_b.push(f);
+        }
+    }
+    let sa: Vec<_> = from_a.iter().map(|f| seen(f)).collect();
+    let sb: Vec<_> = from_b.iter().map(|f| seen(f)).collect();
+    assert_eq!(
+        sa.iter().map(|s| s.sport).collect::<Vec<_>>(),
+        [100, 101, 102, 100, 101, 102],
+        "stream 0's editor"
+    );
+    assert_eq!(
+        sa.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
+    assert!(sa.iter().all(|s| s.dport == 9 && s.id >> 15 == 1));
+    assert!(from_a.iter().all(|f| f.len() == 60));
+    // Stream 1's meter: one frame per 1000 ns over 2500 ns of runs.
+    assert_eq!(sb.len(), 3, "stream 1's meter");
+    assert_eq!(sb.iter().map(|s| s.seq).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(sb
+        .iter()
+        .all(|s| s.dport == 4000 && s.sport == 50000 && s.id >> 15 == 1));
+    assert!(from_b.iter().all(|f| f.len() == 200));
+    assert_eq!(t.gen_counts(1).unwrap().held, 3);
+    assert_eq!(t.gen_counts(0).unwrap().held, 0);
+    assert_eq!(
+        (
+            t.gen_bank(0, 1).unwrap().packets,
+            t.gen_bank(1, 1).unwrap().packets
+        ),
+        (6, 3)
+    );
+    // The sink tells them apart by port: each in its own banks and
+    // histogram, in order within its stream though interleaved.
+    t.set_test_clock(20_000).unwrap();
+    for f in from_a.iter().zip(&from_b).flat_map(|(x, y)| [x, y]) {
+        assert_eq!(t.test_sink(f).unwrap(), XDP_DROP);
+    }
+    for f in &from_a[3..] {
+        t.test_sink(f).unwrap();
+    }
+    let (ia, ib) = (t.sink_bank(0, 1).unwrap(), t.sink_bank(1, 1).unwrap());
+    assert_eq!((ia.packets, ia.bytes, ia.late_seq), (6, 360, 0));
+    assert_eq!((ib.packets, ib.bytes, ib.late_seq), (3, 600, 0));
+    assert_eq!(t.sink_hist(0, 1).unwrap().iter().sum::<u64>(), 6);
+    assert_eq!(t.sink_hist(1, 1).unwrap().iter().sum::<u64>(), 3);
+    // Stream 1's latencies: sent at 10000, 11000, 12000 (its meter's
+    // slots), all received at 20000.
+    assert_eq!((ib.lat_min, ib.lat_max), (8000, 10000));
+    // Clearing one stream's bank leaves the other's.
+    t.clear_sink_bank(1, 1).unwrap();
+    assert_eq!(t.sink_bank(0, 1).unwrap().packets, 6);
+    // No stream past the program's table.
+    let n = wirelab_dataplane::load::STREAMS;
+    assert!(t
+        .configure(n, &conf(&a))
+        .unwrap_err()
+        .to_string()
+        .contains("streams at most"));
+    assert!(t.gen_bank(n, 0).is_err());
 }

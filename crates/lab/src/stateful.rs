@@ -390,30 +390,33 @@ pub fn run(
         st.mss,
     )
     .map_err(Error::BadInput)?;
-    gen.configure(&GenConfig {
-        ifindex: cli_ifindex,
-        l3_off: syn.l3_off,
-        l4_off: syn.l4_off,
-        csum_off: syn.csum_off,
-        inner_csum_off: 0,
-        inner_l3_off: 0,
-        stamp_off: 0,
-        edits: vec![Edit {
-            offset: 34,
-            width: 2,
-            mode: EditMode::Step,
-            carry_from: None,
-            rand_bits: 0,
-            table: 0,
-            lo: u32::from(PORT_BASE),
-            hi: u32::from(PORT_BASE) + clients.connections - 1,
-            step: 1,
-        }],
-        template: syn.bytes.clone(),
-        ..Default::default()
-    })
+    gen.configure(
+        0,
+        &GenConfig {
+            ifindex: cli_ifindex,
+            l3_off: syn.l3_off,
+            l4_off: syn.l4_off,
+            csum_off: syn.csum_off,
+            inner_csum_off: 0,
+            inner_l3_off: 0,
+            stamp_off: 0,
+            edits: vec![Edit {
+                offset: 34,
+                width: 2,
+                mode: EditMode::Step,
+                carry_from: None,
+                rand_bits: 0,
+                table: 0,
+                lo: u32::from(PORT_BASE),
+                hi: u32::from(PORT_BASE) + clients.connections - 1,
+                step: 1,
+            }],
+            template: syn.bytes.clone(),
+            ..Default::default()
+        },
+    )
     .during("configuring the generator")?;
-    let handle = gen.generator().during("the generator's program")?;
+    let handle = gen.generator(0).during("the generator's program")?;
     wirelab_netns::in_netns(&lab.tx_ns, || {
         // On one CPU throughout: the editor's port counter is per CPU, and
         // a move between batches would open some ports twice.

@@ -904,13 +904,23 @@ stateful:
         assert!(st.servers.unwrap().keep_alive);
         let c = st.clients.unwrap();
         assert_eq!(c.requests, 50);
-        assert!(!c.request().contains("Connection:"), "HTTP/1.1 keeps it alive");
+        assert!(
+            !c.request().contains("Connection:"),
+            "HTTP/1.1 keeps it alive"
+        );
         let e = parse(&spec("{efsm: http-client, connections: 10, requests: 0}")).unwrap_err();
-        assert_eq!((e.path.as_str(), e.line), ("stateful.clients.requests", Some(3)));
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("stateful.clients.requests", Some(3))
+        );
         // The built-in client's keep-alive rows compile to the executor's
         // conditions.
         let t = compile(&EfsmRef::Builtin("http-client".into()), "x").unwrap();
-        let next = t.rows.iter().find(|r| r.reply == Reply::NextMessage).unwrap();
+        let next = t
+            .rows
+            .iter()
+            .find(|r| r.reply == Reply::NextMessage)
+            .unwrap();
         assert_eq!((next.message_complete, next.requests_left), (1, 1));
     }
 

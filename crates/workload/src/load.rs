@@ -234,7 +234,7 @@ fn latency(t: &Tester, v: u32, b: &Bank, run: &mut RunLatency) -> Result<Option<
     if b.stamped == 0 {
         return Ok(None);
     }
-    let h = self::t("reading the latency histogram", t.sink_hist(v))?;
+    let h = self::t("reading the latency histogram", t.sink_hist(0, v))?;
     run.add(&h, b);
     Ok(Some(figures(&h, b.lat_min, b.lat_max)))
 }
@@ -255,7 +255,7 @@ pub fn run(
     let rx = ifindex(&ports.rx_ns, &ports.rx_dev)? as i32;
     t(
         "configuring the sink",
-        tester.configure_sink(stream.template.sink, stream.sample_every),
+        tester.configure_sink(0, stream.template.sink, stream.sample_every),
     )?;
     wirelab_netns::in_netns(&ports.rx_ns, || tester.attach_sink(rx))?.map_err(|source| {
         Error::Tester {
@@ -281,33 +281,36 @@ pub fn run(
     let tm = &stream.template;
     t(
         "configuring the generator",
-        tester.configure(&GenConfig {
-            interval_ns: stream.rate.interval_ns,
-            // Late by up to 64 slots (one batch of the kernel's), the
-            // generator catches up; later, the slots are given up and
-            // counted, not sent back to back.
-            tolerance_ns: stream.rate.interval_ns * 64,
-            ifindex: tx,
-            l3_off: tm.l3_off,
-            l4_off: tm.l4_off,
-            csum_off: tm.csum_off,
-            inner_csum_off: tm.inner_csum_off,
-            inner_l3_off: tm.inner_l3_off,
-            stamp_off: tm.stamp_off.unwrap_or(0),
-            units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
-            edits: stream.edits.clone(),
-            template: tm.bytes.clone(),
-            sample_every: stream.sample_every,
-            sizes: stream.sizes.clone(),
-            ipv6: tm.ipv6,
-            tcp: tm.tcp,
-        }),
+        tester.configure(
+            0,
+            &GenConfig {
+                interval_ns: stream.rate.interval_ns,
+                // Late by up to 64 slots (one batch of the kernel's), the
+                // generator catches up; later, the slots are given up and
+                // counted, not sent back to back.
+                tolerance_ns: stream.rate.interval_ns * 64,
+                ifindex: tx,
+                l3_off: tm.l3_off,
+                l4_off: tm.l4_off,
+                csum_off: tm.csum_off,
+                inner_csum_off: tm.inner_csum_off,
+                inner_l3_off: tm.inner_l3_off,
+                stamp_off: tm.stamp_off.unwrap_or(0),
+                units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
+                edits: stream.edits.clone(),
+                template: tm.bytes.clone(),
+                sample_every: stream.sample_every,
+                sizes: stream.sizes.clone(),
+                ipv6: tm.ipv6,
+                tcp: tm.tcp,
+            },
+        ),
     )?;
     t(
         "filling the editor's table",
         tester.set_table(0, &stream.table),
     )?;
-    let gen = t("opening the generator", tester.generator())?;
+    let gen = t("opening the generator", tester.generator(0))?;
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     let end = started + timing.duration;
@@ -372,6 +375,7 @@ pub fn run(
                     t(
                         "changing the rate",
                         tester.set_rate(
+                            0,
                             r.interval_ns,
                             r.interval_ns * 64,
                             &r.units.iter().map(|u| (u.pass, u.skip)).collect::<Vec<_>>(),
@@ -428,10 +432,10 @@ pub fn run(
         intervals.push(last);
     }
     let (gs, rs) = (
-        t("reading the totals", tester.gen_bank(2))?,
-        t("reading the totals", tester.sink_bank(2))?,
+        t("reading the totals", tester.gen_bank(0, 2))?,
+        t("reading the totals", tester.sink_bank(0, 2))?,
     );
-    let counts = t("reading the generator", tester.gen_counts())?;
+    let counts = t("reading the generator", tester.gen_counts(0))?;
     samples.drain(&tester)?;
     let lost = t("reading the samples lost", tester.samples_lost())?;
     Ok(Outcome {
@@ -566,8 +570,8 @@ fn interrupt_with_sigusr1() {
 
 fn naive_totals(tester: &Tester) -> Result<(u64, u64), Error> {
     Ok((
-        t("reading the totals", tester.gen_bank(2))?.packets,
-        t("reading the totals", tester.sink_bank(2))?.packets,
+        t("reading the totals", tester.gen_bank(0, 2))?.packets,
+        t("reading the totals", tester.sink_bank(0, 2))?.packets,
     ))
 }
 
@@ -580,11 +584,11 @@ fn read_version(
     run: &mut RunLatency,
     requested_pps: f64,
 ) -> Result<Report, Error> {
-    let o = t("reading the generator's bank", tester.gen_bank(v))?;
-    let i = t("reading the sink's bank", tester.sink_bank(v))?;
+    let o = t("reading the generator's bank", tester.gen_bank(0, v))?;
+    let i = t("reading the sink's bank", tester.sink_bank(0, v))?;
     let lat = latency(tester, v, &i, run)?;
-    t("clearing a bank", tester.clear_gen_bank(v))?;
-    t("clearing a bank", tester.clear_sink_bank(v))?;
+    t("clearing a bank", tester.clear_gen_bank(0, v))?;
+    t("clearing a bank", tester.clear_sink_bank(0, v))?;
     Ok(Report {
         start_s,
         end_s,
