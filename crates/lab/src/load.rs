@@ -446,7 +446,7 @@ pub fn run(
             grace: spec.grace.as_std().max(Duration::from_millis(1)),
         };
         let mut line_err = None;
-        let outcome = wirelab_workload::load::run(&ports, &stream, timing, &opts.abort, |r| {
+        let outcome = wirelab_workload::load::run(&ports, std::slice::from_ref(&stream), timing, &opts.abort, |r| {
             each(&Tick::Interval { trial, report: r });
             // Written as measured: an interrupted run keeps what it measured.
             let r = serde_json::to_string(&IntervalLine { trial, report: r })

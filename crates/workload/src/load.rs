@@ -103,6 +103,37 @@ pub struct Report {
     pub latency: Option<Latency>,
     /// Sequence numbers not above one seen before: reordered or duplicated.
     pub late: u64,
+    /// With several streams, each one's (the figures above are all of
+    /// them together).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamReport>,
+}
+
+/// One stream's part of an interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamReport {
+    pub requested_pps: f64,
+    #[serde(flatten)]
+    pub counts: Interval,
+    pub received_pps: Option<f64>,
+    pub latency: Option<Latency>,
+    pub late: u64,
+}
+
+/// One stream's part of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamOutcome {
+    pub sent: u64,
+    pub received: u64,
+    pub sent_pps: Option<f64>,
+    pub received_pps: Option<f64>,
+    pub rate_error: Option<f64>,
+    pub generator: GenCountsOut,
+    pub generator_cpu_ns: u64,
+    /// The CPU its generator ran on.
+    pub cpu: usize,
+    pub latency: Option<Latency>,
+    pub late: u64,
 }
 
 /// The whole run.
@@ -136,11 +167,16 @@ pub struct Outcome {
     /// Samples taken beyond `MAX_SAMPLES` a side, or that the ring had no
     /// room for.
     pub samples_dropped: u64,
+    /// With several streams, each one's (the figures above are all of
+    /// them together: counts and rates summed, latency over every
+    /// stamped frame, CPU time over every generator thread).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamOutcome>,
 }
 
 /// The run's latency, gathered interval by interval (each version's
 /// histogram is cleared once read).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct RunLatency {
     hist: Vec<u64>,
     min: Option<u64>,
@@ -161,6 +197,18 @@ impl RunLatency {
     }
     fn figures(&self) -> Option<Latency> {
         Some(figures(&self.hist, self.min?, self.max))
+    }
+    /// Another's frames added to these.
+    fn merge(&mut self, o: &RunLatency) {
+        let Some(m) = o.min else {
+            return;
+        };
+        self.hist.resize(self.hist.len().max(o.hist.len()), 0);
+        for (t, x) in self.hist.iter_mut().zip(&o.hist) {
+            *t += x;
+        }
+        self.min = Some(self.min.map_or(m, |x| x.min(m)));
+        self.max = self.max.max(o.max);
     }
 }
 
@@ -229,34 +277,45 @@ fn side(b: &Bank) -> Side {
     }
 }
 
-/// An interval's latency figures, and its histogram added to the run's.
-fn latency(t: &Tester, v: u32, b: &Bank, run: &mut RunLatency) -> Result<Option<Latency>, Error> {
+/// An interval's latency histogram of stream `k`'s version `v` (empty
+/// when nothing stamped arrived).
+fn histogram(t: &Tester, k: u32, v: u32, b: &Bank) -> Result<Vec<u64>, Error> {
     if b.stamped == 0 {
-        return Ok(None);
+        return Ok(Vec::new());
     }
-    let h = self::t("reading the latency histogram", t.sink_hist(0, v))?;
-    run.add(&h, b);
-    Ok(Some(figures(&h, b.lat_min, b.lat_max)))
+    self::t("reading the latency histogram", t.sink_hist(k, v))
 }
 
-/// Runs the stream for `timing.duration` (or until `abort`), calling
-/// `each` with every interval as it is measured. The sink is attached
-/// for the run and detached when this returns, whatever it returns.
+/// Runs the streams for `timing.duration` (or until `abort`), each on a
+/// generator thread of its own (on CPUs of their own while there are
+/// enough: the first on the CPU it starts on, the next ones on the CPUs
+/// after it), calling `each` with every interval as it is measured. The
+/// sink is attached for the run and detached when this returns, whatever
+/// it returns.
 pub fn run(
     ports: &Ports,
-    stream: &Stream,
+    streams: &[Stream],
     timing: Timing,
     abort: &AtomicBool,
     mut each: impl FnMut(&Report),
 ) -> Result<Outcome, Error> {
+    let n = streams.len();
+    if n == 0 || n > wirelab_dataplane::load::STREAMS as usize {
+        return Err(Error::Other(format!(
+            "{n} streams: the tester runs 1 to {}",
+            wirelab_dataplane::load::STREAMS
+        )));
+    }
     interrupt_with_sigusr1();
     let mut tester = t("loading the tester's programs", Tester::load(false))?;
     let tx = ifindex(&ports.tx_ns, &ports.tx_dev)?;
     let rx = ifindex(&ports.rx_ns, &ports.rx_dev)? as i32;
-    t(
-        "configuring the sink",
-        tester.configure_sink(0, stream.template.sink, stream.sample_every),
-    )?;
+    for (k, stream) in streams.iter().enumerate() {
+        t(
+            "configuring the sink",
+            tester.configure_sink(k as u32, stream.template.sink, stream.sample_every),
+        )?;
+    }
     wirelab_netns::in_netns(&ports.rx_ns, || tester.attach_sink(rx))?.map_err(|source| {
         Error::Tester {
             what: format!("attaching the sink to {} in {}", ports.rx_dev, ports.rx_ns),
@@ -278,81 +337,102 @@ pub fn run(
     // overflows; inline, the DUT forwards every packet in microseconds
     // and the generator is late now and then, which the meter counts
     // (slots given up) and the rate figures show.
-    let tm = &stream.template;
-    t(
-        "configuring the generator",
-        tester.configure(
-            0,
-            &GenConfig {
-                interval_ns: stream.rate.interval_ns,
-                // Late by up to 64 slots (one batch of the kernel's), the
-                // generator catches up; later, the slots are given up and
-                // counted, not sent back to back.
-                tolerance_ns: stream.rate.interval_ns * 64,
-                ifindex: tx,
-                l3_off: tm.l3_off,
-                l4_off: tm.l4_off,
-                csum_off: tm.csum_off,
-                inner_csum_off: tm.inner_csum_off,
-                inner_l3_off: tm.inner_l3_off,
-                stamp_off: tm.stamp_off.unwrap_or(0),
-                units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
-                edits: stream.edits.clone(),
-                template: tm.bytes.clone(),
-                sample_every: stream.sample_every,
-                sizes: stream.sizes.clone(),
-                ipv6: tm.ipv6,
-                tcp: tm.tcp,
-            },
-        ),
-    )?;
-    t(
-        "filling the editor's table",
-        tester.set_table(0, &stream.table),
-    )?;
-    let gen = t("opening the generator", tester.generator(0))?;
+    //
+    // The editor's tables are one, the streams' laid end to end.
+    let mut table = Vec::new();
+    for (k, stream) in streams.iter().enumerate() {
+        let tm = &stream.template;
+        let base = table.len() as u16;
+        table.extend_from_slice(&stream.table);
+        let edits = stream
+            .edits
+            .iter()
+            .map(|e| Edit {
+                table: e.table + base,
+                ..*e
+            })
+            .collect();
+        t(
+            "configuring the generator",
+            tester.configure(
+                k as u32,
+                &GenConfig {
+                    interval_ns: stream.rate.interval_ns,
+                    // Late by up to 64 slots (one batch of the kernel's),
+                    // the generator catches up; later, the slots are given
+                    // up and counted, not sent back to back.
+                    tolerance_ns: stream.rate.interval_ns * 64,
+                    ifindex: tx,
+                    l3_off: tm.l3_off,
+                    l4_off: tm.l4_off,
+                    csum_off: tm.csum_off,
+                    inner_csum_off: tm.inner_csum_off,
+                    inner_l3_off: tm.inner_l3_off,
+                    stamp_off: tm.stamp_off.unwrap_or(0),
+                    units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
+                    edits,
+                    template: tm.bytes.clone(),
+                    sample_every: stream.sample_every,
+                    sizes: stream.sizes.clone(),
+                    ipv6: tm.ipv6,
+                    tcp: tm.tcp,
+                },
+            ),
+        )?;
+    }
+    t("filling the editor's table", tester.set_table(0, &table))?;
+    let gens = (0..n)
+        .map(|k| t("opening the generator", tester.generator(k as u32)))
+        .collect::<Result<Vec<_>, _>>()?;
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     let end = started + timing.duration;
-    let frame = tm.bytes.clone();
     let mut intervals = Vec::new();
     let mut version = 0u32;
-    let mut naive_prev = (0u64, 0u64);
+    let mut naive_prev = vec![(0u64, 0u64); n];
     let mut prev_flip = 0.0;
-    let mut run_lat = RunLatency::default();
-    let mut pps_now = stream.rate.pps;
+    let mut run_lat = vec![RunLatency::default(); n];
+    let mut pps_now: Vec<f64> = streams.iter().map(|s| s.rate.pps).collect();
+    let mut applied = vec![Duration::ZERO; n];
     let mut samples = Samples::default();
-    let mut applied = Duration::ZERO;
-    let tid = std::sync::OnceLock::new();
-    let generator_cpu_ns = std::thread::scope(|s| -> Result<u64, Error> {
-        let gen_thread = s.spawn(|| -> Result<u64, Error> {
-            wirelab_netns::in_netns(&ports.tx_ns, || -> Result<u64, Error> {
-                // SAFETY: pthread_self has no preconditions.
-                tid.get_or_init(|| unsafe { libc::pthread_self() });
-                // The meter, the units, the editor and the sequence numbers
-                // are per-CPU state: a generator that migrated would go on
-                // from another CPU's (a stale schedule, numbers from 0
-                // again). It stays on the CPU it starts on.
-                pin_to_this_cpu()?;
-                if !stop.load(Ordering::SeqCst) {
-                    t("generating", gen.generate_until_signalled(&frame))?;
-                }
-                Ok(thread_cpu_ns())
-            })?
-        });
-        // Stops the generator however this scope ends: had the measuring
+    let tids: Vec<std::sync::OnceLock<libc::pthread_t>> =
+        (0..n).map(|_| std::sync::OnceLock::new()).collect();
+    let first_cpu = std::sync::OnceLock::new();
+    let ran = std::thread::scope(|s| -> Result<Vec<(u64, usize)>, Error> {
+        let threads: Vec<_> = (0..n)
+            .map(|k| {
+                let (gen, tid, stop, first_cpu) = (&gens[k], &tids[k], &stop, &first_cpu);
+                let frame = &streams[k].template.bytes;
+                s.spawn(move || -> Result<(u64, usize), Error> {
+                    wirelab_netns::in_netns(&ports.tx_ns, || -> Result<(u64, usize), Error> {
+                        // SAFETY: pthread_self has no preconditions.
+                        tid.get_or_init(|| unsafe { libc::pthread_self() });
+                        // The meter, the units, the editor and the sequence
+                        // numbers are per-CPU state: a generator that
+                        // migrated would go on from another CPU's (a stale
+                        // schedule, numbers from 0 again). It stays on one.
+                        let cpu = pin_generator(k, first_cpu)?;
+                        if !stop.load(Ordering::SeqCst) {
+                            t("generating", gen.generate_until_signalled(frame))?;
+                        }
+                        Ok((thread_cpu_ns(), cpu))
+                    })?
+                })
+            })
+            .collect();
+        // Stops the generators however this scope ends: had the measuring
         // below panicked (a report printed to a closed pipe), the scope
         // would wait for ever on a generator nothing signals.
-        let stopper = StopGenerator {
+        let stopper = StopGenerators {
             stop: &stop,
-            tid: &tid,
-            thread: &gen_thread,
+            tids: &tids,
+            threads: &threads,
         };
         let mut next_flip = started + timing.interval;
         let r = (|| -> Result<(), Error> {
             loop {
                 let now = Instant::now();
-                if abort.load(Ordering::SeqCst) || gen_thread.is_finished() {
+                if abort.load(Ordering::SeqCst) || threads.iter().any(|h| h.is_finished()) {
                     break;
                 }
                 samples.drain(&tester)?;
@@ -364,40 +444,42 @@ pub fn run(
                     break;
                 }
                 // A new rate starts with the interval it belongs to.
-                let retired_pps = pps_now;
-                let (from, upto) = (applied, next_flip - started);
-                for c in stream
-                    .schedule
-                    .iter()
-                    .filter(|c| c.at > from && c.at <= upto)
-                {
-                    let r = &c.rate;
-                    t(
-                        "changing the rate",
-                        tester.set_rate(
-                            0,
-                            r.interval_ns,
-                            r.interval_ns * 64,
-                            &r.units.iter().map(|u| (u.pass, u.skip)).collect::<Vec<_>>(),
-                        ),
-                    )?;
-                    (applied, pps_now) = (c.at, c.pps);
+                let retired_pps = pps_now.clone();
+                let upto = next_flip - started;
+                for (k, stream) in streams.iter().enumerate() {
+                    let from = applied[k];
+                    for c in stream
+                        .schedule
+                        .iter()
+                        .filter(|c| c.at > from && c.at <= upto)
+                    {
+                        let r = &c.rate;
+                        t(
+                            "changing the rate",
+                            tester.set_rate(
+                                k as u32,
+                                r.interval_ns,
+                                r.interval_ns * 64,
+                                &r.units.iter().map(|u| (u.pass, u.skip)).collect::<Vec<_>>(),
+                            ),
+                        )?;
+                        (applied[k], pps_now[k]) = (c.at, c.pps);
+                    }
                 }
                 // Flip, then read the retired version once it drained.
                 let retired = version;
                 version ^= 1;
                 t("flipping the version", tester.set_version(version))?;
                 let flip_s = started.elapsed().as_secs_f64();
-                let naive = naive_totals(&tester)?;
+                let naive = naive_totals(&tester, n)?;
                 std::thread::sleep(timing.grace);
                 let rep = read_version(
                     &tester,
                     retired,
                     (prev_flip, flip_s),
-                    naive,
-                    naive_prev,
+                    (&naive, &naive_prev),
                     &mut run_lat,
-                    retired_pps,
+                    &retired_pps,
                 )?;
                 each(&rep);
                 intervals.push(rep);
@@ -408,50 +490,100 @@ pub fn run(
             Ok(())
         })();
         drop(stopper);
-        let cpu = gen_thread
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        let ran = threads
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect::<Result<Vec<_>, Error>>()?;
         r?;
-        Ok(cpu)
+        Ok(ran)
     })?;
     // The last interval: everything sent has stopped; let it drain.
     std::thread::sleep(timing.grace);
     let end_s = started.elapsed().as_secs_f64();
-    let naive = naive_totals(&tester)?;
+    let naive = naive_totals(&tester, n)?;
     let last = read_version(
         &tester,
         version,
         (prev_flip, end_s),
-        naive,
-        naive_prev,
+        (&naive, &naive_prev),
         &mut run_lat,
-        pps_now,
+        &pps_now,
     )?;
     if last.counts.sent.packets > 0 {
         each(&last);
         intervals.push(last);
     }
-    let (gs, rs) = (
-        t("reading the totals", tester.gen_bank(0, 2))?,
-        t("reading the totals", tester.sink_bank(0, 2))?,
-    );
-    let counts = t("reading the generator", tester.gen_counts(0))?;
     samples.drain(&tester)?;
     let lost = t("reading the samples lost", tester.samples_lost())?;
+    let mut per = Vec::with_capacity(n);
+    for (k, stream) in streams.iter().enumerate() {
+        let k32 = k as u32;
+        let (gs, rs) = (
+            t("reading the totals", tester.gen_bank(k32, 2))?,
+            t("reading the totals", tester.sink_bank(k32, 2))?,
+        );
+        let counts = t("reading the generator", tester.gen_counts(k32))?;
+        per.push(StreamOutcome {
+            sent: gs.packets,
+            received: rs.packets,
+            sent_pps: gs.pps(),
+            received_pps: rs.pps(),
+            rate_error: if stream.schedule.is_empty() {
+                rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps)
+            } else {
+                worst_full_interval_error(
+                    &intervals
+                        .iter()
+                        .map(|i| match i.streams.get(k) {
+                            Some(x) => (x.requested_pps, x.received_pps),
+                            None => (i.requested_pps, i.received_pps),
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            },
+            generator: counts.into(),
+            generator_cpu_ns: ran[k].0,
+            cpu: ran[k].1,
+            latency: run_lat[k].figures(),
+            late: intervals
+                .iter()
+                .map(|i| i.streams.get(k).map_or(i.late, |x| x.late))
+                .sum(),
+        });
+    }
+    let mut all = RunLatency::default();
+    for r in &run_lat {
+        all.merge(r);
+    }
+    let sum_opt = |f: &dyn Fn(&StreamOutcome) -> Option<f64>| -> Option<f64> {
+        per.iter().map(f).sum::<Option<f64>>()
+    };
+    let requested: f64 = streams.iter().map(|s| s.rate.pps).sum();
+    let received_pps = sum_opt(&|x| x.received_pps);
+    let scheduled = streams.iter().any(|s| !s.schedule.is_empty());
     Ok(Outcome {
-        sent: gs.packets,
-        received: rs.packets,
-        sent_pps: gs.pps(),
-        received_pps: rs.pps(),
-        rate_error: if stream.schedule.is_empty() {
-            rs.pps().map(|p| (p - stream.rate.pps) / stream.rate.pps)
+        sent: per.iter().map(|x| x.sent).sum(),
+        received: per.iter().map(|x| x.received).sum(),
+        sent_pps: sum_opt(&|x| x.sent_pps),
+        received_pps,
+        rate_error: if scheduled {
+            worst_full_interval_error(
+                &intervals
+                    .iter()
+                    .map(|i| (i.requested_pps, i.received_pps))
+                    .collect::<Vec<_>>(),
+            )
         } else {
-            worst_full_interval_error(&intervals)
+            received_pps.map(|p| (p - requested) / requested)
         },
-        generator: counts.into(),
-        generator_cpu_ns,
-        latency: run_lat.figures(),
-        latency_buckets: run_lat
+        generator: per.iter().fold(GenCountsOut::default(), |a, x| GenCountsOut {
+            held: a.held + x.generator.held,
+            skipped: a.skipped + x.generator.skipped,
+            missed: a.missed + x.generator.missed,
+        }),
+        generator_cpu_ns: per.iter().map(|x| x.generator_cpu_ns).sum(),
+        latency: all.figures(),
+        latency_buckets: all
             .hist
             .iter()
             .enumerate()
@@ -462,6 +594,7 @@ pub fn run(
         samples_dropped: samples.dropped + lost.0 + lost.1,
         samples: samples.kept,
         intervals,
+        streams: if n > 1 { per } else { Vec::new() },
     })
 }
 
@@ -469,16 +602,14 @@ pub fn run(
 /// received against asked, over the intervals between the first and the
 /// last (which the start and the end cut short); None with fewer than
 /// three.
-fn worst_full_interval_error(intervals: &[Report]) -> Option<f64> {
+/// `intervals` are (requested, received) rates.
+fn worst_full_interval_error(intervals: &[(f64, Option<f64>)]) -> Option<f64> {
     if intervals.len() < 3 {
         return None;
     }
     intervals[1..intervals.len() - 1]
         .iter()
-        .map(|i| {
-            i.received_pps
-                .map_or(1.0, |p| (p - i.requested_pps) / i.requested_pps)
-        })
+        .map(|&(asked, got)| got.map_or(1.0, |p| (p - asked) / asked))
         .max_by(|a, b| a.abs().total_cmp(&b.abs()))
 }
 
@@ -507,19 +638,37 @@ impl Samples {
     }
 }
 
-/// Binds the calling thread to the CPU it runs on.
-fn pin_to_this_cpu() -> Result<(), Error> {
-    // SAFETY: sched_getcpu has no preconditions.
-    let cpu = unsafe { libc::sched_getcpu() };
-    let mut set = nix::sched::CpuSet::new();
-    usize::try_from(cpu)
-        .map_err(|_| Error::Other("sched_getcpu failed".into()))
-        .and_then(|c| {
-            set.set(c)
-                .map_err(|e| Error::Other(format!("CPU {c}: {e}")))
-        })?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| Error::Other(format!("pinning the generator to CPU {cpu}: {e}")))
+/// Binds generator `k`'s thread to a CPU and returns it: the first
+/// generator to the CPU it runs on, generator k to the k-th allowed CPU
+/// after that one (round the allowed set: with more streams than CPUs,
+/// some share one).
+fn pin_generator(k: usize, first: &std::sync::OnceLock<usize>) -> Result<usize, Error> {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let me = nix::unistd::Pid::from_raw(0);
+    let allowed = sched_getaffinity(me)
+        .map_err(|e| Error::Other(format!("reading the CPUs allowed: {e}")))?;
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    let here = || {
+        // SAFETY: sched_getcpu has no preconditions.
+        usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0)
+    };
+    let cpu = if k == 0 {
+        *first.get_or_init(here)
+    } else {
+        // Generator 0 may not have started yet: then this one's CPU
+        // counts as the first.
+        let base = *first.get_or_init(here);
+        let at = cpus.iter().position(|&c| c == base).unwrap_or(0);
+        cpus[(at + k) % cpus.len().max(1)]
+    };
+    let mut set = CpuSet::new();
+    set.set(cpu)
+        .map_err(|e| Error::Other(format!("CPU {cpu}: {e}")))?;
+    sched_setaffinity(me, &set)
+        .map_err(|e| Error::Other(format!("pinning a generator to CPU {cpu}: {e}")))?;
+    Ok(cpu)
 }
 
 /// The calling thread's CPU time, user and system (ns).
@@ -531,24 +680,26 @@ fn thread_cpu_ns() -> u64 {
 
 /// SIGUSR1 interrupts the generator's system call and does nothing else
 /// (its default would end the process).
-/// Ends the generator's thread when dropped.
-struct StopGenerator<'a, 's, T> {
+/// Ends the generators' threads when dropped.
+struct StopGenerators<'a, 's, T> {
     stop: &'a AtomicBool,
-    tid: &'a std::sync::OnceLock<libc::pthread_t>,
-    thread: &'a std::thread::ScopedJoinHandle<'s, T>,
+    tids: &'a [std::sync::OnceLock<libc::pthread_t>],
+    threads: &'a [std::thread::ScopedJoinHandle<'s, T>],
 }
 
-impl<T> Drop for StopGenerator<'_, '_, T> {
+impl<T> Drop for StopGenerators<'_, '_, T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // The generator's one long call ends at a signal; until its thread
+        // A generator's one long call ends at a signal; until its thread
         // is in the call, signal again.
-        while !self.thread.is_finished() {
-            if let Some(&th) = self.tid.get() {
-                // SAFETY: the thread is alive (not finished, scoped).
-                unsafe { libc::pthread_kill(th, libc::SIGUSR1) };
+        for (tid, thread) in self.tids.iter().zip(self.threads) {
+            while !thread.is_finished() {
+                if let Some(&th) = tid.get() {
+                    // SAFETY: the thread is alive (not finished, scoped).
+                    unsafe { libc::pthread_kill(th, libc::SIGUSR1) };
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
-            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
@@ -568,40 +719,109 @@ fn interrupt_with_sigusr1() {
     });
 }
 
-fn naive_totals(tester: &Tester) -> Result<(u64, u64), Error> {
-    Ok((
-        t("reading the totals", tester.gen_bank(0, 2))?.packets,
-        t("reading the totals", tester.sink_bank(0, 2))?.packets,
-    ))
+/// Each stream's naive totals: (sent, received).
+fn naive_totals(tester: &Tester, n: usize) -> Result<Vec<(u64, u64)>, Error> {
+    (0..n as u32)
+        .map(|k| {
+            Ok((
+                t("reading the totals", tester.gen_bank(k, 2))?.packets,
+                t("reading the totals", tester.sink_bank(k, 2))?.packets,
+            ))
+        })
+        .collect()
 }
 
+/// Two sides' counts as one: packets and bytes summed, the mean time
+/// over all their packets.
+fn sum_sides(a: Side, b: Side) -> Side {
+    let total = a.packets + b.packets;
+    Side {
+        packets: total,
+        bytes: a.bytes + b.bytes,
+        mean_ns: match (a.mean_ns, b.mean_ns) {
+            (Some(x), Some(y)) => {
+                Some((x * a.packets as f64 + y * b.packets as f64) / total as f64)
+            }
+            (x, None) => x,
+            (None, y) => y,
+        },
+    }
+}
+
+/// Version `v` of every stream, read and cleared: the interval's report,
+/// all streams together, with each stream's beside it when there are
+/// several.
 fn read_version(
     tester: &Tester,
     v: u32,
     (start_s, end_s): (f64, f64),
-    naive: (u64, u64),
-    naive_prev: (u64, u64),
-    run: &mut RunLatency,
-    requested_pps: f64,
+    (naive, naive_prev): (&[(u64, u64)], &[(u64, u64)]),
+    run: &mut [RunLatency],
+    requested_pps: &[f64],
 ) -> Result<Report, Error> {
-    let o = t("reading the generator's bank", tester.gen_bank(0, v))?;
-    let i = t("reading the sink's bank", tester.sink_bank(0, v))?;
-    let lat = latency(tester, v, &i, run)?;
-    t("clearing a bank", tester.clear_gen_bank(0, v))?;
-    t("clearing a bank", tester.clear_sink_bank(0, v))?;
+    let mut per = Vec::new();
+    let mut hist_all: Vec<u64> = Vec::new();
+    let (mut lat_min, mut lat_max) = (None::<u64>, 0u64);
+    let (mut sent, mut received) = (Side::default(), Side::default());
+    let (mut naive_sent, mut naive_received) = (0, 0);
+    let (mut sent_pps, mut received_pps) = (Some(0.0), Some(0.0));
+    let mut late = 0;
+    for (k, lat_run) in run.iter_mut().enumerate() {
+        let k32 = k as u32;
+        let o = t("reading the generator's bank", tester.gen_bank(k32, v))?;
+        let i = t("reading the sink's bank", tester.sink_bank(k32, v))?;
+        let h = histogram(tester, k32, v, &i)?;
+        lat_run.add(&h, &i);
+        t("clearing a bank", tester.clear_gen_bank(k32, v))?;
+        t("clearing a bank", tester.clear_sink_bank(k32, v))?;
+        let counts = Interval::of(
+            side(&o),
+            side(&i),
+            naive[k].0 - naive_prev[k].0,
+            naive[k].1 - naive_prev[k].1,
+        );
+        if i.stamped > 0 {
+            hist_all.resize(hist_all.len().max(h.len()), 0);
+            for (t, x) in hist_all.iter_mut().zip(&h) {
+                *t += x;
+            }
+            lat_min = Some(lat_min.map_or(i.lat_min, |m| m.min(i.lat_min)));
+            lat_max = lat_max.max(i.lat_max);
+        }
+        sent = sum_sides(sent, counts.sent);
+        received = sum_sides(received, counts.received);
+        naive_sent += naive[k].0 - naive_prev[k].0;
+        naive_received += naive[k].1 - naive_prev[k].1;
+        // A stream silent in this interval (an off phase) adds nothing.
+        sent_pps = match (sent_pps, o.pps()) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, None) if o.packets == 0 => a,
+            _ => None,
+        };
+        received_pps = match (received_pps, i.pps()) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, None) if i.packets == 0 => a,
+            _ => None,
+        };
+        late += i.late_seq;
+        per.push(StreamReport {
+            requested_pps: requested_pps[k],
+            counts,
+            received_pps: i.pps(),
+            latency: (i.stamped > 0).then(|| figures(&h, i.lat_min, i.lat_max)),
+            late: i.late_seq,
+        });
+    }
+    let none_sent = sent.packets == 0;
     Ok(Report {
         start_s,
         end_s,
-        requested_pps,
-        counts: Interval::of(
-            side(&o),
-            side(&i),
-            naive.0 - naive_prev.0,
-            naive.1 - naive_prev.1,
-        ),
-        sent_pps: o.pps(),
-        received_pps: i.pps(),
-        latency: lat,
-        late: i.late_seq,
+        requested_pps: requested_pps.iter().sum(),
+        counts: Interval::of(sent, received, naive_sent, naive_received),
+        sent_pps: sent_pps.filter(|_| !none_sent),
+        received_pps: received_pps.filter(|_| received.packets > 0),
+        latency: lat_min.map(|m| figures(&hist_all, m, lat_max)),
+        late,
+        streams: if per.len() > 1 { per } else { Vec::new() },
     })
 }
