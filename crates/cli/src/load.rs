@@ -40,16 +40,29 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     }
     // What the control plane chose is shown before anything exists, and
     // a stream it cannot make is bad input.
-    let setup = match wirelab_lab::load::setup(&spec) {
-        Ok((s, ..)) => s,
-        Err(e) => {
-            eprintln!("wirelab: {}: {e}", args.spec.display());
-            return Ok(code::ERROR);
+    let views = spec.stream_views();
+    let mut setups = Vec::new();
+    for (k, v) in views.iter().enumerate() {
+        match wirelab_lab::load::setup(v) {
+            Ok((s, ..)) => setups.push(s),
+            Err(e) if views.len() > 1 => {
+                eprintln!("wirelab: {}: streams[{k}]: {e}", args.spec.display());
+                return Ok(code::ERROR);
+            }
+            Err(e) => {
+                eprintln!("wirelab: {}: {e}", args.spec.display());
+                return Ok(code::ERROR);
+            }
         }
-    };
+    }
+    let setup = setups[0].clone();
     require_root()?;
     if !args.json {
-        header(&spec, &setup);
+        if views.len() == 1 {
+            header(&spec, &setup);
+        } else {
+            header_streams(&spec, &views, &setups);
+        }
     }
     let opts = RunOptions {
         abort: abort.clone(),
@@ -65,7 +78,16 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             }
             println!("{v}");
         }
-        Tick::Interval { report, .. } => println!("{}", line(frame, report.requested_pps, report)),
+        Tick::Interval { report, .. } => {
+            // Several streams: the mean frame of what arrived (with its FCS).
+            let c = &report.counts.received;
+            let frame = if report.streams.is_empty() || c.packets == 0 {
+                frame
+            } else {
+                c.bytes as f64 / c.packets as f64 + 4.0
+            };
+            println!("{}", line(frame, report.requested_pps, report))
+        }
         Tick::Trial { trial, pps, rate } if !json => println!(
             "  trial {trial}: {} pps ({})",
             group(pps.round() as u64),
@@ -145,6 +167,35 @@ fn header(spec: &wirelab_spec::load::LoadSpec, s: &Setup) {
     }
     println!(
         "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/p99.99/max",
+        "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
+    );
+}
+
+/// The header of a test of several streams: one line each.
+fn header_streams(
+    spec: &wirelab_spec::load::LoadSpec,
+    views: &[wirelab_spec::load::LoadSpec],
+    setups: &[Setup],
+) {
+    println!(
+        "{}: {} streams through a Linux {} for {}, each on a generator thread (and CPU) of its own, lines every {}",
+        spec.name.as_deref().unwrap_or("load"),
+        views.len(),
+        setups[0].dut,
+        spec.duration,
+        spec.interval,
+    );
+    for (k, (v, s)) in views.iter().zip(setups).enumerate() {
+        println!(
+            "  stream {k}: {} to port {} at {} pps; rate plan (Norma §5.2): {}",
+            frames(v.stream(), s.frame_bytes),
+            v.stream().dport,
+            group(s.requested_pps.round() as u64),
+            s.rate.describe()
+        );
+    }
+    println!(
+        "  {:>13}  {:>10} {:>10} {:>7} {:>9} {:>9} {:>10}  latency µs min/p50/p99/p99.9/p99.99/max (all streams)",
         "interval", "sent", "received", "lost", "(naive)", "Mbit/s", "rate err"
     );
 }
@@ -257,6 +308,20 @@ fn footer(s: &LoadSummary) {
         o.generator.missed,
         o.generator_cpu_ns as f64 / 1e9
     );
+    for (k, x) in o.streams.iter().enumerate() {
+        println!(
+            "  stream {k} (generator on CPU {}): sent {}, received {} at {} pps, lost {}, rate error {}, latency µs {}, late {}, {} slots given up",
+            x.cpu,
+            group(x.sent),
+            group(x.received),
+            f(x.received_pps),
+            x.sent as i64 - x.received as i64,
+            x.rate_error.map_or("-".into(), |e| format!("{e:+.2e}")),
+            lat(&x.latency),
+            x.late,
+            x.generator.missed
+        );
+    }
     if let Some(r) = &s.search {
         let wire = (s.setup.frame_bytes + wirelab_spec::load::WIRE_OVERHEAD as f64) * 8.0;
         match r.throughput_pps {

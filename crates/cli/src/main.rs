@@ -425,9 +425,25 @@ fn dispatch(cli: Cli, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
                                     None => "real (nginx)".into(),
                                 }),
                             )),
-                            None => wirelab_lab::load::setup(&s)
-                                .map(|(s, ..)| format!("load test: {}", s.rate.describe()))
-                                .map_err(|e| format!("{}: {e}", p.display())),
+                            None => {
+                                let views = s.stream_views();
+                                let several = views.len() > 1;
+                                views
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(k, v)| {
+                                        wirelab_lab::load::setup(v)
+                                            .map(|(s, ..)| s.rate.describe())
+                                            .map_err(|e| match several {
+                                                true => {
+                                                    format!("{}: streams[{k}]: {e}", p.display())
+                                                }
+                                                false => format!("{}: {e}", p.display()),
+                                            })
+                                    })
+                                    .collect::<Result<Vec<_>, _>>()
+                                    .map(|plans| format!("load test: {}", plans.join("; ")))
+                            }
                         }) {
                         Ok(what) => println!("{}: ok ({what})", p.display()),
                         Err(e) => {

@@ -208,12 +208,54 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
                 .filter(|l| l.starts_with(&format!("{i}\t")))
                 .count() as u64
         };
+        // Several streams: each one's figures add up to the run's, in
+        // every interval too, and each ran on a CPU of its own (while the
+        // machine has enough).
+        let per: Vec<Value> = oc["streams"].as_array().cloned().unwrap_or_default();
+        if !per.is_empty() {
+            let spec_json: Value =
+                serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
+            assert_eq!(
+                per.len(),
+                spec_json["streams"].as_array().unwrap().len(),
+                "{}",
+                show()
+            );
+            for side in ["sent", "received"] {
+                assert_eq!(
+                    per.iter().map(|x| u(&x[side])).sum::<u64>(),
+                    u(&oc[side]),
+                    "{}",
+                    show()
+                );
+                for i in &intervals {
+                    let parts: u64 = i["streams"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| u(&x[side]["packets"]))
+                        .sum();
+                    assert_eq!(parts, u(&i[side]["packets"]), "{i}");
+                }
+            }
+            for x in &per {
+                assert!(u(&x["received"]) > 0, "{}", show());
+            }
+            let cpus: std::collections::BTreeSet<u64> = per.iter().map(|x| u(&x["cpu"])).collect();
+            let have = std::thread::available_parallelism().map_or(1, |n| n.get());
+            assert_eq!(cpus.len(), per.len().min(have), "{}", show());
+        }
         if !searched {
             let sent = u(&oc["sent"]);
             let spec_json: Value =
                 serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
             let every = u(&spec_json["sample_every"]);
-            let expected = (sent - 1) / every + 1;
+            // Each stream numbers its frames from 0.
+            let expected = if per.is_empty() {
+                (sent - 1) / every + 1
+            } else {
+                per.iter().map(|x| (u(&x["sent"]) - 1) / every + 1).sum()
+            };
             // What the ring had no room for is counted, not lost silently.
             let dropped = u(&oc["samples_dropped"]);
             assert!(side("0") <= expected, "{}", show());

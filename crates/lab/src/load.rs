@@ -62,7 +62,11 @@ pub struct LoadSummary {
     pub run_id: String,
     pub results: String,
     pub verdict: &'static str,
+    /// What was chosen for the stream (with `streams:`, for the first).
     pub setup: Setup,
+    /// With `streams:`, what was chosen for each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<Setup>,
     /// The run's totals and figures; its intervals are in intervals.jsonl.
     pub outcome: OutcomeSummary,
     /// The RFC 2544 search, when the spec asked for one (its trials are
@@ -394,7 +398,10 @@ pub fn run(
     mut each: impl FnMut(&Tick),
 ) -> Result<LoadOutput, Error> {
     let started = std::time::Instant::now();
-    let (mut setup, edits, table) = setup(spec)?;
+    // Each stream planned on its own (one, unless `streams:`).
+    let views = spec.stream_views();
+    let mut planned = views.iter().map(setup).collect::<Result<Vec<_>, _>>()?;
+    let single = views.len() == 1;
     let Begun {
         run_id,
         name,
@@ -410,7 +417,9 @@ pub fn run(
         wirelab_spec::load::DutKind::Switch => Some(crate::switch_dut::SwitchDut::start(&lab)?),
         _ => None,
     };
-    setup.template = template(spec, lab.tx_mac, lab.next_hop_mac)?;
+    for (p, v) in planned.iter_mut().zip(&views) {
+        p.0.template = template(v, lab.tx_mac, lab.next_hop_mac)?;
+    }
     let ports = Ports {
         tx_ns: lab.tx_ns.clone(),
         tx_dev: tester::TX_DEV.into(),
@@ -421,32 +430,41 @@ pub fn run(
     let path = dir.join("intervals.jsonl");
     let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
     let mut sampled: Vec<(Option<u32>, Sample)> = Vec::new();
-    // One run of the stream at `plan`'s rate, for `duration`.
+    // One run of the streams for `duration`: the first at `plan`'s rate
+    // (a search's trial), the others at theirs.
     let mut stream_at = |plan: &rate::Plan,
                          duration: Duration,
                          trial: Option<u32>,
                          each: &mut dyn FnMut(&Tick)|
      -> Result<Outcome, Error> {
-        let stream = Stream {
-            template: setup.template.clone(),
-            rate: plan.clone(),
-            edits: edits.clone(),
-            table: table.clone(),
-            schedule: if trial.is_some() {
-                Vec::new()
-            } else {
-                setup.schedule.clone()
-            },
-            sample_every: spec.sample_every,
-            sizes: setup.sizes.clone(),
-        };
+        let streams: Vec<Stream> = planned
+            .iter()
+            .enumerate()
+            .map(|(k, (setup, edits, table))| Stream {
+                template: setup.template.clone(),
+                rate: if k == 0 {
+                    plan.clone()
+                } else {
+                    setup.rate.clone()
+                },
+                edits: edits.clone(),
+                table: table.clone(),
+                schedule: if trial.is_some() {
+                    Vec::new()
+                } else {
+                    setup.schedule.clone()
+                },
+                sample_every: spec.sample_every,
+                sizes: setup.sizes.clone(),
+            })
+            .collect();
         let timing = Timing {
             duration,
             interval: spec.interval.as_std(),
             grace: spec.grace.as_std().max(Duration::from_millis(1)),
         };
         let mut line_err = None;
-        let outcome = wirelab_workload::load::run(&ports, std::slice::from_ref(&stream), timing, &opts.abort, |r| {
+        let outcome = wirelab_workload::load::run(&ports, &streams, timing, &opts.abort, |r| {
             each(&Tick::Interval { trial, report: r });
             // Written as measured: an interrupted run keeps what it measured.
             let r = serde_json::to_string(&IntervalLine { trial, report: r })
@@ -484,10 +502,13 @@ pub fn run(
             b2b = Some(r);
             (o, None)
         }
-        _ => (
-            stream_at(&setup.rate, spec.duration.as_std(), None, &mut each)?,
-            None,
-        ),
+        _ => {
+            let first = planned[0].0.rate.clone();
+            (
+                stream_at(&first, spec.duration.as_std(), None, &mut each)?,
+                None,
+            )
+        }
     };
     let trials = search
         .as_ref()
@@ -502,11 +523,15 @@ pub fn run(
     if spec.sample_every > 0 {
         write_sample(&dir.join("sample.pcapng"), &sampled)?;
     }
-    // Every frame sampled, a run of bursts: their shape as received.
-    let burst_len =
+    // Every frame sampled, a run of bursts: their shape as received (one
+    // stream's).
+    let burst_len = if single {
         spec.on_off_burst()
             .map(|(n, _)| n)
-            .or(spec.stream().burst.as_ref().map(|b| b.packets));
+            .or(spec.stream().burst.as_ref().map(|b| b.packets))
+    } else {
+        None
+    };
     let burst_shape = match (burst_len, spec.sample_every, &spec.search) {
         (Some(n), 1, None) => {
             let side = |received: bool| {
@@ -568,7 +593,12 @@ pub fn run(
         run_id,
         results: dir.display().to_string(),
         verdict: verdict.name(),
-        setup,
+        setup: planned[0].0.clone(),
+        streams: if single {
+            Vec::new()
+        } else {
+            planned.into_iter().map(|p| p.0).collect()
+        },
         outcome: OutcomeSummary {
             intervals: outcome.intervals.len(),
             outcome,

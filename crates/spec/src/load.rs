@@ -69,6 +69,11 @@ pub struct LoadSpec {
     /// A stream of template frames (stateless) ...
     #[serde(default)]
     pub stream: Option<Stream>,
+    /// ... or several at once, each with its own template, rate, pattern
+    /// and editor, generated on a thread (and CPU) of its own and measured
+    /// apart (each to its own destination port) as well as together ...
+    #[serde(default)]
+    pub streams: Vec<Stream>,
     /// ... or emulated TCP clients and servers around the DUT (§4).
     #[serde(default)]
     pub stateful: Option<crate::efsm::Stateful>,
@@ -785,7 +790,24 @@ impl LoadExpect {
 }
 
 impl LoadSpec {
-    /// The stream of a stateless test (validation makes sure it has one).
+    /// Each stream of a stateless test as a test of that one stream (with
+    /// the rest of the spec as it is), for what is planned per stream: its
+    /// rate, its pattern, its template. One stream: the spec itself.
+    pub fn stream_views(&self) -> Vec<LoadSpec> {
+        if self.streams.is_empty() {
+            return vec![self.clone()];
+        }
+        self.streams
+            .iter()
+            .map(|st| LoadSpec {
+                stream: Some(st.clone()),
+                streams: Vec::new(),
+                ..self.clone()
+            })
+            .collect()
+    }
+    /// The stream of a stateless test of one stream (validation makes
+    /// sure it has one; for `streams:`, see `stream_views`).
     pub fn stream(&self) -> &Stream {
         self.stream
             .as_ref()
@@ -858,7 +880,7 @@ pub fn parse(text: &str) -> Result<LoadSpec, SpecError> {
 /// `stream:` or `stateful:`), for commands that take either kind of file.
 pub fn is_load_text(text: &str) -> bool {
     let top = |k: &str| text.lines().any(|l| l.starts_with(k));
-    top("dut:") && (top("stream:") || top("stateful:"))
+    top("dut:") && (top("stream:") || top("streams:") || top("stateful:"))
 }
 
 /// Reads and parses a load test; its name defaults to the file's.
@@ -877,7 +899,92 @@ pub fn load(path: &std::path::Path) -> Result<LoadSpec, crate::LoadError> {
     Ok(spec)
 }
 
+/// Streams generated at once (`WL_LOAD_STREAMS`).
+pub const MAX_STREAMS: usize = 8;
+
 fn validate(s: &LoadSpec) -> Result<(), Invalid> {
+    if !s.streams.is_empty() {
+        return validate_streams(s);
+    }
+    validate_one(s)
+}
+
+/// `streams:`: each as a test of its own, its errors named by its place
+/// in the list; then what they share: the port's speed, and the sink's
+/// means of telling them apart.
+fn validate_streams(s: &LoadSpec) -> Result<(), Invalid> {
+    if s.stream.is_some() {
+        return err("streams", "`stream:` or `streams:`, not both");
+    }
+    if s.stateful.is_some() {
+        return err("streams", "`streams:` or `stateful:`, not both");
+    }
+    if s.streams.len() > MAX_STREAMS {
+        return err(
+            "streams",
+            format!("at most {MAX_STREAMS} streams, got {}", s.streams.len()),
+        );
+    }
+    if s.search.is_some() {
+        return err(
+            "search",
+            "a search runs one stream: `stream:`, not `streams:`",
+        );
+    }
+    let views = s.stream_views();
+    for (k, v) in views.iter().enumerate() {
+        validate_one(v).map_err(|(path, m)| {
+            let path = match path.strip_prefix("stream") {
+                Some(rest) if rest.is_empty() || rest.starts_with('.') => {
+                    format!("streams[{k}]{rest}")
+                }
+                _ => path,
+            };
+            (path, m)
+        })?;
+    }
+    // The sink tells streams apart by their outer transport and
+    // destination port (VXLAN's is RFC 7348's 4789, whatever the inner).
+    let sink_key = |st: &Stream| {
+        let port = if st.vxlan.is_some() { 4789 } else { st.dport };
+        (st.outer_l4(), port)
+    };
+    for (k, a) in s.streams.iter().enumerate() {
+        if let Some(j) = s.streams[..k]
+            .iter()
+            .position(|b| sink_key(b) == sink_key(a))
+        {
+            let (l4, port) = sink_key(a);
+            return err(
+                format!("streams[{k}].dport"),
+                format!(
+                    "{} to port {port} is streams[{j}]'s too: the receiving port tells streams apart by their destination port (one VXLAN stream at most)",
+                    match l4 {
+                        L4Kind::Udp => "UDP",
+                        L4Kind::Tcp => "TCP",
+                    }
+                ),
+            );
+        }
+    }
+    let wire: f64 = views
+        .iter()
+        .map(|v| v.pps() * (v.stream().mean_size() + WIRE_OVERHEAD as f64) * 8.0)
+        .sum();
+    if wire > s.ports.speed.0 as f64 * (1.0 + 1e-9) {
+        return err(
+            "streams",
+            format!(
+                "together {:.3} Gbit/s on the wire, above the port's {}",
+                wire / 1e9,
+                s.ports.speed
+            ),
+        );
+    }
+    Ok(())
+}
+
+fn validate_one(s: &LoadSpec) -> Result<(), Invalid> {
     crate::validate_name(&s.name)?;
     let mtu = s.ports.mtu;
     if !(68..=9000).contains(&mtu) {
@@ -1536,6 +1643,52 @@ expect:
         assert_eq!(s.template_len(), 60);
         assert_eq!(s.expect[1].bounds(), (None, Some(1e6)));
         assert!(is_load_text(GOOD));
+    }
+
+    const TWO: &str = "\
+dut: {kind: router}
+streams:
+  - size: 64
+    pps: 1000
+    dport: 9
+  - size: 1518
+    pps: 500
+    dport: 5001
+";
+
+    #[test]
+    fn several_streams_are_checked_each_and_together() {
+        let s = parse(TWO).unwrap();
+        assert!(is_load_text(TWO));
+        let v = s.stream_views();
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[0].pps(), v[1].pps()), (1000.0, 500.0));
+        assert_eq!((v[0].template_len(), v[1].template_len()), (60, 1514));
+        assert!(v.iter().all(|x| x.streams.is_empty() && x.stream.is_some()));
+        // A stream's own error names its place in the list, and the line.
+        let e = bad(&TWO.replace("pps: 500", "pps: 0"));
+        assert_eq!((e.path.as_str(), e.line), ("streams[1].pps", Some(7)));
+        let e = bad(&TWO.replace("size: 1518", "size: 9999"));
+        assert_eq!(e.path, "streams[1].size");
+        // The sink tells them apart by destination port.
+        let e = bad(&TWO.replace("dport: 5001", "dport: 9"));
+        assert_eq!((e.path.as_str(), e.line), ("streams[1].dport", Some(8)));
+        assert!(e.message.contains("streams[0]'s too"), "{e}");
+        // Together they must fit the port.
+        let e = bad(&format!("ports: {{speed: 6500kbit}}\n{TWO}"));
+        assert_eq!(e.path, "streams");
+        assert!(e.message.contains("together"), "{e}");
+        // Not with `stream:`, a search or `stateful:`.
+        let both = format!("{TWO}stream: {{size: 64, pps: 10}}\n");
+        assert_eq!(bad(&both).path, "streams");
+        let search = format!("{TWO}search: {{throughput: {{}}}}\n");
+        assert_eq!(bad(&search).path, "search");
+        let many: String = (0..9)
+            .map(|k| format!("  - {{size: 64, pps: 10, dport: {}}}\n", 100 + k))
+            .collect();
+        let e = bad(&format!("dut: {{kind: router}}\nstreams:\n{many}"));
+        assert_eq!(e.path, "streams");
+        assert!(e.message.contains("at most 8"), "{e}");
     }
 
     #[test]

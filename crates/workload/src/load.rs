@@ -576,11 +576,13 @@ pub fn run(
         } else {
             received_pps.map(|p| (p - requested) / requested)
         },
-        generator: per.iter().fold(GenCountsOut::default(), |a, x| GenCountsOut {
-            held: a.held + x.generator.held,
-            skipped: a.skipped + x.generator.skipped,
-            missed: a.missed + x.generator.missed,
-        }),
+        generator: per
+            .iter()
+            .fold(GenCountsOut::default(), |a, x| GenCountsOut {
+                held: a.held + x.generator.held,
+                skipped: a.skipped + x.generator.skipped,
+                missed: a.missed + x.generator.missed,
+            }),
         generator_cpu_ns: per.iter().map(|x| x.generator_cpu_ns).sum(),
         latency: all.figures(),
         latency_buckets: all
