@@ -139,6 +139,10 @@ struct wl_gen_conf {
 	/* 1: the L4 header is TCP (its length is in no header of its own:
 	 * a size mix changes only the pseudo-header's, RFC 9293 §3.1). */
 	__u32 tcp;
+	/* 1: no IP header (an ARP reply, RFC 826): no version bit, and no
+	 * checksum to patch (l3_off == l4_off, csum_off 0); counted in the
+	 * bank of the version it was sent in. */
+	__u32 no_ip;
 	__u32 edits;
 	/* Frames whose sequence number is a multiple of this are copied to
 	 * sample_ring (0: none); the sink samples the same numbers, so the
@@ -713,10 +717,11 @@ int wl_gen(struct xdp_md *ctx)
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	ip = data + (c->l3_off & (WL_LOAD_MAX_FRAME - 1));
-	if ((void *)(ip + 1) > end)
+	if ((void *)(ip + 1) > end && !c->no_ip)
 		return XDP_ABORTED;
 	/* IPv4: the ID; IPv6 has none: the flow label's low word. */
-	if (put16(ctx, c, c->ipv6 ? (void *)ip + 2 - data : (void *)&ip->id - data,
+	if (!c->no_ip &&
+	    put16(ctx, c, c->ipv6 ? (void *)ip + 2 - data : (void *)&ip->id - data,
 		  bpf_htons((version << 15) | (seq & 0x7fff))))
 		return XDP_ABORTED;
 	/* A frame of a size mix too short for the stamp goes without one

@@ -117,6 +117,9 @@ pub struct GenConfig {
     pub ipv6: bool,
     /// The L4 header is TCP (at `l4_off`).
     pub tcp: bool,
+    /// No IP header (an ARP reply): no version bit, no stamp, and no
+    /// checksum to patch (`l3_off == l4_off`, `csum_off` 0).
+    pub no_ip: bool,
 }
 
 /// Entries of a size mix's pattern (`WL_LOAD_SIZES`).
@@ -299,6 +302,7 @@ impl Tester {
             nsizes: c.sizes.len() as u32,
             ipv6: c.ipv6 as u32,
             tcp: c.tcp as u32,
+            no_ip: c.no_ip as u32,
             ..Default::default()
         };
         raw.sizes[..c.sizes.len()].copy_from_slice(&c.sizes);
@@ -818,6 +822,16 @@ fn check(c: &GenConfig) -> Result<(), Error> {
         {
             return bad(format!("edit {i}: its range ends before it starts"));
         }
+    }
+    // A frame without IP has nothing the checksum patches or the size
+    // mix could fix.
+    if c.no_ip
+        && (c.l3_off != c.l4_off || c.csum_off != 0 || c.stamp_off != 0 || !c.sizes.is_empty())
+    {
+        return bad(
+            "a frame without IP takes no checksum, stamp or size mix, and an empty IP header range"
+                .into(),
+        );
     }
     for (name, off) in [
         ("stamp", c.stamp_off),

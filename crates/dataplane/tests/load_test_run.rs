@@ -1068,3 +1068,67 @@ fn two_streams_keep_their_own_template_editor_meter_banks_and_latency() {
         .contains("streams at most"));
     assert!(t.gen_bank(n, 0).is_err());
 }
+
+#[test]
+fn arp_replies_announce_a_stepped_range_with_nothing_of_ip_written() {
+    if !have_bpf() {
+        return;
+    }
+    let mac = [2, 0, 0, 0, 0, 9];
+    let dut = ([2, 0, 0, 0, 0, 1], Ipv4Addr::new(198, 18, 2, 1));
+    let tm = template::arp_reply((mac, Ipv4Addr::new(198, 18, 2, 10)), dut).unwrap();
+    let mut t = Tester::load(true).unwrap();
+    t.configure(
+        0,
+        &GenConfig {
+            edits: vec![Edit {
+                offset: template::ARP_SPA,
+                width: 4,
+                mode: EditMode::Step,
+                carry_from: None,
+                rand_bits: 0,
+                table: 0,
+                lo: u32::from(Ipv4Addr::new(198, 18, 2, 10)),
+                hi: u32::from(Ipv4Addr::new(198, 18, 2, 12)),
+                step: 1,
+            }],
+            no_ip: true,
+            ..conf(&tm)
+        },
+    )
+    .unwrap();
+    t.set_version(1).unwrap();
+    let mut announced = Vec::new();
+    for _ in 0..4 {
+        let (v, f) = t.test_gen(0, &tm.bytes).unwrap();
+        assert_eq!(v, XDP_REDIRECT);
+        assert_eq!(f.len(), 60);
+        // Everything but the announced address is the template's: no
+        // version bit, stamp or checksum written into the ARP fields.
+        assert_eq!(f[..28], tm.bytes[..28]);
+        assert_eq!(f[32..], tm.bytes[32..]);
+        let p = SlicedPacket::from_ethernet(&f).expect("parses");
+        let Some(etherparse::NetSlice::Arp(a)) = &p.net else {
+            panic!("not ARP: {f:02x?}")
+        };
+        let a = a.to_packet().try_eth_ipv4().unwrap();
+        assert_eq!(a.operation, etherparse::ArpOperation::REPLY);
+        assert_eq!(
+            (a.sender_mac, a.target_mac, a.target_ipv4),
+            (mac, dut.0, [198, 18, 2, 1])
+        );
+        announced.push(a.sender_ipv4[3]);
+    }
+    assert_eq!(announced, [10, 11, 12, 10]);
+    // Counted as sent in its interval's bank; the sink counts none.
+    assert_eq!(t.gen_bank(0, 1).unwrap().packets, 4);
+    t.configure_sink(0, tm.sink, 0).unwrap();
+    assert_eq!(t.test_sink(&tm.bytes).unwrap(), XDP_PASS);
+    // A frame without IP takes no stamp or checksum.
+    let bad = GenConfig {
+        stamp_off: 44,
+        no_ip: true,
+        ..conf(&tm)
+    };
+    assert!(t.configure(0, &bad).is_err());
+}

@@ -35,8 +35,61 @@ pub struct Template {
     pub ipv6: bool,
     /// The (outer) L4 header is TCP.
     pub tcp: bool,
+    /// No IP header at all (an ARP reply).
+    pub no_ip: bool,
     /// How the sink finds the stream's frames and their stamps.
     pub sink: SinkMatch,
+}
+
+/// Where an ARP reply's sender protocol address is (RFC 826, after the
+/// Ethernet header: hardware and protocol types and lengths, the
+/// operation, the sender's hardware address): the field the editor steps
+/// to announce a range of addresses.
+pub const ARP_SPA: u16 = 14 + 14;
+
+/// An ARP reply (RFC 826) from `sender` (its MAC and the address it
+/// announces) to `target`, padded to the smallest frame: a frame without
+/// IP, so without the measurement's version bit and stamp; the sink does
+/// not count it (port 0). A DUT that accepts unsolicited replies (Linux
+/// with `arp_accept`) learns the sender from it (Norma §8's ARP-learning
+/// test).
+pub fn arp_reply(
+    sender: ([u8; 6], Ipv4Addr),
+    target: ([u8; 6], Ipv4Addr),
+) -> Result<Template, String> {
+    use etherparse::{ArpEthIpv4Packet, ArpOperation, PacketBuilder};
+    let arp = ArpEthIpv4Packet {
+        operation: ArpOperation::REPLY,
+        sender_mac: sender.0,
+        sender_ipv4: sender.1.octets(),
+        target_mac: target.0,
+        target_ipv4: target.1.octets(),
+    };
+    let mut bytes = Vec::with_capacity(MIN_FRAME);
+    PacketBuilder::ethernet2(sender.0, target.0)
+        .arp(arp.into())
+        .write(&mut bytes)
+        .map_err(|e| format!("building the ARP reply: {e}"))?;
+    let end = bytes.len() as u16;
+    bytes.resize(MIN_FRAME, 0);
+    Ok(Template {
+        bytes,
+        // An empty IP header range: the editor patches no checksum.
+        l3_off: end,
+        l4_off: end,
+        csum_off: 0,
+        inner_csum_off: 0,
+        inner_l3_off: 0,
+        stamp_off: None,
+        ipv6: false,
+        tcp: false,
+        no_ip: true,
+        sink: SinkMatch {
+            tcp: false,
+            port: 0,
+            stamp_off: None,
+        },
+    })
 }
 
 /// What the sink matches: the outer L4 protocol and destination port, and
@@ -339,6 +392,7 @@ pub fn frame(a: &Udp, stack: &Stack, frame_len: usize) -> Result<Template, Strin
         stamp_off: stamp,
         ipv6: stack.ipv6.is_some(),
         tcp: matches!(outer, L4::Tcp { .. }),
+        no_ip: false,
         sink: SinkMatch {
             tcp: matches!(outer, L4::Tcp { .. }),
             port: dport,
@@ -392,6 +446,7 @@ pub fn tcp_syn(a: &Udp, isn: u32, mss: u16) -> Result<Template, String> {
         stamp_off: None,
         ipv6: false,
         tcp: true,
+        no_ip: false,
         sink: SinkMatch {
             tcp: true,
             port: a.dport,

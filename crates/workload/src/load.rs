@@ -376,6 +376,7 @@ pub fn run(
                     sizes: stream.sizes.clone(),
                     ipv6: tm.ipv6,
                     tcp: tm.tcp,
+                    no_ip: tm.no_ip,
                 },
             ),
         )?;
