@@ -723,7 +723,9 @@ fn interrupt_with_sigusr1() {
 }
 
 /// Each stream's naive totals: (sent, received).
-fn naive_totals(tester: &Tester, n: usize) -> Result<Vec<(u64, u64)>, Error> {
+type Totals = Vec<(u64, u64)>;
+
+fn naive_totals(tester: &Tester, n: usize) -> Result<Totals, Error> {
     (0..n as u32)
         .map(|k| {
             Ok((
@@ -758,7 +760,7 @@ fn read_version(
     tester: &Tester,
     v: u32,
     (start_s, end_s): (f64, f64),
-    (naive, naive_prev): (&[(u64, u64)], &[(u64, u64)]),
+    (naive, naive_prev): (&Totals, &Totals),
     run: &mut [RunLatency],
     requested_pps: &[f64],
 ) -> Result<Report, Error> {

@@ -92,9 +92,13 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         grace: Duration::from_millis(10),
     };
     let mut lines = Vec::new();
-    let out = run(&ports, &stream, timing, &AtomicBool::new(false), |r| {
-        lines.push(format!("{r:?}"))
-    })
+    let out = run(
+        &ports,
+        std::slice::from_ref(&stream),
+        timing,
+        &AtomicBool::new(false),
+        |r| lines.push(format!("{r:?}")),
+    )
     .unwrap();
     let show = || format!("{out:#?}");
     for i in &out.intervals {
