@@ -186,10 +186,21 @@ fn header_streams(
         spec.interval,
     );
     for (k, (v, s)) in views.iter().zip(setups).enumerate() {
+        let st = v.stream();
+        let what = match st.arp {
+            Some(a) => format!(
+                "ARP replies from the {} port announcing {} to {} (not measured)",
+                match st.port {
+                    wirelab_spec::load::SendPort::Tx => "sending",
+                    wirelab_spec::load::SendPort::Rx => "receiving",
+                },
+                a.from,
+                a.last()
+            ),
+            None => format!("{} to port {}", frames(st, s.frame_bytes), st.dport),
+        };
         println!(
-            "  stream {k}: {} to port {} at {} pps; rate plan (Norma §5.2): {}",
-            frames(v.stream(), s.frame_bytes),
-            v.stream().dport,
+            "  stream {k}: {what} at {} pps; rate plan (Norma §5.2): {}",
             group(s.requested_pps.round() as u64),
             s.rate.describe()
         );
@@ -308,6 +319,15 @@ fn footer(s: &LoadSummary) {
         o.generator.missed,
         o.generator_cpu_ns as f64 / 1e9
     );
+    if let Some(l) = &s.learned {
+        println!(
+            "  the router learned {} of the {} addresses announced{}",
+            l.learned,
+            l.announced,
+            l.all_by_s
+                .map_or(String::new(), |t| format!(", all of them by {t:.2} s"))
+        );
+    }
     for (k, x) in o.streams.iter().enumerate() {
         println!(
             "  stream {k} (generator on CPU {}): sent {}, received {} at {} pps, lost {}, rate error {}, latency µs {}, late {}, {} slots given up",

@@ -744,3 +744,73 @@ fn a_reader_that_goes_away_ends_the_run_and_leaves_nothing() {
         .into_owned();
     nothing_left(run.rsplit('-').next().unwrap());
 }
+
+/// Norma §8's ARP learning, with the router's one switch: ARP replies
+/// nobody asked for teach a Linux router its neighbours only with
+/// `arp_accept` on. The measured stream goes to the receiver itself, so
+/// nothing makes the router ask for the announced addresses (an address
+/// it asks for it learns from any reply, `arp_accept` or not: the
+/// shipped spec, whose stream goes to them).
+#[test]
+fn arp_replies_teach_a_router_its_neighbours_only_with_arp_accept() {
+    if !root("wirelab load") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    for accept in [true, false] {
+        let spec = dir.path().join(format!("arp-{accept}.yaml"));
+        std::fs::write(
+            &spec,
+            format!(
+                "dut: {{kind: router, arp_accept: {accept}}}
+duration: 1s
+interval: 250ms
+streams:
+  - {{arp: {{from: 198.18.2.100, count: 32}}, port: rx, size: 64, pps: 4000}}
+  - {{size: 64, pps: 5000}}
+"
+            ),
+        )
+        .unwrap();
+        let o = wirelab(&[
+            "load",
+            spec.to_str().unwrap(),
+            "--json",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ]);
+        let show = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(o.status.code(), Some(0), "{show}");
+        let (intervals, s) = json_lines(&o);
+        nothing_left(s["run_id"].as_str().unwrap());
+        let l = &s["learned"];
+        assert_eq!(u(&l["announced"]), 32, "{show}");
+        let want = if accept { 32 } else { 0 };
+        assert_eq!(u(&l["learned"]), want, "arp_accept {accept}: {show}");
+        // The ARP stream was sent and left out of the totals; the UDP
+        // stream arrived whole.
+        let per = s["outcome"]["streams"].as_array().unwrap();
+        assert!(u(&per[0]["sent"]) > 3000, "{show}");
+        assert_eq!(u(&per[0]["received"]), 0, "{show}");
+        assert_eq!(u(&s["outcome"]["sent"]), u(&per[1]["sent"]), "{show}");
+        assert_eq!(
+            u(&s["outcome"]["received"]),
+            u(&s["outcome"]["sent"]),
+            "{show}"
+        );
+        // The router's table as the results folder keeps it.
+        let dirp = PathBuf::from(s["results"].as_str().unwrap());
+        let neigh = std::fs::read_to_string(dirp.join("dut/neighbours.txt")).unwrap();
+        assert_eq!(
+            neigh.contains("198.18.2.100 dev d1 lladdr"),
+            accept,
+            "{neigh}"
+        );
+        assert!(!intervals.is_empty());
+    }
+}

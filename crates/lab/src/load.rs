@@ -25,8 +25,8 @@ use wirelab_dataplane::load::{Edit, EditMode, Sample};
 use wirelab_load::rate;
 use wirelab_load::template::{self, Template};
 use wirelab_netns::tester::{self, TesterLab};
-use wirelab_spec::load::{EditSpec, L4Kind, LoadSpec, Metric};
-use wirelab_workload::load::{Outcome, Ports, RateChange, Report, Stream, Timing};
+use wirelab_spec::load::{EditSpec, L4Kind, LoadSpec, Metric, SendPort};
+use wirelab_workload::load::{Outcome, Port, Ports, RateChange, Report, Stream, Timing};
 
 use crate::{During, Error, RunOptions, Verdict};
 
@@ -79,8 +79,26 @@ pub struct LoadSummary {
     /// wirelab's switch as the DUT: its capture's integrity (Lumina §3.5)
     /// and where the capture is.
     pub switch: Option<crate::switch_dut::SwitchDutSummary>,
+    /// With an ARP stream: what the router learned (Norma §8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned: Option<Learned>,
     pub expect: Vec<Claim>,
     pub duration_ms: u64,
+}
+
+/// Norma §8's ARP-learning test: the router's neighbours among the
+/// addresses an ARP stream announced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Learned {
+    pub announced: u32,
+    /// Learned by the run's end (after its last interval drained).
+    pub learned: usize,
+    /// The first interval's end (s since the start) by which it had them
+    /// all (None: it never did): an upper bound on the time to learn, to
+    /// the interval's resolution.
+    pub all_by_s: Option<f64>,
+    /// (interval's end, learned), one per interval.
+    pub over_time: Vec<(f64, usize)>,
 }
 
 impl LoadSummary {
@@ -151,8 +169,25 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
-    let tm = template(spec, [0; 6], [0; 6])?;
-    let (edits, table) = edits(&spec.stream().edits, spec.stream().offsets());
+    let tm = template(spec, [0; 6], [0; 6], ([0; 6], [0; 6]))?;
+    let (edits, table) = match spec.stream().arp {
+        // The announced address, stepped over the range (App. C 1).
+        Some(a) => (
+            vec![Edit {
+                offset: template::ARP_SPA,
+                width: 4,
+                mode: EditMode::Step,
+                carry_from: None,
+                rand_bits: 0,
+                table: 0,
+                lo: u32::from(a.from),
+                hi: u32::from(a.last()),
+                step: 1,
+            }],
+            Vec::new(),
+        ),
+        None => edits(&spec.stream().edits, spec.stream().offsets()),
+    };
     Ok((
         Setup {
             dut: spec.dut.kind.name(),
@@ -169,10 +204,25 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
 }
 
 /// The stream's frame, addressed in the lab (`wirelab_netns::tester`'s
-/// addresses; the MACs are known once the lab exists).
-fn template(spec: &LoadSpec, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Result<Template, Error> {
+/// addresses; the MACs are known once the lab exists): from the sending
+/// port's MAC to `dst_mac`, or for an ARP stream from the receiving
+/// port's (`rx_mac`) to the router's port on that side.
+fn template(
+    spec: &LoadSpec,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    rx_side: ([u8; 6], [u8; 6]),
+) -> Result<Template, Error> {
     let at = tester::addresses(spec.dut.kind);
     let st = spec.stream();
+    if let Some(a) = st.arp {
+        let (sender_mac, target) = match st.port {
+            SendPort::Tx => (src_mac, (dst_mac, at.dut_tx_side)),
+            SendPort::Rx => (rx_side.0, (rx_side.1, at.dut_rx_side)),
+        };
+        return template::arp_reply((sender_mac, a.from), target)
+            .map_err(|e| Error::BadInput(format!("stream.arp: {e}")));
+    }
     // RFC 5180's IPv6 benchmarking range, the sender ::1:2, the
     // receiver ::1:3 (only ever inside the lab, on layer-2 DUTs).
     let v6 = |host: u8| {
@@ -386,6 +436,10 @@ struct IntervalLine<'a> {
     trial: Option<u32>,
     #[serde(flatten)]
     report: &'a Report,
+    /// With an ARP stream: the announced addresses the router has learned
+    /// by the interval's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dut_neighbours: Option<usize>,
 }
 
 /// Runs the load test `spec` (one stream, or an RFC 2544 search of
@@ -417,15 +471,32 @@ pub fn run(
         wirelab_spec::load::DutKind::Switch => Some(crate::switch_dut::SwitchDut::start(&lab)?),
         _ => None,
     };
+    let rx_side = (
+        wirelab_netns::link_mac(&lab.rx_ns, tester::RX_DEV).during("reading a MAC")?,
+        wirelab_netns::link_mac(&lab.dut_ns, tester::DUT_OUT).during("reading a MAC")?,
+    );
     for (p, v) in planned.iter_mut().zip(&views) {
-        p.0.template = template(v, lab.tx_mac, lab.next_hop_mac)?;
+        p.0.template = template(v, lab.tx_mac, lab.next_hop_mac, rx_side)?;
     }
+    if spec.dut.arp_accept {
+        lab.accept_arp()
+            .during("letting the router learn from ARP replies")?;
+    }
+    // An ARP stream's addresses: how many of them the router has learned,
+    // read at each interval's end.
+    let announced = views.iter().find_map(|v| v.stream().arp);
+    let learned_now = || -> Option<usize> {
+        let a = announced?;
+        lab.neighbours_in(a.from, a.last()).ok()
+    };
+    let mut learned_over_time: Vec<(f64, usize)> = Vec::new();
     let ports = Ports {
         tx_ns: lab.tx_ns.clone(),
         tx_dev: tester::TX_DEV.into(),
         rx_ns: lab.rx_ns.clone(),
         rx_dev: tester::RX_DEV.into(),
         tx_peer: Some((lab.dut_ns.clone(), tester::DUT_IN.into())),
+        rx_peer: Some((lab.dut_ns.clone(), tester::DUT_OUT.into())),
     };
     let path = dir.join("intervals.jsonl");
     let mut lines = std::fs::File::create(&path).during(format!("creating {}", path.display()))?;
@@ -456,6 +527,10 @@ pub fn run(
                 },
                 sample_every: spec.sample_every,
                 sizes: setup.sizes.clone(),
+                port: match views[k].stream().port {
+                    SendPort::Tx => Port::Tx,
+                    SendPort::Rx => Port::Rx,
+                },
             })
             .collect();
         let timing = Timing {
@@ -466,10 +541,18 @@ pub fn run(
         let mut line_err = None;
         let outcome = wirelab_workload::load::run(&ports, &streams, timing, &opts.abort, |r| {
             each(&Tick::Interval { trial, report: r });
+            let dut_neighbours = learned_now();
+            if let Some(n) = dut_neighbours {
+                learned_over_time.push((r.end_s, n));
+            }
             // Written as measured: an interrupted run keeps what it measured.
-            let r = serde_json::to_string(&IntervalLine { trial, report: r })
-                .map_err(std::io::Error::other)
-                .and_then(|l| writeln!(lines, "{l}"));
+            let r = serde_json::to_string(&IntervalLine {
+                trial,
+                report: r,
+                dut_neighbours,
+            })
+            .map_err(std::io::Error::other)
+            .and_then(|l| writeln!(lines, "{l}"));
             if let Err(e) = r {
                 line_err.get_or_insert(e);
             }
@@ -579,10 +662,29 @@ pub fn run(
     for (file, text) in lab.dut_statistics() {
         write(&format!("dut/{file}"), text.as_bytes())?;
     }
+    // Norma §8: what the router learned of the addresses announced, and
+    // by when (the first interval's end at which it had them all).
+    let learned = match announced {
+        Some(a) => {
+            let at_end = learned_now().unwrap_or(0);
+            let full = learned_over_time
+                .iter()
+                .find(|&&(_, n)| n as u32 >= a.count)
+                .map(|&(t, _)| t);
+            Some(Learned {
+                announced: a.count,
+                learned: at_end,
+                all_by_s: full,
+                over_time: learned_over_time,
+            })
+        }
+        None => None,
+    };
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
     let expect = judge(&spec.expect, |m| match m {
         Metric::BackToBack => b2b.as_ref().map(|r| r.mean),
+        Metric::Learned => learned.as_ref().map(|l| l.learned as f64),
         m => metric(m, &outcome, search.as_ref()),
     });
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
@@ -607,6 +709,7 @@ pub fn run(
         back_to_back: b2b,
         burst_shape,
         switch,
+        learned,
         expect,
         duration_ms: started.elapsed().as_millis() as u64,
     };
@@ -1025,6 +1128,8 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         | Metric::Transactions
         | Metric::Resets
         | Metric::Goodput => None,
+        // The router's, read by `run`.
+        Metric::Learned => None,
     }
 }
 

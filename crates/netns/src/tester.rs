@@ -353,6 +353,34 @@ impl TesterLab {
         )))
     }
 
+    /// A router that learns neighbours from ARP replies nobody asked for
+    /// (`arp_accept` 1 on its ports: Linux creates the entry, where by
+    /// default it only updates one it has; ip-sysctl.rst).
+    pub fn accept_arp(&self) -> Result<(), Error> {
+        in_netns(&self.dut_ns, || -> Result<(), Error> {
+            for dev in ["all", "default", DUT_IN, DUT_OUT] {
+                crate::write_sysctl(&format!("net.ipv4.conf.{dev}.arp_accept"), "1")?;
+            }
+            Ok(())
+        })?
+    }
+
+    /// Neighbours the DUT holds on its receiving side with an address in
+    /// `from..=to` and a link-layer address (learned: not failed nor
+    /// still incomplete).
+    pub fn neighbours_in(&self, from: Ipv4Addr, to: Ipv4Addr) -> Result<usize, Error> {
+        let out = run(
+            "ip",
+            &["-n", &self.dut_ns, "-4", "neigh", "show", "dev", DUT_OUT],
+        )?;
+        Ok(out
+            .lines()
+            .filter(|l| l.contains("lladdr"))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<Ipv4Addr>().ok())
+            .filter(|a| (from..=to).contains(a))
+            .count())
+    }
+
     /// The DUT's own account, for the results folder: (file name, text).
     pub fn dut_statistics(&self) -> Vec<(String, String)> {
         let ns = self.dut_ns.as_str();

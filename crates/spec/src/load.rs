@@ -186,6 +186,11 @@ pub struct Dut {
     /// past the buffer, drop (a small-buffer DUT, Norma §9 Fig. 8).
     #[serde(default)]
     pub egress: Option<Egress>,
+    /// A router learns a neighbour from an ARP reply nobody asked for
+    /// (Linux's `arp_accept` on its ports; off by default, as in Linux):
+    /// what Norma §8's ARP-learning test needs of a DUT.
+    #[serde(default)]
+    pub arp_accept: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -334,6 +339,40 @@ pub struct Stream {
     /// Norma's packet editor (App. C), in order.
     #[serde(default)]
     pub edits: Vec<EditSpec>,
+    /// ARP replies (RFC 826) instead of IP frames, from the sending port's
+    /// MAC to the DUT, announcing `count` addresses from `from` on, one a
+    /// frame in turn, as the sender's (Norma §8's ARP-learning test: the
+    /// DUT must learn them before it can forward to them). A DUT consumes
+    /// them: they are counted as sent, not received.
+    #[serde(default)]
+    pub arp: Option<ArpAnnounce>,
+    /// The tester port that sends the stream: `tx` (the default), or `rx`,
+    /// towards the DUT's other side (only ARP replies: what an rx stream
+    /// sends is not measured).
+    #[serde(default)]
+    pub port: SendPort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArpAnnounce {
+    pub from: std::net::Ipv4Addr,
+    pub count: u32,
+}
+
+impl ArpAnnounce {
+    /// The last address announced.
+    pub fn last(&self) -> std::net::Ipv4Addr {
+        std::net::Ipv4Addr::from(u32::from(self.from).saturating_add(self.count.saturating_sub(1)))
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SendPort {
+    #[default]
+    Tx,
+    Rx,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -643,7 +682,10 @@ pub struct EditSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
+    /// A number, or an IPv4 address (`198.18.2.16`) for an address field.
+    #[serde(deserialize_with = "u32_or_ipv4")]
     pub from: u32,
+    #[serde(deserialize_with = "u32_or_ipv4")]
     pub to: u32,
     #[serde(default = "one")]
     pub by: u32,
@@ -651,6 +693,22 @@ pub struct Step {
 
 fn one() -> u32 {
     1
+}
+
+/// A field's value as a number or, for an address, as `a.b.c.d`.
+fn u32_or_ipv4<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum V {
+        N(u32),
+        S(String),
+    }
+    match V::deserialize(d)? {
+        V::N(n) => Ok(n),
+        V::S(s) => s.parse::<std::net::Ipv4Addr>().map(u32::from).map_err(|_| {
+            serde::de::Error::custom(format!("`{s}` is neither a number nor an IPv4 address"))
+        }),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -718,6 +776,9 @@ pub enum Metric {
     Resets,
     /// Stateful: response bytes the clients received per second, as bits.
     Goodput,
+    /// Neighbours the DUT learned on the receiving side over the run (an
+    /// ARP stream's test).
+    Learned,
 }
 
 impl Metric {
@@ -755,6 +816,7 @@ impl Metric {
             Metric::Transactions => "transactions",
             Metric::Resets => "resets",
             Metric::Goodput => "goodput",
+            Metric::Learned => "learned",
         }
     }
     /// A stateful test's figure (not a stream's).
@@ -802,6 +864,8 @@ impl LoadSpec {
             .map(|st| LoadSpec {
                 stream: Some(st.clone()),
                 streams: Vec::new(),
+                // The claims are the whole test's, checked once.
+                expect: Vec::new(),
                 ..self.clone()
             })
             .collect()
@@ -906,6 +970,12 @@ fn validate(s: &LoadSpec) -> Result<(), Invalid> {
     if !s.streams.is_empty() {
         return validate_streams(s);
     }
+    if s.stream.as_ref().is_some_and(|st| st.arp.is_some()) {
+        return err(
+            "stream.arp",
+            "an ARP stream is for the DUT and is not measured: run it beside a measured one, in `streams:`",
+        );
+    }
     validate_one(s)
 }
 
@@ -931,6 +1001,12 @@ fn validate_streams(s: &LoadSpec) -> Result<(), Invalid> {
             "a search runs one stream: `stream:`, not `streams:`",
         );
     }
+    if s.streams.iter().all(|st| st.arp.is_some()) {
+        return err(
+            "streams",
+            "every stream is ARP replies, for the DUT: nothing would be measured",
+        );
+    }
     let views = s.stream_views();
     for (k, v) in views.iter().enumerate() {
         validate_one(v).map_err(|(path, m)| {
@@ -949,10 +1025,16 @@ fn validate_streams(s: &LoadSpec) -> Result<(), Invalid> {
         let port = if st.vxlan.is_some() { 4789 } else { st.dport };
         (st.outer_l4(), port)
     };
-    for (k, a) in s.streams.iter().enumerate() {
+    // An ARP stream is not measured: it has no port to tell apart.
+    for (k, a) in s
+        .streams
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.arp.is_none())
+    {
         if let Some(j) = s.streams[..k]
             .iter()
-            .position(|b| sink_key(b) == sink_key(a))
+            .position(|b| b.arp.is_none() && sink_key(b) == sink_key(a))
         {
             let (l4, port) = sink_key(a);
             return err(
@@ -971,6 +1053,7 @@ fn validate_streams(s: &LoadSpec) -> Result<(), Invalid> {
         .iter()
         .map(|v| v.pps() * (v.stream().mean_size() + WIRE_OVERHEAD as f64) * 8.0)
         .sum();
+    validate_expect(s)?;
     if wire > s.ports.speed.0 as f64 * (1.0 + 1e-9) {
         return err(
             "streams",
@@ -1007,6 +1090,7 @@ fn validate_one(s: &LoadSpec) -> Result<(), Invalid> {
         );
     }
     validate_stack(s, st)?;
+    validate_arp(s, st)?;
     validate_sizes(st, mtu)?;
     let pps = match (st.pps, st.rate) {
         (Some(_), Some(_)) => return err("stream", "`pps` or `rate`, not both"),
@@ -1219,6 +1303,13 @@ fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
                 "`throughput_pps` needs a `search: {throughput}`",
             );
         }
+        let arp = s.stream.iter().chain(&s.streams).any(|st| st.arp.is_some());
+        if x.metric == Metric::Learned && !arp {
+            return err(
+                format!("{at}.metric"),
+                "`learned` counts what an ARP stream (`arp:`) taught the DUT",
+            );
+        }
         if x.metric == Metric::BackToBack && !search(|x| x.back_to_back.is_some()) {
             return err(
                 format!("{at}.metric"),
@@ -1357,6 +1448,80 @@ fn validate_stack(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
 
 /// Every frame size fits Ethernet, the MTU and the generator; a mix is
 /// `imix` or weights summing to at most 64.
+/// Addresses one ARP stream may announce at most: Linux keeps one
+/// neighbour table for every namespace (`gc_thresh3`, 1024 by default),
+/// and a lab must not fill the host's.
+pub const MAX_ANNOUNCED: u32 = 512;
+
+/// An ARP stream (`arp:`), and what only it may do (`port: rx`).
+fn validate_arp(s: &LoadSpec, st: &Stream) -> Result<(), Invalid> {
+    let Some(a) = st.arp else {
+        if st.port == SendPort::Rx {
+            return err(
+                "stream.port",
+                "only an ARP stream (`arp:`) is sent from the receiving port: nothing measures what goes the other way",
+            );
+        }
+        return Ok(());
+    };
+    if !s.dut.kind.routes() {
+        return err(
+            "stream.arp",
+            format!(
+                "a {} keeps no neighbour table: ARP learning is a router's (`router` or `nat`)",
+                s.dut.kind.name()
+            ),
+        );
+    }
+    let other = st.sizes.is_some()
+        || st.vlan.is_some()
+        || st.ip != 4
+        || st.l4 != L4Kind::Udp
+        || st.tcp_flags.is_some()
+        || st.vxlan.is_some()
+        || st.raw.is_some()
+        || !st.edits.is_empty();
+    if other {
+        return err(
+            "stream.arp",
+            "an ARP reply has no IP or transport header: no `sizes`, `vlan`, `ip`, `l4`, `tcp_flags`, `vxlan`, `raw` or `edits` (the announced address is stepped)",
+        );
+    }
+    if st.size != 64 {
+        return err("stream.size", "an ARP reply is a 64-byte frame: `size: 64`");
+    }
+    if a.count == 0 || a.count > MAX_ANNOUNCED {
+        return err(
+            "stream.arp.count",
+            format!(
+                "from 1 to {MAX_ANNOUNCED} addresses (Linux's neighbour table is the host's, not the lab's)"
+            ),
+        );
+    }
+    // The sending port's side of the router: 198.18.1.0/24 or
+    // 198.18.2.0/24, past the lab's own addresses (.1 to .3).
+    let net = match st.port {
+        SendPort::Tx => 1,
+        SendPort::Rx => 2,
+    };
+    let (f, l) = (a.from.octets(), a.last().octets());
+    if f[..3] != [198, 18, net] || l[..3] != [198, 18, net] || f[3] < 10 || l[3] > 254 {
+        return err(
+            "stream.arp.from",
+            format!(
+                "the {} port's side of the router is 198.18.{net}.0/24: announce addresses from 198.18.{net}.10 to 198.18.{net}.254 ({} to {} asked)",
+                match st.port {
+                    SendPort::Tx => "sending",
+                    SendPort::Rx => "receiving",
+                },
+                a.from,
+                a.last()
+            ),
+        );
+    }
+    Ok(())
+}
+
 fn validate_sizes(st: &Stream, mtu: u32) -> Result<(), Invalid> {
     let largest = mtu + FRAME_OVERHEAD;
     let one = |size: u32, at: &str| -> Result<(), Invalid> {
@@ -1654,6 +1819,73 @@ streams:
   - size: 1518
     pps: 500
     dport: 5001
+";
+
+    #[test]
+    fn an_arp_stream_is_checked_for_what_only_it_may_do() {
+        let arp = "\
+dut: {kind: router, arp_accept: true}
+streams:
+  - {arp: {from: 198.18.2.16, count: 64}, port: rx, size: 64, pps: 1000}
+  - size: 64
+    pps: 1000
+    edits:
+      - {field: ipv4.dst, step: {from: 198.18.2.16, to: 198.18.2.79}}
+expect:
+  - {metric: learned, at_least: 64}
+";
+        let s = parse(arp).unwrap();
+        assert!(s.dut.arp_accept);
+        let st = &s.streams[0];
+        assert_eq!(
+            (st.port, st.arp.unwrap().last()),
+            (SendPort::Rx, "198.18.2.79".parse().unwrap())
+        );
+        // An edit's bounds may be written as addresses.
+        let step = s.streams[1].edits[0].step.unwrap();
+        assert_eq!(
+            step.from,
+            u32::from(std::net::Ipv4Addr::new(198, 18, 2, 16))
+        );
+        let e = bad(&arp.replace("to: 198.18.2.79", "to: 198.18.2.x"));
+        assert!(
+            e.message.contains("neither a number nor an IPv4 address"),
+            "{e}"
+        );
+        // Only a router keeps neighbours; only ARP goes from rx.
+        let e = bad(&arp.replace("kind: router", "kind: bridge"));
+        assert_eq!(e.path, "streams[0].arp");
+        let e = bad(&arp.replace(
+            "  - size: 64\n    pps: 1000\n",
+            "  - size: 64\n    port: rx\n    pps: 1000\n",
+        ));
+        assert_eq!(e.path, "streams[1].port");
+        // The addresses belong to the sending port's side, past the lab's.
+        let e = bad(&arp.replace(
+            "from: 198.18.2.16, count: 64",
+            "from: 198.18.1.16, count: 64",
+        ));
+        assert_eq!(e.path, "streams[0].arp.from");
+        let e = bad(&arp.replace("count: 64", "count: 250"));
+        assert_eq!(e.path, "streams[0].arp.from");
+        let e = bad(&arp.replace("count: 64", "count: 0"));
+        assert_eq!(e.path, "streams[0].arp.count");
+        // Not alone, not with an IP header's options, and `learned` needs it.
+        let alone = "dut: {kind: router}\nstream: {arp: {from: 198.18.1.16, count: 4}, size: 64, pps: 10}\n";
+        assert_eq!(bad(alone).path, "stream.arp");
+        let e = bad(&arp.replace("port: rx, size: 64", "port: rx, size: 64, l4: tcp"));
+        assert_eq!(e.path, "streams[0].arp");
+        let e = bad(&TWO_WITH_LEARNED.to_string());
+        assert_eq!(e.path, "expect[0].metric");
+    }
+
+    const TWO_WITH_LEARNED: &str = "\
+dut: {kind: router}
+streams:
+  - {size: 64, pps: 1000, dport: 9}
+  - {size: 64, pps: 1000, dport: 10}
+expect:
+  - {metric: learned, at_least: 1}
 ";
 
     #[test]

@@ -27,6 +27,18 @@ pub struct Ports {
     /// run NAPI to take redirected frames: a pass-all XDP program is put
     /// there for the run (None: the device needs none).
     pub tx_peer: Option<(String, String)>,
+    /// The same for the receiving port, when a stream is sent from it.
+    pub rx_peer: Option<(String, String)>,
+}
+
+/// The tester port a stream leaves by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Port {
+    #[default]
+    Tx,
+    /// Towards the DUT's other side: not measured (its frames are for the
+    /// DUT, as ARP replies are).
+    Rx,
 }
 
 /// One stream to send.
@@ -45,6 +57,15 @@ pub struct Stream {
     /// A size mix's frame lengths in the order sent (empty: the
     /// template's length).
     pub sizes: Vec<u16>,
+    pub port: Port,
+}
+
+impl Stream {
+    /// Whether the sink counts it (a stream for the DUT itself, as ARP
+    /// replies, is counted as sent only, and left out of the totals).
+    pub fn measured(&self) -> bool {
+        self.template.sink.port != 0
+    }
 }
 
 /// Samples kept per side at most: the pcapng sample stays a sample.
@@ -300,6 +321,7 @@ pub fn run(
     mut each: impl FnMut(&Report),
 ) -> Result<Outcome, Error> {
     let n = streams.len();
+    let measured: Vec<bool> = streams.iter().map(Stream::measured).collect();
     if n == 0 || n > wirelab_dataplane::load::STREAMS as usize {
         return Err(Error::Other(format!(
             "{n} streams: the tester runs 1 to {}",
@@ -322,7 +344,12 @@ pub fn run(
             source,
         }
     })?;
-    if let Some((ns, dev)) = &ports.tx_peer {
+    let from_rx = streams.iter().any(|s| s.port == Port::Rx);
+    for (ns, dev) in ports
+        .tx_peer
+        .iter()
+        .chain(ports.rx_peer.iter().filter(|_| from_rx))
+    {
         let i = ifindex(ns, dev)? as i32;
         wirelab_netns::in_netns(ns, || tester.attach_pass(i))?.map_err(|source| Error::Tester {
             what: format!("turning NAPI on at {dev} in {ns}"),
@@ -362,7 +389,10 @@ pub fn run(
                     // the generator catches up; later, the slots are given
                     // up and counted, not sent back to back.
                     tolerance_ns: stream.rate.interval_ns * 64,
-                    ifindex: tx,
+                    ifindex: match stream.port {
+                        Port::Tx => tx,
+                        Port::Rx => rx as u32,
+                    },
                     l3_off: tm.l3_off,
                     l4_off: tm.l4_off,
                     csum_off: tm.csum_off,
@@ -404,8 +434,12 @@ pub fn run(
             .map(|k| {
                 let (gen, tid, stop, first_cpu) = (&gens[k], &tids[k], &stop, &first_cpu);
                 let frame = &streams[k].template.bytes;
+                let ns = match streams[k].port {
+                    Port::Tx => &ports.tx_ns,
+                    Port::Rx => &ports.rx_ns,
+                };
                 s.spawn(move || -> Result<(u64, usize), Error> {
-                    wirelab_netns::in_netns(&ports.tx_ns, || -> Result<(u64, usize), Error> {
+                    wirelab_netns::in_netns(ns, || -> Result<(u64, usize), Error> {
                         // SAFETY: pthread_self has no preconditions.
                         tid.get_or_init(|| unsafe { libc::pthread_self() });
                         // The meter, the units, the editor and the sequence
@@ -480,7 +514,7 @@ pub fn run(
                     (prev_flip, flip_s),
                     (&naive, &naive_prev),
                     &mut run_lat,
-                    &retired_pps,
+                    (&retired_pps, &measured),
                 )?;
                 each(&rep);
                 intervals.push(rep);
@@ -508,7 +542,7 @@ pub fn run(
         (prev_flip, end_s),
         (&naive, &naive_prev),
         &mut run_lat,
-        &pps_now,
+        (&pps_now, &measured),
     )?;
     if last.counts.sent.packets > 0 {
         each(&last);
@@ -552,19 +586,29 @@ pub fn run(
                 .sum(),
         });
     }
+    // The totals are the measured streams'.
     let mut all = RunLatency::default();
-    for r in &run_lat {
+    for (r, _) in run_lat.iter().zip(&measured).filter(|(_, &m)| m) {
         all.merge(r);
     }
-    let sum_opt = |f: &dyn Fn(&StreamOutcome) -> Option<f64>| -> Option<f64> {
-        per.iter().map(f).sum::<Option<f64>>()
+    let counted = || {
+        per.iter()
+            .zip(&measured)
+            .filter(|(_, &m)| m)
+            .map(|(x, _)| x)
     };
-    let requested: f64 = streams.iter().map(|s| s.rate.pps).sum();
+    let sum_opt =
+        |f: &dyn Fn(&StreamOutcome) -> Option<f64>| -> Option<f64> { counted().map(f).sum() };
+    let requested: f64 = streams
+        .iter()
+        .filter(|s| s.measured())
+        .map(|s| s.rate.pps)
+        .sum();
     let received_pps = sum_opt(&|x| x.received_pps);
     let scheduled = streams.iter().any(|s| !s.schedule.is_empty());
     Ok(Outcome {
-        sent: per.iter().map(|x| x.sent).sum(),
-        received: per.iter().map(|x| x.received).sum(),
+        sent: counted().map(|x| x.sent).sum(),
+        received: counted().map(|x| x.received).sum(),
         sent_pps: sum_opt(&|x| x.sent_pps),
         received_pps,
         rate_error: if scheduled {
@@ -762,7 +806,7 @@ fn read_version(
     (start_s, end_s): (f64, f64),
     (naive, naive_prev): (&Totals, &Totals),
     run: &mut [RunLatency],
-    requested_pps: &[f64],
+    (requested_pps, measured): (&[f64], &[bool]),
 ) -> Result<Report, Error> {
     let mut per = Vec::new();
     let mut hist_all: Vec<u64> = Vec::new();
@@ -785,6 +829,19 @@ fn read_version(
             naive[k].0 - naive_prev[k].0,
             naive[k].1 - naive_prev[k].1,
         );
+        let rep = StreamReport {
+            requested_pps: requested_pps[k],
+            counts: counts.clone(),
+            received_pps: i.pps(),
+            latency: (i.stamped > 0).then(|| figures(&h, i.lat_min, i.lat_max)),
+            late: i.late_seq,
+        };
+        per.push(rep);
+        // A stream for the DUT itself (ARP replies) is left out of the
+        // totals.
+        if !measured[k] {
+            continue;
+        }
         if i.stamped > 0 {
             hist_all.resize(hist_all.len().max(h.len()), 0);
             for (t, x) in hist_all.iter_mut().zip(&h) {
@@ -809,19 +866,17 @@ fn read_version(
             _ => None,
         };
         late += i.late_seq;
-        per.push(StreamReport {
-            requested_pps: requested_pps[k],
-            counts,
-            received_pps: i.pps(),
-            latency: (i.stamped > 0).then(|| figures(&h, i.lat_min, i.lat_max)),
-            late: i.late_seq,
-        });
     }
     let none_sent = sent.packets == 0;
     Ok(Report {
         start_s,
         end_s,
-        requested_pps: requested_pps.iter().sum(),
+        requested_pps: requested_pps
+            .iter()
+            .zip(measured)
+            .filter(|(_, &m)| m)
+            .map(|(p, _)| p)
+            .sum(),
         counts: Interval::of(sent, received, naive_sent, naive_received),
         sent_pps: sent_pps.filter(|_| !none_sent),
         received_pps: received_pps.filter(|_| received.packets > 0),

@@ -78,6 +78,7 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         schedule: Vec::new(),
         sample_every: 0,
         sizes: Vec::new(),
+        port: Default::default(),
     };
     let ports = Ports {
         tx_ns: net.a.clone(),
@@ -85,6 +86,7 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         rx_ns: net.b.clone(),
         rx_dev: "vb".into(),
         tx_peer: Some((net.r.clone(), "ra".into())),
+        rx_peer: None,
     };
     let timing = Timing {
         duration: Duration::from_secs(2),
