@@ -211,16 +211,31 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
         // Several streams: each one's figures add up to the run's, in
         // every interval too, and each ran on a CPU of its own (while the
         // machine has enough).
-        let per: Vec<Value> = oc["streams"].as_array().cloned().unwrap_or_default();
-        if !per.is_empty() {
-            let spec_json: Value =
-                serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
-            assert_eq!(
-                per.len(),
-                spec_json["streams"].as_array().unwrap().len(),
-                "{}",
-                show()
-            );
+        let all: Vec<Value> = oc["streams"].as_array().cloned().unwrap_or_default();
+        // ARP streams are for the DUT: not measured, not in the totals.
+        let spec_json: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("spec.json")).unwrap()).unwrap();
+        let arp: Vec<bool> = spec_json["streams"]
+            .as_array()
+            .map(|v| v.iter().map(|st| !st["arp"].is_null()).collect())
+            .unwrap_or_default();
+        let per: Vec<Value> = all
+            .iter()
+            .zip(&arp)
+            .filter(|(_, &a)| !a)
+            .map(|(x, _)| x.clone())
+            .collect();
+        if !all.is_empty() {
+            assert_eq!(all.len(), arp.len(), "{}", show());
+            if arp.iter().any(|&a| a) {
+                // The router learned every address announced.
+                let l = &s["learned"];
+                assert_eq!(u(&l["learned"]), u(&l["announced"]), "{}", show());
+                assert!(all
+                    .iter()
+                    .zip(&arp)
+                    .all(|(x, &a)| !a || u(&x["received"]) == 0));
+            }
             for side in ["sent", "received"] {
                 assert_eq!(
                     per.iter().map(|x| u(&x[side])).sum::<u64>(),
@@ -233,7 +248,9 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
                         .as_array()
                         .unwrap()
                         .iter()
-                        .map(|x| u(&x[side]["packets"]))
+                        .zip(&arp)
+                        .filter(|(_, &a)| !a)
+                        .map(|(x, _)| u(&x[side]["packets"]))
                         .sum();
                     assert_eq!(parts, u(&i[side]["packets"]), "{i}");
                 }
@@ -241,9 +258,9 @@ fn every_shipped_load_test_passes_and_agrees_with_its_dut() {
             for x in &per {
                 assert!(u(&x["received"]) > 0, "{}", show());
             }
-            let cpus: std::collections::BTreeSet<u64> = per.iter().map(|x| u(&x["cpu"])).collect();
+            let cpus: std::collections::BTreeSet<u64> = all.iter().map(|x| u(&x["cpu"])).collect();
             let have = std::thread::available_parallelism().map_or(1, |n| n.get());
-            assert_eq!(cpus.len(), per.len().min(have), "{}", show());
+            assert_eq!(cpus.len(), all.len().min(have), "{}", show());
         }
         if !searched {
             let sent = u(&oc["sent"]);

@@ -402,7 +402,12 @@ pub fn run(
                     units: stream.rate.units.iter().map(|u| (u.pass, u.skip)).collect(),
                     edits,
                     template: tm.bytes.clone(),
-                    sample_every: stream.sample_every,
+                    // A stream nothing receives has no sample to pair.
+                    sample_every: if stream.measured() {
+                        stream.sample_every
+                    } else {
+                        0
+                    },
                     sizes: stream.sizes.clone(),
                     ipv6: tm.ipv6,
                     tcp: tm.tcp,
