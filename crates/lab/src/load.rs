@@ -682,10 +682,11 @@ pub fn run(
     };
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
-    let expect = judge(&spec.expect, |m| match m {
-        Metric::BackToBack => b2b.as_ref().map(|r| r.mean),
-        Metric::Learned => learned.as_ref().map(|l| l.learned as f64),
-        m => metric(m, &outcome, search.as_ref()),
+    let expect = judge(&spec.expect, |x| match (x.stream, x.metric) {
+        (Some(k), m) => outcome.streams.get(k).and_then(|o| stream_metric(m, o)),
+        (None, Metric::BackToBack) => b2b.as_ref().map(|r| r.mean),
+        (None, Metric::Learned) => learned.as_ref().map(|l| l.learned as f64),
+        (None, m) => metric(m, &outcome, search.as_ref()),
     });
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
     let summary = LoadSummary {
@@ -1100,37 +1101,79 @@ fn page(s: &LoadSummary, pattern: &[(f64, f64)]) -> String {
     })
 }
 
+/// The figures a stream's claims read, of the run or of one stream.
+struct Figures<'a> {
+    sent: u64,
+    received: u64,
+    rate_error: Option<f64>,
+    received_pps: Option<f64>,
+    latency: Option<&'a wirelab_workload::load::Latency>,
+    late: u64,
+}
+
+impl Figures<'_> {
+    /// A metric's value (None: not measured, as latency when nothing
+    /// arrived, or not a stream's figure).
+    fn get(&self, m: Metric) -> Option<f64> {
+        let lost = self.sent as f64 - self.received as f64;
+        let lat = self.latency;
+        match m {
+            Metric::Sent => Some(self.sent as f64),
+            Metric::Received => Some(self.received as f64),
+            Metric::Lost => Some(lost),
+            Metric::LossRatio => (self.sent > 0).then(|| lost / self.sent as f64),
+            Metric::RateError => self.rate_error.map(f64::abs),
+            Metric::ReceivedPps => self.received_pps,
+            Metric::LatencyMean => lat.map(|l| l.mean),
+            Metric::LatencyP50 => lat.map(|l| l.p50 as f64),
+            Metric::LatencyP99 => lat.map(|l| l.p99 as f64),
+            Metric::LatencyP999 => lat.map(|l| l.p999 as f64),
+            Metric::LatencyP9999 => lat.map(|l| l.p9999 as f64),
+            Metric::LatencyMax => lat.map(|l| l.max as f64),
+            Metric::Late => Some(self.late as f64),
+            _ => None,
+        }
+    }
+}
+
 /// A metric's value over the run (None: the run did not measure it, as
 /// latency when nothing arrived).
 pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f64> {
-    let lost = o.sent as f64 - o.received as f64;
-    let lat = o.latency.as_ref();
     match m {
-        Metric::Sent => Some(o.sent as f64),
-        Metric::Received => Some(o.received as f64),
-        Metric::Lost => Some(lost),
-        Metric::LossRatio => (o.sent > 0).then(|| lost / o.sent as f64),
-        Metric::RateError => o.rate_error.map(f64::abs),
-        Metric::ReceivedPps => o.received_pps,
-        Metric::LatencyMean => lat.map(|l| l.mean),
-        Metric::LatencyP50 => lat.map(|l| l.p50 as f64),
-        Metric::LatencyP99 => lat.map(|l| l.p99 as f64),
-        Metric::LatencyP999 => lat.map(|l| l.p999 as f64),
-        Metric::LatencyP9999 => lat.map(|l| l.p9999 as f64),
-        Metric::LatencyMax => lat.map(|l| l.max as f64),
-        Metric::Late => Some(o.late as f64),
         Metric::ThroughputPps => search.and_then(|s| s.throughput_pps),
-        // The back-to-back search's (`run` judges it).
-        Metric::BackToBack => None,
-        // A stateful test's (validation keeps them out of a stream's).
-        Metric::Connections
+        // The back-to-back search's and the router's (`run` judges
+        // them); a stateful test's (validation keeps them out).
+        Metric::BackToBack
+        | Metric::Learned
+        | Metric::Connections
         | Metric::ConnectionsPerSecond
         | Metric::Transactions
         | Metric::Resets
         | Metric::Goodput => None,
-        // The router's, read by `run`.
-        Metric::Learned => None,
+        m => Figures {
+            sent: o.sent,
+            received: o.received,
+            rate_error: o.rate_error,
+            received_pps: o.received_pps,
+            latency: o.latency.as_ref(),
+            late: o.late,
+        }
+        .get(m),
     }
+}
+
+/// One stream's figure (`expect: [{stream: k}]`; validation keeps the
+/// others out).
+fn stream_metric(m: Metric, o: &wirelab_workload::load::StreamOutcome) -> Option<f64> {
+    Figures {
+        sent: o.sent,
+        received: o.received,
+        rate_error: o.rate_error,
+        received_pps: o.received_pps,
+        latency: o.latency.as_ref(),
+        late: o.late,
+    }
+    .get(m)
 }
 
 /// The claims as report.html lists them: (claim, pass, observed).
@@ -1144,13 +1187,13 @@ pub(crate) fn claim_rows(expect: &[Claim]) -> Vec<(String, bool, String)> {
 /// `expect:` judged against the run's `value` of each metric.
 pub(crate) fn judge(
     expect: &[wirelab_spec::load::LoadExpect],
-    value: impl Fn(Metric) -> Option<f64>,
+    value: impl Fn(&wirelab_spec::load::LoadExpect) -> Option<f64>,
 ) -> Vec<Claim> {
     expect
         .iter()
         .map(|x| {
             let (lo, hi) = x.bounds();
-            let v = value(x.metric);
+            let v = value(x);
             let pass = v.is_some_and(|v| {
                 !matches!(lo, Some(lo) if v < lo) && !matches!(hi, Some(hi) if v > hi)
             });

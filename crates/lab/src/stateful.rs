@@ -601,7 +601,7 @@ pub fn run(
     drop((cli, srv, gen));
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
-    let expect = judge(&spec.expect, |x| metric(x, &outcome));
+    let expect = judge(&spec.expect, |x| metric(x.metric, &outcome));
     let verdict = Verdict::of(interrupted, true, expect.iter().any(|c| !c.pass));
     let summary = StatefulSummary {
         schema: "wirelab.load-stateful/1",

@@ -733,6 +733,10 @@ pub struct LoadExpect {
     pub at_least: Option<Amount>,
     #[serde(default)]
     pub at_most: Option<Amount>,
+    /// With `streams:`, this stream's figure (its index in the list)
+    /// instead of all measured streams' together.
+    #[serde(default)]
+    pub stream: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -819,6 +823,25 @@ impl Metric {
             Metric::Learned => "learned",
         }
     }
+    /// A figure each stream of `streams:` has of its own.
+    pub fn per_stream(self) -> bool {
+        matches!(
+            self,
+            Metric::Sent
+                | Metric::Received
+                | Metric::Lost
+                | Metric::LossRatio
+                | Metric::RateError
+                | Metric::ReceivedPps
+                | Metric::LatencyMean
+                | Metric::LatencyP50
+                | Metric::LatencyP99
+                | Metric::LatencyP999
+                | Metric::LatencyP9999
+                | Metric::LatencyMax
+                | Metric::Late
+        )
+    }
     /// A stateful test's figure (not a stream's).
     pub fn stateful(self) -> bool {
         matches!(
@@ -841,6 +864,9 @@ impl LoadExpect {
     /// "latency_p99 at most 1ms".
     pub fn describe(&self) -> String {
         let mut s = self.metric.name().to_string();
+        if let Some(k) = self.stream {
+            s.push_str(&format!(" of stream {k}"));
+        }
         if let Some(a) = &self.at_least {
             s.push_str(&format!(" at least {a}"));
         }
@@ -1302,6 +1328,30 @@ fn validate_expect(s: &LoadSpec) -> Result<(), Invalid> {
                 format!("{at}.metric"),
                 "`throughput_pps` needs a `search: {throughput}`",
             );
+        }
+        if let Some(k) = x.stream {
+            let at = format!("{at}.stream");
+            let Some(st) = s.streams.get(k) else {
+                return err(
+                    at,
+                    format!(
+                        "names stream {k} of `streams:`, which has {}",
+                        s.streams.len()
+                    ),
+                );
+            };
+            if st.arp.is_some() {
+                return err(
+                    at,
+                    format!("stream {k} is ARP replies, for the DUT: not measured"),
+                );
+            }
+            if !x.metric.per_stream() {
+                return err(
+                    at,
+                    format!("`{}` is not a figure of one stream", x.metric.name()),
+                );
+            }
         }
         let arp = s.stream.iter().chain(&s.streams).any(|st| st.arp.is_some());
         if x.metric == Metric::Learned && !arp {
@@ -1877,6 +1927,21 @@ expect:
         assert_eq!(e.path, "streams[0].arp");
         let e = bad(&TWO_WITH_LEARNED.to_string());
         assert_eq!(e.path, "expect[0].metric");
+    }
+
+    #[test]
+    fn a_claim_on_one_stream_names_a_measured_one() {
+        let with = |claim: &str| format!("{TWO}expect:\n  - {claim}\n");
+        let s = parse(&with("{metric: lost, stream: 1, at_most: 0}")).unwrap();
+        assert_eq!(s.expect[0].describe(), "lost of stream 1 at most 0");
+        let e = bad(&with("{metric: lost, stream: 2, at_most: 0}"));
+        assert_eq!((e.path.as_str(), e.line), ("expect[0].stream", Some(10)));
+        assert!(e.message.contains("which has 2"), "{e}");
+        let e = bad(&with("{metric: learned, stream: 0, at_least: 1}"));
+        assert_eq!(e.path, "expect[0].stream");
+        let one = format!("{GOOD}  - {{metric: lost, stream: 0, at_most: 0}}\n");
+        let e = bad(&one);
+        assert_eq!(e.path, "expect[2].stream");
     }
 
     const TWO_WITH_LEARNED: &str = "\
