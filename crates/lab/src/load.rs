@@ -1101,6 +1101,20 @@ fn page(s: &LoadSummary, pattern: &[(f64, f64)]) -> String {
     })
 }
 
+/// The `Figures` of an `Outcome` or a `StreamOutcome` (the same fields).
+macro_rules! figures_of {
+    ($o:expr) => {
+        Figures {
+            sent: $o.sent,
+            received: $o.received,
+            rate_error: $o.rate_error,
+            received_pps: $o.received_pps,
+            latency: $o.latency.as_ref(),
+            late: $o.late,
+        }
+    };
+}
+
 /// The figures a stream's claims read, of the run or of one stream.
 struct Figures<'a> {
     sent: u64,
@@ -1150,30 +1164,14 @@ pub fn metric(m: Metric, o: &Outcome, search: Option<&SearchResult>) -> Option<f
         | Metric::Transactions
         | Metric::Resets
         | Metric::Goodput => None,
-        m => Figures {
-            sent: o.sent,
-            received: o.received,
-            rate_error: o.rate_error,
-            received_pps: o.received_pps,
-            latency: o.latency.as_ref(),
-            late: o.late,
-        }
-        .get(m),
+        m => figures_of!(o).get(m),
     }
 }
 
 /// One stream's figure (`expect: [{stream: k}]`; validation keeps the
 /// others out).
 fn stream_metric(m: Metric, o: &wirelab_workload::load::StreamOutcome) -> Option<f64> {
-    Figures {
-        sent: o.sent,
-        received: o.received,
-        rate_error: o.rate_error,
-        received_pps: o.received_pps,
-        latency: o.latency.as_ref(),
-        late: o.late,
-    }
-    .get(m)
+    figures_of!(o).get(m)
 }
 
 /// The claims as report.html lists them: (claim, pass, observed).
