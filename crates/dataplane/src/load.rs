@@ -79,6 +79,24 @@ pub struct Edit {
     pub step: u32,
 }
 
+impl Edit {
+    /// App. C 1)'s direct step by one: the `width`-byte field at `offset`
+    /// takes lo, lo + 1, ..., hi, then lo again.
+    pub fn step(offset: u16, width: u8, lo: u32, hi: u32) -> Edit {
+        Edit {
+            offset,
+            width,
+            mode: EditMode::Step,
+            carry_from: None,
+            rand_bits: 0,
+            table: 0,
+            lo,
+            hi,
+            step: 1,
+        }
+    }
+}
+
 /// The generator's settings (`struct wl_gen_conf`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GenConfig {

@@ -173,17 +173,12 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
     let (edits, table) = match spec.stream().arp {
         // The announced address, stepped over the range (App. C 1).
         Some(a) => (
-            vec![Edit {
-                offset: template::ARP_SPA,
-                width: 4,
-                mode: EditMode::Step,
-                carry_from: None,
-                rand_bits: 0,
-                table: 0,
-                lo: u32::from(a.from),
-                hi: u32::from(a.last()),
-                step: 1,
-            }],
+            vec![Edit::step(
+                template::ARP_SPA,
+                4,
+                u32::from(a.from),
+                u32::from(a.last()),
+            )],
             Vec::new(),
         ),
         None => edits(&spec.stream().edits, spec.stream().offsets()),

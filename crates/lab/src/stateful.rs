@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use wirelab_dataplane::efsm::Responder;
-use wirelab_dataplane::load::{Edit, EditMode, GenConfig, Tester};
+use wirelab_dataplane::load::{Edit, GenConfig, Tester};
 use wirelab_load::efsm::{flag, Count, Payload, Reply, Side, Table, COUNTS};
 use wirelab_load::template;
 use wirelab_netns::tester;
@@ -400,17 +400,12 @@ pub fn run(
             inner_csum_off: 0,
             inner_l3_off: 0,
             stamp_off: 0,
-            edits: vec![Edit {
-                offset: 34,
-                width: 2,
-                mode: EditMode::Step,
-                carry_from: None,
-                rand_bits: 0,
-                table: 0,
-                lo: u32::from(PORT_BASE),
-                hi: u32::from(PORT_BASE) + clients.connections - 1,
-                step: 1,
-            }],
+            edits: vec![Edit::step(
+                34,
+                2,
+                u32::from(PORT_BASE),
+                u32::from(PORT_BASE) + clients.connections - 1,
+            )],
             template: syn.bytes.clone(),
             ..Default::default()
         },
