@@ -25,6 +25,11 @@ pub struct Args {
     /// JSON lines on stdout: each interval, then the summary.
     #[arg(long)]
     pub json: bool,
+    /// Allow the spec's settings that are the host's, not the lab's
+    /// (`dut.neighbour_limit`: Linux has one ARP table for every
+    /// namespace), for the run; they are put back after it.
+    #[arg(long)]
+    pub host_wide: bool,
 }
 
 pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
@@ -35,6 +40,21 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             return Ok(code::ERROR);
         }
     };
+    if spec.dut.neighbour_limit.is_some() && !args.host_wide {
+        let at = "dut.neighbour_limit";
+        let e = wirelab_spec::SpecError {
+            path: at.into(),
+            message: "Linux keeps one ARP table for every namespace, limited host-wide \
+                      (net.ipv4.neigh.default.gc_thresh3): the run would lower the host's limit \
+                      until it ends. Allow it with --host-wide"
+                .into(),
+            line: std::fs::read_to_string(&args.spec)
+                .ok()
+                .and_then(|t| wirelab_spec::line_of(&t, at)),
+        };
+        eprintln!("wirelab: {}: {e}", args.spec.display());
+        return Ok(code::ERROR);
+    }
     if spec.stateful.is_some() {
         return stateful(&args, &spec, abort);
     }
@@ -66,6 +86,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
     }
     let opts = RunOptions {
         abort: abort.clone(),
+        host_wide: args.host_wide,
         ..RunOptions::new(&args.out)
     };
     let json = args.json;
@@ -315,8 +336,9 @@ fn footer(s: &LoadSummary) {
         o.late
     );
     println!(
-        "  generator: {} slots given up late, CPU {:.2} s",
+        "  generator: {} slots given up late, {} frames sent behind their time (caught up), CPU {:.2} s",
         o.generator.missed,
+        o.generator.behind,
         o.generator_cpu_ns as f64 / 1e9
     );
     if let Some(l) = &s.learned {
@@ -327,6 +349,12 @@ fn footer(s: &LoadSummary) {
             l.all_by_s
                 .map_or(String::new(), |t| format!(", all of them by {t:.2} s"))
         );
+        if let Some(m) = &l.limit {
+            println!(
+                "  its table: {} entries above the host's {} (gc_thresh3 {} for the run, put back after); {} attempts to add one refused for want of room",
+                m.limit, m.host_entries_before, m.gc_thresh3, m.refused
+            );
+        }
     }
     for (k, x) in o.streams.iter().enumerate() {
         println!(

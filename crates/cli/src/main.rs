@@ -643,6 +643,9 @@ fn clean(all: bool) -> anyhow::Result<u8> {
     for b in &c.bumps {
         println!("detached a killed bump from {b}");
     }
+    for x in &c.sysctls {
+        println!("put back the host setting a killed run had changed: {x}");
+    }
     for r in &c.registry_entries {
         println!("removed registry entry {r}");
     }

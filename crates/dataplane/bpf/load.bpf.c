@@ -111,7 +111,8 @@ struct wl_load_edit {
 
 struct wl_gen_conf {
 	/* The meter: one packet per interval_ns (0: no meter). A generator
-	 * late by more than tolerance_ns gives up the slots it missed
+	 * late by up to tolerance_ns catches up (the runs it sends a slot or
+	 * more behind are counted); later, it gives up the slots it missed
 	 * (counted) rather than sending them back to back. */
 	__u64 interval_ns;
 	__u64 tolerance_ns;
@@ -162,10 +163,12 @@ struct wl_gen_conf {
 struct wl_gen_state {
 	__u64 tat;
 	__u64 seq;
-	/* Runs the meter held back, the units skipped, and slots missed. */
+	/* Runs the meter held back, the units skipped, slots missed, and
+	 * runs sent a slot or more behind their time (catching up). */
 	__u64 held;
 	__u64 skipped;
 	__u64 missed;
+	__u64 behind;
 	__u32 unit_pos[WL_LOAD_UNITS];
 	__u32 value[WL_LOAD_EDITS];
 };
@@ -670,6 +673,8 @@ int wl_gen(struct xdp_md *ctx)
 		if (late > c->tolerance_ns) {
 			st->missed += late / c->interval_ns;
 			st->tat = now;
+		} else if (late >= c->interval_ns) {
+			st->behind++;
 		}
 		st->tat += c->interval_ns;
 	}

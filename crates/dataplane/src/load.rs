@@ -227,6 +227,9 @@ pub struct GenCounts {
     pub skipped: u64,
     /// Meter slots given up because the generator was late.
     pub missed: u64,
+    /// Runs sent a slot or more behind their time: the generator caught
+    /// up after a stall (within its tolerance).
+    pub behind: u64,
     /// Packets sent.
     pub sent: u64,
 }
@@ -513,6 +516,7 @@ impl Tester {
                 c.held += s.held;
                 c.skipped += s.skipped;
                 c.missed += s.missed;
+                c.behind += s.behind;
                 c.sent += s.seq;
             }
         }

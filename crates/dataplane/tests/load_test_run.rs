@@ -137,7 +137,7 @@ fn the_units_pass_and_skip_as_the_control_plane_s_model_says() {
 }
 
 #[test]
-fn the_meter_holds_early_runs_and_gives_up_slots_missed_beyond_its_tolerance() {
+fn the_meter_holds_early_runs_catches_up_within_its_tolerance_and_gives_up_slots_beyond() {
     if !have_bpf() {
         return;
     }
@@ -147,24 +147,29 @@ fn the_meter_holds_early_runs_and_gives_up_slots_missed_beyond_its_tolerance() {
     c.interval_ns = 100;
     c.tolerance_ns = 250;
     t.configure(0, &c).unwrap();
-    // (clock, leaves?, held, missed so far)
-    let rows: [(u64, bool, u64, u64); 9] = [
-        (10_000, true, 0, 0),  // the first run sets the schedule: next 10,100
-        (10_050, false, 1, 0), // early: held
-        (10_099, false, 2, 0),
-        (10_100, true, 2, 0),  // on time: next 10,200
-        (10_390, true, 2, 0),  // 190 late, within 250: sent, next 10,300
-        (10_390, true, 2, 0),  // catching up: next 10,400
-        (10_390, false, 3, 0), // caught up
-        (11_000, true, 3, 6),  // 600 late: 6 slots given up, next 11,100
-        (11_099, false, 4, 6),
+    // (clock, leaves?, held, missed, behind so far)
+    let rows: [(u64, bool, u64, u64, u64); 10] = [
+        (10_000, true, 0, 0, 0),  // the first run sets the schedule: next 10,100
+        (10_050, false, 1, 0, 0), // early: held
+        (10_099, false, 2, 0, 0),
+        (10_100, true, 2, 0, 0),  // on time: next 10,200
+        (10_390, true, 2, 0, 1),  // 190 late, within 250: sent behind, next 10,300
+        (10_390, true, 2, 0, 1),  // catching up (90 late, within its slot): next 10,400
+        (10_390, false, 3, 0, 1), // caught up
+        (11_000, true, 3, 6, 1),  // 600 late: 6 slots given up, next 11,100
+        (11_099, false, 4, 6, 1),
+        (11_350, true, 4, 6, 2), // 250 late, the tolerance itself: caught up
     ];
-    for (i, (at, leaves, held, missed)) in rows.into_iter().enumerate() {
+    for (i, (at, leaves, held, missed, behind)) in rows.into_iter().enumerate() {
         t.set_test_clock(at).unwrap();
         let (v, _) = t.test_gen(0, &t0.bytes).unwrap();
         assert_eq!(v == XDP_REDIRECT, leaves, "row {i} at {at}");
         let k = t.gen_counts(0).unwrap();
-        assert_eq!((k.held, k.missed), (held, missed), "row {i} at {at}");
+        assert_eq!(
+            (k.held, k.missed, k.behind),
+            (held, missed, behind),
+            "row {i} at {at}"
+        );
     }
 }
 

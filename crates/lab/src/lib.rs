@@ -149,6 +149,10 @@ pub struct RunOptions {
     /// The seed of every random choice; a new random one when `None`. The
     /// plan records it, so a run can be repeated exactly.
     pub seed: Option<u64>,
+    /// The user allows settings that are the host's, not the lab's, for
+    /// the run (a load test's `dut.neighbour_limit`: Linux's ARP table is
+    /// one for every namespace); they are put back after.
+    pub host_wide: bool,
 }
 
 impl RunOptions {
@@ -159,6 +163,7 @@ impl RunOptions {
             abort: Arc::new(AtomicBool::new(false)),
             run_id: None,
             seed: None,
+            host_wide: false,
         }
     }
     fn check_abort(&self) -> Result<(), Error> {

@@ -42,6 +42,9 @@ pub struct Setup {
     pub rate: rate::Plan,
     /// The rate's steps after the start (steps and ramps).
     pub schedule: Vec<RateChange>,
+    /// How late the generator may fall and still send the frames it owes
+    /// (the meter's tolerance at the first rate; `stream.catch_up`).
+    pub catch_up_ns: u64,
     pub template: Template,
 }
 
@@ -99,6 +102,26 @@ pub struct Learned {
     pub all_by_s: Option<f64>,
     /// (interval's end, learned), one per interval.
     pub over_time: Vec<(f64, usize)>,
+    /// With `dut.neighbour_limit`: the table's limit as set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<NeighbourLimit>,
+}
+
+/// The neighbour table's limit for the run (the host's, lowered).
+#[derive(Debug, Clone, Serialize)]
+pub struct NeighbourLimit {
+    /// `dut.neighbour_limit`.
+    pub limit: u32,
+    /// Entries the host's ARP table held when it was set (every
+    /// namespace's, this lab's own among them).
+    pub host_entries_before: u64,
+    /// gc_thresh3 for the run: the two above added.
+    pub gc_thresh3: u64,
+    /// Attempts to add an entry the kernel refused for want of room
+    /// during the run ("neighbor table overflow": `table_fulls`,
+    /// host-wide; each ARP reply or frame to an address not learned
+    /// tries again).
+    pub refused: u64,
 }
 
 impl LoadSummary {
@@ -189,6 +212,12 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             frame_bytes: spec.stream().mean_size(),
             sizes: spec.stream().pattern(),
             requested_pps: spec.pps(),
+            catch_up_ns: wirelab_workload::load::tolerance_ns(
+                plan.interval_ns,
+                spec.stream()
+                    .catch_up
+                    .map_or(Duration::ZERO, |c| c.as_std()),
+            ),
             rate: plan,
             schedule,
             template: tm,
@@ -451,6 +480,14 @@ pub fn run(
     let views = spec.stream_views();
     let mut planned = views.iter().map(setup).collect::<Result<Vec<_>, _>>()?;
     let single = views.len() == 1;
+    if spec.dut.neighbour_limit.is_some() && !opts.host_wide {
+        return Err(Error::BadInput(
+            "dut.neighbour_limit: Linux keeps one ARP table for every namespace, limited host-wide \
+             (net.ipv4.neigh.default.gc_thresh3); the run would lower the host's limit until it ends. \
+             Allow it with --host-wide"
+                .into(),
+        ));
+    }
     let Begun {
         run_id,
         name,
@@ -477,6 +514,20 @@ pub fn run(
         lab.accept_arp()
             .during("letting the router learn from ARP replies")?;
     }
+    // The table's limit, from what the host (with this lab's own
+    // neighbours, learned above) holds now; put back when dropped, at
+    // the run's end or on an error.
+    let neighbour_limit = match spec.dut.neighbour_limit {
+        Some(n) => {
+            let fulls = wirelab_netns::arp_cache_stat()
+                .during("reading the host's ARP table")?
+                .1;
+            let l = wirelab_netns::HostNeighbourLimit::set(&run_id, u64::from(n))
+                .during("lowering the host's neighbour-table limit")?;
+            Some((l, fulls))
+        }
+        None => None,
+    };
     // An ARP stream's addresses: how many of them the router has learned,
     // read at each interval's end.
     let announced = views.iter().find_map(|v| v.stream().arp);
@@ -526,6 +577,10 @@ pub fn run(
                     SendPort::Tx => Port::Tx,
                     SendPort::Rx => Port::Rx,
                 },
+                catch_up: views[k]
+                    .stream()
+                    .catch_up
+                    .map_or(Duration::ZERO, |c| c.as_std()),
             })
             .collect();
         let timing = Timing {
@@ -671,10 +726,20 @@ pub fn run(
                 learned: at_end,
                 all_by_s: full,
                 over_time: learned_over_time,
+                limit: neighbour_limit.as_ref().map(|(l, fulls)| NeighbourLimit {
+                    limit: spec.dut.neighbour_limit.unwrap_or(0),
+                    host_entries_before: l.base,
+                    gc_thresh3: l.thresh3,
+                    refused: wirelab_netns::arp_cache_stat()
+                        .map(|(_, f)| f.saturating_sub(*fulls))
+                        .unwrap_or(0),
+                }),
             })
         }
         None => None,
     };
+    // The host's limit back as it was.
+    drop(neighbour_limit);
     drop(lab);
     let interrupted = opts.abort.load(Ordering::SeqCst);
     let expect = judge(&spec.expect, |x| match (x.stream, x.metric) {
@@ -1029,8 +1094,9 @@ fn page(s: &LoadSummary, pattern: &[(f64, f64)]) -> String {
         (
             "generator".into(),
             format!(
-                "{} slots given up late, {:.2} s of CPU",
+                "{} slots given up late, {} frames sent behind their time (caught up), {:.2} s of CPU",
                 o.generator.missed,
+                o.generator.behind,
                 o.generator_cpu_ns as f64 / 1e9
             ),
         ),

@@ -62,6 +62,10 @@ struct RegistryEntry {
     /// own, removed again by `clean` if the bump died.
     #[serde(default)]
     bumps: Vec<BumpAttach>,
+    /// Host sysctls a run changed (name, the value it found), put back by
+    /// `clean` if the run died (`HostSysctls`).
+    #[serde(default)]
+    sysctls: Vec<(String, String)>,
 }
 
 /// The switch attached at tc ingress of an existing interface.
@@ -144,6 +148,7 @@ impl BumpRegistration {
             start: process_start(std::process::id()),
             namespaces: Vec::new(),
             bumps: attach.to_vec(),
+            sysctls: Vec::new(),
         };
         fs::write(
             &path,
@@ -156,6 +161,178 @@ impl BumpRegistration {
 
 impl Drop for BumpRegistration {
     fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The host's IPv4 neighbour-table limit, lowered for one run and put back
+/// when dropped (or by `wirelab clean`, if the run was killed).
+///
+/// Linux keeps one ARP table for every namespace, and its limits
+/// (`gc_thresh1..3`, ip-sysctl.rst) exist only in the initial namespace:
+/// a lab cannot give its DUT a table of its own size. The limit is set
+/// as the entries that count against it now plus `limit`, so the DUT can
+/// add `limit` more before `neigh_alloc` refuses ("neighbor table
+/// overflow", counted in `/proc/net/stat/arp_cache`'s `table_fulls`);
+/// entries updated in the last 5 s are not forced out (neigh_forced_gc).
+/// While it holds, the host itself cannot learn new neighbours past the
+/// limit either: only with the user's consent (`--host-wide`).
+pub struct HostNeighbourLimit {
+    path: PathBuf,
+    saved: Vec<(String, String)>,
+    /// The entries that counted against the limit when it was set.
+    pub base: u64,
+    /// gc_thresh3 as set: `base + limit`.
+    pub thresh3: u64,
+}
+
+/// The table's limits, gc_thresh1..3.
+pub const NEIGH_THRESH: [&str; 3] = [
+    "net.ipv4.neigh.default.gc_thresh1",
+    "net.ipv4.neigh.default.gc_thresh2",
+    "net.ipv4.neigh.default.gc_thresh3",
+];
+
+/// The host's ARP table: (entries, table_fulls), from
+/// `/proc/net/stat/arp_cache` (hex fields; every CPU's line repeats the
+/// entries, table_fulls is per CPU).
+pub fn arp_cache_stat() -> Result<(u64, u64), Error> {
+    let text = fs::read_to_string("/proc/net/stat/arp_cache")
+        .map_err(io("reading /proc/net/stat/arp_cache"))?;
+    parse_arp_cache_stat(&text).ok_or_else(|| {
+        Error::Other("/proc/net/stat/arp_cache: no `entries` or `table_fulls` column".into())
+    })
+}
+
+/// Entries of the ARP table that do not count against its limit, in the
+/// namespaces this host names (the initial one and `/run/netns`): those on
+/// a loopback device and permanent ones (neighbour.c's `exempt_from_gc`).
+/// A namespace without a name (a container's) is not seen.
+pub fn arp_entries_exempt() -> Result<u64, Error> {
+    let mut spaces: Vec<Option<String>> = vec![None];
+    if let Ok(d) = fs::read_dir(NETNS_DIR) {
+        spaces.extend(
+            d.filter_map(|e| e.ok())
+                .map(|e| Some(e.file_name().to_string_lossy().into_owned())),
+        );
+    }
+    let mut n = 0;
+    for ns in spaces {
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(ns) = &ns {
+            args.extend(["-n", ns.as_str()]);
+        }
+        args.extend(["-4", "neigh", "show", "nud", "all"]);
+        // A namespace deleted meanwhile has no entries left to count.
+        let Ok(out) = run("ip", &args) else { continue };
+        n += count_exempt(&out);
+    }
+    Ok(n)
+}
+
+fn count_exempt(ip_neigh: &str) -> u64 {
+    ip_neigh
+        .lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.windows(2).any(|p| p == ["dev", "lo"]) || w.contains(&"PERMANENT")
+        })
+        .count() as u64
+}
+
+fn parse_arp_cache_stat(text: &str) -> Option<(u64, u64)> {
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let col = |n: &str| head.iter().position(|h| *h == n);
+    let (e, f) = (col("entries")?, col("table_fulls")?);
+    let (mut entries, mut fulls) = (None, 0u64);
+    for l in lines {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let hex = |i: usize| u64::from_str_radix(v.get(i)?, 16).ok();
+        entries = entries.or(hex(e));
+        fulls += hex(f)?;
+    }
+    Some((entries?, fulls))
+}
+
+impl HostNeighbourLimit {
+    /// Lowers the host's table to about `limit` entries more than it holds
+    /// now, for run `id`. Refused while another live run holds it; the
+    /// values a killed holder left are put back first.
+    pub fn set(id: &str, limit: u64) -> Result<HostNeighbourLimit, Error> {
+        fs::create_dir_all(REGISTRY_DIR).map_err(io(format!("creating {REGISTRY_DIR}")))?;
+        if let Ok(dir) = fs::read_dir(REGISTRY_DIR) {
+            for e in dir.filter_map(|e| e.ok()) {
+                let Ok(text) = fs::read_to_string(e.path()) else {
+                    continue;
+                };
+                let Ok(other) = serde_json::from_str::<RegistryEntry>(&text) else {
+                    continue;
+                };
+                if other.sysctls.is_empty() {
+                    continue;
+                }
+                if owner_alive(&other) {
+                    return Err(Error::Other(format!(
+                        "run {} (pid {}) holds the host's neighbour-table limit; one at a time",
+                        e.path().display(),
+                        other.pid
+                    )));
+                }
+                for (name, value) in &other.sysctls {
+                    write_sysctl(name, value)?;
+                }
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        let saved: Vec<(String, String)> = NEIGH_THRESH
+            .iter()
+            .map(|n| {
+                let path = format!("/proc/sys/{}", n.replace('.', "/"));
+                fs::read_to_string(&path)
+                    .map(|v| (n.to_string(), v.trim().to_string()))
+                    .map_err(io(format!("reading {n}")))
+            })
+            .collect::<Result<_, _>>()?;
+        let path = Path::new(REGISTRY_DIR).join(format!("host-{id}.json"));
+        let entry = RegistryEntry {
+            pid: std::process::id(),
+            start: process_start(std::process::id()),
+            namespaces: Vec::new(),
+            bumps: Vec::new(),
+            sysctls: saved.clone(),
+        };
+        // Recorded before anything changes, so a kill in between is undone.
+        fs::write(
+            &path,
+            serde_json::to_vec(&entry).expect("registry entry serialises"),
+        )
+        .map_err(io("writing the host settings' registry"))?;
+        let mut me = HostNeighbourLimit {
+            path,
+            saved,
+            base: 0,
+            thresh3: 0,
+        };
+        let (entries, _) = arp_cache_stat()?;
+        me.base = entries.saturating_sub(arp_entries_exempt()?);
+        me.thresh3 = me.base + limit;
+        let old1: u64 = me.saved[0].1.parse().unwrap_or(u64::MAX);
+        // gc_thresh1 <= 2 <= 3; the soft limit (2) at the hard one, so
+        // the table fills to the limit, then refuses.
+        write_sysctl(NEIGH_THRESH[0], &old1.min(me.thresh3).to_string())?;
+        write_sysctl(NEIGH_THRESH[1], &me.thresh3.to_string())?;
+        write_sysctl(NEIGH_THRESH[2], &me.thresh3.to_string())?;
+        Ok(me)
+    }
+}
+
+impl Drop for HostNeighbourLimit {
+    fn drop(&mut self) {
+        // gc_thresh3 first, so the three never cross on the way back up.
+        for (name, value) in self.saved.iter().rev() {
+            let _ = write_sysctl(name, value);
+        }
         let _ = fs::remove_file(&self.path);
     }
 }
@@ -622,6 +799,7 @@ impl Namespaces {
             start: process_start(std::process::id()),
             namespaces: names.to_vec(),
             bumps: Vec::new(),
+            sysctls: Vec::new(),
         };
         fs::write(
             registry_path(id),
@@ -824,6 +1002,8 @@ pub struct Cleaned {
     pub kept: Vec<String>,
     /// Interfaces (`ns:ifname`) a killed `wirelab bump` was attached to.
     pub bumps: Vec<String>,
+    /// Host sysctls a killed run had changed, put back (`name=value`).
+    pub sysctls: Vec<String>,
 }
 
 /// Removes what killed runs left: registry entries whose process is gone,
@@ -851,6 +1031,10 @@ pub fn clean(all: bool) -> Result<Cleaned, Error> {
             for b in &entry.bumps {
                 b.remove()?;
                 out.bumps.push(format!("{}:{}", b.ns, b.ifname));
+            }
+            for (name, value) in &entry.sysctls {
+                write_sysctl(name, value)?;
+                out.sysctls.push(format!("{name}={value}"));
             }
             fs::remove_file(&p).map_err(io(format!("removing {}", p.display())))?;
             out.registry_entries.push(p.display().to_string());
@@ -892,7 +1076,26 @@ mod tests {
             start,
             namespaces: Vec::new(),
             bumps: Vec::new(),
+            sysctls: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_arp_cache_stat_gives_the_entries_and_every_cpu_s_overflows() {
+        let text = "entries  allocs destroys hash_grows lookups hits res_failed rcv_probes_mcast rcv_probes_ucast periodic_gc_runs forced_gc_runs unresolved_discards table_fulls\n\
+                    00000105  0000000a 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000003\n\
+                    00000105  00000002 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000010\n";
+        assert_eq!(parse_arp_cache_stat(text), Some((0x105, 0x13)));
+        assert_eq!(parse_arp_cache_stat("entries allocs\n1 2\n"), None);
+    }
+
+    #[test]
+    fn loopback_and_permanent_entries_do_not_count_against_the_limit() {
+        let out = "0.0.0.0 dev lo lladdr 00:00:00:00:00:00 NOARP\n\
+                   198.18.2.16 dev dut1 lladdr 02:00:00:00:00:01 REACHABLE\n\
+                   198.18.2.17 dev dut1 lladdr 02:00:00:00:00:02 PERMANENT\n\
+                   198.18.2.18 dev lol lladdr 02:00:00:00:00:03 STALE\n";
+        assert_eq!(count_exempt(out), 2);
     }
 
     #[test]

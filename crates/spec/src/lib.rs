@@ -49,6 +49,12 @@ pub struct SpecError {
     pub line: Option<usize>,
 }
 
+/// The 1-based line of YAML path `path` in `text` (or of its nearest
+/// ancestor there): for errors about a spec found after it parsed.
+pub fn line_of(text: &str, path: &str) -> Option<usize> {
+    lines::LineIndex::build(text).line_of(path)
+}
+
 impl SpecError {
     fn render(&self) -> String {
         let mut s = String::new();

@@ -191,7 +191,18 @@ pub struct Dut {
     /// what Norma §8's ARP-learning test needs of a DUT.
     #[serde(default)]
     pub arp_accept: bool,
+    /// A router whose neighbour table holds about this many more entries
+    /// than the host's holds at the start (Norma §8: an ARP-learning test
+    /// finds the DUT's table size). Linux has one ARP table for every
+    /// namespace, limited host-wide (`gc_thresh3`), so this lowers the
+    /// host's limit for the run and puts it back after; the run asks for
+    /// the user's consent (`wirelab load --host-wide`).
+    #[serde(default)]
+    pub neighbour_limit: Option<u32>,
 }
+
+/// The largest `dut.neighbour_limit`.
+pub const MAX_NEIGHBOUR_LIMIT: u32 = 65_536;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -351,7 +362,18 @@ pub struct Stream {
     /// sends is not measured).
     #[serde(default)]
     pub port: SendPort,
+    /// How late the generator may fall behind its schedule (descheduled
+    /// on a busy host) and still send the frames it owes, back to back,
+    /// so the average rate holds exactly (as `iperf3 -b` does). Later, it
+    /// gives the slots up and counts them. Default: 64 slots' worth, so
+    /// a stall never turns into a burst the DUT would be blamed for.
+    /// Frames sent behind their time are counted either way.
+    #[serde(default)]
+    pub catch_up: Option<Nanos>,
 }
+
+/// The longest `catch_up` a stream may ask for.
+pub const MAX_CATCH_UP: Nanos = Nanos(1_000_000_000);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1103,6 +1125,20 @@ fn validate_one(s: &LoadSpec) -> Result<(), Invalid> {
         return err("ports.speed", "must be above 0");
     }
     validate_timing(s)?;
+    if let Some(n) = s.dut.neighbour_limit {
+        if !matches!(s.dut.kind, DutKind::Router | DutKind::Nat) || s.stateful.is_some() {
+            return err(
+                "dut.neighbour_limit",
+                "a limit for a router's or a NAT's neighbour table, under a stream of frames (not `stateful:`)",
+            );
+        }
+        if n == 0 || n > MAX_NEIGHBOUR_LIMIT {
+            return err(
+                "dut.neighbour_limit",
+                format!("from 1 to {MAX_NEIGHBOUR_LIMIT} entries"),
+            );
+        }
+    }
     let st = match (&s.stream, &s.stateful) {
         (Some(_), Some(_)) => return err("stateful", "`stream:` or `stateful:`, not both"),
         (None, None) => return err("dut", "a load test needs a `stream:` or a `stateful:`"),
@@ -1642,6 +1678,14 @@ fn validate_patterns(
     let st = s.stream();
     let i = s.interval.0;
     let changes = !st.steps.is_empty() || st.ramp.is_some();
+    if let Some(c) = st.catch_up {
+        if c.0 > MAX_CATCH_UP.0 {
+            return err(
+                "stream.catch_up",
+                format!("at most {MAX_CATCH_UP}: a longer stall is the host's, not a rate to keep"),
+            );
+        }
+    }
     if let Some(o) = st.on_off {
         if st.burst.is_some() {
             return err("stream.on_off", "`on_off` or `burst`, not both");
@@ -1886,6 +1930,19 @@ expect:
 ";
         let s = parse(arp).unwrap();
         assert!(s.dut.arp_accept);
+        let limited =
+            parse(&arp.replace("arp_accept: true", "arp_accept: true, neighbour_limit: 32"))
+                .unwrap();
+        assert_eq!(limited.dut.neighbour_limit, Some(32));
+        for (bad_dut, why) in [
+            ("kind: bridge, neighbour_limit: 32", "a router's or a NAT's"),
+            ("kind: router, neighbour_limit: 0", "from 1 to"),
+            ("kind: router, neighbour_limit: 100000", "from 1 to"),
+        ] {
+            let e = parse(&GOOD.replace("kind: router", bad_dut)).unwrap_err();
+            assert_eq!(e.path, "dut.neighbour_limit", "{bad_dut}: {e}");
+            assert!(e.message.contains(why), "{bad_dut}: {e}");
+        }
         let st = &s.streams[0];
         assert_eq!(
             (st.port, st.arp.unwrap().last()),
@@ -2098,6 +2155,11 @@ expect:
         assert_eq!(e.path, "stream.on_off.on");
         let e = bad(&GOOD.replace("kind: router", "kind: hub"));
         assert!(e.message.contains("unknown variant"), "{e}");
+        let c = parse(&GOOD.replace("pps: 100000", "pps: 100000\n  catch_up: 50ms")).unwrap();
+        assert_eq!(c.stream().catch_up, Some(Nanos(50_000_000)));
+        let e = bad(&GOOD.replace("pps: 100000", "pps: 100000\n  catch_up: 2s"));
+        assert_eq!(e.path, "stream.catch_up");
+        assert!(e.message.contains("at most 1s"), "{e}");
     }
 
     #[test]

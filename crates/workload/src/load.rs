@@ -58,14 +58,32 @@ pub struct Stream {
     /// template's length).
     pub sizes: Vec<u16>,
     pub port: Port,
+    /// How late the generator may fall (a stall: descheduled, an
+    /// interrupt) and still send the slots it missed, back to back; later,
+    /// it gives them up. Zero: 64 slots' worth (one live-frame batch of
+    /// the kernel's), so a stall never becomes a burst the DUT would be
+    /// blamed for.
+    pub catch_up: Duration,
 }
 
 impl Stream {
+    /// The meter's tolerance at `interval_ns` (`tolerance_ns`).
+    pub fn tolerance_ns(&self, interval_ns: u64) -> u64 {
+        tolerance_ns(interval_ns, self.catch_up)
+    }
+
     /// Whether the sink counts it (a stream for the DUT itself, as ARP
     /// replies, is counted as sent only, and left out of the totals).
     pub fn measured(&self) -> bool {
         self.template.sink.port != 0
     }
+}
+
+/// The meter's tolerance (GCRA's τ, ITU-T I.371) for one frame per
+/// `interval_ns`: `catch_up`, or 64 slots (one live-frame batch of the
+/// kernel's) when that is longer.
+pub fn tolerance_ns(interval_ns: u64, catch_up: Duration) -> u64 {
+    (interval_ns.saturating_mul(64)).max(catch_up.as_nanos().min(u64::MAX as u128) as u64)
 }
 
 /// Samples kept per side at most: the pcapng sample stays a sample.
@@ -253,6 +271,8 @@ pub struct GenCountsOut {
     pub held: u64,
     pub skipped: u64,
     pub missed: u64,
+    /// Frames sent a slot or more behind their time, catching up.
+    pub behind: u64,
 }
 
 impl From<GenCounts> for GenCountsOut {
@@ -261,6 +281,7 @@ impl From<GenCounts> for GenCountsOut {
             held: c.held,
             skipped: c.skipped,
             missed: c.missed,
+            behind: c.behind,
         }
     }
 }
@@ -385,10 +406,9 @@ pub fn run(
                 k as u32,
                 &GenConfig {
                     interval_ns: stream.rate.interval_ns,
-                    // Late by up to 64 slots (one batch of the kernel's),
-                    // the generator catches up; later, the slots are given
-                    // up and counted, not sent back to back.
-                    tolerance_ns: stream.rate.interval_ns * 64,
+                    // Late by up to the tolerance, the generator catches
+                    // up; later, the slots are given up and counted.
+                    tolerance_ns: stream.tolerance_ns(stream.rate.interval_ns),
                     ifindex: match stream.port {
                         Port::Tx => tx,
                         Port::Rx => rx as u32,
@@ -499,7 +519,7 @@ pub fn run(
                             tester.set_rate(
                                 k as u32,
                                 r.interval_ns,
-                                r.interval_ns * 64,
+                                streams[k].tolerance_ns(r.interval_ns),
                                 &r.units.iter().map(|u| (u.pass, u.skip)).collect::<Vec<_>>(),
                             ),
                         )?;
@@ -632,6 +652,7 @@ pub fn run(
                 held: a.held + x.generator.held,
                 skipped: a.skipped + x.generator.skipped,
                 missed: a.missed + x.generator.missed,
+                behind: a.behind + x.generator.behind,
             }),
         generator_cpu_ns: per.iter().map(|x| x.generator_cpu_ns).sum(),
         latency: all.figures(),
@@ -889,4 +910,23 @@ fn read_version(
         late,
         streams: if per.len() > 1 { per } else { Vec::new() },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_meter_tolerates_64_slots_or_the_catch_up_asked_for() {
+        assert_eq!(tolerance_ns(10_000, Duration::ZERO), 640_000);
+        assert_eq!(
+            tolerance_ns(10_000, Duration::from_millis(100)),
+            100_000_000
+        );
+        // A catch-up shorter than 64 slots does not shrink the tolerance.
+        assert_eq!(
+            tolerance_ns(1_000_000, Duration::from_millis(10)),
+            64_000_000
+        );
+    }
 }

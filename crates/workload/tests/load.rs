@@ -79,6 +79,7 @@ fn a_constant_rate_through_a_router_is_received_at_the_rate_asked_and_counted_ex
         sample_every: 0,
         sizes: Vec::new(),
         port: Default::default(),
+        catch_up: Duration::ZERO,
     };
     let ports = Ports {
         tx_ns: net.a.clone(),
