@@ -6,7 +6,9 @@
 //!   asked for the port's line rate (10 Gbit/s), and trafgen (netsniff-ng,
 //!   one CPU, its packet-mmap ring) sending the same frame, both through
 //!   the same Linux bridge to the same receiver; what arrives at the
-//!   receiver per second;
+//!   receiver per second; and the path's limit, the least a source can do
+//!   (each live frame sent on as it is) into the least a receiver can do
+//!   (count and XDP_DROP), on the same path and CPU;
 //! - **rate error** at the receiver over `seconds`, at rates from 10,000
 //!   frames/s to 500,000 (about the most this lab forwards without loss
 //!   on two cores): wirelab's version-counted stream, as it runs by
@@ -141,6 +143,41 @@ fn trafgen(size: u32, secs: f64) -> Result<f64> {
         String::from_utf8_lossy(&o.stderr)
     );
     Ok(got as f64 / elapsed.min(secs))
+}
+
+/// The path's limit for `size`-byte frames through the same bridge: the
+/// least a source can do into the least a sink can do (count and
+/// XDP_DROP), on one CPU as the generator runs, for `secs`.
+fn path_limit(size: u32, secs: f64) -> Result<f64> {
+    let id = format!("bp{}", std::process::id());
+    let lab = TesterLab::up(&id, DutKind::Bridge, 1500, None)?;
+    lab.learn()?;
+    // The frame without its FCS, as the generator's template.
+    let frame = wirelab_load::template::udp(
+        &wirelab_load::template::Udp {
+            src_mac: lab.tx_mac,
+            dst_mac: lab.next_hop_mac,
+            src: lab.tx_ip,
+            dst: lab.rx_ip,
+            sport: 40000,
+            dport: 7001,
+        },
+        size as usize - 4,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ports = wirelab_workload::load::Ports {
+        tx_ns: lab.tx_ns.clone(),
+        tx_dev: TX_DEV.into(),
+        rx_ns: lab.rx_ns.clone(),
+        rx_dev: RX_DEV.into(),
+        tx_peer: Some((lab.dut_ns.clone(), wirelab_netns::tester::DUT_IN.into())),
+        rx_peer: None,
+    };
+    Ok(wirelab_workload::load::path_limit(
+        &ports,
+        &frame.bytes,
+        Duration::from_secs_f64(secs),
+    )?)
 }
 
 /// iperf3 `-u -b` at `pps` frames of `size` bytes for `secs`: the rate
@@ -390,19 +427,27 @@ fn burst(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
 
 fn generation(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
     println!("generation rate (frames/s at the receiver, through a Linux bridge; medians of {rounds} rounds of 3 s)");
+    // The path's limit: what the receiving side sinks with XDP_DROP from
+    // a source that does nothing per frame (issue 20's goal: the
+    // generator within 80% of it).
     println!(
-        "  {:>6}  {:>12}  {:>12}  {:>8}",
-        "frame", "wirelab", "trafgen -P1", "ratio"
+        "  {:>6}  {:>12}  {:>12}  {:>8}  {:>12}  {:>12}",
+        "frame", "wirelab", "trafgen -P1", "ratio", "path limit", "of the limit"
     );
     for size in [64u32, 1518] {
         let line = 10e9 / ((f64::from(size) + 20.0) * 8.0);
-        let (mut w, mut t) = (Vec::new(), Vec::new());
+        let (mut w, mut t, mut l) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             w.push(wirelab(abort, size, line, 3.0)?.0);
             t.push(trafgen(size, 3.0)?);
+            l.push(path_limit(size, 3.0)?);
         }
-        let (w, t) = (median(&mut w), median(&mut t));
-        println!("  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x", w / t);
+        let (w, t, l) = (median(&mut w), median(&mut t), median(&mut l));
+        println!(
+            "  {size:>5}B  {w:>12.0}  {t:>12.0}  {:>7.2}x  {l:>12.0}  {:>11.1}%",
+            w / t,
+            100.0 * w / l
+        );
     }
     Ok(())
 }

@@ -22,6 +22,8 @@ const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/load.bpf.o"));
 const GEN: &str = "wl_gen";
 const SINK: &str = "wl_sink";
 const PASS: &str = "wl_pass";
+const RAW: &str = "wl_raw";
+const DROP: &str = "wl_drop";
 
 /// Cascaded "skip m after n" units (`WL_LOAD_UNITS`).
 pub const UNITS: usize = types::wl_load_limits::WL_LOAD_UNITS.0 as usize;
@@ -261,7 +263,7 @@ fn zero_per_cpu(
 }
 
 object::maps! {
-    struct Maps { gen_conf, gen_head, gen_state, gen_threads, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock, sample_ring, sample_lost }
+    struct Maps { gen_conf, gen_head, gen_state, gen_threads, load_table, gen_banks, sink_conf, sink_banks, sink_hist, fake_clock, sample_ring, sample_lost, drop_count }
 }
 
 /// The tester's programs: one object for the generator and the sink (a
@@ -293,7 +295,7 @@ impl Tester {
         let obj = object::load_with_rodata("load", OBJECT, |ro: &mut types::rodata| {
             ro.test_clock = test_clock as u8;
         })?;
-        object::check_programs(&obj, &[GEN, SINK, PASS])?;
+        object::check_programs(&obj, &[GEN, SINK, PASS, RAW, DROP])?;
         Ok(Tester {
             links: Vec::new(),
             maps: Maps::find(&obj)?,
@@ -445,9 +447,45 @@ impl Tester {
     /// A handle that generates stream `stream` (`GenHandle::generate`)
     /// from another thread, in the namespace of the tester port.
     pub fn generator(&self, stream: u32) -> Result<GenHandle, Error> {
+        self.handle(GEN, stream)
+    }
+
+    /// The benchmark's baseline source: stream 0's frame sent on as it
+    /// is to its device (`configure(0, ..)`'s `ifindex`), each live frame,
+    /// with nothing the generator does per frame.
+    pub fn raw_generator(&self) -> Result<GenHandle, Error> {
+        self.handle(RAW, 0)
+    }
+
+    /// Attaches the bare sink (count and drop) to `ifindex`; the caller
+    /// must be in the device's namespace.
+    pub fn attach_drop(&mut self, ifindex: i32) -> Result<(), Error> {
+        let link = object::program(&self.obj, DROP)
+            .attach_xdp(ifindex)
+            .map_err(|source| Error::Attach { ifindex, source })?;
+        self.links.push(link);
+        Ok(())
+    }
+
+    /// Frames the bare sink has dropped, over CPUs.
+    pub fn dropped(&self) -> Result<u64, Error> {
+        let per_cpu = self
+            .maps
+            .drop_count
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("reading the bare sink's count"))?
+            .unwrap_or_default();
+        Ok(per_cpu
+            .iter()
+            .filter_map(|c| c.get(..8))
+            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+            .sum())
+    }
+
+    fn handle(&self, prog: &str, stream: u32) -> Result<GenHandle, Error> {
         stream_key(stream)?;
         use std::os::fd::AsFd;
-        let fd = object::program(&self.obj, GEN)
+        let fd = object::program(&self.obj, prog)
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| Error::Config(format!("duplicating the generator's fd: {e}")))?;

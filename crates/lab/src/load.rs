@@ -112,8 +112,9 @@ pub struct Learned {
 pub struct NeighbourLimit {
     /// `dut.neighbour_limit`.
     pub limit: u32,
-    /// Entries the host's ARP table held when it was set (every
-    /// namespace's, this lab's own among them).
+    /// Entries of the host's ARP table that counted against the limit
+    /// when it was set (every namespace's, this lab's own among them;
+    /// not loopback or permanent ones, which the kernel exempts).
     pub host_entries_before: u64,
     /// gc_thresh3 for the run: the two above added.
     pub gc_thresh3: u64,
@@ -214,9 +215,7 @@ pub fn setup(spec: &LoadSpec) -> Result<(Setup, Vec<Edit>, Vec<u32>), Error> {
             requested_pps: spec.pps(),
             catch_up_ns: wirelab_workload::load::tolerance_ns(
                 plan.interval_ns,
-                spec.stream()
-                    .catch_up
-                    .map_or(Duration::ZERO, |c| c.as_std()),
+                spec.stream().catch_up_time(),
             ),
             rate: plan,
             schedule,
@@ -577,10 +576,7 @@ pub fn run(
                     SendPort::Tx => Port::Tx,
                     SendPort::Rx => Port::Rx,
                 },
-                catch_up: views[k]
-                    .stream()
-                    .catch_up
-                    .map_or(Duration::ZERO, |c| c.as_std()),
+                catch_up: views[k].stream().catch_up_time(),
             })
             .collect();
         let timing = Timing {

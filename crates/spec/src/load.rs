@@ -365,8 +365,10 @@ pub struct Stream {
     /// How late the generator may fall behind its schedule (descheduled
     /// on a busy host) and still send the frames it owes, back to back,
     /// so the average rate holds exactly (as `iperf3 -b` does). Later, it
-    /// gives the slots up and counts them. Default: 64 slots' worth, so
-    /// a stall never turns into a burst the DUT would be blamed for.
+    /// gives the slots up and counts them. Default: 64 slots' worth or
+    /// 200 µs, the longer (a batch of frames leaves together, and the
+    /// DUT's work on it takes about that), so a stall never turns into a
+    /// burst the DUT would be blamed for.
     /// Frames sent behind their time are counted either way.
     #[serde(default)]
     pub catch_up: Option<Nanos>,
@@ -452,6 +454,12 @@ pub const SIMPLE_IMIX: [(u32, u32); 3] = [(64, 7), (594, 4), (1518, 1)];
 pub const MAX_MIX: u32 = 64;
 
 impl Stream {
+    /// `catch_up`, zero when not asked for (the generator's default).
+    pub fn catch_up_time(&self) -> std::time::Duration {
+        self.catch_up
+            .map_or(std::time::Duration::ZERO, |c| c.as_std())
+    }
+
     /// (network header, L4 header) offsets of the stack (the outer ones
     /// under VXLAN).
     pub fn offsets(&self) -> (u16, u16) {
@@ -1016,15 +1024,23 @@ pub const MAX_STREAMS: usize = 8;
 
 fn validate(s: &LoadSpec) -> Result<(), Invalid> {
     if !s.streams.is_empty() {
-        return validate_streams(s);
-    }
-    if s.stream.as_ref().is_some_and(|st| st.arp.is_some()) {
+        validate_streams(s)?;
+    } else if s.stream.as_ref().is_some_and(|st| st.arp.is_some()) {
         return err(
             "stream.arp",
             "an ARP stream is for the DUT and is not measured: run it beside a measured one, in `streams:`",
         );
+    } else {
+        validate_one(s)?;
     }
-    validate_one(s)
+    // What a neighbour limit is for, and what reports what it did.
+    if s.dut.neighbour_limit.is_some() && !s.streams.iter().any(|st| st.arp.is_some()) {
+        return err(
+            "dut.neighbour_limit",
+            "an ARP-learning test's: it needs a stream of `arp:` replies (in `streams:`) to fill the table",
+        );
+    }
+    Ok(())
 }
 
 /// `streams:`: each as a test of its own, its errors named by its place
@@ -1938,6 +1954,10 @@ expect:
             ("kind: bridge, neighbour_limit: 32", "a router's or a NAT's"),
             ("kind: router, neighbour_limit: 0", "from 1 to"),
             ("kind: router, neighbour_limit: 100000", "from 1 to"),
+            (
+                "kind: router, neighbour_limit: 32",
+                "a stream of `arp:` replies",
+            ),
         ] {
             let e = parse(&GOOD.replace("kind: router", bad_dut)).unwrap_err();
             assert_eq!(e.path, "dut.neighbour_limit", "{bad_dut}: {e}");
