@@ -460,7 +460,13 @@ impl Tester {
     /// Attaches the bare sink (count and drop) to `ifindex`; the caller
     /// must be in the device's namespace.
     pub fn attach_drop(&mut self, ifindex: i32) -> Result<(), Error> {
-        let link = object::program(&self.obj, DROP)
+        self.attach(DROP, ifindex)
+    }
+
+    /// Attaches program `prog` to `ifindex` as its XDP program, for as
+    /// long as this value lives.
+    fn attach(&mut self, prog: &str, ifindex: i32) -> Result<(), Error> {
+        let link = object::program(&self.obj, prog)
             .attach_xdp(ifindex)
             .map_err(|source| Error::Attach { ifindex, source })?;
         self.links.push(link);
@@ -653,11 +659,7 @@ impl Tester {
     /// The link is a file descriptor: it goes with this value or process.
     /// The caller must be in the device's namespace.
     pub fn attach_sink(&mut self, ifindex: i32) -> Result<(), Error> {
-        let link = object::program(&self.obj, SINK)
-            .attach_xdp(ifindex)
-            .map_err(|source| Error::Attach { ifindex, source })?;
-        self.links.push(link);
-        Ok(())
+        self.attach(SINK, ifindex)
     }
 
     /// Attaches a program that passes everything to `ifindex`, the veth
@@ -665,11 +667,7 @@ impl Tester {
     /// frames only while its peer runs NAPI, which an XDP program turns on.
     /// The caller must be in the device's namespace.
     pub fn attach_pass(&mut self, ifindex: i32) -> Result<(), Error> {
-        let link = object::program(&self.obj, PASS)
-            .attach_xdp(ifindex)
-            .map_err(|source| Error::Attach { ifindex, source })?;
-        self.links.push(link);
-        Ok(())
+        self.attach(PASS, ifindex)
     }
 
     /// What arrived of stream `stream` with version `v` (0, 1; 2: all,
