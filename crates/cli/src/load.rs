@@ -44,10 +44,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
         let at = "dut.neighbour_limit";
         let e = wirelab_spec::SpecError {
             path: at.into(),
-            message: "Linux keeps one ARP table for every namespace, limited host-wide \
-                      (net.ipv4.neigh.default.gc_thresh3): the run would lower the host's limit \
-                      until it ends. Allow it with --host-wide"
-                .into(),
+            message: wirelab_lab::load::HOST_WIDE_NEEDED.into(),
             line: std::fs::read_to_string(&args.spec)
                 .ok()
                 .and_then(|t| wirelab_spec::line_of(&t, at)),

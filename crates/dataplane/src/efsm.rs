@@ -154,21 +154,11 @@ impl Responder {
         let mut out = Vec::with_capacity(self.rows + COUNTS);
         let keys = (0..self.rows).chain(ROW_COUNTS..ROW_COUNTS + COUNTS);
         for k in keys {
-            let per_cpu = self
-                .maps
-                .efsm_counts
-                .lookup_percpu(&(k as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(map_err("reading the responder's counters"))?
-                .unwrap_or_default();
-            out.push(
-                per_cpu
-                    .iter()
-                    .filter_map(|c| {
-                        c.get(..8)
-                            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-                    })
-                    .sum(),
-            );
+            out.push(object::per_cpu_sum(
+                &self.maps.efsm_counts,
+                k as u32,
+                "reading the responder's counters",
+            )?);
         }
         Ok(out)
     }

@@ -475,17 +475,7 @@ impl Tester {
 
     /// Frames the bare sink has dropped, over CPUs.
     pub fn dropped(&self) -> Result<u64, Error> {
-        let per_cpu = self
-            .maps
-            .drop_count
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(map_err("reading the bare sink's count"))?
-            .unwrap_or_default();
-        Ok(per_cpu
-            .iter()
-            .filter_map(|c| c.get(..8))
-            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
-            .sum())
+        object::per_cpu_sum(&self.maps.drop_count, 0, "reading the bare sink's count")
     }
 
     fn handle(&self, prog: &str, stream: u32) -> Result<GenHandle, Error> {
@@ -684,19 +674,8 @@ impl Tester {
         let mut out = vec![0u64; HIST_BUCKETS];
         for (b, slot) in out.iter_mut().enumerate() {
             let key = (stream * 2 + v) * HIST_BUCKETS as u32 + b as u32;
-            let per_cpu = self
-                .maps
-                .sink_hist
-                .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)
-                .map_err(map_err("reading the latency histogram"))?
-                .unwrap_or_default();
-            *slot = per_cpu
-                .iter()
-                .filter_map(|c| {
-                    c.get(..8)
-                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-                })
-                .sum();
+            *slot =
+                object::per_cpu_sum(&self.maps.sink_hist, key, "reading the latency histogram")?;
         }
         Ok(out)
     }

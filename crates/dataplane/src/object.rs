@@ -196,6 +196,24 @@ macro_rules! maps {
 }
 pub(crate) use maps;
 
+/// A per-CPU array's `u64` at `key`, summed over CPUs (`what` names it
+/// in an error).
+pub(crate) fn per_cpu_sum(
+    map: &libbpf_rs::MapHandle,
+    key: u32,
+    what: &str,
+) -> Result<u64, crate::Error> {
+    let per_cpu = map
+        .lookup_percpu(&key.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .map_err(crate::map_err(what))?
+        .unwrap_or_default();
+    Ok(per_cpu
+        .iter()
+        .filter_map(|c| c.get(..8))
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+        .sum())
+}
+
 /// Attaches `prog` to tc ingress of `ifindex` (handle 1, priority 1,
 /// replacing what is there), creating the clsact qdisc if needed. The
 /// caller must be in the device's namespace.

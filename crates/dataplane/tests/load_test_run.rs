@@ -629,17 +629,7 @@ const INNER: Udp = Udp {
 
 /// A step edit of the L4 source port at `l4_off`, over `lo..=hi`.
 fn port_step(l4_off: u16, lo: u32, hi: u32) -> Edit {
-    Edit {
-        offset: l4_off,
-        width: 2,
-        mode: EditMode::Step,
-        carry_from: None,
-        rand_bits: 0,
-        table: 0,
-        lo,
-        hi,
-        step: 1,
-    }
+    Edit::step(l4_off, 2, lo, hi)
 }
 
 #[test]

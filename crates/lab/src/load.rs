@@ -107,6 +107,12 @@ pub struct Learned {
     pub limit: Option<NeighbourLimit>,
 }
 
+/// Why `dut.neighbour_limit` needs the user's consent (`host_wide`).
+pub const HOST_WIDE_NEEDED: &str =
+    "Linux keeps one ARP table for every namespace, limited host-wide \
+     (net.ipv4.neigh.default.gc_thresh3): the run would lower the host's limit until it ends. \
+     Allow it with --host-wide";
+
 /// The neighbour table's limit for the run (the host's, lowered).
 #[derive(Debug, Clone, Serialize)]
 pub struct NeighbourLimit {
@@ -480,12 +486,9 @@ pub fn run(
     let mut planned = views.iter().map(setup).collect::<Result<Vec<_>, _>>()?;
     let single = views.len() == 1;
     if spec.dut.neighbour_limit.is_some() && !opts.host_wide {
-        return Err(Error::BadInput(
-            "dut.neighbour_limit: Linux keeps one ARP table for every namespace, limited host-wide \
-             (net.ipv4.neigh.default.gc_thresh3); the run would lower the host's limit until it ends. \
-             Allow it with --host-wide"
-                .into(),
-        ));
+        return Err(Error::BadInput(format!(
+            "dut.neighbour_limit: {HOST_WIDE_NEEDED}"
+        )));
     }
     let Begun {
         run_id,

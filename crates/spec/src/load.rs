@@ -366,9 +366,9 @@ pub struct Stream {
     /// on a busy host) and still send the frames it owes, back to back,
     /// so the average rate holds exactly (as `iperf3 -b` does). Later, it
     /// gives the slots up and counts them. Default: 64 slots' worth or
-    /// 200 µs, the longer (a batch of frames leaves together, and the
-    /// DUT's work on it takes about that), so a stall never turns into a
-    /// burst the DUT would be blamed for.
+    /// 200 µs, the longer (a batch of frames leaves together, and the DUT
+    /// forwards it then: `MIN_TOLERANCE_NS`), so a stall never turns into
+    /// a burst the DUT would be blamed for.
     /// Frames sent behind their time are counted either way.
     #[serde(default)]
     pub catch_up: Option<Nanos>,

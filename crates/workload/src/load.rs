@@ -89,13 +89,15 @@ pub fn tolerance_ns(interval_ns: u64, catch_up: Duration) -> u64 {
 }
 
 /// The least the meter tolerates. A batch's frames leave together at its
-/// end, and the DUT's work on them runs then, on the generator's CPU:
-/// about 100 µs for 64 frames of 1518 bytes through a bridge here. A
-/// tolerance shorter than that made each batch start behind by more than
-/// it, so its slots were given up, and the runs that came early after it
-/// were held (dropped) instead of sent: at 812,743 frames/s of 1518 bytes
-/// (10 Gbit/s), 647,000 frames/s arrived with 64 slots (79 µs), 685,000
-/// with 200 µs, with a third of the held runs.
+/// end, and the DUT's work on them runs then, on the generator's CPU: at
+/// the bridge path's limit here (about 830,000 frames/s, `wirelab bench
+/// load`) 64 frames take about 77 µs, as long as 64 slots at 10 Gbit/s of
+/// 1518-byte frames (79 µs). Measured, three interleaved pairs at 812,743
+/// frames/s of 1518 bytes: 647,000-657,000 frames/s arrived with 64 slots,
+/// 678,000-695,000 with 200 µs, and the meter held (dropped) a third as
+/// many runs. Our reading: with 64 slots a batch often began further
+/// behind than the tolerance, gave its slots up, and then held the runs
+/// that came early.
 pub const MIN_TOLERANCE_NS: u64 = 200_000;
 
 /// Samples kept per side at most: the pcapng sample stays a sample.
@@ -383,11 +385,7 @@ pub fn run(
         .iter()
         .chain(ports.rx_peer.iter().filter(|_| from_rx))
     {
-        let i = ifindex(ns, dev)? as i32;
-        wirelab_netns::in_netns(ns, || tester.attach_pass(i))?.map_err(|source| Error::Tester {
-            what: format!("turning NAPI on at {dev} in {ns}"),
-            source,
-        })?;
+        napi_on(&mut tester, ns, dev)?;
     }
     // The peer's NAPI, and all the DUT does with a packet, runs in the
     // generator's system call on the sending CPU (veth schedules its
@@ -820,11 +818,7 @@ pub fn path_limit(ports: &Ports, frame: &[u8], duration: Duration) -> Result<f64
         }
     })?;
     if let Some((ns, dev)) = &ports.tx_peer {
-        let i = ifindex(ns, dev)? as i32;
-        wirelab_netns::in_netns(ns, || tester.attach_pass(i))?.map_err(|source| Error::Tester {
-            what: format!("turning NAPI on at {dev} in {ns}"),
-            source,
-        })?;
+        napi_on(&mut tester, ns, dev)?;
     }
     let raw = t("opening the baseline source", tester.raw_generator())?;
     let (stop, tid, first) = (
@@ -860,6 +854,16 @@ pub fn path_limit(ports: &Ports, frame: &[u8], duration: Duration) -> Result<f64
             return Err(Error::Other("the baseline source stopped early".into()));
         }
         Ok((c1 - c0) as f64 / (t1 - t0).as_secs_f64())
+    })
+}
+
+/// The pass-all program on `dev` in `ns`, a sending port's veth peer: a
+/// veth takes redirected frames only while its peer runs NAPI.
+fn napi_on(tester: &mut Tester, ns: &str, dev: &str) -> Result<(), Error> {
+    let i = ifindex(ns, dev)? as i32;
+    wirelab_netns::in_netns(ns, || tester.attach_pass(i))?.map_err(|source| Error::Tester {
+        what: format!("turning NAPI on at {dev} in {ns}"),
+        source,
     })
 }
 
