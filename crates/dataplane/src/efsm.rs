@@ -4,8 +4,6 @@
 //! module carries its table, payload and settings to the kernel and
 //! reads the counters back.
 
-use std::os::fd::AsFd;
-
 use libbpf_rs::{MapCore, MapFlags};
 use wirelab_load::efsm::{Reply, Side, COUNTS, ROW_COUNTS};
 
@@ -166,22 +164,10 @@ impl Responder {
     /// The program's CPU time and runs so far, as the kernel counts them
     /// while `kernel.bpf_stats_enabled` is 1 (None: it is not).
     pub fn run_time(&self) -> Option<(u64, u64)> {
-        use std::os::fd::AsRawFd;
-        let prog = object::program(&self.obj, PROG);
-        // SAFETY: a zeroed bpf_prog_info is valid; the kernel writes at
-        // most `len` bytes of it.
-        let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of_val(&info) as u32;
-        let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                prog.as_fd().as_raw_fd(),
-                &mut info,
-                &mut len,
-            )
-        };
+        let info = object::prog_info(&object::program(&self.obj, PROG))?;
         let on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
             .is_ok_and(|v| v.trim() == "1");
-        (rc == 0 && (on || info.run_cnt > 0)).then_some((info.run_time_ns, info.run_cnt))
+        (on || info.run_cnt > 0).then_some((info.run_time_ns, info.run_cnt))
     }
 
     /// Flows the side holds now.

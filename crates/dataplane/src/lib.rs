@@ -5,7 +5,7 @@
 //! Every struct shared with the kernel comes from the skeleton's `types`
 //! module (generated from BTF by libbpf-cargo), never from a hand copy.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use libbpf_rs::{MapCore, MapFlags, PrintLevel, TcHookBuilder};
@@ -1243,36 +1243,16 @@ impl Switch {
     /// (runs, total ns) of a program of this switch as the kernel counted
     /// them; counts only while a `RunTimeStats` guard is alive.
     pub fn prog_stats(&self, forward_only: bool) -> (u64, u64) {
-        let prog = self.prog(forward_only);
-        let id = libbpf_rs::Program::id_from_fd(prog.as_fd()).unwrap_or(0);
-        libbpf_rs::query::ProgInfoIter::default()
-            .find(|p| p.id == id)
-            .map_or((0, 0), |p| (p.run_cnt, p.run_time_ns))
+        object::prog_info(&self.prog(forward_only)).map_or((0, 0), |p| (p.run_cnt, p.run_time_ns))
     }
 
     /// Instructions the verifier walked to accept the pipeline (struct
     /// bpf_prog_info's `verified_insns`, Linux 5.16): its share of the
     /// 1,000,000 the verifier allows, and what every run's start pays.
     pub fn verified_insns(&self) -> Result<u32, Error> {
-        let fd = self.prog(false).as_fd().as_raw_fd();
-        // SAFETY: bpf_prog_info is plain data the kernel fills up to `len`.
-        let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of_val(&info) as u32;
-        // SAFETY: a valid program fd, and a buffer of `len` bytes.
-        let r = unsafe {
-            libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                fd,
-                (&mut info as *mut libbpf_rs::libbpf_sys::bpf_prog_info).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return Err(Error::Config(format!(
-                "BPF_OBJ_GET_INFO_BY_FD: {}",
-                std::io::Error::from_raw_os_error(-r)
-            )));
-        }
-        Ok(info.verified_insns)
+        object::prog_info(&self.prog(false))
+            .map(|p| p.verified_insns)
+            .ok_or_else(|| Error::Config("BPF_OBJ_GET_INFO_BY_FD on the switch failed".into()))
     }
 }
 

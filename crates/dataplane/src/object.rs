@@ -171,6 +171,27 @@ pub(crate) fn program<'o>(obj: &'o libbpf_rs::Object, name: &str) -> libbpf_rs::
         .unwrap_or_else(|| panic!("program `{name}` was checked when the object loaded"))
 }
 
+/// The kernel's `bpf_prog_info` of a loaded program (BPF_OBJ_GET_INFO_BY_FD):
+/// its runs and run time (counted while stats are on), recursion misses,
+/// the instructions the verifier walked. None if the call fails.
+pub(crate) fn prog_info(
+    prog: &libbpf_rs::ProgramMut<'_>,
+) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
+    use std::os::fd::{AsFd, AsRawFd};
+    // SAFETY: a zeroed bpf_prog_info is valid plain data; the kernel writes
+    // at most `len` bytes of it, for the fd of a loaded program.
+    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of_val(&info) as u32;
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+            prog.as_fd().as_raw_fd(),
+            &mut info,
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info)
+}
+
 /// Checks that a loaded object has these programs.
 pub(crate) fn check_programs(obj: &libbpf_rs::Object, names: &[&str]) -> Result<(), Error> {
     for n in names {

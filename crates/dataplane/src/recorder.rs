@@ -5,8 +5,6 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use std::os::fd::AsFd;
-
 use libbpf_rs::{AsRawLibbpf, MapCore, MapFlags};
 
 use crate::object;
@@ -359,17 +357,11 @@ impl Recorder {
     }
 
     /// The kernel's information on each of the recorder's programs.
-    fn infos(&self) -> Vec<(&'static str, libbpf_rs::query::ProgramInfo)> {
-        let mut info: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
+    fn infos(&self) -> Vec<(&'static str, libbpf_rs::libbpf_sys::bpf_prog_info)> {
         PROGS
             .iter()
             .chain(PROBES.iter())
-            .filter_map(|n| {
-                let id =
-                    libbpf_rs::Program::id_from_fd(object::program(&self.obj, n).as_fd()).ok()?;
-                let i = info.iter().position(|p| p.id == id)?;
-                Some((*n, info.swap_remove(i)))
-            })
+            .filter_map(|n| Some((*n, object::prog_info(&object::program(&self.obj, n))?)))
             .collect()
     }
 
