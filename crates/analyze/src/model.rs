@@ -1748,7 +1748,7 @@ impl Conn {
         } else if !first {
             // Bytes never seen sent (a capture gap, or reordered before
             // the capture point): not judged, but a RACK signal still.
-            snd.remember_resend(rel, end, ts);
+            snd.remember_resend(rel, end, ts, self.out.base_rtt.sender_side_ns);
         }
         snd.sent(ts);
     }
@@ -1760,7 +1760,7 @@ impl Conn {
 /// tcp_small_queue_check: sk_pacing_rate >> sk_pacing_shift, shift 10). A
 /// retransmission seen less than that after the ACK covering it may have
 /// been queued before the ACK arrived.
-const SEND_QUEUE_NS: u64 = 1_000_000;
+pub(crate) const SEND_QUEUE_NS: u64 = 1_000_000;
 
 /// What a sender could know when it sent a retransmission.
 struct Classify<'a> {

@@ -390,3 +390,54 @@ fn a_probe_timed_by_the_handshakes_rtt_is_a_probe() {
         vec!["unjustified-retransmission".to_string()]
     );
 }
+
+/// A sender that processes its ACKs late (a socket busy in `sendmsg`
+/// queues them in its backlog) resends data the receiver had SACKed just
+/// before, then reads that SACK and takes it as the repair's delivery
+/// (tcp_rack_advance takes the latest transmission's time): what it sent
+/// before the repair is lost by RACK (RFC 8985 §6.2), and it resends that
+/// again. The analyzer already grants that the sender may not have had
+/// the SACK (the repair is no `sacked-data-retransmitted`); it must then
+/// grant the signal the SACK becomes. A dumpcap at the receiver of a real
+/// transfer (CI, 2026-11-27) called the second repair unjustified.
+#[test]
+fn a_sack_read_after_the_repair_it_covers_marks_earlier_repairs_lost() {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    g.push(true, seq(0), sisn + 1, MSS, false);
+    g.push(true, seq(1), sisn + 1, MSS, false); // dropped after the capture
+    g.push(false, sisn + 1, seq(1), 0, false);
+    g.push(true, seq(2), sisn + 1, MSS, false);
+    g.push(true, seq(5), sisn + 1, MSS, false); // reordered ahead of 3, 4
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(3))]);
+    g.push(true, seq(3), sisn + 1, MSS, false);
+    g.push_sacked(
+        false,
+        sisn + 1,
+        seq(1),
+        0,
+        false,
+        &[(seq(5), seq(6)), (seq(2), seq(3))],
+    );
+    g.push(true, seq(6), sisn + 1, MSS, false);
+    // The SACK of 3: the sender reads it only after it resent 3.
+    g.push_sacked(
+        false,
+        sisn + 1,
+        seq(1),
+        0,
+        false,
+        &[(seq(2), seq(4)), (seq(5), seq(6))],
+    );
+    g.push(true, seq(4), sisn + 1, MSS, false);
+    g.push(true, seq(7), sisn + 1, MSS, false);
+    g.push(true, seq(1), sisn + 1, MSS, false); // repair of 1: three dup ACKs
+    g.push(false, sisn + 1, seq(8), 0, false);
+    g.push(true, seq(3), sisn + 1, MSS, false); // repair of 3: RACK, by 5
+    g.push_sacked(false, sisn + 1, seq(8), 0, false, &[(seq(3), seq(4))]);
+    g.push(true, seq(1), sisn + 1, MSS, false); // RACK, by the repair of 3
+    g.push_sacked(false, sisn + 1, seq(8), 0, false, &[(seq(1), seq(2))]);
+    assert_eq!(violations(&g), Vec::<String>::new());
+}

@@ -10,6 +10,7 @@ use wirelab_trace::{Action, Tcp};
 use super::segmap::SegMap;
 use super::{
     seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission, SegState,
+    SEND_QUEUE_NS,
 };
 use crate::{Evidence, Options};
 
@@ -548,7 +549,7 @@ impl Sender {
             backoff_of,
             captured_after: None,
         });
-        self.remember_resend(rel, end, ts);
+        self.remember_resend(rel, end, ts, out.base_rtt.sender_side_ns);
         // Every byte this sends was sent again now (a retransmission can
         // span several first transmissions: Linux collapses small ones).
         for (_, st) in self
@@ -564,12 +565,42 @@ impl Sender {
 
     /// Bytes `rel..end` sent again at `ts` (remembered as a RACK signal for
     /// data sent before them, `Classify`).
-    pub(crate) fn remember_resend(&mut self, rel: u32, end: u32, ts: u64) {
+    ///
+    /// If a SACK covered them shortly before, too recently for the sender
+    /// to surely have read it (within its side of the round trip and its
+    /// transmit queue, the bound `already_sacked` uses), the sender may
+    /// read it only after this repair: a socket busy in `sendmsg` takes its
+    /// ACKs from the backlog that late. Linux then takes the SACK as the
+    /// repair's delivery (tcp_rack_advance stamps a SACKed segment with its
+    /// latest transmission), and RACK marks lost what was sent before the
+    /// repair (RFC 8985 §6.2). So that SACK is kept as the repair's, held
+    /// from the repair's own time. A dumpcap at the receiver of a real
+    /// transfer (CI, 2026-11-27) had a repair resent 73 us after itself
+    /// for exactly this, and it was called unjustified.
+    pub(crate) fn remember_resend(&mut self, rel: u32, end: u32, ts: u64, sender_side_ns: u64) {
+        let recent = |t: u64| t.saturating_add(sender_side_ns + SEND_QUEUE_NS) > ts;
+        let seen = self
+            .segs
+            .range(..=rel)
+            .next_back()
+            .filter(|(_, s)| seq_lt(rel, s.end))
+            .and_then(|(_, s)| s.sacked_ts().zip(s.sack_at()));
+        let unseen = || {
+            self.resent
+                .iter()
+                .rev()
+                .filter(|e| seq_le(e.rel, rel) && seq_le(end, e.end))
+                .find_map(|e| e.sacked)
+        };
+        let pending = seen
+            .or_else(unseen)
+            .filter(|&(t, _)| t <= ts && recent(t))
+            .map(|(_, at)| (ts, at));
         self.push_resent(Resent {
             rel,
             end,
             ts,
-            sacked: None,
+            sacked: pending,
         });
     }
 
