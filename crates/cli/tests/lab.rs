@@ -1958,11 +1958,60 @@ fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
     assert_eq!(r.code, 0, "{}", r.why());
     let q = &r.summary["vaqm"][0];
     assert!(q["marks"].as_u64().unwrap() > 0, "{q}");
-    assert!(
-        !wirelab_dataplane::dctcp::registered(),
+    assert_eq!(
+        wirelab_dataplane::dctcp::registered_names(),
+        Vec::<String>::new(),
         "wl_dctcp left registered"
     );
     assert_nothing_left("dctcp run");
+}
+
+/// Two `wirelab run`s of a DCTCP spec at once (two users, or a run beside
+/// a sweep): congestion controls are one kernel-wide list of names, and
+/// each process registers its own. Under one shared name the second
+/// registration failed ("failed to attach struct_ops: File exists", exit
+/// 2), 6 of 50 runs of two concurrent loops of the Fig. 15 spec.
+#[test]
+fn two_processes_run_dctcp_at_once() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/dctcp-hosts-hold-the-real-queue-near-k.yaml");
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_wirelab"))
+            .args(["run", "--json", "--out"])
+            .arg(out.path())
+            .arg(&spec)
+            .current_dir(repo())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("wirelab runs")
+    };
+    let (a, b) = (start(), start());
+    for child in [a, b] {
+        let o = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !stderr.contains("registering DCTCP"),
+            "exit {:?}: {stderr}",
+            o.status.code()
+        );
+        // The run itself may fail its timing claims with two labs on two
+        // cores; what must hold is that it ran on DCTCP.
+        let summary: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("no summary ({e}): {stderr}"));
+        assert!(
+            summary["vaqm"][0]["marks"].as_u64().unwrap_or(0) > 0,
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        wirelab_dataplane::dctcp::registered_names(),
+        Vec::<String>::new(),
+        "wl_dctcp left registered"
+    );
+    assert_nothing_left("two dctcp runs");
 }
 
 /// NetBump Fig. 17: QCN pushes three unresponsive UDP senders back

@@ -3,8 +3,10 @@
  * DCTCP for the lab's end hosts, as a BPF struct_ops congestion control:
  * this kernel has no tcp_dctcp, and NetBump's DCTCP experiments (seed 003
  * §4.2, Figs. 15-16) need senders that react to the fraction of marks.
- * Registered as "wl_dctcp" (not "dctcp", so it never clashes with a
- * kernel's own module); a spec's `congestion_control: dctcp` selects it.
+ * Registered as "wl_dctcp_<pid>" (not "dctcp", so it never clashes with a
+ * kernel's own module; user space writes the name into `.name` before
+ * loading, one per wirelab process, src/dctcp.rs); a spec's
+ * `congestion_control: dctcp` selects it.
  *
  * The algorithm is RFC 8257's:
  *   §3.2 the receiver echoes the CE state of every packet: when the state

@@ -1,10 +1,18 @@
 //! DCTCP for the lab's end hosts (`bpf/dctcp.bpf.c`): a BPF struct_ops
 //! congestion control registered while a [`Dctcp`] lives. Congestion
 //! controls are a kernel-wide list, so once registered every namespace's
-//! sockets can select it by name (`TCP_CONGESTION`); dropping the guard
-//! unregisters it.
+//! sockets can select it by name (`TCP_CONGESTION`); dropping the last
+//! guard unregisters it.
+//!
+//! Each process registers its own, named `wl_dctcp_<pid>`
+//! (`wirelab_spec::topology::dctcp_kernel_name`), and its runs share that
+//! one registration ([`Dctcp::shared`]): a campaign's parallel labs are
+//! threads of one process, and two processes must not depend on each
+//! other's. The link goes with the process, so a killed one leaves
+//! nothing registered.
 
 use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex, Weak};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 
@@ -16,14 +24,26 @@ mod skel {
 }
 use skel::{DctcpSkel, DctcpSkelBuilder};
 
-/// The name sockets select it by.
-pub const NAME: &str = "wl_dctcp";
+/// What every wirelab DCTCP's kernel name starts with
+/// (`wirelab_spec::topology::DCTCP_PREFIX`).
+const PREFIX: &str = "wl_dctcp";
 
-/// Whether a congestion control named `wl_dctcp` is registered now (by
-/// this process or another run).
-pub fn registered() -> bool {
+/// The wirelab DCTCPs registered now, any process's.
+pub fn registered_names() -> Vec<String> {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        .is_ok_and(|a| a.split_whitespace().any(|c| c == NAME))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|c| {
+            c.strip_prefix(PREFIX)
+                .is_some_and(|pid| pid.is_empty() || pid.starts_with('_'))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a DCTCP named `name` is registered now.
+pub fn registered(name: &str) -> bool {
+    registered_names().iter().any(|n| n == name)
 }
 
 /// The registration; the congestion control goes away with it.
@@ -32,17 +52,34 @@ pub struct Dctcp {
     _skel: DctcpSkel<'static>,
 }
 
+// SAFETY: once registered, nothing is called on the skeleton or the link
+// again; they are only held, and dropped (closing their fds, freeing the
+// object), which libbpf allows from any thread.
+unsafe impl Send for Dctcp {}
+unsafe impl Sync for Dctcp {}
+
+/// The process's registration while some run holds it.
+static SHARED: Mutex<Weak<Dctcp>> = Mutex::new(Weak::new());
+
 impl Dctcp {
-    /// Loads and registers `wl_dctcp`; the verifier log is in the error.
-    pub fn register() -> Result<Dctcp, Error> {
+    /// Loads and registers DCTCP under `name` (at most 15 bytes,
+    /// TCP_CA_NAME_MAX); the verifier log is in the error.
+    pub fn register(name: &str) -> Result<Dctcp, Error> {
         // As with the switch: the skeleton borrows its storage for its whole
-        // life, and a run registers this at most once.
+        // life, and a process registers this once per use.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
         let (res, log) = crate::with_libbpf_log(|| {
             DctcpSkelBuilder::default()
                 .open(storage)
-                .and_then(|o| o.load())
+                .and_then(|mut o| {
+                    let ops = o.struct_ops.wl_dctcp_mut();
+                    ops.name = [0; 16];
+                    for (d, s) in ops.name.iter_mut().take(15).zip(name.bytes()) {
+                        *d = s as i8;
+                    }
+                    o.load()
+                })
                 .and_then(|mut s| {
                     let link = s.maps.wl_dctcp.attach_struct_ops()?;
                     Ok((s, link))
@@ -53,5 +90,19 @@ impl Dctcp {
             _link: link,
             _skel: skel,
         })
+    }
+
+    /// This process's registration under `name` (always the same one:
+    /// `wirelab_spec::topology::dctcp_kernel_name`), made by the first
+    /// caller and shared until the last holder drops it (parallel runs of
+    /// one process).
+    pub fn shared(name: &str) -> Result<Arc<Dctcp>, Error> {
+        let mut held = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = held.upgrade() {
+            return Ok(d);
+        }
+        let d = Arc::new(Dctcp::register(name)?);
+        *held = Arc::downgrade(&d);
+        Ok(d)
     }
 }

@@ -228,22 +228,21 @@ pub fn build_extension(
         .map_err(|e| Error::BadInput(format!("vaqm.extension: {e}")))
 }
 
-/// Registers wirelab's DCTCP (struct_ops) when a host of the plan uses it;
-/// the congestion control is kernel-wide and lives as long as the guard
-/// (unless another run already holds it).
+/// Registers wirelab's DCTCP (struct_ops) when a host of the plan uses it:
+/// this process's, shared by its runs, and gone when the last of them
+/// drops the guard (`wirelab_dataplane::dctcp`).
 pub fn dctcp_for(
     plan: &wirelab_plan::Plan,
-) -> Result<Option<wirelab_dataplane::dctcp::Dctcp>, Error> {
+) -> Result<Option<std::sync::Arc<wirelab_dataplane::dctcp::Dctcp>>, Error> {
     use wirelab_spec::CongestionControl;
     if !plan
         .hosts
         .iter()
         .any(|h| h.stack.congestion_control == CongestionControl::Dctcp)
-        || wirelab_dataplane::dctcp::registered()
     {
         return Ok(None);
     }
-    wirelab_dataplane::dctcp::Dctcp::register()
+    wirelab_dataplane::dctcp::Dctcp::shared(CongestionControl::Dctcp.kernel_name())
         .map(Some)
         .during("registering DCTCP (struct_ops)")
 }

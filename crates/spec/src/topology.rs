@@ -58,14 +58,42 @@ pub struct Host {
     pub stack: Option<Stack>,
 }
 
+/// What every wirelab DCTCP's kernel name starts with.
+pub const DCTCP_PREFIX: &str = "wl_dctcp";
+
+/// This process's DCTCP kernel name: `wl_dctcp_` and the process id in
+/// base 36. Congestion controls are one kernel-wide list of names, and two
+/// wirelab processes at once (two users; `wirelab run` beside a sweep)
+/// each register their own: under one shared name the second
+/// registration failed (EEXIST), or, skipped, the first process's exit
+/// took the algorithm away from the second's runs. At most 15 characters
+/// (TCP_CA_NAME_MAX, 16 with its NUL): a pid is below 2^22, five digits.
+pub fn dctcp_kernel_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| dctcp_name_of(std::process::id()))
+}
+
+fn dctcp_name_of(mut pid: u32) -> String {
+    let mut digits = Vec::new();
+    loop {
+        digits.push(char::from_digit(pid % 36, 36).expect("below 36"));
+        pid /= 36;
+        if pid == 0 {
+            break;
+        }
+    }
+    format!("{DCTCP_PREFIX}_{}", digits.iter().rev().collect::<String>())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CongestionControl {
     Reno,
     Cubic,
     Bbr,
-    /// DCTCP (RFC 8257): wirelab's BPF struct_ops `wl_dctcp`, registered
-    /// for the run (this kernel has no tcp_dctcp). Negotiates ECN itself.
+    /// DCTCP (RFC 8257): wirelab's BPF struct_ops `wl_dctcp_<pid>`,
+    /// registered while runs use it (this kernel has no tcp_dctcp).
+    /// Negotiates ECN itself.
     Dctcp,
 }
 
@@ -82,7 +110,7 @@ impl CongestionControl {
     /// What a socket selects with TCP_CONGESTION.
     pub fn kernel_name(self) -> &'static str {
         match self {
-            CongestionControl::Dctcp => "wl_dctcp",
+            CongestionControl::Dctcp => dctcp_kernel_name(),
             other => other.name(),
         }
     }
@@ -97,6 +125,14 @@ impl CongestionControl {
     /// The one a socket (or the sysctl) names `kernel`, if a spec can ask
     /// for it (a record's `TCP_CONGESTION`, read from the kernel).
     pub fn from_kernel_name(kernel: &str) -> Option<CongestionControl> {
+        if kernel
+            .strip_prefix(DCTCP_PREFIX)
+            .is_some_and(|pid| pid.is_empty() || pid.starts_with('_'))
+        {
+            // Any process's (a record made by another run), or the name
+            // before it carried one.
+            return Some(CongestionControl::Dctcp);
+        }
         Self::ALL.into_iter().find(|c| c.kernel_name() == kernel)
     }
 }
@@ -339,16 +375,33 @@ mod cc_tests {
 
     #[test]
     fn a_kernel_name_maps_back_to_what_a_spec_asks_for() {
-        // wirelab's DCTCP runs as wl_dctcp: a record of it replays as dctcp.
-        assert_eq!(
-            CongestionControl::from_kernel_name("wl_dctcp"),
-            Some(CongestionControl::Dctcp)
-        );
+        // wirelab's DCTCP runs as wl_dctcp_<pid>: a record of it, made by
+        // any process, replays as dctcp.
+        for name in ["wl_dctcp", "wl_dctcp_1z4", super::dctcp_kernel_name()] {
+            assert_eq!(
+                CongestionControl::from_kernel_name(name),
+                Some(CongestionControl::Dctcp),
+                "{name}"
+            );
+        }
+        assert_eq!(CongestionControl::from_kernel_name("wl_dctcpx"), None);
         assert_eq!(
             CongestionControl::from_kernel_name("bbr"),
             Some(CongestionControl::Bbr)
         );
         assert_eq!(CongestionControl::from_kernel_name("dctcp"), None);
         assert_eq!(CongestionControl::from_kernel_name("htcp"), None);
+    }
+
+    #[test]
+    fn this_processs_dctcp_name_fits_the_kernels_limit_and_is_its_own() {
+        let name = super::dctcp_kernel_name();
+        // TCP_CA_NAME_MAX is 16 with the NUL.
+        assert!(name.len() <= 15, "{name}");
+        let pid = name.strip_prefix("wl_dctcp_").expect("the prefix");
+        assert_eq!(u32::from_str_radix(pid, 36).unwrap(), std::process::id());
+        // The largest pid Linux hands out (PID_MAX_LIMIT, 2^22) fits too.
+        assert_eq!(super::dctcp_name_of(1 << 22), "wl_dctcp_2hwcg");
+        assert_eq!(super::dctcp_name_of(0), "wl_dctcp_0");
     }
 }
