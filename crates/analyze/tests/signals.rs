@@ -441,3 +441,38 @@ fn a_sack_read_after_the_repair_it_covers_marks_earlier_repairs_lost() {
     g.push_sacked(false, sisn + 1, seq(8), 0, false, &[(seq(1), seq(2))]);
     assert_eq!(violations(&g), Vec::<String>::new());
 }
+
+/// The capture missed a segment in the middle of a flight (tcpdump
+/// dropped it; here a frame deleted with editcap), and the receiver SACKs
+/// it while the segment below it is lost: RACK marks that one lost (it
+/// was sent before the missed one: new data goes out in sequence order).
+/// The SACK of bytes the capture never saw sent, between two it did, is
+/// that signal. Seen in the deleted-frame capture of a real transfer (a
+/// repair 3 us after such a SACK, called unjustified).
+fn missed_mid_flight(resend: u32) -> Vec<String> {
+    let mut g = common::TcpGen::new();
+    let (isn, sisn) = (1000u32, 5000u32);
+    let seq = |k: u32| isn + 1 + k * MSS;
+    g.handshake(isn, sisn);
+    g.push(true, seq(0), sisn + 1, MSS, false);
+    g.push(false, sisn + 1, seq(1), 0, false);
+    g.push(true, seq(1), sisn + 1, MSS, false); // dropped after the capture
+                                                // Segment 2 went out here; the capture lost it.
+    g.push(true, seq(3), sisn + 1, MSS, false); // dropped too
+    g.push(true, seq(4), sisn + 1, MSS, false);
+    g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(3))]);
+    g.push(true, seq(resend), sisn + 1, MSS, false);
+    violations(&g)
+}
+
+#[test]
+fn a_sack_of_a_segment_the_capture_missed_mid_flight_is_a_signal() {
+    assert_eq!(missed_mid_flight(1), Vec::<String>::new());
+}
+
+/// ... for what was sent before it only: segment 3 went out after the
+/// missed one, and nothing sent after 3 is delivered yet.
+#[test]
+fn a_sack_of_a_missed_segment_is_no_signal_for_data_sent_after_it() {
+    assert_eq!(missed_mid_flight(3), ["unjustified-retransmission"]);
+}

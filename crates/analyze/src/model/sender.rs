@@ -306,6 +306,31 @@ impl Sender {
         }
     }
 
+    /// The stretches of `l..top` (below `next_new`) that no segment
+    /// holds, each with the first transmission time of the segment seen
+    /// above it (`now` when none is): the latest its bytes can have left.
+    fn unseen(&self, l: u32, top: u32, now: u64) -> Vec<(u32, u32, u64)> {
+        let mut out = Vec::new();
+        let mut cursor = l;
+        let from = self.segs.range(..=l).next_back().map_or(l, |(&k, _)| k);
+        for (&k, s) in self.segs.range(from..) {
+            if !seq_lt(cursor, top) {
+                return out;
+            }
+            if seq_lt(cursor, k) {
+                let to = if seq_lt(k, top) { k } else { top };
+                out.push((cursor, to, s.first_ts));
+            }
+            if seq_lt(cursor, s.end) {
+                cursor = s.end;
+            }
+        }
+        if seq_lt(cursor, top) {
+            out.push((cursor, top, now));
+        }
+        out
+    }
+
     /// A retransmission of bytes at `rel` whose first transmission was
     /// forgotten (`KEEP`).
     pub(crate) fn forgot(&self, rel: u32) -> bool {
@@ -361,6 +386,34 @@ impl Sender {
             for e in self.resent.iter_mut().filter(|e| e.sacked.is_none()) {
                 if seq_le(l, e.rel) && seq_le(e.end, r) {
                     e.sacked = Some((ts, at));
+                }
+            }
+            // SACKed bytes inside the data seen sent that no segment
+            // holds: the capture missed their transmission (tcpdump
+            // dropped it, or a frame was deleted). New data goes out in
+            // sequence order, so it came after every segment seen below
+            // them, and before the one seen above: remembered as a repair
+            // sent at that latest time, a RACK signal for what was sent
+            // before it (RFC 8985 §6.2), as above.
+            if seq_lt(l, self.next_new) {
+                let top = if seq_lt(r, self.next_new) {
+                    r
+                } else {
+                    self.next_new
+                };
+                for (from, to, sent) in self.unseen(l, top, ts) {
+                    let known = self
+                        .resent
+                        .iter()
+                        .any(|e| e.sacked.is_some() && seq_le(e.rel, from) && seq_le(to, e.end));
+                    if !known {
+                        self.push_resent(Resent {
+                            rel: from,
+                            end: to,
+                            ts: sent,
+                            sacked: Some((ts, at)),
+                        });
+                    }
                 }
             }
             // SACKed bytes above all data seen sent: the capture missed
