@@ -456,9 +456,10 @@ fn missed_mid_flight(resend: u32) -> Vec<String> {
     g.handshake(isn, sisn);
     g.push(true, seq(0), sisn + 1, MSS, false);
     g.push(false, sisn + 1, seq(1), 0, false);
-    g.push(true, seq(1), sisn + 1, MSS, false); // dropped after the capture
-                                                // Segment 2 went out here; the capture lost it.
-    g.push(true, seq(3), sisn + 1, MSS, false); // dropped too
+    // Segment 1 is dropped after the capture point; segment 2 goes out
+    // next, and the capture loses it; 3 is dropped too.
+    g.push(true, seq(1), sisn + 1, MSS, false);
+    g.push(true, seq(3), sisn + 1, MSS, false);
     g.push(true, seq(4), sisn + 1, MSS, false);
     g.push_sacked(false, sisn + 1, seq(1), 0, false, &[(seq(2), seq(3))]);
     g.push(true, seq(resend), sisn + 1, MSS, false);

@@ -306,9 +306,9 @@ impl Sender {
         }
     }
 
-    /// The stretches of `l..top` (below `next_new`) that no segment
-    /// holds, each with the first transmission time of the segment seen
-    /// above it (`now` when none is): the latest its bytes can have left.
+    /// The stretches of `l..top` that no segment holds, each with the
+    /// first transmission time of the segment seen above it (`now` above
+    /// every one): the latest its bytes can have left.
     fn unseen(&self, l: u32, top: u32, now: u64) -> Vec<(u32, u32, u64)> {
         let mut out = Vec::new();
         let mut cursor = l;
@@ -388,59 +388,29 @@ impl Sender {
                     e.sacked = Some((ts, at));
                 }
             }
-            // SACKed bytes inside the data seen sent that no segment
-            // holds: the capture missed their transmission (tcpdump
-            // dropped it, or a frame was deleted). New data goes out in
-            // sequence order, so it came after every segment seen below
-            // them, and before the one seen above: remembered as a repair
-            // sent at that latest time, a RACK signal for what was sent
-            // before it (RFC 8985 §6.2), as above.
-            if seq_lt(l, self.next_new) {
-                let top = if seq_lt(r, self.next_new) {
-                    r
-                } else {
-                    self.next_new
-                };
-                for (from, to, sent) in self.unseen(l, top, ts) {
-                    let known = self
-                        .resent
-                        .iter()
-                        .any(|e| e.sacked.is_some() && seq_le(e.rel, from) && seq_le(to, e.end));
-                    if !known {
-                        self.push_resent(Resent {
-                            rel: from,
-                            end: to,
-                            ts: sent,
-                            sacked: Some((ts, at)),
-                        });
-                    }
-                }
-            }
-            // SACKed bytes above all data seen sent: the capture missed
-            // their transmission, which came after every one it saw (new
-            // data goes out in sequence order) and before this SACK. They
-            // are remembered as a repair sent at the latest time it can
-            // have been: a RACK signal for what was seen sent before it,
-            // so the capture's own loss is never read as the sender's
-            // fault (the receiver's side reports the gap). The receiver
-            // repeats the block until the sender moves on: only its first
-            // SACK counts (later ones would stretch "the latest time", and
-            // crowd real repairs out of `RESENT`).
-            if seq_lt(self.next_new, r) {
-                let from = if seq_lt(self.next_new, l) {
-                    l
-                } else {
-                    self.next_new
-                };
+            // SACKed bytes no segment holds: the capture missed their
+            // transmission (tcpdump dropped it, or a frame was deleted).
+            // New data goes out in sequence order, so they
+            // left after every segment seen below them and before the
+            // one seen above, or, above all data seen sent, before this
+            // SACK. They are remembered as a repair sent at the latest
+            // time it can have been: a RACK signal for what was seen sent
+            // before it (RFC 8985 §6.2), so the capture's own loss is
+            // never read as the sender's fault (the receiver's side
+            // reports the gap). The receiver repeats the block until the
+            // sender moves on: only its first SACK counts (later ones
+            // would stretch "the latest time", and crowd real repairs out
+            // of `RESENT`).
+            for (from, to, sent) in self.unseen(l, r, ts) {
                 let known = self
                     .resent
                     .iter()
-                    .any(|e| e.sacked.is_some() && seq_le(e.rel, from) && seq_le(r, e.end));
+                    .any(|e| e.sacked.is_some() && seq_le(e.rel, from) && seq_le(to, e.end));
                 if !known {
                     self.push_resent(Resent {
                         rel: from,
-                        end: r,
-                        ts,
+                        end: to,
+                        ts: sent,
                         sacked: Some((ts, at)),
                     });
                 }
