@@ -1970,7 +1970,7 @@ fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
 /// a sweep): congestion controls are one kernel-wide list of names, and
 /// each process registers its own. Under one shared name the second
 /// registration failed ("failed to attach struct_ops: File exists", exit
-/// 2), 6 of 50 runs of two concurrent loops of the Fig. 15 spec.
+/// 2), 7 of 50 runs of two concurrent loops of the Fig. 15 spec.
 #[test]
 fn two_processes_run_dctcp_at_once() {
     let Some((_g, out)) = lab_test() else {
