@@ -2748,7 +2748,7 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
     // not a replay.
     let dir = out.path().join("bad");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("x.deter"), b"WLDETER2\x05\x00").unwrap();
+    std::fs::write(dir.join("x.deter"), b"WLDETER3\x05\x00").unwrap();
     let refused = |p: &Path| -> String {
         let o = wirelab(&[
             "replay",
