@@ -447,20 +447,31 @@ mod tests {
         assert!(e.detail.contains("does not decompress"), "{e}");
     }
 
+    /// A record of `n` packets sent `step` ns apart (th = 5 µs).
+    fn sampled(
+        seed: u64,
+        n: u64,
+        mut step: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> u64,
+    ) -> ConnRecord {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut s = Sampler::new(5_000);
+        let mut r = ConnRecord::default();
+        let mut t = 1_700_000_000_000_000u64;
+        for i in 0..n {
+            t += step(&mut rng);
+            r.tx_samples.extend(s.sample(i, t));
+        }
+        r.tx_samples.extend(s.finish());
+        r
+    }
+
     /// Samples at irregular times and rates, as a VM sends: each reads
     /// back exactly through the deltas, in fewer bytes than whole samples.
     #[test]
     fn irregular_samples_read_back_through_their_deltas() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let mut s = Sampler::new(5_000);
-        let mut r = ConnRecord::default();
-        let mut t = 1_700_000_000_000_000u64;
-        for i in 0..20_000u64 {
-            t += rng.gen_range(500..40_000);
-            r.tx_samples.extend(s.sample(i, t));
-        }
-        r.tx_samples.extend(s.finish());
+        use rand::Rng;
+        let r = sampled(7, 20_000, |rng| rng.gen_range(500..40_000));
         assert!(r.tx_samples.len() > 1_000, "{}", r.tx_samples.len());
         let bytes = encode(&r);
         assert_eq!(decode(&bytes).unwrap().tx_samples, r.tx_samples);
@@ -478,16 +489,10 @@ mod tests {
     /// back exactly.
     #[test]
     fn sample_times_coded_from_the_prediction_are_smaller() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let mut s = Sampler::new(5_000);
-        let mut r = ConnRecord::default();
-        let mut t = 1_700_000_000_000_000u64;
-        for i in 0..50_000u64 {
-            t += 1_200 + rng.gen_range(0..4_000) * u64::from(rng.gen_bool(0.2));
-            r.tx_samples.extend(s.sample(i, t));
-        }
-        r.tx_samples.extend(s.finish());
+        use rand::Rng;
+        let r = sampled(11, 50_000, |rng| {
+            1_200 + rng.gen_range(0..4_000) * u64::from(rng.gen_bool(0.2))
+        });
         let bytes = encode(&r);
         assert_eq!(decode(&bytes).unwrap().tx_samples, r.tx_samples);
         // The previous coding: every field from the sample before.
