@@ -15,6 +15,7 @@ use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex, Weak};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use wirelab_spec::CongestionControl;
 
 use crate::Error;
 
@@ -24,26 +25,25 @@ mod skel {
 }
 use skel::{DctcpSkel, DctcpSkelBuilder};
 
-/// What every wirelab DCTCP's kernel name starts with
-/// (`wirelab_spec::topology::DCTCP_PREFIX`).
-const PREFIX: &str = "wl_dctcp";
+/// The name this process's sockets select it by
+/// (`wirelab_spec::topology::dctcp_kernel_name`).
+pub fn name() -> &'static str {
+    CongestionControl::Dctcp.kernel_name()
+}
 
 /// The wirelab DCTCPs registered now, any process's.
 pub fn registered_names() -> Vec<String> {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default()
         .split_whitespace()
-        .filter(|c| {
-            c.strip_prefix(PREFIX)
-                .is_some_and(|pid| pid.is_empty() || pid.starts_with('_'))
-        })
+        .filter(|c| CongestionControl::from_kernel_name(c) == Some(CongestionControl::Dctcp))
         .map(str::to_string)
         .collect()
 }
 
-/// Whether a DCTCP named `name` is registered now.
-pub fn registered(name: &str) -> bool {
-    registered_names().iter().any(|n| n == name)
+/// Whether this process's DCTCP is registered now.
+pub fn registered() -> bool {
+    registered_names().iter().any(|n| n == name())
 }
 
 /// The registration; the congestion control goes away with it.
@@ -62,9 +62,9 @@ unsafe impl Sync for Dctcp {}
 static SHARED: Mutex<Weak<Dctcp>> = Mutex::new(Weak::new());
 
 impl Dctcp {
-    /// Loads and registers DCTCP under `name` (at most 15 bytes,
-    /// TCP_CA_NAME_MAX); the verifier log is in the error.
-    pub fn register(name: &str) -> Result<Dctcp, Error> {
+    /// Loads and registers this process's DCTCP under [`name`]; the
+    /// verifier log is in the error.
+    pub fn register() -> Result<Dctcp, Error> {
         // As with the switch: the skeleton borrows its storage for its whole
         // life, and a process registers this once per use.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
@@ -75,7 +75,7 @@ impl Dctcp {
                 .and_then(|mut o| {
                     let ops = o.struct_ops.wl_dctcp_mut();
                     ops.name = [0; 16];
-                    for (d, s) in ops.name.iter_mut().take(15).zip(name.bytes()) {
+                    for (d, s) in ops.name.iter_mut().take(15).zip(name().bytes()) {
                         *d = s as i8;
                     }
                     o.load()
@@ -92,16 +92,14 @@ impl Dctcp {
         })
     }
 
-    /// This process's registration under `name` (always the same one:
-    /// `wirelab_spec::topology::dctcp_kernel_name`), made by the first
-    /// caller and shared until the last holder drops it (parallel runs of
-    /// one process).
-    pub fn shared(name: &str) -> Result<Arc<Dctcp>, Error> {
+    /// This process's registration, made by the first caller and shared
+    /// until the last holder drops it (parallel runs of one process).
+    pub fn shared() -> Result<Arc<Dctcp>, Error> {
         let mut held = SHARED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(d) = held.upgrade() {
             return Ok(d);
         }
-        let d = Arc::new(Dctcp::register(name)?);
+        let d = Arc::new(Dctcp::register()?);
         *held = Arc::downgrade(&d);
         Ok(d)
     }

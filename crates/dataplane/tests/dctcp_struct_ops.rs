@@ -7,15 +7,7 @@
 #[allow(dead_code)]
 mod common;
 use common::have_bpf;
-use wirelab_dataplane::dctcp::{registered_names, Dctcp};
-
-fn name() -> &'static str {
-    wirelab_spec::CongestionControl::Dctcp.kernel_name()
-}
-
-fn registered() -> bool {
-    wirelab_dataplane::dctcp::registered(name())
-}
+use wirelab_dataplane::dctcp::{name, registered, registered_names, Dctcp};
 
 #[test]
 fn wl_dctcp_registers_is_selectable_is_shared_and_unregisters() {
@@ -23,12 +15,13 @@ fn wl_dctcp_registers_is_selectable_is_shared_and_unregisters() {
         return;
     }
     assert!(!registered());
-    assert_eq!(name(), format!("wl_dctcp_{}", radix36(std::process::id())));
-    let first = Dctcp::shared(name()).expect("wl_dctcp loads");
+    let pid = name().strip_prefix("wl_dctcp_").expect("the prefix");
+    assert_eq!(u32::from_str_radix(pid, 36).unwrap(), std::process::id());
+    let first = Dctcp::shared().expect("wl_dctcp loads");
     assert!(registered());
     assert!(registered_names().iter().any(|n| n == name()));
     // A second run of the process shares the registration.
-    let second = Dctcp::shared(name()).expect("shared");
+    let second = Dctcp::shared().expect("shared");
     assert!(std::sync::Arc::ptr_eq(&first, &second));
     // A socket can select it by name (root: CAP_NET_ADMIN).
     let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -47,20 +40,8 @@ fn wl_dctcp_registers_is_selectable_is_shared_and_unregisters() {
     drop(second);
     assert!(!registered());
     // And the next run registers it afresh.
-    let again = Dctcp::shared(name()).expect("registers again");
+    let again = Dctcp::shared().expect("registers again");
     assert!(registered());
     drop(again);
     assert!(!registered());
-}
-
-fn radix36(mut n: u32) -> String {
-    let mut s = Vec::new();
-    loop {
-        s.push(char::from_digit(n % 36, 36).unwrap());
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    s.iter().rev().collect()
 }

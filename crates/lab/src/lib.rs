@@ -242,7 +242,7 @@ pub fn dctcp_for(
     {
         return Ok(None);
     }
-    wirelab_dataplane::dctcp::Dctcp::shared(CongestionControl::Dctcp.kernel_name())
+    wirelab_dataplane::dctcp::Dctcp::shared()
         .map(Some)
         .during("registering DCTCP (struct_ops)")
 }

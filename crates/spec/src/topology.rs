@@ -59,7 +59,7 @@ pub struct Host {
 }
 
 /// What every wirelab DCTCP's kernel name starts with.
-pub const DCTCP_PREFIX: &str = "wl_dctcp";
+const DCTCP_PREFIX: &str = "wl_dctcp";
 
 /// This process's DCTCP kernel name: `wl_dctcp_` and the process id in
 /// base 36. Congestion controls are one kernel-wide list of names, and two
