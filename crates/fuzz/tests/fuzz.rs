@@ -302,6 +302,49 @@ fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
     assert!(s.report(&c, 0.1));
 }
 
+/// A member that scored 0 is no guide: drawn as a parent, it gives way to
+/// a fresh point of the space. So while nothing has scored the search is
+/// random search, and members that scored are the only ones mutated.
+#[test]
+fn members_that_scored_nothing_are_not_mutated() {
+    let l = loaded("");
+    let m = Mutator {
+        space: &l.target.space,
+        catalog: catalog(),
+        max_changes: 2,
+    };
+    let mut s = Search::new(m, l.seed.clone(), 9, 2, 100, 0.0, Mode::Genetic);
+    for _ in 0..2 {
+        let c = s.propose();
+        s.report(&c, 0.0);
+    }
+    for _ in 0..20 {
+        let c = s.propose();
+        assert!(c.parent.is_none(), "a pool of zeros gave a mutant");
+        assert!(!s.report(&c, 0.0));
+    }
+    let c = s.propose();
+    let scored = c.hash.clone();
+    assert!(s.report(&c, 0.5));
+    let (mut mutants, mut fresh) = (0, 0);
+    for _ in 0..60 {
+        let c = s.propose();
+        match &c.parent {
+            Some(p) => {
+                assert_eq!(p, &scored, "a mutant of a member that scored 0");
+                mutants += 1;
+            }
+            None => fresh += 1,
+        }
+        assert!(!s.report(&c, 0.0));
+    }
+    // One member in three scored: about a third are its mutants.
+    assert!(
+        (10..=35).contains(&mutants) && fresh > 0,
+        "{mutants} mutants and {fresh} fresh points of 60"
+    );
+}
+
 #[test]
 fn random_mode_draws_fresh_points_and_keeps_no_pool_after_the_initial_one() {
     let l = loaded("");
