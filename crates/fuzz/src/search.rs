@@ -101,25 +101,21 @@ impl<'a> Search<'a> {
         } else if n < self.init || self.mode == Mode::Random {
             (self.mutator.random(&self.seed, &mut self.rng), None)
         } else {
-            // Algorithm 1 line 4. With more labs than the pool has members
-            // yet, the seed stands in for the pool.
-            let parent = self
-                .pool
-                .choose(&mut self.rng)
-                .map(|m| (m.spec.clone(), m.hash.clone(), m.score));
-            match parent.unwrap_or_else(|| (self.seed.clone(), mutate::hash(&self.seed), 0.0)) {
-                // A member that scored 0 showed nothing: a mutant of it
-                // is a random guess kept near a point known to be dull.
-                // It is replaced by a fresh point of the space, so that
-                // where no run has scored yet the search is random search,
-                // and it turns local as members that scored fill the pool.
-                // (Mutating dull members, the search needed 53-61 runs
-                // where random search needed 7-15, on a space wider than
-                // the shipped target's: `wirelab bench fuzz`.)
-                (_, _, score) if score <= 0.0 => {
-                    (self.mutator.random(&self.seed, &mut self.rng), None)
-                }
-                (p, ph, _) => (self.mutator.mutate(&p, &mut self.rng), Some(ph)),
+            // Algorithm 1 line 4. A member that scored 0 showed nothing:
+            // a mutant of it is a random guess kept near a point known to
+            // be dull, so a fresh point of the space takes its place (as
+            // it does while the pool is still empty, with more labs than
+            // it has members). Where no run has scored yet the search is
+            // random search; it turns local as members that scored fill
+            // the pool. (Mutating dull members, the search needed 53-61
+            // runs where random search needed 7-15, on a space wider than
+            // the shipped target's: `wirelab bench fuzz`.)
+            let parent = (self.pool.choose(&mut self.rng))
+                .filter(|m| m.score > 0.0)
+                .map(|m| (m.spec.clone(), m.hash.clone()));
+            match parent {
+                Some((p, ph)) => (self.mutator.mutate(&p, &mut self.rng), Some(ph)),
+                None => (self.mutator.random(&self.seed, &mut self.rng), None),
             }
         };
         Candidate {
