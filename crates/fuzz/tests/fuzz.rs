@@ -59,6 +59,17 @@ fn target_text(extra: &str) -> String {
     )
 }
 
+/// Algorithm 1 over the test target's space, two fields a mutation:
+/// `Search::new` with the rest of its arguments.
+fn search(l: &Loaded, seed: u64, init: u32, capacity: u32, p: f64, mode: Mode) -> Search<'_> {
+    let m = Mutator {
+        space: &l.target.space,
+        catalog: catalog(),
+        max_changes: 2,
+    };
+    Search::new(m, l.seed.clone(), seed, init, capacity, p, mode)
+}
+
 fn loaded(extra: &str) -> Loaded {
     target::from_text(
         &target_text(extra),
@@ -210,14 +221,7 @@ fn mutation_stays_inside_the_space_and_every_mutant_validates() {
 #[test]
 fn selection_follows_the_median_rule_with_probability_p() {
     let l = loaded("");
-    let mk = |p: f64| {
-        let m = Mutator {
-            space: &l.target.space,
-            catalog: catalog(),
-            max_changes: 2,
-        };
-        Search::new(m, l.seed.clone(), 11, 4, 10_000, p, Mode::Genetic)
-    };
+    let mk = |p: f64| search(&l, 11, 4, 10_000, p, Mode::Genetic);
     // The initial pool (4) joins whatever it scores.
     let mut s = mk(0.0);
     for score in [1.0, 2.0, 3.0, 4.0] {
@@ -270,12 +274,7 @@ fn selection_follows_the_median_rule_with_probability_p() {
 #[test]
 fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
     let l = loaded("");
-    let m = Mutator {
-        space: &l.target.space,
-        catalog: catalog(),
-        max_changes: 2,
-    };
-    let mut s = Search::new(m, l.seed.clone(), 5, 4, 4, 0.0, Mode::Genetic);
+    let mut s = search(&l, 5, 4, 4, 0.0, Mode::Genetic);
     for score in [0.0, 1.0, 2.0, 3.0] {
         let c = s.propose();
         s.report(&c, score);
@@ -285,12 +284,7 @@ fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
     assert_eq!(s.pool_len(), 4);
     assert_eq!(s.median(), 2.5, "0 left the pool: 1, 2, 3, 5");
 
-    let m = Mutator {
-        space: &l.target.space,
-        catalog: catalog(),
-        max_changes: 2,
-    };
-    let mut s = Search::new(m, l.seed.clone(), 5, 2, 100, 0.0, Mode::Genetic);
+    let mut s = search(&l, 5, 2, 100, 0.0, Mode::Genetic);
     for _ in 0..2 {
         let c = s.propose();
         s.report(&c, 0.0);
@@ -308,12 +302,7 @@ fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
 #[test]
 fn members_that_scored_nothing_are_not_mutated() {
     let l = loaded("");
-    let m = Mutator {
-        space: &l.target.space,
-        catalog: catalog(),
-        max_changes: 2,
-    };
-    let mut s = Search::new(m, l.seed.clone(), 9, 2, 100, 0.0, Mode::Genetic);
+    let mut s = search(&l, 9, 2, 100, 0.0, Mode::Genetic);
     for _ in 0..2 {
         let c = s.propose();
         s.report(&c, 0.0);
@@ -348,12 +337,7 @@ fn members_that_scored_nothing_are_not_mutated() {
 #[test]
 fn random_mode_draws_fresh_points_and_keeps_no_pool_after_the_initial_one() {
     let l = loaded("");
-    let m = Mutator {
-        space: &l.target.space,
-        catalog: catalog(),
-        max_changes: 2,
-    };
-    let mut s = Search::new(m, l.seed.clone(), 3, 2, 2, 0.5, Mode::Random);
+    let mut s = search(&l, 3, 2, 2, 0.5, Mode::Random);
     for _ in 0..2 {
         let c = s.propose();
         s.report(&c, 1.0);
