@@ -138,6 +138,7 @@ pub fn run(
         let target = PathBuf::from(target);
         let mut med = Vec::new();
         let mut shown = Vec::new();
+        let mut seeds_found = Vec::new();
         for mode in [Mode::Genetic, Mode::Random] {
             let mut found = Vec::new();
             for seed in 1..=seeds {
@@ -158,6 +159,7 @@ pub fn run(
             let misses = found.iter().filter(|&&f| f > f64::from(runs)).count();
             shown.push(format!("{m:.0} ({misses} missed)"));
             med.push(m);
+            seeds_found.push(found);
         }
         println!(
             "{device:<26} {:>16} {:>16} {:>14.2}  {}",
@@ -165,6 +167,20 @@ pub fn run(
             shown[1],
             med[1] / med[0],
             target.display()
+        );
+        // Each seed's figure: a median of a few seeds hides how far they
+        // spread, which is what says whether two medians differ.
+        let list = |f: &[f64]| {
+            f.iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{:<26} seeds 1-{seeds}: genetic {}; random {}",
+            "",
+            list(&seeds_found[0]),
+            list(&seeds_found[1])
         );
     }
     // Throughput: the same 30-run campaign with 1, 2 and N labs.
