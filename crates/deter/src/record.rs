@@ -267,24 +267,15 @@ pub fn decode(bytes: &[u8]) -> Result<ConnRecord, Damage> {
 
 /// Algorithm 1's samples as deltas from the sample before (the first from
 /// zero): the index grows, and a gap changes by less than it is. A time is
-/// coded as its distance from where the sample before puts it (`infer`:
-/// its time plus its gap per packet since): Algorithm 1 starts a sample
+/// coded as its distance from where the sample before puts it
+/// (`Sample::at`, as `infer` reads a record): Algorithm 1 starts a sample
 /// only where that estimate misses by more than th, so the distance is
 /// about th, where the time since the sample before is the whole
 /// interval (on veth at th = 5 µs, a few µs against tens). Each field is
 /// a varint (zigzag for the signed ones).
 mod sample_deltas {
     use super::Sample;
-    use crate::sample::GAP_ONE;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    /// Where `prev` puts packet `index`, in wrapping arithmetic (so that
-    /// any time, however far off, codes and decodes exactly).
-    fn predicted(prev: &Sample, index: u64) -> u64 {
-        let k = u128::from(index.wrapping_sub(prev.index));
-        prev.time_ns
-            .wrapping_add((k * u128::from(prev.gap) / u128::from(GAP_ONE)) as u64)
-    }
 
     const ZERO: Sample = Sample {
         index: 0,
@@ -299,7 +290,7 @@ mod sample_deltas {
             .map(|x| {
                 let d = (
                     x.index.wrapping_sub(prev.index),
-                    x.time_ns.wrapping_sub(predicted(&prev, x.index)) as i64,
+                    x.time_ns.wrapping_sub(prev.at(x.index)) as i64,
                     x.gap.wrapping_sub(prev.gap) as i64,
                 );
                 prev = *x;
@@ -318,7 +309,7 @@ mod sample_deltas {
                 let index = prev.index.wrapping_add(di);
                 prev = Sample {
                     index,
-                    time_ns: predicted(&prev, index).wrapping_add(dt as u64),
+                    time_ns: prev.at(index).wrapping_add(dt as u64),
                     gap: prev.gap.wrapping_add(dg as u64),
                 };
                 prev

@@ -30,6 +30,18 @@ pub struct Sample {
     pub gap: u64,
 }
 
+impl Sample {
+    /// The send time this sample puts packet `index` at: its time plus its
+    /// gap per packet since. Wrapping, so that any fields (a record being
+    /// decoded, `record::sample_deltas`) give a time, and the same one
+    /// both ways.
+    pub fn at(&self, index: u64) -> u64 {
+        let k = u128::from(index.wrapping_sub(self.index));
+        self.time_ns
+            .wrapping_add((k * u128::from(self.gap) / u128::from(GAP_ONE)) as u64)
+    }
+}
+
 /// Algorithm 1's state for one flow.
 #[derive(Debug, Clone)]
 pub struct Sampler {
@@ -137,9 +149,7 @@ fn clamp(v: u128) -> u64 {
 /// order, as a `Sampler` recorded them); None before the first sample.
 pub fn infer(samples: &[Sample], index: u64) -> Option<u64> {
     let at = samples.partition_point(|s| s.index <= index);
-    let s = samples.get(at.checked_sub(1)?)?;
-    let k = u128::from(index - s.index);
-    Some(s.time_ns + clamp(k * u128::from(s.gap) / u128::from(GAP_ONE)))
+    Some(samples.get(at.checked_sub(1)?)?.at(index))
 }
 
 #[cfg(test)]
