@@ -55,6 +55,11 @@ fn print_lab(s: &Summary) {
             .map_or("", |h| h.congestion_control.as_str()),
         hosts.join(", ")
     );
+    if let Some(n) = s.dctcp_repairs.filter(|&n| n > 0) {
+        println!(
+            "  dctcp      {n} window(s) repaired after the kernel skipped a congestion-control callback (see crates/dataplane/bpf/dctcp.bpf.c)"
+        );
+    }
     for c in &s.connections {
         let isn = c.data_isn.map_or("-".to_string(), |i| format!("{i:#010x}"));
         println!(

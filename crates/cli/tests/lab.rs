@@ -1958,12 +1958,55 @@ fn dctcp_end_hosts_back_off_on_marks_and_leave_no_congestion_control_behind() {
     assert_eq!(r.code, 0, "{}", r.why());
     let q = &r.summary["vaqm"][0];
     assert!(q["marks"].as_u64().unwrap() > 0, "{q}");
+    // Skipped callbacks are counted for the user, even when there were none.
+    assert!(r.summary["dctcp_repairs"].is_u64(), "{}", r.summary);
     assert_eq!(
         wirelab_dataplane::dctcp::registered_names(),
         Vec::<String>::new(),
         "wl_dctcp left registered"
     );
     assert_nothing_left("dctcp run");
+}
+
+/// The lab machines' kernel now and then does not run a congestion-control
+/// callback, and a skipped ssthresh() hands TCP garbage
+/// (`crates/dataplane/bpf/dctcp.bpf.c`). With every third ssthresh()
+/// skipped on purpose, DCTCP still holds the queue near K and loses
+/// nothing: the window is set only in its cong_control(), after the
+/// threshold is repaired. Under the kernel's own PRR the same fault failed
+/// the spec's queue claim in 10 runs of 10 (p50 98-131 KB, K = 30 KB).
+#[test]
+fn dctcp_holds_the_queue_when_the_kernel_skips_its_ssthresh() {
+    let Some((_g, out)) = lab_test() else {
+        return;
+    };
+    let spec = repo().join("specs/vaqm/dctcp-hosts-hold-the-real-queue-near-k.yaml");
+    let o = Command::new(env!("CARGO_BIN_EXE_wirelab"))
+        .args(["run", "--json", "--out"])
+        .arg(out.path())
+        .arg(&spec)
+        .env(wirelab_dataplane::dctcp::SKIP_SSTHRESH_ENV, "3")
+        .current_dir(repo())
+        .output()
+        .expect("wirelab runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let summary: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("no summary ({e}): {stderr}"));
+    assert_eq!(o.status.code(), Some(0), "{stderr}\n{summary}");
+    let repairs = summary["dctcp_repairs"].as_u64().unwrap_or(0);
+    assert!(
+        repairs >= 10,
+        "{repairs} repairs: the fault was not injected"
+    );
+    let conns = summary["analysis"]["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 2, "{summary}");
+    for c in conns {
+        assert_eq!(
+            c["data_packets"], c["first_transmissions"],
+            "retransmissions: {c}"
+        );
+    }
+    assert_nothing_left("dctcp run with skipped ssthresh");
 }
 
 /// Two `wirelab run`s of a DCTCP spec at once (two users, or a run beside

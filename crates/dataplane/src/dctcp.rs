@@ -10,6 +10,11 @@
 //! threads of one process, and two processes must not depend on each
 //! other's. The link goes with the process, so a killed one leaves
 //! nothing registered.
+//!
+//! The kernel of the lab machines sometimes skips a congestion-control
+//! callback (`bpf/dctcp.bpf.c` says how and what the programs do about it);
+//! [`Dctcp::repairs`] counts the repairs. The tests reproduce the fault
+//! with [`SKIP_SSTHRESH_ENV`].
 
 use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex, Weak};
@@ -24,6 +29,11 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/dctcp.skel.rs"));
 }
 use skel::{DctcpSkel, DctcpSkelBuilder};
+
+/// Fault injection for the tests: `WIRELAB_TEST_DCTCP_SKIP_SSTHRESH=N`
+/// makes every N-th ssthresh() of the registration act as a call the
+/// kernel skipped (no effect, a garbage threshold). Read at registration.
+pub const SKIP_SSTHRESH_ENV: &str = "WIRELAB_TEST_DCTCP_SKIP_SSTHRESH";
 
 /// The name this process's sockets select it by
 /// (`wirelab_spec::topology::dctcp_kernel_name`).
@@ -46,15 +56,24 @@ pub fn registered() -> bool {
     registered_names().iter().any(|n| n == name())
 }
 
+/// [`SKIP_SSTHRESH_ENV`]'s value; 0 (no fault) when unset or not a number.
+fn skip_ssthresh_every() -> u32 {
+    std::env::var(SKIP_SSTHRESH_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The registration; the congestion control goes away with it.
 pub struct Dctcp {
     _link: libbpf_rs::Link,
-    _skel: DctcpSkel<'static>,
+    skel: DctcpSkel<'static>,
 }
 
 // SAFETY: once registered, nothing is called on the skeleton or the link
-// again; they are only held, and dropped (closing their fds, freeing the
-// object), which libbpf allows from any thread.
+// again; they are held, dropped (closing their fds, freeing the object),
+// which libbpf allows from any thread, and the .bss mapping is read with
+// volatile loads of a u64 ([`Dctcp::repairs`]), which any thread may do.
 unsafe impl Send for Dctcp {}
 unsafe impl Sync for Dctcp {}
 
@@ -73,6 +92,9 @@ impl Dctcp {
             DctcpSkelBuilder::default()
                 .open(storage)
                 .and_then(|mut o| {
+                    if let Some(r) = o.maps.rodata_data.as_deref_mut() {
+                        r.skip_ssthresh_every = skip_ssthresh_every();
+                    }
                     let ops = o.struct_ops.wl_dctcp_mut();
                     ops.name = [0; 16];
                     for (d, s) in ops.name.iter_mut().take(15).zip(name().bytes()) {
@@ -88,8 +110,22 @@ impl Dctcp {
         let (skel, link) = res.map_err(|source| Error::Load { source, log })?;
         Ok(Dctcp {
             _link: link,
-            _skel: skel,
+            skel,
         })
+    }
+
+    /// Windows the programs repaired after the kernel skipped one of their
+    /// callbacks, over every socket since registration (`repair()` in
+    /// `bpf/dctcp.bpf.c` says when and why).
+    pub fn repairs(&self) -> u64 {
+        self.skel
+            .maps
+            .bss_data
+            .as_ref()
+            // SAFETY: a u64 of the .bss mapping, alive with the skeleton;
+            // the programs update it atomically, so a volatile read sees a
+            // whole value.
+            .map_or(0, |b| unsafe { std::ptr::read_volatile(&b.repairs) })
     }
 
     /// This process's registration, made by the first caller and shared

@@ -41,7 +41,8 @@ pub fn run(
     std::fs::write(dir.join("plan.json"), plan_json).during("writing plan.json")?;
     let started = Instant::now();
     let mut caps = capability::for_plan(&plan, ext.is_some());
-    let _dctcp = crate::dctcp_for(&plan)?;
+    let dctcp = crate::dctcp_for(&plan)?;
+    let dctcp_repairs = dctcp.as_ref().map(|d| d.repairs());
     let lab = Lab::up(&plan).during("bringing the lab up")?;
     let log = format!("lab up: {}\n", lab.namespaces().join(" "));
     opts.check_abort()?;
@@ -68,6 +69,7 @@ pub fn run(
     let mut run = Run {
         cx,
         caps,
+        dctcp: dctcp.as_deref().zip(dctcp_repairs),
         log,
         dir,
         started,
@@ -84,6 +86,8 @@ pub fn run(
 struct Run<'a> {
     cx: Cx<'a>,
     caps: Vec<Box<dyn Capability>>,
+    /// The DCTCP registration and its repair count before the run.
+    dctcp: Option<(&'a wirelab_dataplane::dctcp::Dctcp, u64)>,
     log: String,
     dir: PathBuf,
     started: Instant,
@@ -196,6 +200,7 @@ impl Run<'_> {
             ns,
             ns_per_run: ns as f64 / runs.max(1) as f64,
         });
+        summary.dctcp_repairs = self.dctcp.map(|(d, before)| d.repairs() - before);
         summary.duration_ms = self.started.elapsed().as_millis() as u64;
         crate::results::write_run(&self.dir, &summary, &facts, &self.log, &ports)?;
         Ok(RunOutput {
@@ -274,6 +279,7 @@ impl Run<'_> {
             record: None,
             reorder: None,
             switch_kernel: None,
+            dctcp_repairs: None,
             error: None,
         })
     }

@@ -115,6 +115,12 @@ pub struct Summary {
     /// kernel counted it (BPF_ENABLE_STATS held by the caller: benchmarks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub switch_kernel: Option<KernelCost>,
+    /// DCTCP hosts: windows wirelab's DCTCP repaired after the kernel
+    /// skipped one of its callbacks during the run (a platform fault, see
+    /// `crates/dataplane/bpf/dctcp.bpf.c`); counted over the process, so
+    /// parallel runs share it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dctcp_repairs: Option<u64>,
     pub error: Option<String>,
 }
 
