@@ -108,10 +108,7 @@ impl Dctcp {
                 })
         });
         let (skel, link) = res.map_err(|source| Error::Load { source, log })?;
-        Ok(Dctcp {
-            _link: link,
-            skel,
-        })
+        Ok(Dctcp { _link: link, skel })
     }
 
     /// Windows the programs repaired after the kernel skipped one of their

@@ -538,7 +538,7 @@ pub fn run(
                 };
                 pending.pop_front();
                 let median = search.median();
-                let joined = search.report(&c, rec.score);
+                let joined = search.report_behaviours(&c, rec.score, &rec.observation.behaviours());
                 let rec = Record {
                     joined,
                     median,

@@ -92,6 +92,28 @@ impl Observation {
     }
 }
 
+impl Observation {
+    /// What the run did, as coverage for the search
+    /// (`Search::report_behaviours`): each finding an analyzer measured
+    /// (a NAK reaction is measured only when a NAK was sent, a CNP
+    /// interval only when CNPs were), each analyzer that found violations,
+    /// and a connection that did not finish. Presence only: the values
+    /// vary from run to run, and bucketing them would make noise novel.
+    pub fn behaviours(&self) -> BTreeSet<String> {
+        let mut b: BTreeSet<String> = self.max.keys().cloned().collect();
+        b.extend(
+            self.violations
+                .iter()
+                .filter(|(_, &n)| n > 0)
+                .map(|(a, _)| format!("{a} violations")),
+        );
+        if self.completed.values().any(|&(done, of)| done < of) {
+            b.insert("unfinished connection".into());
+        }
+        b
+    }
+}
+
 /// Connection id -> messages × size.
 pub fn bytes_per_connection(spec: &Spec) -> BTreeMap<u32, u64> {
     let mut m = BTreeMap::new();

@@ -9,12 +9,14 @@
 //! Γ ← initialize a pool of configs                 candidates 0..size: the seed, then random points
 //! repeat
 //!   γ ← randomly pick a config from Γ              propose()
-//!   γ* ← mutate(γ)                                 (a fresh point if γ scored 0)
+//!   γ* ← mutate(γ)                                 (a fresh point if γ scored 0 and showed nothing new)
 //!   run, collect, Δ ← score(γ*, φ)                 (the campaign)
 //!   if Δ ≥ median_score(Γ) then Γ.add(γ*)          report()
-//!   else Γ.add(γ*) with a probability p
+//!   else Γ.add(γ*) with a probability p            (or when it showed a behaviour no run had)
 //! until anomaly found or timeout                   (the campaign)
 //! ```
+
+use std::collections::BTreeSet;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -50,6 +52,15 @@ struct Member {
     spec: Spec,
     hash: String,
     score: f64,
+    /// It showed a behaviour no earlier run had (`report_behaviours`).
+    novel: bool,
+}
+
+impl Member {
+    /// Worth mutating: it scored, or it did something new.
+    fn promising(&self) -> bool {
+        self.score > 0.0 || self.novel
+    }
 }
 
 pub struct Search<'a> {
@@ -65,6 +76,8 @@ pub struct Search<'a> {
     capacity: usize,
     mode: Mode,
     issued: u64,
+    /// Every behaviour some run has shown (`report_behaviours`).
+    seen: BTreeSet<String>,
 }
 
 impl<'a> Search<'a> {
@@ -87,6 +100,7 @@ impl<'a> Search<'a> {
             capacity: capacity.max(init).max(1) as usize,
             mode,
             issued: 0,
+            seen: BTreeSet::new(),
         }
     }
 
@@ -111,7 +125,7 @@ impl<'a> Search<'a> {
             // runs where random search needed 7-15, on a space wider than
             // the shipped target's: `wirelab bench fuzz`.)
             let parent = (self.pool.choose(&mut self.rng))
-                .filter(|m| m.score > 0.0)
+                .filter(|m| m.promising())
                 .map(|m| (m.spec.clone(), m.hash.clone()));
             match parent {
                 Some((p, ph)) => (self.mutator.mutate(&p, &mut self.rng), Some(ph)),
@@ -129,10 +143,35 @@ impl<'a> Search<'a> {
     /// Algorithm 1 lines 9–12 for candidate `c` with score `score`; the
     /// initial pool's members join unconditionally. Whether it joined.
     pub fn report(&mut self, c: &Candidate, score: f64) -> bool {
+        self.report_behaviours(c, score, &BTreeSet::new())
+    }
+
+    /// `report`, with what the run did (`Observation::behaviours`: which
+    /// analyzers measured something, which found violations). A fourth
+    /// departure from Algorithm 1, coverage as AFL keeps it: a run that
+    /// shows a behaviour no earlier run showed joins the pool even when
+    /// it scored 0, and is mutated like a member that scored. The quirks
+    /// are steps that often need two things at once (CNPs from two QPs of
+    /// one port; reads whose responses are lost while ECN marks them):
+    /// the first run to show one of them is a step on the way, which a
+    /// score of 0 would throw away. The seed's behaviours are the
+    /// baseline: they make nothing novel.
+    pub fn report_behaviours(
+        &mut self,
+        c: &Candidate,
+        score: f64,
+        behaviours: &BTreeSet<String>,
+    ) -> bool {
+        let novel = self.mode == Mode::Genetic
+            && c.n > 0
+            && behaviours.iter().any(|b| !self.seen.contains(b));
+        self.seen.extend(behaviours.iter().cloned());
         let join = if c.n < self.init {
             true
         } else if self.mode == Mode::Random {
             false
+        } else if novel {
+            true
         } else {
             // Line 9's Δ ≥ median, except that a run scoring 0 showed
             // nothing: while most of the pool scores 0 (early on, it does)
@@ -156,6 +195,7 @@ impl<'a> Search<'a> {
                 spec: c.spec.clone(),
                 hash: c.hash.clone(),
                 score,
+                novel,
             });
         }
         join

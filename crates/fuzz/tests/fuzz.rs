@@ -2,6 +2,7 @@
 //! shrinking, and campaigns over a scripted runner (determinism with
 //! parallel labs, resuming). The lab test is `crates/cli/tests/fuzz.rs`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
@@ -332,6 +333,61 @@ fn members_that_scored_nothing_are_not_mutated() {
         (10..=35).contains(&mutants) && fresh > 0,
         "{mutants} mutants and {fresh} fresh points of 60"
     );
+}
+
+/// Coverage: a run that scores 0 but shows a behaviour no run had (here a
+/// NAK reaction measured for the first time) joins the pool and is
+/// mutated; the seed's behaviours are the baseline, a behaviour seen
+/// before is nothing new, and random search keeps no such member.
+#[test]
+fn a_run_that_shows_a_new_behaviour_joins_and_is_mutated() {
+    let l = loaded("");
+    let set = |b: &[&str]| {
+        b.iter()
+            .map(|s| s.to_string())
+            .collect::<BTreeSet<String>>()
+    };
+    let base = set(&["flow.mct"]);
+    let nak = set(&["flow.mct", "roce-retransmission-latency.nack-reaction"]);
+    let mut s = search(&l, 9, 2, 100, 0.0, Mode::Genetic);
+    for _ in 0..2 {
+        let c = s.propose();
+        s.report_behaviours(&c, 0.0, &base);
+    }
+    for _ in 0..10 {
+        let c = s.propose();
+        assert!(c.parent.is_none(), "a pool of dull members gave a mutant");
+        assert!(!s.report_behaviours(&c, 0.0, &base), "nothing new, p = 0");
+    }
+    let c = s.propose();
+    let novel = c.hash.clone();
+    assert!(s.report_behaviours(&c, 0.0, &nak), "the first NAK joins");
+    let c = s.propose();
+    assert!(
+        !s.report_behaviours(&c, 0.0, &nak),
+        "the second one is nothing new"
+    );
+    let mutants = (0..60)
+        .filter(|_| {
+            let c = s.propose();
+            s.report_behaviours(&c, 0.0, &base);
+            c.parent.as_deref() == Some(novel.as_str())
+        })
+        .count();
+    assert!((10..=35).contains(&mutants), "{mutants} mutants of 60");
+
+    // The seed's own behaviours make nothing novel; random search keeps
+    // no member for novelty.
+    let mut s = search(&l, 9, 1, 100, 0.0, Mode::Genetic);
+    let c = s.propose();
+    s.report_behaviours(&c, 0.0, &nak);
+    let c = s.propose();
+    assert!(!s.report_behaviours(&c, 0.0, &nak));
+    let mut s = search(&l, 9, 1, 100, 0.0, Mode::Random);
+    let c = s.propose();
+    s.report_behaviours(&c, 0.0, &base);
+    let c = s.propose();
+    assert!(!s.report_behaviours(&c, 0.0, &nak));
 }
 
 #[test]
