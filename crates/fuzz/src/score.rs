@@ -90,16 +90,19 @@ impl Observation {
         o.touched = touched(spec);
         o
     }
-}
 
-impl Observation {
     /// What the run did, as coverage for the search
     /// (`Search::report_behaviours`): each finding an analyzer measured
     /// (a NAK reaction is measured only when a NAK was sent, a CNP
     /// interval only when CNPs were), each analyzer that found violations,
     /// and a connection that did not finish. Presence only: the values
     /// vary from run to run, and bucketing them would make noise novel.
+    /// Nothing for a run that is not to be believed (INVALID: its trace
+    /// is incomplete) or was not made.
     pub fn behaviours(&self) -> BTreeSet<String> {
+        if self.verdict != "PASS" && self.verdict != "FAIL" {
+            return BTreeSet::new();
+        }
         let mut b: BTreeSet<String> = self.max.keys().cloned().collect();
         b.extend(
             self.violations

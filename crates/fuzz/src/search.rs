@@ -152,7 +152,7 @@ impl<'a> Search<'a> {
     /// shows a behaviour no earlier run showed joins the pool even when
     /// it scored 0, and is mutated like a member that scored. The quirks
     /// are steps that often need two things at once (CNPs from two QPs of
-    /// one port; reads whose responses are lost while ECN marks them):
+    /// one port; reads with ECN on every packet):
     /// the first run to show one of them is a step on the way, which a
     /// score of 0 would throw away. The seed's behaviours are the
     /// baseline: they make nothing novel.

@@ -390,6 +390,34 @@ fn a_run_that_shows_a_new_behaviour_joins_and_is_mutated() {
     assert!(!s.report_behaviours(&c, 0.0, &nak));
 }
 
+/// A run's behaviours: the findings measured, the analyzers with
+/// violations, an unfinished connection; none for a run not to believe.
+#[test]
+fn a_runs_behaviours_are_what_it_measured_and_found() {
+    let mut o = Observation {
+        verdict: "FAIL".into(),
+        ..Default::default()
+    };
+    o.max.insert("roce-cnp.interval".into(), 7000.0);
+    o.violations.insert("roce-cnp".into(), 2);
+    o.violations.insert("roce-go-back-n".into(), 0);
+    o.completed.insert(1, (3, 4));
+    let b: Vec<String> = o.behaviours().into_iter().collect();
+    assert_eq!(
+        b,
+        [
+            "roce-cnp violations",
+            "roce-cnp.interval",
+            "unfinished connection"
+        ]
+    );
+    o.verdict = "INVALID".into();
+    assert!(
+        o.behaviours().is_empty(),
+        "an incomplete trace shows nothing"
+    );
+}
+
 #[test]
 fn random_mode_draws_fresh_points_and_keeps_no_pool_after_the_initial_one() {
     let l = loaded("");
