@@ -71,6 +71,15 @@ fn search(l: &Loaded, seed: u64, init: u32, capacity: u32, p: f64, mode: Mode) -
     Search::new(m, l.seed.clone(), seed, init, capacity, p, mode)
 }
 
+/// Runs `n` candidates through the search, each scoring `score` and
+/// showing `behaviours` (the initial pool, in most tests).
+fn fill(s: &mut Search<'_>, n: usize, score: f64, behaviours: &BTreeSet<String>) {
+    for _ in 0..n {
+        let c = s.propose();
+        s.report_behaviours(&c, score, behaviours);
+    }
+}
+
 fn loaded(extra: &str) -> Loaded {
     target::from_text(
         &target_text(extra),
@@ -286,10 +295,7 @@ fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
     assert_eq!(s.median(), 2.5, "0 left the pool: 1, 2, 3, 5");
 
     let mut s = search(&l, 5, 2, 100, 0.0, Mode::Genetic);
-    for _ in 0..2 {
-        let c = s.propose();
-        s.report(&c, 0.0);
-    }
+    fill(&mut s, 2, 0.0, &BTreeSet::new());
     assert_eq!(s.median(), 0.0);
     let c = s.propose();
     assert!(!s.report(&c, 0.0), "a zero score at a zero median, p = 0");
@@ -304,10 +310,7 @@ fn a_full_pool_replaces_its_lowest_and_zero_scores_take_the_coin() {
 fn members_that_scored_nothing_are_not_mutated() {
     let l = loaded("");
     let mut s = search(&l, 9, 2, 100, 0.0, Mode::Genetic);
-    for _ in 0..2 {
-        let c = s.propose();
-        s.report(&c, 0.0);
-    }
+    fill(&mut s, 2, 0.0, &BTreeSet::new());
     for _ in 0..20 {
         let c = s.propose();
         assert!(c.parent.is_none(), "a pool of zeros gave a mutant");
@@ -350,10 +353,7 @@ fn a_run_that_shows_a_new_behaviour_joins_and_is_mutated() {
     let base = set(&["flow.mct"]);
     let nak = set(&["flow.mct", "roce-retransmission-latency.nack-reaction"]);
     let mut s = search(&l, 9, 2, 100, 0.0, Mode::Genetic);
-    for _ in 0..2 {
-        let c = s.propose();
-        s.report_behaviours(&c, 0.0, &base);
-    }
+    fill(&mut s, 2, 0.0, &base);
     for _ in 0..10 {
         let c = s.propose();
         assert!(c.parent.is_none(), "a pool of dull members gave a mutant");
@@ -422,10 +422,7 @@ fn a_runs_behaviours_are_what_it_measured_and_found() {
 fn random_mode_draws_fresh_points_and_keeps_no_pool_after_the_initial_one() {
     let l = loaded("");
     let mut s = search(&l, 3, 2, 2, 0.5, Mode::Random);
-    for _ in 0..2 {
-        let c = s.propose();
-        s.report(&c, 1.0);
-    }
+    fill(&mut s, 2, 1.0, &BTreeSet::new());
     for _ in 0..20 {
         let c = s.propose();
         assert!(c.parent.is_none());

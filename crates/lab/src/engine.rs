@@ -42,7 +42,6 @@ pub fn run(
     let started = Instant::now();
     let mut caps = capability::for_plan(&plan, ext.is_some());
     let dctcp = crate::dctcp_for(&plan)?;
-    let dctcp_repairs = dctcp.as_ref().map(|d| d.repairs());
     let lab = Lab::up(&plan).during("bringing the lab up")?;
     let log = format!("lab up: {}\n", lab.namespaces().join(" "));
     opts.check_abort()?;
@@ -69,7 +68,7 @@ pub fn run(
     let mut run = Run {
         cx,
         caps,
-        dctcp: dctcp.as_deref().zip(dctcp_repairs),
+        dctcp: dctcp.as_deref().map(|d| (d, d.repairs())),
         log,
         dir,
         started,
