@@ -348,6 +348,7 @@ pub fn run(args: Args, abort: &Arc<AtomicBool>) -> Result<u8> {
             dir: &dir,
             jobs,
             repeat: t.repeat,
+            of: sweep::Of::Median,
             timeout: Duration::from_secs(args.timeout),
             abort,
         },

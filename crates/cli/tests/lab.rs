@@ -1646,6 +1646,20 @@ fn a_sweep_runs_every_point_and_writes_the_grid() {
         // The bandwidth QP's `start: 20ms` holds its first write back (so
         // that the latency QP, 6-13 ms of writes here, runs alone; how
         // long it takes depends on the machine, so that is not asserted).
+        // The device latency column is the median packet's search time
+        // (the stage's histogram), near the mean of a run without stalls.
+        let ft = &summary["flowtables"];
+        let (p50, p99, mean) = (
+            ft["search_ns_p50"].as_f64().unwrap(),
+            ft["search_ns_p99"].as_f64().unwrap(),
+            ft["search_ns_per_packet"].as_f64().unwrap(),
+        );
+        assert_eq!(r["device_latency_ns"].as_f64(), Some(p50), "{r}");
+        assert_eq!(r["device_latency_mean_ns"].as_f64(), Some(mean), "{r}");
+        assert!(p50 <= p99 && p50 > mean / 3.0 && p50 < mean * 3.0, "{ft}");
+        for t in ft["tables"].as_array().unwrap() {
+            assert!(t["search_ns_p50"].as_f64().unwrap() > 0.0, "{t}");
+        }
         let w = summary["workload"].as_array().unwrap();
         let posted = |c: usize, m: usize| w[c]["messages"][m]["posted_ns"].as_u64().unwrap();
         // (The 20 ms count from the workload's start, a little before the

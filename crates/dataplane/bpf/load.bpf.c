@@ -50,6 +50,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "wl_clock.h"
+#include "wl_hist.h"
 
 enum wl_load_limits {
 	/* Cascaded "skip m after n" units (Norma's Figure 4 has two). */
@@ -64,15 +65,10 @@ enum wl_load_limits {
 	WL_LOAD_HEAD = 128,
 	/* The stamp: sequence number and send time, 8 bytes each. */
 	WL_LOAD_STAMP = 16,
-	/* The latency histogram: values below 2^WL_HIST_BITS are exact, above
-	 * each octave has 2^WL_HIST_BITS buckets (under 1.6% wide), up to
-	 * 2^40 ns (18 minutes); wirelab_load::hist is the same function. */
-	WL_HIST_BITS = 6,
 	/* Bytes of a sampled frame kept (the pcapng sample's snap length). */
 	WL_SAMPLE_CAP = 128,
 	/* A size mix's pattern (IMIX): frame lengths taken in turn. */
 	WL_LOAD_SIZES = 64,
-	WL_HIST_BUCKETS = 64 + (40 - 6) * 64,
 	/* Streams generated at once (a power of two: indices are masked). */
 	WL_LOAD_STREAMS = 8,
 };
@@ -313,6 +309,7 @@ struct {
 
 /* Force the enums into BTF, for the skeleton's types. */
 const volatile enum wl_load_limits wl_load_limits_btf = WL_LOAD_UNITS;
+const volatile enum wl_hist_limits wl_hist_limits_btf = WL_HIST_BITS;
 const volatile enum wl_edit_mode wl_edit_mode_btf = WL_EDIT_OFF;
 const volatile struct wl_sample wl_sample_btf;
 
@@ -827,27 +824,6 @@ int wl_gen(struct xdp_md *ctx)
 	count(bank, bpf_xdp_get_buff_len(ctx), now);
 	count(total, bpf_xdp_get_buff_len(ctx), now);
 	return bpf_redirect(c->ifindex, 0);
-}
-
-/* The bucket of a latency of v ns (wirelab_load::hist::bucket). */
-static __always_inline __u32 hist_bucket(__u64 v)
-{
-	__u32 p = 0;
-	__u64 x = v;
-
-	if (v < (1 << WL_HIST_BITS))
-		return v;
-	/* p = floor(log2 v), by halving (BPF has no count-leading-zeros). */
-	if (x >> 32) { p += 32; x >>= 32; }
-	if (x >> 16) { p += 16; x >>= 16; }
-	if (x >> 8) { p += 8; x >>= 8; }
-	if (x >> 4) { p += 4; x >>= 4; }
-	if (x >> 2) { p += 2; x >>= 2; }
-	if (x >> 1) { p += 1; }
-	if (p >= 40)
-		return WL_HIST_BUCKETS - 1;
-	return (1 << WL_HIST_BITS) + (p - WL_HIST_BITS) * (1 << WL_HIST_BITS) +
-	       ((v >> (p - WL_HIST_BITS)) - (1 << WL_HIST_BITS));
 }
 
 static __always_inline __u64 be64_at(const __u8 *p)

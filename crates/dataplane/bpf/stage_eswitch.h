@@ -26,6 +26,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include "wl_ctx.h"
+#include "wl_hist.h"
 #include "stage_route.h" /* mac_lookup: a rewritten destination MAC */
 
 /* The stage is in the pipeline only when a spec has flow tables. */
@@ -144,6 +145,11 @@ struct wl_es_stats {
 	 * around the search). The device's own latency, which ScalaCN's Eq. 2
 	 * models (§4.2), without the end hosts' scheduling around it. */
 	__u64 table_ns[WL_ES_MAX_TABLES];
+	/* Scratch for the timed search (this CPU's, not touched by anyone
+	 * between the clock reads; no stack slot is left for them): the
+	 * current table search's start, the current packet's total. */
+	__u64 search_start;
+	__u64 packet_ns;
 	/* With a slow path (es_slow_gap_ns): misses it forwarded, and misses
 	 * past its budget, dropped. */
 	__u64 slow_pkts;
@@ -187,6 +193,33 @@ struct {
 	__type(key, __u32);
 	__type(value, struct wl_es_stats);
 } es_stats SEC(".maps");
+
+/* The timed searches' distribution (`flowtables.timed`): per table and,
+ * at WL_ES_MAX_TABLES, per packet over every table, a log-linear
+ * histogram (wl_hist.h) of the nanoseconds, so a run reports its median
+ * as perftest reports t_typical (ScalaCN's LAT, §4.2) and its tail beside
+ * the mean table_ns gives. One array value per histogram (an
+ * atomic add: the lab steers a switch's ports to one CPU, so it is
+ * uncontended), read in one lookup each. */
+struct wl_es_hist {
+	__u64 b[WL_HIST_BUCKETS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WL_ES_MAX_TABLES + 1);
+	__type(key, __u32);
+	__type(value, struct wl_es_hist);
+} es_hist SEC(".maps");
+
+static __always_inline void es_hist_add(__u32 slot, __u64 ns)
+{
+	struct wl_es_hist *h = bpf_map_lookup_elem(&es_hist, &slot);
+	__u32 b = hist_bucket(ns);
+
+	if (h && b < WL_HIST_BUCKETS)
+		__sync_fetch_and_add(&h->b[b], 1);
+}
 
 /* ScalaCN's hyper mask (§4.3): per table, the id + 1 of its exact-match
  * mask (0: none). A packet of a table with one that hits another mask is
@@ -605,6 +638,7 @@ WL_STAGE(wl_stage_eswitch)
 	if (!st)
 		return WL_CONTINUE;
 	st->pkts++;
+	st->packet_ns = 0;
 	s.st = st;
 	if (data + 2 * ETH_ALEN > end)
 		return WL_CONTINUE;
@@ -635,14 +669,16 @@ WL_STAGE(wl_stage_eswitch)
 			break;
 		s.hit = 0;
 		st->table_pkts[s.table & (WL_ES_MAX_TABLES - 1)]++;
-		/* The search's start is subtracted, its end added: no stack
-		 * slot for it (the pipeline's call chain is at 512 bytes), and
-		 * this CPU's counter is not touched by anyone in between. */
 		if (es_timed)
-			st->table_ns[s.table & (WL_ES_MAX_TABLES - 1)] -= bpf_ktime_get_ns();
+			st->search_start = bpf_ktime_get_ns();
 		bpf_loop(WL_ES_MAX_MASKS, es_search_one, &s, 0);
-		if (es_timed)
-			st->table_ns[s.table & (WL_ES_MAX_TABLES - 1)] += bpf_ktime_get_ns();
+		if (es_timed) {
+			__u64 ns = bpf_ktime_get_ns() - st->search_start;
+
+			st->table_ns[s.table & (WL_ES_MAX_TABLES - 1)] += ns;
+			st->packet_ns += ns;
+			es_hist_add(s.table & (WL_ES_MAX_TABLES - 1), ns);
+		}
 		if (!s.hit)
 			break;
 		__sync_fetch_and_add(&s.hit->pkts, 1);
@@ -683,6 +719,8 @@ WL_STAGE(wl_stage_eswitch)
 	}
 	ctx->es_visited = s.visited > 0xffff ? 0xffff : s.visited;
 	st->visited += s.visited;
+	if (es_timed)
+		es_hist_add(WL_ES_MAX_TABLES, st->packet_ns);
 	/* A destination MAC rewritten and no entry forwarding: the MAC table
 	 * forwards by the new one (OpenFlow: set_field, then the next table). */
 	if (new_dmac && (!s.hit || s.hit->kind == WL_ES_COUNT || s.hit->kind == WL_ES_GOTO)) {

@@ -53,6 +53,7 @@ const volatile enum wl_wire wl_abi_wire;
 const volatile enum wl_ext_limits wl_abi_ext_limits;
 const volatile enum wl_aqm_verdict wl_abi_aqm_verdict;
 const volatile enum wl_es_kind wl_abi_es_kind;
+const volatile enum wl_hist_limits wl_abi_hist_limits;
 const volatile enum wl_es_set_field wl_abi_es_set_field;
 /* Makes the ring record's header part of the BTF so the skeleton exports
  * its type. */

@@ -336,6 +336,16 @@ pub struct TableStats {
     pub search_ns: u64,
 }
 
+/// The distribution of the timed searches' nanoseconds (log-linear
+/// buckets, `wirelab_load::hist`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchHist {
+    /// Per table, each search of it.
+    pub tables: Vec<Vec<u64>>,
+    /// Per packet, its searches over every table.
+    pub packet: Vec<u64>,
+}
+
 /// The stage's totals over every CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -732,6 +742,27 @@ impl Switch {
             fields,
             "forgetting a slow-path flow",
         )
+    }
+
+    /// The timed searches' histograms (`set_es_timed`), buckets as
+    /// `wirelab_load::hist`: one per table, and one of each packet's time
+    /// over every table it searched.
+    pub fn es_search_hist(&self) -> Result<SearchHist, Error> {
+        let read = |slot: u32| -> Result<Vec<u64>, Error> {
+            let v = self
+                .maps
+                .es_hist
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("reading the eSwitch's search times"))?
+                .unwrap_or_default();
+            Ok(v.chunks_exact(8)
+                .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+                .collect())
+        };
+        Ok(SearchHist {
+            tables: (0..MAX_TABLES).map(read).collect::<Result<_, _>>()?,
+            packet: read(MAX_TABLES)?,
+        })
     }
 
     pub fn es_stats(&self) -> Result<Stats, Error> {

@@ -441,8 +441,8 @@ object::maps! {
     struct Maps {
         ports, ports_far, counters, flows, fwd, default_out, port_dev, conn_state,
         events, ev_filter, icrc_migreq, mirror_seq, ring, vqs, vq_of_port, vq_of_dst,
-        fake_clock, es_masks, es_entries, es_order, es_mask_stats, es_stats, es_hyper,
-        es_learned, es_upcalls, dut_link, dut_back, held,
+        fake_clock, es_masks, es_entries, es_order, es_mask_stats, es_stats, es_hist,
+        es_hyper, es_learned, es_upcalls, dut_link, dut_back, held,
     }
 }
 

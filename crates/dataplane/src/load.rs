@@ -36,9 +36,9 @@ pub const MAX_FRAME: usize = types::wl_load_limits::WL_LOAD_MAX_FRAME.0 as usize
 /// Template bytes restored in every frame (`WL_LOAD_HEAD`).
 pub const HEAD: usize = types::wl_load_limits::WL_LOAD_HEAD.0 as usize;
 /// Buckets of one version's latency histogram (`WL_HIST_BUCKETS`).
-pub const HIST_BUCKETS: usize = types::wl_load_limits::WL_HIST_BUCKETS.0 as usize;
+pub const HIST_BUCKETS: usize = types::wl_hist_limits::WL_HIST_BUCKETS.0 as usize;
 /// Exact buckets, and buckets per octave above them (2^`WL_HIST_BITS`).
-pub const HIST_BITS: u32 = types::wl_load_limits::WL_HIST_BITS.0;
+pub const HIST_BITS: u32 = types::wl_hist_limits::WL_HIST_BITS.0;
 /// Streams generated and measured at once (`WL_LOAD_STREAMS`).
 pub const STREAMS: u32 = types::wl_load_limits::WL_LOAD_STREAMS.0;
 

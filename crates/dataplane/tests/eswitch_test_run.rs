@@ -393,6 +393,12 @@ fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
     );
     // Untimed unless asked (`flowtables.timed`): no clock read.
     assert!(t.iter().all(|t| t.search_ns == 0), "{t:?}");
+    let h = sw.es_search_hist().unwrap();
+    assert!(h
+        .packet
+        .iter()
+        .chain(h.tables.iter().flatten())
+        .all(|&c| c == 0));
     assert_eq!(sw.es_entry_hits(1, 2, &entry(2)).unwrap(), Some((1, 200)));
     // Timed: each search took time; the unsearched table none (and the
     // start subtracted before a search came back with its end).
@@ -405,6 +411,20 @@ fn tables_chain_by_goto_and_a_loop_stops_after_the_chain_limit() {
         "{t:?}"
     );
     assert_eq!(t[2].search_ns, 0);
+    // The same times in the histograms, each in the bucket the reader's
+    // `hist::bucket` gives its value (wl_hist.h is the same function): one
+    // search per table, and the packet's time over both.
+    let h = sw.es_search_hist().unwrap();
+    let one_at = |counts: &[u64], v: u64| {
+        counts.iter().sum::<u64>() == 1 && counts[wirelab_load::hist::bucket(v)] == 1
+    };
+    assert!(one_at(&h.tables[0], t[0].search_ns), "table 0: {t:?}");
+    assert!(one_at(&h.tables[1], t[1].search_ns), "table 1: {t:?}");
+    assert!(h.tables[2].iter().all(|&c| c == 0));
+    assert!(
+        one_at(&h.packet, t[0].search_ns + t[1].search_ns),
+        "the packet: {t:?}"
+    );
     sw.set_es_timed(false);
 
     // Table 2 goes to itself: the packet passes MAX_CHAIN tables, is

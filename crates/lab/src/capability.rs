@@ -529,6 +529,16 @@ impl Capability for FlowTables {
             .switch
             .es_stats()
             .during("reading the eSwitch counters")?;
+        let hist = if ft.timed {
+            Some(
+                cx.switch
+                    .es_search_hist()
+                    .during("reading the eSwitch's search times")?,
+            )
+        } else {
+            None
+        };
+        let pct = |h: Option<&Vec<u64>>, q| h.and_then(|h| wirelab_load::hist::interpolated(h, q));
         let mut masks = Vec::new();
         let mut orders = Vec::new();
         let mut tally = wirelab_flowopt::Tally::default();
@@ -580,6 +590,8 @@ impl Capability for FlowTables {
             search_ns_per_packet: ft.timed.then(|| {
                 st.tables.iter().map(|t| t.search_ns).sum::<u64>() as f64 / st.pkts.max(1) as f64
             }),
+            search_ns_p50: pct(hist.as_ref().map(|h| &h.packet), 0.5),
+            search_ns_p99: pct(hist.as_ref().map(|h| &h.packet), 0.99),
             misses: st.misses,
             drops: st.drops,
             loops: st.loops,
@@ -606,6 +618,8 @@ impl Capability for FlowTables {
                         search_ns_per_packet: ft
                             .timed
                             .then(|| ts.search_ns as f64 / ts.pkts.max(1) as f64),
+                        search_ns_p50: pct(hist.as_ref().and_then(|h| h.tables.get(t)), 0.5),
+                        search_ns_p99: pct(hist.as_ref().and_then(|h| h.tables.get(t)), 0.99),
                         order: std::mem::take(&mut orders[t]),
                     }
                 })

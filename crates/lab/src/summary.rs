@@ -150,6 +150,14 @@ pub struct EsSummary {
     /// on the project's VM). Only with `flowtables.timed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search_ns_per_packet: Option<f64>,
+    /// The median and 99th percentile of the same per-packet time (a
+    /// histogram in the stage, interpolated within its 1.6% buckets): the
+    /// median as perftest reports t_typical, which ScalaCN's LAT is; the
+    /// sweep's device latency. Only with `flowtables.timed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_p99: Option<f64>,
     /// Packets no table matched (left to the MAC table).
     pub misses: u64,
     pub drops: u64,
@@ -215,6 +223,11 @@ pub struct EsTableSummary {
     /// (with `flowtables.timed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search_ns_per_packet: Option<f64>,
+    /// Its median and 99th percentile per search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_p50: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_ns_p99: Option<f64>,
     /// The search order the run ended with (mask ids).
     pub order: Vec<u16>,
 }

@@ -1,5 +1,6 @@
-//! The latency histogram's buckets, as `bpf/load.bpf.c` `hist_bucket`
-//! computes them: values below 2^BITS nanoseconds are exact; above, each
+//! The latency histogram's buckets, as `bpf/wl_hist.h` `hist_bucket`
+//! computes them (for the load sink's latency and the eSwitch's search
+//! time): values below 2^BITS nanoseconds are exact; above, each
 //! octave has 2^BITS buckets (HdrHistogram's log-linear layout with two
 //! significant decimal digits: every bucket under 1.6% of its value wide),
 //! up to 2^40 ns. The program counts; this reads the counts.
@@ -49,6 +50,32 @@ pub fn quantile(counts: &[u64], q: f64) -> Option<u64> {
         if seen >= rank {
             return Some(range(b).1);
         }
+    }
+    None
+}
+
+/// The value at quantile `q` (0..=1), interpolated within its bucket as
+/// if the bucket's counts were spread evenly over it (Prometheus's
+/// `histogram_quantile`). Unbiased where `quantile` rounds up by up to a
+/// bucket's width (1.6%): for a figure a model is fitted to (the eSwitch's
+/// median search time), where that rounding would be error.
+pub fn interpolated(counts: &[u64], q: f64) -> Option<f64> {
+    let n: u64 = counts.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * n as f64;
+    let mut seen = 0u64;
+    for (b, &c) in counts.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        if (seen + c) as f64 >= rank {
+            let (lo, hi) = range(b);
+            let within = ((rank - seen as f64) / c as f64).clamp(0.0, 1.0);
+            return Some(lo as f64 + within * (hi + 1 - lo) as f64);
+        }
+        seen += c;
     }
     None
 }
@@ -106,6 +133,21 @@ mod tests {
         assert!((999_000..=1_015_000).contains(&p999), "{p999}");
         assert_eq!(quantile(&h, 1.0), Some(range(bucket(1_000_000)).1));
         assert_eq!(quantile(&vec![0; BUCKETS], 0.5), None);
+        // Interpolated: within a bucket's width of the true values, and
+        // with evenly spread values much closer than `quantile`'s top.
+        let i50 = interpolated(&h, 0.5).unwrap();
+        assert!((i50 - 500_000.0).abs() < 4_000.0, "{i50}");
+        let mut even = vec![0u64; BUCKETS];
+        for v in 10_000..=11_000u64 {
+            even[bucket(v)] += 1;
+        }
+        let i = interpolated(&even, 0.5).unwrap();
+        assert!((i - 10_500.0).abs() < 10.0, "{i}");
+        assert!(quantile(&even, 0.5).unwrap() as f64 - 10_500.0 > 10.0);
+        let mut one = vec![0u64; BUCKETS];
+        one[bucket(40)] = 3;
+        assert_eq!(interpolated(&one, 0.5), Some(40.5));
+        assert_eq!(interpolated(&vec![0; BUCKETS], 0.5), None);
         let m = mean(&h).unwrap();
         assert!((m - 500_500.0).abs() / 500_500.0 < 0.01, "{m}");
     }
