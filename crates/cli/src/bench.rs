@@ -107,7 +107,7 @@ pub(crate) fn drive(
 /// The switch of a benchmark lab, with the plan's capabilities.
 pub(crate) fn arm(plan: &Plan, lab: &Lab, mode: Mode) -> Result<wirelab_dataplane::Switch> {
     let mut caps = match mode {
-        Mode::Pipeline | Mode::Cut(_) => capability::for_plan(plan, false),
+        Mode::Pipeline | Mode::Cut(_) | Mode::Alternating => capability::for_plan(plan, false),
         Mode::ForwardOnly => Vec::new(),
     };
     Ok(switch::arm(plan, lab, mode, &mut caps, None)?)
@@ -285,9 +285,142 @@ pub fn switch_overhead(
     // the redirect), so what it adds to a packet's one-way latency is its
     // run time beyond forwarding's.
     println!("added ns: one-way latency the pipeline adds per packet (Lumina's injector on a Tofino: < 400 ns)");
+    paired(abort, rounds)?;
     if breakdown {
         stage_breakdown(abort, messages, rounds)?;
     }
+    Ok(())
+}
+
+/// How long each datapath's turn lasts in `paired`.
+const TURN: Duration = Duration::from_millis(20);
+
+/// One lab of `paired`: per pair of turns (the pipeline's, then the
+/// baseline's), the ratio of their mean MCTs; and the kernel's
+/// (runs, ns) of the switch program in each datapath's turns.
+struct PairedRound {
+    ratios: Vec<f64>,
+    prog: [(u64, u64); 2],
+}
+
+fn paired_round(abort: &Arc<AtomicBool>, size: &str, messages: u32) -> Result<PairedRound> {
+    let plan = bench_plan(&overhead_spec(messages, size))?;
+    let lab = Lab::up(&plan)?;
+    let s = arm(&plan, &lab, Mode::Alternating)?;
+    let dumper = Dumper::start(&s, Duration::ZERO)?;
+    let stop = stop(abort, Duration::from_secs(120));
+    let done = AtomicBool::new(false);
+    // (when the turn began, the baseline's turn?, the program's (runs, ns)
+    // then); the last entry closes the last turn.
+    let turns = std::sync::Mutex::new(vec![(
+        wirelab_workload::now_ns(),
+        false,
+        s.prog_stats(false),
+    )]);
+    let finished = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut forward = false;
+            loop {
+                std::thread::sleep(TURN);
+                let at = s.prog_stats(false);
+                let finish = done.load(Ordering::SeqCst);
+                forward = !forward;
+                s.set_bench_forward(forward && !finish);
+                turns
+                    .lock()
+                    .expect("not poisoned")
+                    .push((wirelab_workload::now_ns(), forward, at));
+                if finish {
+                    return;
+                }
+            }
+        });
+        let r = drive(&plan, &lab, Some(&s), &stop);
+        done.store(true, Ordering::SeqCst);
+        r
+    })?;
+    dumper.finish()?;
+    drop(lab);
+    if abort.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    let r = &finished.reports[0];
+    if let Some(e) = &r.error {
+        bail!("paired workload failed: {e}");
+    }
+    let turns = turns.into_inner().expect("not poisoned");
+    let mut prog = [(0u64, 0u64); 2];
+    // Per turn: the MCTs of the messages posted and completed within it.
+    let mut per_turn: Vec<Vec<u64>> = vec![Vec::new(); turns.len().saturating_sub(1)];
+    for (i, w) in turns.windows(2).enumerate() {
+        let (from, forward, a) = w[0];
+        let (to, _, b) = w[1];
+        let k = usize::from(forward);
+        prog[k].0 += b.0 - a.0;
+        prog[k].1 += b.1 - a.1;
+        per_turn[i] = r
+            .messages
+            .iter()
+            .filter(|m| m.posted_ns >= from && m.completed_ns < to)
+            .map(|m| m.mct_ns)
+            .collect();
+    }
+    // Turns go pipeline, baseline, pipeline, ...: pair 2k with 2k + 1. The
+    // first pair warms the connection up (slow start) and is left out, as
+    // is a pair where either turn completed fewer than 5 messages (the
+    // workload's last moments).
+    let ratios = per_turn
+        .chunks_exact(2)
+        .skip(1)
+        .filter(|p| p[0].len() >= 5 && p[1].len() >= 5)
+        .map(|p| mean(&p[0]) / mean(&p[1]))
+        .collect();
+    Ok(PairedRound { ratios, prog })
+}
+
+/// The MCT ratio with the two datapaths taking turns on one connection in
+/// one lab (`TURN` each), so that the machine's drift between labs, which
+/// makes the separate labs' ratio swing by ±20%, falls on both: the median
+/// of the pairs' ratios per round, over `rounds` labs of about 3 s each.
+fn paired(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
+    println!(
+        "paired in one lab: the pipeline and the forward-only baseline take turns of {} ms on one connection",
+        TURN.as_millis()
+    );
+    println!(
+        "{:>7}  {:>9}  {:>14}  {:>11}  {:>9}  {:>16}",
+        "size", "messages", "full/fwd MCT", "rounds", "pairs", "ns/pkt full/fwd"
+    );
+    // About 3 s of messages a round at this machine's MCTs.
+    for (size, messages) in [("1KB", 30_000), ("10KB", 15_000), ("100KB", 3_000)] {
+        let mut medians = Vec::new();
+        let mut pairs = 0;
+        let mut prog = [(0u64, 0u64); 2];
+        for _ in 0..rounds {
+            let r = paired_round(abort, size, messages)?;
+            pairs += r.ratios.len();
+            medians.push(median(r.ratios));
+            for k in 0..2 {
+                prog[k].0 += r.prog[k].0;
+                prog[k].1 += r.prog[k].1;
+            }
+        }
+        let lo = medians.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = medians.iter().cloned().fold(0.0, f64::max);
+        println!(
+            "{:>7}  {:>9}  {:>14.4}  {:>11}  {:>9}  {:>7.0}/{:<8.0}",
+            size,
+            messages,
+            median(medians),
+            format!("{lo:.3}-{hi:.3}"),
+            pairs,
+            per_pkt(prog[0]),
+            per_pkt(prog[1]),
+        );
+    }
+    println!(
+        "full/fwd MCT: the median over rounds of each round's median pair ratio; rounds: its range"
+    );
     Ok(())
 }
 

@@ -44,6 +44,15 @@
  * the cut when it is 0, so a lab switch carries none of it. */
 const volatile __u8 bench_cut = 0;
 
+/* Benchmarks only (`wirelab bench switch-overhead`'s paired comparison):
+ * while user space sets bench_forward_now, every frame is forwarded as the
+ * forward-only baseline forwards it, so the two datapaths take turns on
+ * one connection in one lab, period by period, and the machine's drift
+ * falls on both. The verifier removes the check unless bench_alternate is
+ * set at load. */
+const volatile __u8 bench_alternate = 0;
+__u32 bench_forward_now = 0;
+
 /* Never read: these globals put the ABI enums no map value refers to into
  * BTF, so the generated skeleton carries them and the Rust side takes the
  * limits from there (crates/dataplane/src/lib.rs) instead of a copy. */
@@ -86,6 +95,9 @@ int wl_switch(struct __sk_buff *skb)
 	struct wl_ctx ctx = {};
 	struct wl_counters *c;
 	int v;
+
+	if (bench_alternate && bench_forward_now)
+		return forward_only(skb);
 
 	/* 1: ingress. */
 	port_no = port_of(ifindex);

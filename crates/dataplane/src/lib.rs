@@ -295,6 +295,9 @@ pub struct Config {
     /// forward as the forward-only baseline does; 0 = the whole pipeline.
     /// `wirelab bench switch-overhead` measures each stage's cost this way.
     pub bench_cut: u8,
+    /// Benchmarks only: forward as the forward-only baseline does while
+    /// `set_bench_forward(true)`, the whole pipeline otherwise.
+    pub bench_alternate: bool,
     /// Ports (bit `p & 63` for port p) whose egress queues frames in this
     /// kernel (a bottleneck's tbf): frames to them leave as clones, which
     /// frees each from its sender's socket accounting as a real NIC's
@@ -323,6 +326,7 @@ impl Default for Config {
             truth: false,
             extension: false,
             bench_cut: 0,
+            bench_alternate: false,
             release_ports: 0,
         }
     }
@@ -1201,6 +1205,7 @@ fn open_and_load(bytes: &[u8], config: Config) -> Result<libbpf_rs::Object, Erro
         ro.track_lock = config.track_lock as u8;
         ro.vaqm_ext = config.extension as u8;
         ro.bench_cut = config.bench_cut;
+        ro.bench_alternate = config.bench_alternate as u8;
         ro.release_ports = config.release_ports;
         ro.eswitch_on = config.eswitch as u8;
         ro.dut_on = config.dut as u8;
@@ -1244,6 +1249,16 @@ impl Switch {
     /// them; counts only while a `RunTimeStats` guard is alive.
     pub fn prog_stats(&self, forward_only: bool) -> (u64, u64) {
         object::prog_info(&self.prog(forward_only)).map_or((0, 0), |p| (p.run_cnt, p.run_time_ns))
+    }
+
+    /// Benchmarks (`Config::bench_alternate`): forward every frame as the
+    /// forward-only baseline does (true), or run the whole pipeline.
+    pub fn set_bench_forward(&self, forward: bool) {
+        // SAFETY (the closure): a field address inside the section.
+        self.bss.write(
+            |b| unsafe { std::ptr::addr_of_mut!((*b).bench_forward_now) },
+            u32::from(forward),
+        );
     }
 
     /// Instructions the verifier walked to accept the pipeline (struct

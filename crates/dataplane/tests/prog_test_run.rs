@@ -1158,3 +1158,48 @@ fn the_verifier_walks_a_small_share_of_its_limit() {
         );
     }
 }
+
+/// `bench switch-overhead`'s paired turns (`Config::bench_alternate`): while
+/// user space says so, a frame is forwarded as the forward-only baseline
+/// forwards it (no counter, no record, the same redirect), and the
+/// pipeline takes the next frame again when it says no.
+#[test]
+fn an_alternating_switch_forwards_as_the_baseline_only_in_its_turns() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(Config {
+        bench_alternate: true,
+        ..Config::default()
+    });
+    handshake(&sw);
+    let one = |sw: &Switch, f: &[u8]| {
+        let (v, out, mut records) = run_frame(sw, f);
+        (v, out, records.pop())
+    };
+    let rx = |sw: &Switch| sw.counters(1).unwrap().rx_pkts;
+    let before = rx(&sw);
+    let (v, out, r) = one(&sw, &data(1, MSS));
+    assert_eq!(v, verdict::REDIRECT);
+    assert!(r.is_some(), "the pipeline's turn: mirrored");
+    assert_eq!(rx(&sw), before + 1);
+
+    sw.set_bench_forward(true);
+    let (v2, out2, r2) = one(&sw, &data(1 + MSS, MSS));
+    assert_eq!(v2, verdict::REDIRECT, "forwarded on the MAC table");
+    assert!(r2.is_none(), "the baseline's turn: nothing mirrored");
+    assert_eq!(rx(&sw), before + 1, "nor counted");
+    assert_eq!(out2.len(), out.len());
+
+    sw.set_bench_forward(false);
+    let (_, _, r3) = one(&sw, &data(1 + 2 * MSS, MSS));
+    assert!(r3.is_some());
+    assert_eq!(rx(&sw), before + 2);
+
+    // A switch loaded without it ignores the flag (the verifier removed
+    // the check).
+    let plain = switch(Config::default());
+    plain.set_bench_forward(true);
+    let (_, _, r4) = one(&plain, &data(1, MSS));
+    assert!(r4.is_some());
+}

@@ -24,6 +24,10 @@ pub enum Mode {
     /// this many stages (`wirelab_dataplane::STAGES`), then forwarded as
     /// the baseline does; what each stage costs is the difference.
     Cut(u8),
+    /// Benchmarks: the pipeline with its capabilities armed, and the
+    /// forward-only baseline in turns within it as `set_bench_forward`
+    /// says (`Config::bench_alternate`).
+    Alternating,
 }
 
 /// The load-time configuration: the plan's capture settings plus what each
@@ -61,8 +65,10 @@ pub fn arm(
     ext: Option<&Extension>,
 ) -> Result<Switch, Error> {
     let mut config = config(plan, caps);
-    if let Mode::Cut(n) = mode {
-        config.bench_cut = n;
+    match mode {
+        Mode::Cut(n) => config.bench_cut = n,
+        Mode::Alternating => config.bench_alternate = true,
+        Mode::Pipeline | Mode::ForwardOnly => {}
     }
     let ext = ext.filter(|_| config.extension);
     let switch = Switch::load_with(config, ext).map_err(|e| match ext {
@@ -103,7 +109,9 @@ pub fn arm(
         for ifindex in &lab.switch_ifindex {
             match mode {
                 Mode::ForwardOnly => switch.attach_forward_only(*ifindex as i32),
-                Mode::Pipeline | Mode::Cut(_) => switch.attach_ingress(*ifindex as i32),
+                Mode::Pipeline | Mode::Cut(_) | Mode::Alternating => {
+                    switch.attach_ingress(*ifindex as i32)
+                }
             }
             .during(format!("attaching the switch to ifindex {ifindex}"))?;
         }
