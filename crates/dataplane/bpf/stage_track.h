@@ -181,8 +181,14 @@ static __always_inline void track_tcp(struct wl_ctx *ctx, struct wl_conn_state *
 	st_unlock(st);
 
 	if (first) {
+		__u32 *start;
+
+		/* A store through the array lookup the JIT inlines, not
+		 * bpf_map_update_elem: a helper call per new data packet. */
 		slot = seg_slot(conn, idx);
-		bpf_map_update_elem(&seg_start, &slot, &rel, BPF_ANY);
+		start = bpf_map_lookup_elem(&seg_start, &slot);
+		if (start)
+			*start = rel;
 	} else {
 		idx = index_of(conn, rel, first_tx);
 	}

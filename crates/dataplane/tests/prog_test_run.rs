@@ -338,9 +338,24 @@ fn drop_event_hits_only_its_iteration_and_is_mirrored_first() {
         ],
     );
     // The records themselves: cut to the snap length, the length on the wire.
-    let (_, _, r) = run_frame(&sw, &d(1 + 3 * MSS));
+    let frame = d(1 + 3 * MSS);
+    let (_, _, r) = run_frame(&sw, &frame);
     let (h, bytes) = &r[0];
     assert_eq!((h.cap_len, bytes.len()), (128, 128), "default snap length");
+    // Copied inline from the linear frame (the mirror's fast path): the
+    // frame's first bytes, each of them.
+    assert_eq!(bytes[..], frame[..128]);
+    // A frame shorter than the snap takes the helper's path: all of it.
+    let ack = build(&Pkt {
+        seq: 77,
+        flags: "A",
+        payload: 0,
+        ecn: IpEcn::NotEct,
+        reverse: true,
+    });
+    let (_, _, r) = run_frame(&sw, &ack);
+    assert_eq!(r[0].0.cap_len as usize, ack.len());
+    assert_eq!(r[0].1[..], ack[..]);
     assert_eq!(h.pkt_len as usize, 14 + 20 + 20 + MSS as usize);
     assert_eq!(h.seq, 6, "mirror sequence numbers have no gaps (SYN was 0)");
 }
