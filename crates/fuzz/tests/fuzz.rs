@@ -411,6 +411,17 @@ fn a_runs_behaviours_are_what_it_measured_and_found() {
             "unfinished connection"
         ]
     );
+    // What the switch's events did: an action on two connections, or
+    // three or more; not on one, not where it hit nothing.
+    o.hits
+        .insert("ecn".into(), [(1, 20), (2, 20), (3, 0)].into());
+    o.hits.insert("drop".into(), [(4, 1)].into());
+    let b = o.behaviours();
+    assert!(b.contains("switch ecn: 2 connections"), "{b:?}");
+    assert!(!b.iter().any(|k| k.starts_with("switch drop")), "{b:?}");
+    o.hits
+        .insert("drop".into(), [(1, 3), (2, 1), (3, 1)].into());
+    assert!(o.behaviours().contains("switch drop: 3+ connections"));
     o.verdict = "INVALID".into();
     assert!(
         o.behaviours().is_empty(),
