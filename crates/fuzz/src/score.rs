@@ -111,12 +111,12 @@ impl Observation {
     /// applied on two connections, or three or more (a CNP limiter shared
     /// by QPs shows only when two QPs are marked). Presence only: the
     /// values vary from run to run, and bucketing them would make noise
-    /// novel; so would the switch's hit counts in AFL's buckets, which
-    /// made the search slower (`wirelab bench fuzz`: implied-nak 37 runs
-    /// against 17, cnp-hidden-interval 61 against 32-61), its score-0
-    /// novelties mutated where fresh random points did better. Nothing for
-    /// a run that is not to be believed (INVALID: its trace is incomplete)
-    /// or was not made.
+    /// novel. The switch's hit counts in AFL's buckets were tried and made
+    /// the search slower (`wirelab bench fuzz`: implied-nak 37 runs
+    /// against 17, cnp-hidden-interval 61 against 32-61): their many
+    /// score-0 novelties were mutated where fresh random points did
+    /// better. Nothing for a run that is not to be believed (INVALID: its
+    /// trace is incomplete) or was not made.
     pub fn behaviours(&self) -> BTreeSet<String> {
         if self.verdict != "PASS" && self.verdict != "FAIL" {
             return BTreeSet::new();
