@@ -213,6 +213,13 @@ pub(crate) fn median(v: Vec<f64>) -> f64 {
     wirelab_model::median(v).unwrap_or(f64::NAN)
 }
 
+/// Median and range (lowest, highest) of a case's rounds.
+pub(crate) fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (median(v.to_vec()), lo, hi)
+}
+
 fn fmt_us(ns: f64) -> String {
     format!("{:.1}us", ns / 1e3)
 }
@@ -264,8 +271,7 @@ pub fn switch_overhead(
         // Each round's ratio, interleaved runs: the spread says whether
         // the rounds are enough for the effect measured.
         let ratios: Vec<f64> = per[0].iter().zip(&per[1]).map(|(x, y)| x / y).collect();
-        let lo = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
-        let hi = ratios.iter().cloned().fold(0.0, f64::max);
+        let (_, lo, hi) = spread(&ratios);
         println!(
             "{:>7}  {:>14}  {:>14}  {:>14}  {:>9.3}  {:>13}  {:>11.3}  {:>7.0}/{:<8.0}  {:>9.0}",
             size,
@@ -405,13 +411,12 @@ fn paired(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
                 prog[k].1 += r.prog[k].1;
             }
         }
-        let lo = medians.iter().cloned().fold(f64::INFINITY, f64::min);
-        let hi = medians.iter().cloned().fold(0.0, f64::max);
+        let (mid, lo, hi) = spread(&medians);
         println!(
             "{:>7}  {:>9}  {:>14.4}  {:>11}  {:>9}  {:>7.0}/{:<8.0}",
             size,
             messages,
-            median(medians),
+            mid,
             format!("{lo:.3}-{hi:.3}"),
             pairs,
             per_pkt(prog[0]),

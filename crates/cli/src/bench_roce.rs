@@ -13,7 +13,7 @@ use wirelab_capture::Dumper;
 use wirelab_netns::Lab;
 use wirelab_plan::Plan;
 
-use crate::bench::median;
+use crate::bench::{median, spread};
 use wirelab_lab::switch::Mode;
 
 /// Payload bytes per packet: the RoCE path MTU that fits a 1500-byte link
@@ -108,13 +108,6 @@ fn iperf3(streams: u32) -> Result<f64> {
         (Some(bps), Some(lost)) => Ok(bps * (1.0 - lost / 100.0)),
         _ => bail!("iperf3 reported no UDP totals: {v}"),
     }
-}
-
-/// Median and range of a case's rounds.
-fn spread(v: &[f64]) -> (f64, f64, f64) {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (median(v.to_vec()), lo, hi)
 }
 
 pub fn run(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {

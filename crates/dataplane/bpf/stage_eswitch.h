@@ -638,7 +638,8 @@ WL_STAGE(wl_stage_eswitch)
 	if (!st)
 		return WL_CONTINUE;
 	st->pkts++;
-	st->packet_ns = 0;
+	if (es_timed)
+		st->packet_ns = 0;
 	s.st = st;
 	if (data + 2 * ETH_ALEN > end)
 		return WL_CONTINUE;
