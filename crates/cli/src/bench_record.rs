@@ -81,6 +81,18 @@ fn cpu_busy_ns() -> Result<u64> {
     Ok(busy * 1_000_000_000 / hz.max(1))
 }
 
+/// This process's CPU time so far (ns, user and system): the recorder's
+/// user space (draining the ring, assembling and writing the records),
+/// and the bench's own thread driving iperf3 (measured apart, without the
+/// recorder, and taken off); iperf3 is other processes.
+fn own_cpu_ns() -> Result<u64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    let ns =
+        |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1_000;
+    Ok(ns(u.user_time()) + ns(u.system_time()))
+}
+
 /// iperf3 from A to B, `mb` megabytes.
 fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
     let log = dir.join("iperf3-server.log");
@@ -130,6 +142,13 @@ struct Round {
     runs: u64,
     cpu_ns: u64,
     cpu_base_ns: u64,
+    /// The recorder's user space, from its programs loaded to its last
+    /// record written (`own_cpu_ns`).
+    user_ns: u64,
+    /// Events missing from the two recorded transfers' records (the
+    /// ring full, a connection not followed, a probe not run again on a
+    /// CPU where it was running: `HostRecorder::stop`).
+    lost: u64,
     /// (program, runs, kernel ns) during the recorded-alone transfer.
     by_program: Vec<(&'static str, u64, u64)>,
 }
@@ -144,6 +163,26 @@ fn recorder(p: &Path3, out: std::path::PathBuf) -> Result<wirelab_lab::record::H
         &[p.a.clone(), p.b.clone()],
         opts,
     )?)
+}
+
+/// Runs `f` (a transfer) on a thread of its own while the recorder is
+/// read every 100 ms, as `wirelab record` and a run do: its ring holds
+/// about 14,500 events between two reads, and a 64 MB transfer makes
+/// twice that (earlier benches read it only at the end, and measured
+/// records that had lost events).
+fn polled(
+    rec: &mut wirelab_lab::record::HostRecorder,
+    f: impl FnOnce() -> Result<()> + Send,
+) -> Result<()> {
+    std::thread::scope(|s| {
+        let h = s.spawn(f);
+        while !h.is_finished() {
+            std::thread::sleep(Duration::from_millis(100));
+            rec.poll(wirelab_lab::record::monotonic_ns())?;
+        }
+        h.join()
+            .map_err(|_| anyhow::anyhow!("the transfer's thread panicked"))?
+    })
 }
 
 /// tcpdump -s 96 on A's and B's interfaces until `f` returns; the files'
@@ -209,15 +248,24 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
         eprintln!("keeping {}", dir.path().display());
     }
     let p = path3(dir.path())?;
-    let rec = recorder(&p, dir.path().join("rec"))?;
-    let (pcap, pcap_zstd, packets) = captured(&p, dir.path(), || transfer(&p, mb, dir.path()))?;
-    let (_, records, _) = rec.stop()?;
+    let mut rec = recorder(&p, dir.path().join("rec"))?;
+    let (pcap, pcap_zstd, packets) = captured(&p, dir.path(), || {
+        polled(&mut rec, || transfer(&p, mb, dir.path()))
+    })?;
+    let (_, records, lost) = rec.stop()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
+    ensure!(
+        lost == 0,
+        "the recorder lost {lost} events: the records are incomplete"
+    );
 
-    let rec = recorder(&p, dir.path().join("rec2"))?;
+    let mut rec = recorder(&p, dir.path().join("rec2"))?;
+    // After the programs are loaded (the verifier's time is once per
+    // recorder, not per packet).
+    let own0 = own_cpu_ns()?;
     let cpu0 = cpu_busy_ns()?;
     let by0 = rec.kernel_time();
-    transfer(&p, mb, dir.path())?;
+    polled(&mut rec, || transfer(&p, mb, dir.path()))?;
     let by1 = rec.kernel_time();
     let by_program: Vec<(&'static str, u64, u64)> = by1
         .iter()
@@ -229,11 +277,17 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
     let runs: u64 = by_program.iter().map(|p| p.1).sum();
     let kernel_ns: u64 = by_program.iter().map(|p| p.2).sum();
     let cpu1 = cpu_busy_ns()?;
-    rec.stop()?;
+    // Every record written (all idle an hour from now), then counted: the
+    // programs' unloading in `stop` is once per recorder, like the load.
+    rec.poll(wirelab_lab::record::monotonic_ns() + 3_600_000_000_000)?;
+    let user_ns = own_cpu_ns()?.saturating_sub(own0);
+    let (_, _, lost2) = rec.stop()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
 
     let base0 = cpu_busy_ns()?;
+    let own_base0 = own_cpu_ns()?;
     transfer(&p, mb, dir.path())?;
+    let own_base = own_cpu_ns()?.saturating_sub(own_base0);
     let base1 = cpu_busy_ns()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
     Ok(Round {
@@ -246,6 +300,10 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
         by_program,
         cpu_ns: cpu1.saturating_sub(cpu0),
         cpu_base_ns: base1.saturating_sub(base0),
+        // What the bench's own thread spends driving a transfer (spawning
+        // iperf3) is in both.
+        user_ns: user_ns.saturating_sub(own_base),
+        lost: lost + lost2,
     })
 }
 
@@ -263,7 +321,7 @@ pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
     }
     bar.finish_and_clear();
     println!(
-        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>13}",
+        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>13} {:>5}",
         "packets",
         "records B",
         "B/packet",
@@ -272,12 +330,14 @@ pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
         "rec/zstd",
         "ns/run",
         "CPU share",
-        "CPU/baseline"
+        "user share",
+        "CPU/baseline",
+        "lost"
     );
     for r in &got {
         let per = |b: u64| b as f64 / r.packets.max(1) as f64;
         println!(
-            "{:>8} {:>10} {:>9.2} {:>9.1} {:>9.2} {:>8.1}% {:>8.0} {:>9.3}% {:>13.3}",
+            "{:>8} {:>10} {:>9.2} {:>9.1} {:>9.2} {:>8.1}% {:>8.0} {:>9.3}% {:>9.3}% {:>13.3} {:>5}",
             r.packets,
             r.records,
             per(r.records),
@@ -286,19 +346,22 @@ pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
             100.0 * r.records as f64 / r.pcap_zstd.max(1) as f64,
             r.kernel_ns as f64 / r.runs.max(1) as f64,
             100.0 * r.kernel_ns as f64 / r.cpu_ns.max(1) as f64,
+            100.0 * r.user_ns as f64 / r.cpu_ns.max(1) as f64,
             r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64,
+            r.lost,
         );
     }
     let m = |f: &dyn Fn(&Round) -> f64| crate::bench::median(got.iter().map(f).collect());
     println!(
         "median: records {:.1}% of the zstd -19 pcap (DETER: 2.1-3.1%), {:.2} bytes per packet; \
          the recorder's kernel time {:.3}% of the machine's CPU time during the transfer (DETER: 0.094-1.49%), \
-         {:.0} ns per program run; the machine's CPU time recorded / not recorded {:.3} (noisy: \
-         the kernel time is the precise figure)",
+         {:.0} ns per program run; its user space (ring, records) {:.3}%; the machine's CPU time \
+         recorded / not recorded {:.3} (noisy: the kernel time is the precise figure)",
         m(&|r| 100.0 * r.records as f64 / r.pcap_zstd.max(1) as f64),
         m(&|r| r.records as f64 / r.packets.max(1) as f64),
         m(&|r| 100.0 * r.kernel_ns as f64 / r.cpu_ns.max(1) as f64),
         m(&|r| r.kernel_ns as f64 / r.runs.max(1) as f64),
+        m(&|r| 100.0 * r.user_ns as f64 / r.cpu_ns.max(1) as f64),
         m(&|r| r.cpu_ns as f64 / r.cpu_base_ns.max(1) as f64),
     );
     // Where the kernel time goes (medians over the rounds): which

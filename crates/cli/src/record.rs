@@ -80,7 +80,7 @@ pub fn run(args: &Args, abort: &AtomicBool) -> Result<u8> {
     let bar = indicatif::ProgressBar::new_spinner();
     while !abort.load(Ordering::SeqCst) && until.is_none_or(|u| Instant::now() < u) {
         std::thread::sleep(Duration::from_millis(100));
-        rec.poll(monotonic_ns())?;
+        rec.poll(wirelab_lab::record::monotonic_ns())?;
         bar.set_message(format!(
             "{} connections open, {} records written ({} bytes)",
             rec.open(),
@@ -107,13 +107,6 @@ pub fn run(args: &Args, abort: &AtomicBool) -> Result<u8> {
     } else {
         code::OK
     })
-}
-
-/// CLOCK_MONOTONIC, the recorder's clock (bpf_ktime_get_ns).
-fn monotonic_ns() -> u64 {
-    let t =
-        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("the monotonic clock");
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
 /// What one record holds, as `--read` prints it.

@@ -2810,7 +2810,8 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
     // not a replay.
     let dir = out.path().join("bad");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("x.deter"), b"WLDETER3\x05\x00").unwrap();
+    let cut = [&wirelab_deter::record::MAGIC[..], b"\x05\x00"].concat();
+    std::fs::write(dir.join("x.deter"), cut).unwrap();
     let refused = |p: &Path| -> String {
         let o = wirelab(&[
             "replay",

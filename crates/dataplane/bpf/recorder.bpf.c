@@ -133,6 +133,15 @@ struct wl_rec_conn *rec_conn_abi = 0;
 
 /* Algorithm 1's th (ns); DETER's default is 5 µs (§3.3). */
 const volatile __u64 th_ns = 5000;
+/* A sample's time is kept on a grid of 2^sample_shift ns
+ * (wirelab_deter::sample::grid_shift: at most half of it off, under th),
+ * and the rule runs from that time, as the record will hold it. */
+const volatile __u32 sample_shift = 10;
+
+static __always_inline __u64 on_grid(__u64 t)
+{
+	return ((t + ((1ULL << sample_shift) >> 1)) >> sample_shift) << sample_shift;
+}
 
 /* The recorded host's network namespace (inode): the tracepoints fire for
  * every namespace, the recorder keeps its host's sockets (0: all). */
@@ -336,7 +345,7 @@ int wl_rec_out(struct __sk_buff *skb)
 	c->tx_count = idx + segs;
 	if (idx == 0) {
 		c->s_index = 0;
-		c->s_time = now;
+		c->s_time = on_grid(now);
 		bpf_spin_unlock(&c->lock);
 		return TCX_NEXT;
 	}
@@ -367,7 +376,7 @@ int wl_rec_out(struct __sk_buff *skb)
 	ev.d = c->hi;
 	ev.seq = c->ev_seq++;
 	c->s_index = idx;
-	c->s_time = now;
+	c->s_time = on_grid(now);
 	c->lo = 0;
 	c->hi = ~0ULL;
 	bpf_spin_unlock(&c->lock);

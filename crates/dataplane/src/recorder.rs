@@ -118,9 +118,17 @@ pub struct RecState {
     pub last_ns: u64,
 }
 
+/// What the ring's callback has read and `drain` has not yet handed on.
+type Got = std::sync::Arc<std::sync::Mutex<Vec<types::wl_rec_event>>>;
+
 pub struct Recorder {
     /// Dropped first: detached before the object goes.
     links: Vec<(i32, libbpf_rs::Link)>,
+    /// Built once: building it maps the ring, 150-200 µs, which every
+    /// read paid when it was built per read (a run reads each host's
+    /// ring twice every 100 ms).
+    ring: libbpf_rs::RingBuffer<'static>,
+    got: Got,
     maps: Maps,
     bss: object::Section<types::bss>,
     obj: libbpf_rs::Object,
@@ -133,14 +141,29 @@ impl Recorder {
     pub fn load(th_ns: u64, test_clock: bool, netns: Option<u32>) -> Result<Recorder, Error> {
         let obj = object::load_with_rodata("recorder", OBJECT, |ro: &mut types::rodata| {
             ro.th_ns = th_ns;
+            ro.sample_shift = wirelab_deter::sample::grid_shift(th_ns);
             ro.test_clock = test_clock as u8;
             ro.netns_inum = netns.unwrap_or(0);
         })?;
         object::check_programs(&obj, &PROGS)?;
         object::check_programs(&obj, &PROBES)?;
+        let maps = Maps::find(&obj)?;
+        let got = Got::default();
+        let sink = got.clone();
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        b.add(&maps.rec_ring, move |d: &[u8]| {
+            if let Some(e) = from_bytes::<types::wl_rec_event>(d) {
+                sink.lock().expect("not poisoned").push(e);
+            }
+            0
+        })
+        .map_err(map_err("reading the recorder's ring"))?;
+        let ring = b.build().map_err(map_err("reading the recorder's ring"))?;
         Ok(Recorder {
             links: Vec::new(),
-            maps: Maps::find(&obj)?,
+            ring,
+            got,
+            maps,
             bss: object::Section::of(&obj, ".bss")?,
             obj,
         })
@@ -225,20 +248,10 @@ impl Recorder {
     /// differ from the numbers when two CPUs reported (see
     /// `wirelab_deter::assemble`).
     pub fn drain(&self, mut f: impl FnMut(RecKey, u32, u64, RecEvent)) -> Result<usize, Error> {
-        let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let sink = got.clone();
-        let mut b = libbpf_rs::RingBufferBuilder::new();
-        b.add(&self.maps.rec_ring, move |d: &[u8]| {
-            if let Some(e) = from_bytes::<types::wl_rec_event>(d) {
-                sink.borrow_mut().push(e);
-            }
-            0
-        })
-        .map_err(map_err("reading the recorder's ring"))?;
-        b.build()
-            .and_then(|r| r.consume())
+        self.ring
+            .consume()
             .map_err(map_err("reading the recorder's ring"))?;
-        let events = got.take();
+        let events = std::mem::take(&mut *self.got.lock().expect("not poisoned"));
         for e in &events {
             let ev = match e.kind {
                 1 => RecEvent::Start {

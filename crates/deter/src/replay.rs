@@ -283,15 +283,16 @@ mod tests {
     fn steps_keep_both_ends_times_on_one_clock() {
         let mut c = rec("198.18.0.1:40001", "198.18.0.2:5001");
         let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
-        call(&mut c, 5_000, CallKind::Send, 14_480);
-        call(&mut s, 5_300, CallKind::Recv, 1_448);
-        call(&mut s, 5_400, CallKind::Recv, 13_032);
-        call(&mut s, 5_500, CallKind::Send, 8);
-        call(&mut c, 5_600, CallKind::Recv, 8);
-        call(&mut s, 5_700, CallKind::Recv, 0); // EOF: not repeated
+        call(&mut c, 5_000_000, CallKind::Send, 14_480);
+        call(&mut s, 5_300_000, CallKind::Recv, 1_448);
+        call(&mut s, 5_400_000, CallKind::Recv, 13_032);
+        call(&mut s, 5_500_000, CallKind::Send, 8);
+        call(&mut c, 5_600_000, CallKind::Recv, 8);
+        call(&mut s, 5_700_000, CallKind::Recv, 0); // EOF: not repeated
         c.events
-            .push(c.start_ns, 5_650, Event::State(TCP_FIN_WAIT1));
-        s.events.push(s.start_ns, 5_750, Event::State(TCP_LAST_ACK));
+            .push(c.start_ns, 5_650_000, Event::State(TCP_FIN_WAIT1));
+        s.events
+            .push(s.start_ns, 5_750_000, Event::State(TCP_LAST_ACK));
         let (cs, ss) = Pair::of(c, s).unwrap().steps();
         assert_eq!(
             cs,
@@ -301,11 +302,11 @@ mod tests {
                     op: Op::Send(14_480)
                 },
                 Step {
-                    at_ns: 600,
+                    at_ns: 600_000,
                     op: Op::Recv(8)
                 },
                 Step {
-                    at_ns: 650,
+                    at_ns: 650_000,
                     op: Op::Close { after_peer: false }
                 },
             ]
@@ -314,19 +315,19 @@ mod tests {
             ss,
             [
                 Step {
-                    at_ns: 300,
+                    at_ns: 300_000,
                     op: Op::Recv(1_448)
                 },
                 Step {
-                    at_ns: 400,
+                    at_ns: 400_000,
                     op: Op::Recv(13_032)
                 },
                 Step {
-                    at_ns: 500,
+                    at_ns: 500_000,
                     op: Op::Send(8)
                 },
                 Step {
-                    at_ns: 750,
+                    at_ns: 750_000,
                     op: Op::Close { after_peer: true }
                 },
             ]
@@ -365,15 +366,17 @@ mod tests {
     fn a_socket_closed_by_a_reset_closes_at_that_time() {
         let mut c = rec("198.18.0.1:40001", "198.18.0.2:5001");
         let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
-        call(&mut c, 5_000, CallKind::Send, 100);
-        call(&mut s, 5_100, CallKind::Recv, 50);
-        s.events.push(s.start_ns, 5_200, Event::State(TCP_CLOSE));
-        c.events.push(c.start_ns, 5_300, Event::State(TCP_CLOSE));
+        call(&mut c, 5_000_000, CallKind::Send, 100);
+        call(&mut s, 5_100_000, CallKind::Recv, 50);
+        s.events
+            .push(s.start_ns, 5_200_000, Event::State(TCP_CLOSE));
+        c.events
+            .push(c.start_ns, 5_300_000, Event::State(TCP_CLOSE));
         let (cs, ss) = Pair::of(c, s).unwrap().steps();
         assert_eq!(cs.last().unwrap().op, Op::Close { after_peer: false });
-        assert_eq!(cs.last().unwrap().at_ns, 300);
+        assert_eq!(cs.last().unwrap().at_ns, 300_000);
         assert_eq!(ss.last().unwrap().op, Op::Close { after_peer: false });
-        assert_eq!(ss.last().unwrap().at_ns, 200);
+        assert_eq!(ss.last().unwrap().at_ns, 200_000);
     }
 
     #[test]

@@ -226,20 +226,29 @@ impl HostRecorder {
         // Forgotten first, then drained: every event reported up to then
         // is in the ring. (A packet in between starts the next record of
         // the four-tuple; its events, if any, land in this one.)
+        // Each host's connections are read once (a read is two system
+        // calls a connection, and this runs every 100 ms); those still
+        // followed are the ones not forgotten here.
         let mut ended = Vec::new();
+        let mut followed = Vec::new();
         for (i, h) in self.hosts.iter().enumerate() {
+            let mut kept = std::collections::BTreeSet::new();
             for (k, s) in h.rec.conns() {
                 if done(&s) {
                     h.rec.forget(&k);
                     ended.push((i, k, s));
+                } else {
+                    kept.insert(k);
                 }
             }
+            followed.push(kept);
         }
-        self.drain()?;
+        if !ended.is_empty() {
+            self.drain()?;
+        }
         let idle = self.opts.idle_ns;
         for (i, h) in self.hosts.iter().enumerate() {
-            let followed: std::collections::BTreeSet<RecKey> =
-                h.rec.conns().into_iter().map(|c| c.0).collect();
+            let followed = &followed[i];
             for (local, remote) in h
                 .asm
                 .closed(now_ns.unwrap_or(0), if now_ns.is_some() { idle } else { 0 })
@@ -345,7 +354,7 @@ impl Recording {
 }
 
 /// CLOCK_MONOTONIC, the recorders' clock (bpf_ktime_get_ns).
-pub(crate) fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
