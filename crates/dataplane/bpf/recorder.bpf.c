@@ -115,6 +115,9 @@ enum wl_rec_kernel {
 
 struct wl_rec_event {
 	struct wl_rec_key key;
+	/* Which host's event (the index user space gave it, `self_host` or
+	 * `rec_netns`): one object's probes serve every recorded namespace. */
+	__u32 host;
 	__u64 ts;
 	__u64 a;
 	__u64 b;
@@ -143,9 +146,23 @@ static __always_inline __u64 on_grid(__u64 t)
 	return ((t + ((1ULL << sample_shift) >> 1)) >> sample_shift) << sample_shift;
 }
 
-/* The recorded host's network namespace (inode): the tracepoints fire for
- * every namespace, the recorder keeps its host's sockets (0: all). */
-const volatile __u32 netns_inum = 0;
+/* This object's host: the index its tc programs' events carry. */
+const volatile __u32 self_host = 0;
+
+/* The tracepoints fire for every namespace: with netns_filter, the probes
+ * keep the sockets of the namespaces in rec_netns (inode -> host index),
+ * else all, as self_host's. One recorder's probes serve all the hosts it
+ * records, so a socket call runs one program however many hosts are
+ * recorded (one per host before: each one's probes ran for every call on
+ * the machine). */
+const volatile __u8 netns_filter = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} rec_netns SEC(".maps");
 
 #define WL_GAP_ONE 1024
 
@@ -178,7 +195,8 @@ struct pending {
 	__u32 kind, seq;
 };
 
-static __always_inline void emit(const struct wl_rec_key *k, __u64 now, const struct pending *p)
+static __always_inline void emit(const struct wl_rec_key *k, __u32 host, __u64 now,
+				 const struct pending *p)
 {
 	struct wl_rec_event *e = bpf_ringbuf_reserve(&rec_ring, sizeof(*e), 0);
 
@@ -187,6 +205,7 @@ static __always_inline void emit(const struct wl_rec_key *k, __u64 now, const st
 		return;
 	}
 	e->key = *k;
+	e->host = host;
 	e->ts = now;
 	e->a = p->a;
 	e->b = p->b;
@@ -305,9 +324,9 @@ int wl_rec_in(struct __sk_buff *skb)
 	c->ce_run += segs;
 	bpf_spin_unlock(&c->lock);
 	if (ev[0].kind)
-		emit(&k, now, &ev[0]);
+		emit(&k, self_host, now, &ev[0]);
 	if (ev[1].kind)
-		emit(&k, now, &ev[1]);
+		emit(&k, self_host, now, &ev[1]);
 	return TCX_NEXT;
 }
 
@@ -380,7 +399,7 @@ int wl_rec_out(struct __sk_buff *skb)
 	c->lo = 0;
 	c->hi = ~0ULL;
 	bpf_spin_unlock(&c->lock);
-	emit(&k, now, &ev);
+	emit(&k, self_host, now, &ev);
 	return TCX_NEXT;
 }
 
@@ -439,16 +458,23 @@ struct inet_connection_sock {
 	const struct tcp_congestion_ops *icsk_ca_ops;
 } __attribute__((preserve_access_index));
 
-/* A connected IPv4 TCP socket of the recorded namespace: its key. */
-static __always_inline int sk_key(const struct sock *sk, struct wl_rec_key *k)
+/* A connected IPv4 TCP socket of a recorded namespace: its key and host. */
+static __always_inline int sk_key(const struct sock *sk, struct wl_rec_key *k, __u32 *host)
 {
 	__be16 sport = 0;
 
 	if (!sk || sk->__sk_common.skc_family != 2 /* AF_INET */ ||
 	    sk->sk_protocol != IPPROTO_TCP || !sk->__sk_common.skc_dport)
 		return 0;
-	if (netns_inum && sk->__sk_common.skc_net.net->ns.inum != netns_inum)
-		return 0;
+	*host = self_host;
+	if (netns_filter) {
+		__u32 inum = sk->__sk_common.skc_net.net->ns.inum;
+		__u32 *h = bpf_map_lookup_elem(&rec_netns, &inum);
+
+		if (!h)
+			return 0;
+		*host = *h;
+	}
 	/* The source port from inet_sport, not skc_num: closing releases the
 	 * port (inet_put_port zeroes inet_num) before the move to TCP_CLOSE
 	 * is traced. A socket still without a port (connect's move to
@@ -469,9 +495,10 @@ static __always_inline void sk_emit(const struct sock *sk, __u32 kind, __u64 a, 
 {
 	struct pending p = { .a = a, .b = b, .c = c, .kind = kind, .seq = ~0U };
 	struct wl_rec_key k;
+	__u32 host;
 
-	if (sk_key(sk, &k))
-		emit(&k, pipeline_now(), &p);
+	if (sk_key(sk, &k, &host))
+		emit(&k, host, pipeline_now(), &p);
 }
 
 SEC("tp_btf/sock_send_length")

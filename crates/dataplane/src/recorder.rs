@@ -28,7 +28,7 @@ const PROBES: [&str; 5] = [
 ];
 
 object::maps! {
-    struct Maps { rec_conns, rec_ring, fake_clock }
+    struct Maps { rec_conns, rec_ring, rec_netns, fake_clock }
 }
 
 /// A connection as the recording host sees it.
@@ -136,14 +136,22 @@ pub struct Recorder {
 
 impl Recorder {
     /// Loads the programs with Algorithm 1's bound `th_ns`; `test_clock`
-    /// lets fixtures set the time (`set_test_clock`); `netns` (an inode)
-    /// is the namespace whose sockets the tracepoints keep (None: all).
-    pub fn load(th_ns: u64, test_clock: bool, netns: Option<u32>) -> Result<Recorder, Error> {
+    /// lets fixtures set the time (`set_test_clock`). `host` is the index
+    /// this recorder's tc events carry; with `by_netns`, its probes keep
+    /// only the sockets of the namespaces given to `keep_netns`, as their
+    /// hosts', else every socket, as `host`'s.
+    pub fn load(
+        th_ns: u64,
+        test_clock: bool,
+        host: u32,
+        by_netns: bool,
+    ) -> Result<Recorder, Error> {
         let obj = object::load_with_rodata("recorder", OBJECT, |ro: &mut types::rodata| {
             ro.th_ns = th_ns;
             ro.sample_shift = wirelab_deter::sample::grid_shift(th_ns);
             ro.test_clock = test_clock as u8;
-            ro.netns_inum = netns.unwrap_or(0);
+            ro.self_host = host;
+            ro.netns_filter = by_netns as u8;
         })?;
         object::check_programs(&obj, &PROGS)?;
         object::check_programs(&obj, &PROBES)?;
@@ -200,8 +208,18 @@ impl Recorder {
         Ok(())
     }
 
-    /// Records the socket calls and TCP events of the namespace given to
-    /// `load` too (tracepoints, kept until this is dropped).
+    /// The probes keep the sockets of namespace `inode` as host `host`'s
+    /// (with `by_netns` at `load`).
+    pub fn keep_netns(&self, inode: u32, host: u32) -> Result<(), Error> {
+        self.maps
+            .rec_netns
+            .update(&inode.to_ne_bytes(), &host.to_ne_bytes(), MapFlags::ANY)
+            .map_err(map_err("keeping a namespace's sockets"))
+    }
+
+    /// Records the socket calls and TCP events of the namespaces given to
+    /// `keep_netns` too (tracepoints, kept until this is dropped). One
+    /// recorder's probes serve every host: attach them once.
     pub fn attach_probes(&mut self) -> Result<(), Error> {
         for name in PROBES {
             let link = object::program(&self.obj, name)
@@ -243,11 +261,14 @@ impl Recorder {
             .map_err(map_err("setting the test clock"))
     }
 
-    /// Reads every event waiting in the ring, with its connection's event
-    /// number (u32::MAX: not numbered) and time: the ring's order can
-    /// differ from the numbers when two CPUs reported (see
-    /// `wirelab_deter::assemble`).
-    pub fn drain(&self, mut f: impl FnMut(RecKey, u32, u64, RecEvent)) -> Result<usize, Error> {
+    /// Reads every event waiting in the ring, with its host (`load`,
+    /// `keep_netns`), its connection's event number (u32::MAX: not
+    /// numbered) and time: the ring's order can differ from the numbers
+    /// when two CPUs reported (see `wirelab_deter::assemble`).
+    pub fn drain(
+        &self,
+        mut f: impl FnMut(u32, RecKey, u32, u64, RecEvent),
+    ) -> Result<usize, Error> {
         self.ring
             .consume()
             .map_err(map_err("reading the recorder's ring"))?;
@@ -301,7 +322,7 @@ impl Recorder {
                 },
                 _ => continue,
             };
-            f(RecKey::of(&e.key), e.seq, e.ts, ev);
+            f(e.host, RecKey::of(&e.key), e.seq, e.ts, ev);
         }
         Ok(events.len())
     }

@@ -77,7 +77,7 @@ fn key_at_a() -> RecKey {
 
 fn events(r: &Recorder) -> Vec<RecEvent> {
     let mut out = Vec::new();
-    r.drain(|k, _, _, e| {
+    r.drain(|_, k, _, _, e| {
         assert_eq!(k, key_at_a(), "{e:?}");
         out.push(e);
     })
@@ -98,7 +98,7 @@ fn arrivals_report_drops_reordering_wrap_and_ce() {
     if !have_bpf() {
         return;
     }
-    let r = Recorder::load(5_000, true, None).unwrap();
+    let r = Recorder::load(5_000, true, 0, false).unwrap();
     use RecEvent::*;
     let rows = [
         Row {
@@ -248,7 +248,7 @@ fn an_ack_drop_is_an_arrival_gap_at_the_sender() {
     if !have_bpf() {
         return;
     }
-    let r = Recorder::load(5_000, true, None).unwrap();
+    let r = Recorder::load(5_000, true, 0, false).unwrap();
     for id in [700u16, 701, 703, 704] {
         r.test_run(false, &frame(false, id, 0, false, false))
             .unwrap();
@@ -282,7 +282,7 @@ fn algorithm_1_in_the_kernel_matches_the_reference() {
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
     for (round, th) in [5_000u64, 1_000, 20_000].into_iter().enumerate() {
-        let r = Recorder::load(th, true, None).unwrap();
+        let r = Recorder::load(th, true, 0, false).unwrap();
         let mut reference = Sampler::new(th);
         let mut t = 1_000_000_000u64 + round as u64;
         let mut gap = 1_200u64;
@@ -297,7 +297,7 @@ fn algorithm_1_in_the_kernel_matches_the_reference() {
             r.test_run(true, &frame(true, i as u16, 1448, false, false))
                 .unwrap();
             want.extend(reference.sample(i, t));
-            r.drain(|_, _, _, e| match e {
+            r.drain(|_, _, _, _, e| match e {
                 RecEvent::Sample {
                     index,
                     time_ns,
@@ -341,7 +341,7 @@ fn arrivals_after_our_fin_was_acknowledged_and_resets_are_not_followed() {
     if !have_bpf() {
         return;
     }
-    let r = Recorder::load(5_000, true, None).unwrap();
+    let r = Recorder::load(5_000, true, 0, false).unwrap();
     let from_b = |id: u16, ack: u32, fin: bool, rst: bool| {
         r.test_run(
             false,

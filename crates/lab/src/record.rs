@@ -63,13 +63,13 @@ impl HostRecorder {
     /// Starts recording in each namespace of `namespaces` (by name, as in
     /// /run/netns).
     pub fn start(namespaces: &[String], opts: RecordOptions) -> Result<HostRecorder, Error> {
-        let mut hosts = Vec::new();
-        for ns in namespaces {
+        let mut hosts: Vec<Host> = Vec::new();
+        let mut inodes = Vec::new();
+        for (i, ns) in namespaces.iter().enumerate() {
             let inode = wirelab_netns::netns_inode(ns).during(format!("finding namespace {ns}"))?;
+            inodes.push(inode);
             let mut rec =
-                Recorder::load(opts.th_ns, false, Some(inode)).during("loading the recorder")?;
-            rec.attach_probes()
-                .during(format!("recording the socket calls and TCP events of {ns}"))?;
+                Recorder::load(opts.th_ns, false, i as u32, true).during("loading the recorder")?;
             let devs = wirelab_netns::in_netns(ns, || -> Result<usize, Error> {
                 let devs = interfaces().during(format!("listing the interfaces of {ns}"))?;
                 for (name, ifindex) in &devs {
@@ -108,6 +108,20 @@ impl HostRecorder {
                 asm: Assembler::new(ns),
                 written: BTreeMap::new(),
             });
+        }
+        // The first host's probes record the socket calls and TCP events
+        // of all of them (each call runs one program, however many hosts).
+        if let Some(first) = hosts.first_mut() {
+            for (i, &inode) in inodes.iter().enumerate() {
+                first
+                    .rec
+                    .keep_netns(inode, i as u32)
+                    .during(format!("recording the sockets of {}", namespaces[i]))?;
+            }
+            first
+                .rec
+                .attach_probes()
+                .during("recording the socket calls and TCP events")?;
         }
         Ok(HostRecorder {
             hosts,
@@ -156,61 +170,67 @@ impl HostRecorder {
     }
 
     fn drain(&mut self) -> Result<(), Error> {
-        for h in &mut self.hosts {
-            let asm = &mut h.asm;
+        // Read first, then assembled: the first host's ring holds every
+        // host's socket calls and TCP events.
+        let mut got = Vec::new();
+        for h in &self.hosts {
             h.rec
-                .drain(|k, seq, t, e| {
-                    let ev = match e {
-                        RecEvent::Start { id, segs } => Ev::Start { id, segs },
-                        RecEvent::Arrive { run, id, segs } => Ev::Arrive { run, id, segs },
-                        RecEvent::Ce { run, marked } => Ev::Ce { run, marked },
-                        RecEvent::Sample {
-                            index,
-                            time_ns,
-                            lo,
-                            hi,
-                        } => Ev::Sample {
-                            index,
-                            time_ns,
-                            lo,
-                            hi,
-                        },
-                        RecEvent::Call { recv, bytes, flags } => Ev::Call {
-                            t,
-                            call: Call {
-                                kind: if recv { CallKind::Recv } else { CallKind::Send },
-                                bytes,
-                                flags,
-                            },
-                        },
-                        RecEvent::Retransmit { seq } => Ev::Kernel {
-                            t,
-                            event: Event::Retransmit { seq },
-                        },
-                        RecEvent::CongState(c) => Ev::Kernel {
-                            t,
-                            event: Event::CongState(c),
-                        },
-                        RecEvent::State { new, .. } => Ev::Kernel {
-                            t,
-                            event: Event::State(new),
-                        },
-                        RecEvent::CongControl(name) => Ev::CongControl(name),
-                        RecEvent::SockOpts {
-                            rcvbuf,
-                            sndbuf,
-                            userlocks,
-                            nonagle,
-                        } => Ev::SockOpts {
-                            rcvbuf,
-                            sndbuf,
-                            userlocks,
-                            nonagle,
-                        },
-                    };
-                    asm.event(k.local.into(), k.remote.into(), seq, ev);
-                })
+                .drain(|host, k, seq, t, e| got.push((host, k, seq, t, e)))
                 .during(format!("reading the recorder of {}", h.ns))?;
+        }
+        for (host, k, seq, t, e) in got {
+            let Some(h) = self.hosts.get_mut(host as usize) else {
+                continue;
+            };
+            let ev = match e {
+                RecEvent::Start { id, segs } => Ev::Start { id, segs },
+                RecEvent::Arrive { run, id, segs } => Ev::Arrive { run, id, segs },
+                RecEvent::Ce { run, marked } => Ev::Ce { run, marked },
+                RecEvent::Sample {
+                    index,
+                    time_ns,
+                    lo,
+                    hi,
+                } => Ev::Sample {
+                    index,
+                    time_ns,
+                    lo,
+                    hi,
+                },
+                RecEvent::Call { recv, bytes, flags } => Ev::Call {
+                    t,
+                    call: Call {
+                        kind: if recv { CallKind::Recv } else { CallKind::Send },
+                        bytes,
+                        flags,
+                    },
+                },
+                RecEvent::Retransmit { seq } => Ev::Kernel {
+                    t,
+                    event: Event::Retransmit { seq },
+                },
+                RecEvent::CongState(c) => Ev::Kernel {
+                    t,
+                    event: Event::CongState(c),
+                },
+                RecEvent::State { new, .. } => Ev::Kernel {
+                    t,
+                    event: Event::State(new),
+                },
+                RecEvent::CongControl(name) => Ev::CongControl(name),
+                RecEvent::SockOpts {
+                    rcvbuf,
+                    sndbuf,
+                    userlocks,
+                    nonagle,
+                } => Ev::SockOpts {
+                    rcvbuf,
+                    sndbuf,
+                    userlocks,
+                    nonagle,
+                },
+            };
+            h.asm.event(k.local.into(), k.remote.into(), seq, ev);
         }
         Ok(())
     }
