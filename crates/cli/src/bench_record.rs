@@ -93,8 +93,8 @@ fn own_cpu_ns() -> Result<u64> {
     Ok(ns(u.user_time()) + ns(u.system_time()))
 }
 
-/// iperf3 from A to B, `mb` megabytes.
-fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
+/// iperf3 from A to B, `mb` megabytes over `parallel` connections.
+fn transfer(p: &Path3, mb: u32, parallel: u32, dir: &Path) -> Result<()> {
     let log = dir.join("iperf3-server.log");
     let mut server = Command::new("ip")
         .args([
@@ -122,11 +122,12 @@ fn transfer(p: &Path3, mb: u32, dir: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let n = format!("{mb}M");
+    let streams = parallel.max(1).to_string();
     let r = sh(
         "ip",
         &[
             "netns", "exec", &p.a, "timeout", BOUND_S, "iperf3", "-c", &p.b_addr, "-n", &n, "-C",
-            "cubic",
+            "cubic", "-P", &streams,
         ],
     );
     let _ = server.wait();
@@ -238,7 +239,7 @@ fn captured(p: &Path3, dir: &Path, f: impl FnOnce() -> Result<()>) -> Result<(u6
 /// recorded alone (the recorder's share of the CPU time), and neither
 /// (the CPU time's baseline). tcpdump would add its own CPU time, so the
 /// CPU is measured without it.
-fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
+fn round(mb: u32, parallel: u32, abort: &AtomicBool) -> Result<Round> {
     let mut dir = tempfile::Builder::new()
         .prefix("wirelab-bench-record")
         .tempdir()?;
@@ -250,7 +251,7 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
     let p = path3(dir.path())?;
     let mut rec = recorder(&p, dir.path().join("rec"))?;
     let (pcap, pcap_zstd, packets) = captured(&p, dir.path(), || {
-        polled(&mut rec, || transfer(&p, mb, dir.path()))
+        polled(&mut rec, || transfer(&p, mb, parallel, dir.path()))
     })?;
     let (_, records, lost) = rec.stop()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
@@ -265,7 +266,7 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
     let own0 = own_cpu_ns()?;
     let cpu0 = cpu_busy_ns()?;
     let by0 = rec.kernel_time();
-    polled(&mut rec, || transfer(&p, mb, dir.path()))?;
+    polled(&mut rec, || transfer(&p, mb, parallel, dir.path()))?;
     let by1 = rec.kernel_time();
     let by_program: Vec<(&'static str, u64, u64)> = by1
         .iter()
@@ -286,7 +287,7 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
 
     let base0 = cpu_busy_ns()?;
     let own_base0 = own_cpu_ns()?;
-    transfer(&p, mb, dir.path())?;
+    transfer(&p, mb, parallel, dir.path())?;
     let own_base = own_cpu_ns()?.saturating_sub(own_base0);
     let base1 = cpu_busy_ns()?;
     ensure!(!abort.load(Ordering::SeqCst), "interrupted");
@@ -307,16 +308,16 @@ fn round(mb: u32, abort: &AtomicBool) -> Result<Round> {
     })
 }
 
-pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32) -> Result<()> {
+pub fn run(abort: &AtomicBool, rounds: usize, megabytes: u32, parallel: u32) -> Result<()> {
     let _stats = wirelab_dataplane::RunTimeStats::enable()?;
     println!(
-        "wirelab bench record: iperf3 {megabytes} MB A -> B through a router dropping every 40th data packet; \
+        "wirelab bench record: iperf3 {megabytes} MB A -> B over {parallel} connection(s) through a router dropping every 40th data packet; \
          A and B recorded (th 5 us) and captured by tcpdump -s 96; {rounds} rounds"
     );
     let bar = indicatif::ProgressBar::new(rounds as u64);
     let mut got = Vec::new();
     for _ in 0..rounds.max(1) {
-        got.push(round(megabytes, abort)?);
+        got.push(round(megabytes, parallel, abort)?);
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -230,6 +230,9 @@ enum BenchCmd {
         /// Megabytes per transfer.
         #[arg(long, default_value_t = 64)]
         megabytes: u32,
+        /// Connections per transfer (iperf3 -P), sharing its megabytes.
+        #[arg(long, default_value_t = 1)]
+        parallel: u32,
     },
     /// Each stage's cost in the kernel alone (BPF_PROG_TEST_RUN): precise,
     /// for comparing the pipeline's levers.
@@ -675,7 +678,11 @@ fn bench(which: BenchCmd, abort: &Arc<AtomicBool>) -> anyhow::Result<u8> {
         } => bench_eswitch::run(rounds)?,
         BenchCmd::Eswitch { rounds, duts: true } => bench_eswitch::duts(abort, rounds)?,
         BenchCmd::Capture => bench::capture(abort)?,
-        BenchCmd::Record { rounds, megabytes } => bench_record::run(abort, rounds, megabytes)?,
+        BenchCmd::Record {
+            rounds,
+            megabytes,
+            parallel,
+        } => bench_record::run(abort, rounds, megabytes, parallel)?,
         BenchCmd::Roce { rounds } => bench_roce::run(abort, rounds)?,
         BenchCmd::Analyze { packets, runs } => bench_analyze::run(packets, runs)?,
         BenchCmd::Vaqm { rounds, chunks } => bench_vaqm::run(abort, rounds, chunks)?,
