@@ -14,6 +14,8 @@
 #include <bpf/bpf_helpers.h>
 #include "wl_ctx.h"
 #include "wl_ext_hooks.h"
+/* The flow table, where a flow's egress is kept once found. */
+#include "stage_track.h"
 
 /* Static forwarding: destination MAC (low 48 bits) -> egress port. */
 struct {
@@ -61,14 +63,9 @@ struct {
 /* The MAC table's entry for this frame, or NULL. */
 static __always_inline struct wl_fwd *mac_lookup(struct __sk_buff *skb)
 {
-	void *data = (void *)(long)skb->data;
-	void *end = (void *)(long)skb->data_end;
-	__u64 dmac = 0;
+	__u64 dmac = frame_dmac(skb);
 
-	if (data + ETH_ALEN > end)
-		return 0;
-	__builtin_memcpy(&dmac, data, ETH_ALEN);
-	return bpf_map_lookup_elem(&fwd, &dmac);
+	return dmac ? bpf_map_lookup_elem(&fwd, &dmac) : 0;
 }
 
 WL_CORE_STAGE(wl_stage_route)
@@ -80,15 +77,29 @@ WL_CORE_STAGE(wl_stage_route)
 
 	if (data + ETH_ALEN > end)
 		return TC_ACT_SHOT; /* a runt: no destination to read */
-	out = mac_lookup(skb);
-	if (!out) {
-		out = bpf_map_lookup_elem(&default_out, &in);
-		if (out && !out->ifindex)
-			out = 0;
-	}
-	if (out) {
-		ctx->out_ifindex = out->ifindex;
-		ctx->out_port = out->port;
+	/* A flow of the spec whose entry kept the egress of this MAC from
+	 * this port (wl_flow.route_key) was routed by the track stage; the
+	 * rest look it up here, and a flow keeps what it found. */
+	if (!ctx->out_ifindex) {
+		out = mac_lookup(skb);
+		if (!out) {
+			out = bpf_map_lookup_elem(&default_out, &in);
+			if (out && !out->ifindex)
+				out = 0;
+		}
+		if (out) {
+			ctx->out_ifindex = out->ifindex;
+			ctx->out_port = out->port;
+			if (ctx->conn) {
+				struct wl_flow *flow = bpf_map_lookup_elem(&flows, &ctx->pkt.key);
+
+				if (flow) {
+					flow->out_port = out->port;
+					flow->out_ifindex = out->ifindex;
+					flow->route_key = route_key(skb, in);
+				}
+			}
+		}
 	}
 	if (dut_on) {
 		__u32 *link = bpf_map_lookup_elem(&dut_link, &in);

@@ -7,6 +7,7 @@
 #define WL_STAGE_TRACK_H
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
 #include "wl_ctx.h"
 
@@ -35,6 +36,29 @@ struct {
 } seg_start SEC(".maps");
 
 #define TCP_FLAG_SYN 0x02
+
+/* The frame's destination MAC in the low 48 bits (the MAC table's key),
+ * or 0 for a runt. */
+static __always_inline __u64 frame_dmac(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	__u64 dmac = 0;
+
+	if (data + ETH_ALEN > end)
+		return 0;
+	__builtin_memcpy(&dmac, data, ETH_ALEN);
+	return dmac;
+}
+
+/* What a flow's egress is kept for (wl_flow.route_key): the frame's
+ * destination MAC | its ingress port << 48; 0 for a runt. */
+static __always_inline __u64 route_key(struct __sk_buff *skb, __u32 in_port)
+{
+	__u64 dmac = frame_dmac(skb);
+
+	return dmac ? dmac | (__u64)in_port << 48 : 0;
+}
 
 /* Serialize a connection's state with its spin lock, for switch ports
  * whose packets are processed on several CPUs. Off in the lab, which steers
@@ -212,6 +236,10 @@ WL_CORE_STAGE(wl_stage_track)
 	ctx->conn = flow->conn;
 	ctx->side = flow->side;
 	ctx->data_dir = !!flow->data_dir;
+	if (flow->route_key && flow->route_key == route_key(skb, ctx->in_port)) {
+		ctx->out_ifindex = flow->out_ifindex;
+		ctx->out_port = flow->out_port;
+	}
 	if (!flow->data_dir)
 		return WL_CONTINUE;
 	slot = flow->data_dir == 2 ? flow->conn + WL_STATE_SECOND : flow->conn;

@@ -138,6 +138,17 @@ struct wl_flow {
 	__u32 data_dir;
 	/* 0: the requester sent it; 1: the responder (wire events). */
 	__u32 side;
+	/* Where its packets go, as the route stage last found it in the MAC
+	 * table (or a bump's default port), for the destination MAC and
+	 * ingress port in route_key (the MAC's 48 bits | the port << 48; 0:
+	 * none yet). A packet of the flow with the same two is routed from
+	 * here, by the flow lookup the track stage makes anyway: the MAC
+	 * table's lookup, 18-20 ns a packet (`wirelab bench stages`), is made
+	 * once a flow. The tables are static during a run, so the verdict is
+	 * the MAC table's. */
+	__u64 route_key;
+	__u32 out_ifindex;
+	__u32 out_port;
 };
 /* Offset of a connection's second tracking slot in conn_state. */
 #define WL_STATE_SECOND (WL_MAX_CONNS + 1)

@@ -51,7 +51,8 @@ struct wl_ctx {
 	__u32 ifindex;
 	__u32 in_port;     /* 1-based switch port */
 	__u32 len;         /* skb->len at ingress */
-	/* Route: where the packet goes; out_ifindex 0 = nowhere. */
+	/* Route: where the packet goes; out_ifindex 0 = nowhere (set by
+	 * track from the flow's entry when it holds them, wl_flow). */
 	__u32 out_ifindex;
 	__u32 out_port;
 	/* Classify and track (Lumina §3.3). */

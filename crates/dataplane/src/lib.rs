@@ -342,6 +342,16 @@ pub struct FlowKey {
     pub dport: u16,
 }
 
+fn tcp_flow_key(key: FlowKey) -> types::wl_flow_key {
+    types::wl_flow_key {
+        saddr: u32::from_ne_bytes(key.saddr.octets()),
+        daddr: u32::from_ne_bytes(key.daddr.octets()),
+        sport: key.sport.to_be(),
+        dport: key.dport.to_be(),
+        proto: 6,
+    }
+}
+
 /// Per-connection state of the data direction, read back after a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnState {
@@ -675,6 +685,19 @@ impl Switch {
             .map_err(map_err(format!("adding forwarding entry for port {port}")))
     }
 
+    /// Where the switch sends a TCP flow's packets, as its route stage
+    /// learned it from the MAC table (ifindex, port): None before the
+    /// flow's first routed packet, or for a flow not armed.
+    pub fn flow_egress(&self, key: FlowKey) -> Option<(u32, u32)> {
+        let v = self
+            .maps
+            .flows
+            .lookup(bytes_of(&tcp_flow_key(key)), MapFlags::ANY)
+            .ok()??;
+        let f: types::wl_flow = from_bytes(&v)?;
+        (f.route_key != 0).then_some((f.out_ifindex, f.out_port))
+    }
+
     /// One direction of a TCP connection; `from_responder`: its packets
     /// are the responder's (wire events count each end's packets).
     pub fn add_flow(
@@ -684,14 +707,12 @@ impl Switch {
         data_dir: bool,
         from_responder: bool,
     ) -> Result<(), Error> {
-        let k = types::wl_flow_key {
-            saddr: u32::from_ne_bytes(key.saddr.octets()),
-            daddr: u32::from_ne_bytes(key.daddr.octets()),
-            sport: key.sport.to_be(),
-            dport: key.dport.to_be(),
-            proto: 6,
-        };
-        self.insert_flow(k, conn, data_dir as u32, from_responder as u32)
+        self.insert_flow(
+            tcp_flow_key(key),
+            conn,
+            data_dir as u32,
+            from_responder as u32,
+        )
     }
 
     /// Arms one direction of a RoCEv2 connection: packets from `saddr` to
@@ -743,10 +764,12 @@ impl Switch {
         data_dir: u32,
         side: u32,
     ) -> Result<(), Error> {
+        // Its egress (out_ifindex, out_port) is learned by the route stage.
         let v = types::wl_flow {
             conn,
             data_dir,
             side,
+            ..Default::default()
         };
         self.maps
             .flows

@@ -625,6 +625,15 @@ fn wildcards_and_unknown_traffic() {
     other[34..36].copy_from_slice(&999u16.to_be_bytes());
     let (v, _) = sw.test_run(&other).unwrap();
     assert_eq!(v, verdict::REDIRECT);
+    // The flow's egress was learned on its first packet; a frame of the
+    // same flow to another MAC is looked up again, not sent there.
+    let fwd = FlowKey {
+        saddr: A,
+        daddr: B,
+        sport: 40001,
+        dport: 5201,
+    };
+    assert_eq!(sw.flow_egress(fwd), Some((OUT_IFINDEX, 2)));
     // No forwarding entry for this MAC: dropped and counted as no_route.
     let mut lost = build(&pkt(1, 10));
     lost[0..6].copy_from_slice(&[0x02, 9, 9, 9, 9, 9]);
@@ -638,6 +647,12 @@ fn wildcards_and_unknown_traffic() {
         before.mirrored + 1,
         "mirrored even when unroutable"
     );
+    // ... and the flow's own MAC is still routed where the table says.
+    assert_eq!(sw.flow_egress(fwd), Some((OUT_IFINDEX, 2)));
+    let (v, _) = sw
+        .test_run(&build(&pkt(seq(1 + 3 * MSS), MSS as usize)))
+        .unwrap();
+    assert_eq!(v, verdict::REDIRECT);
 }
 
 #[test]
