@@ -303,8 +303,11 @@ struct wl_counters {
 /* Room for one held frame: the largest lab MTU (9000) with its Ethernet
  * and VLAN headers. */
 #define WL_HOLD_ROOM 9216
-/* Frames held at once per connection and direction. */
-#define WL_HOLD_SLOTS 8
+/* Frames held at once per connection and direction (at most 32: the
+ * release marks them in a u32). A router overtook a run of 9 ACKs with
+ * one in a CI run, and with 8 slots the replay sent the 9th on in order
+ * and released the 8 after two packets, not one. */
+#define WL_HOLD_SLOTS 32
 
 /* A frame a `reorder` event holds (`held`, stage_forward.h): `after`
  * more packets of its connection and direction go first. */

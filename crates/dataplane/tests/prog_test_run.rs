@@ -1103,15 +1103,33 @@ fn reorder_holds_a_packet_until_the_next_ones_passed() {
             ],
         );
         assert_eq!(sw.held_frames(), 0, "every held frame left");
-        // The clones went out of wlr0 to its peer: packets 4, 8, 6, 11, 13
-        // and 9 (the skbs the program returned are not sent by a test
-        // run).
+        // A run of ten late arrivals overtaken by one packet (a router
+        // once overtook nine ACKs with one): packets 14-23 are all held,
+        // and 24 carries them out in order.
+        for (i, k) in (14..=23u32).enumerate() {
+            sw.add_event_held(1, k, 1, Action::Reorder, 8 + i as u32, 1)
+                .unwrap();
+        }
+        let mut run: Vec<Fixture> = (13..=22u32)
+            .map(|k| holds(&format!("packet {}: held", k + 1), k, k - 5))
+            .collect();
+        run.push(carries(
+            "packet 24: carries out 14-22 (clones) and then 23 (the skb)",
+            23,
+            22,
+            10,
+        ));
+        check_table(&sw, &run);
+        assert_eq!(sw.held_frames(), 0, "every held frame left");
+        // The clones went out of wlr0 to its peer: packets 4, 8, 6, 11, 13,
+        // 9, 24 and 14-22 (the skbs the program returned are not sent by a
+        // test run).
         let s: serde_json::Value =
             serde_json::from_str(&ip(&["-s", "-j", "link", "show", "wlr0"])).unwrap();
-        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(6), "{s}");
+        assert_eq!(s[0]["stats64"]["tx"]["packets"].as_u64(), Some(16), "{s}");
         assert_eq!(
             s[0]["stats64"]["tx"]["bytes"].as_u64(),
-            Some(6 * d(3).len() as u64),
+            Some(16 * d(3).len() as u64),
             "{s}"
         );
     })
