@@ -4,6 +4,8 @@
 //! that show it. Built on the model's retransmission reasons (RFC 5681,
 //! 6675, 8985 and 6298), not on timing guesses.
 
+use std::net::IpAddr;
+
 use serde::Serialize;
 use wirelab_spec::Recovery;
 
@@ -32,21 +34,57 @@ pub struct Cause {
     pub evidence: Vec<Evidence>,
 }
 
-/// A fast retransmission declared more than this many base round trips
-/// after the receiver's first signal of the loss (its first ACK of data
-/// above the hole) came late: the duplicate-ACK threshold or RACK's
-/// reordering window had grown (DETER §5.2: tcp_reordering raised by an
-/// earlier reordering). RACK's own wait is a quarter of the minimum RTT
-/// (RFC 8985 §6.2).
+/// A fast retransmission on duplicate ACKs that left more than this many
+/// base round trips after the 3rd came late: the sender sat on a signal
+/// RFC 5681 §3.2 acts on, its threshold grown by an earlier reordering
+/// (DETER §5.2: tcp_reordering). Measured from the 3rd duplicate ACK, not
+/// from the receiver's first one as before: a slow bottleneck spaces
+/// duplicate ACKs out, and three of them 120 us apart are no late sender.
 const LATE_RTTS: u64 = 2;
 
 /// Idle restarts from an initial window this small or less (RFC 6928's
 /// ten segments, Linux's default) are slow start after idle.
 const INITIAL_WINDOW: u32 = 10;
 
+/// What a sender's kernel said as it resent a segment: a DETER record's
+/// tcp_retransmit_skb event (`wirelab record`, a spec's `record:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelResend {
+    /// The connection, from the end that resent.
+    pub local: (IpAddr, u16),
+    pub remote: (IpAddr, u16),
+    /// The segment's first sequence number.
+    pub seq: u32,
+    /// `tcp_reordering` then: the duplicate-ACK threshold, 3 until a
+    /// reordering widens it (DETER §5.2).
+    pub reordering: u32,
+    /// `sacked_out` then: without SACK, the duplicate ACKs it counted.
+    pub sacked: u32,
+}
+
+/// RFC 5681 §3.2's DupThresh, Linux's initial `tcp_reordering`.
+const DUPTHRESH: u32 = 3;
+
+/// The kernel's word on retransmission `r` of connection `c`: its
+/// sender's `r.nth`-th resend of those bytes in `kernel`.
+fn kernel_of(
+    c: &ConnAnalysis,
+    r: &Retransmission,
+    kernel: &[KernelResend],
+) -> Option<KernelResend> {
+    let seq = c.isn?.wrapping_add(r.seq);
+    kernel
+        .iter()
+        .filter(|k| k.local == c.data_src && k.remote == c.data_dst && k.seq == seq)
+        .nth(r.nth.saturating_sub(1) as usize)
+        .copied()
+}
+
 /// The connections at or above percentile `p` (0..=100, nearest rank) of
-/// completion time, slowest first, with their causes.
-pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
+/// completion time, slowest first, with their causes. `kernel` is what
+/// the hosts' records say of their retransmissions, if they were
+/// recorded (else empty).
+pub fn diagnose(conns: &[ConnAnalysis], p: f64, kernel: &[KernelResend]) -> Vec<Slow> {
     let mut done: Vec<(&ConnAnalysis, u64)> = conns
         .iter()
         .filter_map(|c| Some((c, c.last_ack_ts_ns?.checked_sub(c.first_data_ts_ns?)?)))
@@ -61,7 +99,7 @@ pub fn diagnose(conns: &[ConnAnalysis], p: f64) -> Vec<Slow> {
         .map(|(c, fct)| Slow {
             conn: c.id,
             completion_ns: fct,
-            causes: causes(c, fct),
+            causes: causes(c, fct, kernel),
         })
         .collect()
 }
@@ -103,27 +141,66 @@ fn reordered(r: &Retransmission) -> String {
     )
 }
 
-/// When the receiver first signalled the loss `r` repairs: its answer to
-/// the first out-of-order arrival after the lost transmission.
-fn first_signal(c: &ConnAnalysis, r: &Retransmission) -> Option<(Evidence, u64)> {
-    c.arrivals
-        .iter()
-        .filter(|a| {
-            a.kind == "out-of-order" && a.packet > r.packet && a.at.frame > r.previous.frame
-        })
-        .filter_map(|a| Some((a.answer?, a.answer_ts_ns?)))
-        .min_by_key(|x| x.1)
+/// How long a fast retransmission on duplicate ACKs came after the 3rd
+/// (RFC 5681 §3.2's DupThresh), when that was more than `LATE_RTTS` base
+/// round trips. Only for duplicate ACKs, a sender without SACK's count:
+/// with SACK, Linux decides by RACK's timer (RFC 8985 §6), armed in whole
+/// ticks, and the wire cannot tell a grown reordering window from the
+/// timer's own granularity.
+fn sat_on_signal(r: &Retransmission, rtt: u64) -> Option<u64> {
+    if r.reason != Reason::DupAcks {
+        return None;
+    }
+    let waited = r.ts_ns.checked_sub(r.trigger_ts_ns?)?;
+    (waited > LATE_RTTS * rtt).then_some(waited)
 }
 
-/// A fast retransmission's first signal and the time it was declared,
-/// when it was declared late (`LATE_RTTS`).
-fn late(c: &ConnAnalysis, r: &Retransmission, rtt: u64) -> Option<((Evidence, u64), u64)> {
-    let (signal, t) = first_signal(c, r).zip(r.trigger_ts_ns)?;
-    (t.saturating_sub(signal.1) > LATE_RTTS * rtt).then_some((signal, t))
+/// An earlier retransmission of connection `c`, before `r`, shown
+/// spurious: the switch reordered the original (wirelab's metadata), the
+/// receiver's DSACK said so (RFC 2883), or the receiver acknowledged the
+/// bytes sooner than an answer to the retransmission could come back.
+/// What widens Linux's duplicate-ACK threshold (tcp_reordering, to the
+/// reordering's extent: DETER §5.2), and its words and packets.
+fn widened_by(c: &ConnAnalysis, r: &Retransmission) -> Option<(String, Vec<Evidence>)> {
+    let receiver_side = c.base_rtt.receiver_side_ns;
+    c.retransmissions
+        .iter()
+        .filter(|e| e.ts_ns < r.ts_ns && e.recovery == Recovery::Fast)
+        .find_map(|e| {
+            let early = e.covered.filter(|v| v.after_ns < receiver_side);
+            let why = if e.previous_event == Some(Action::Reorder) {
+                format!("the switch reordered {}", e.previous)
+            } else if let Some(d) = e.dsack {
+                format!("the receiver's DSACK {d} says so, RFC 2883")
+            } else if let Some(v) = early {
+                format!(
+                    "{} acknowledged it {} after the retransmission, sooner than the receiver's side of a round trip, {}: the original had arrived",
+                    v.at,
+                    us(v.after_ns),
+                    us(receiver_side)
+                )
+            } else {
+                return None;
+            };
+            let hole = e
+                .covered
+                .map(|v| format!("; {} closed a hole of {} packets", v.at, v.segments))
+                .unwrap_or_default();
+            Some((
+                format!(
+                    "packet {}'s fast retransmit at {} was spurious ({why}{hole}), and Linux widens the threshold to a reordering's extent (tcp_reordering; without SACK it tells a reordering from the echoed timestamp, RFC 4015)",
+                    e.packet, e.at
+                ),
+                [e.previous, e.at]
+                    .into_iter()
+                    .chain(e.covered.map(|v| v.at))
+                    .collect(),
+            ))
+        })
 }
 
 /// The causes of connection `c`, which completed in `fct` ns.
-fn causes(c: &ConnAnalysis, fct: u64) -> Vec<Cause> {
+fn causes(c: &ConnAnalysis, fct: u64, kernel: &[KernelResend]) -> Vec<Cause> {
     let rtt = (c.base_rtt.sender_side_ns + c.base_rtt.receiver_side_ns).max(1);
     let mut out = Vec::new();
     for r in &c.retransmissions {
@@ -135,36 +212,66 @@ fn causes(c: &ConnAnalysis, fct: u64) -> Vec<Cause> {
             lost(r)
         );
         let ev = vec![r.previous, r.at];
-        match (r.recovery, r.reason, late(c, r, rtt)) {
-            (Recovery::Timeout, Reason::Timeout, _) => {
+        let k = kernel_of(c, r, kernel);
+        // Late by the kernel's own count (a record: the threshold it
+        // resent at), or by the wire (it sat on a complete signal).
+        let grown = k.filter(|k| r.reason == Reason::DupAcks && k.reordering > DUPTHRESH);
+        let waited = sat_on_signal(r, rtt);
+        if r.recovery == Recovery::Fast && (grown.is_some() || waited.is_some()) {
+            let (growth, mut evidence) = widened_by(c, r).unwrap_or_else(|| {
+                (
+                    "what widened it is not in this trace".to_string(),
+                    Vec::new(),
+                )
+            });
+            let signal = r.trigger.map(|e| e.to_string()).unwrap_or_default();
+            let wire = waited
+                .map(|w| {
+                    format!(
+                        ", the 3rd ({signal}) {} before it ({:.1} base round trips of {})",
+                        us(w),
+                        w as f64 / rtt as f64,
+                        us(rtt)
+                    )
+                })
+                .unwrap_or_default();
+            let text = match grown {
+                Some(k) => format!(
+                    "late fast retransmit (dupacks): {base}; the sender's kernel resent it on duplicate ACK {}, its threshold tcp_reordering {} where RFC 5681 §3.2 has {DUPTHRESH}{wire}: {growth}",
+                    k.sacked, k.reordering
+                ),
+                None => format!(
+                    "late fast retransmit (dupacks): {base}; {} duplicate ACKs had passed before it{wire}: DupThresh, {DUPTHRESH} (RFC 5681 §3.2), had grown: {growth}",
+                    r.duplicate_acks.map_or(0, |d| d.0)
+                ),
+            };
+            evidence.extend(r.trigger.into_iter().chain(ev));
+            out.push(Cause {
+                kind: "late-fast-retransmit",
+                text,
+                evidence,
+            });
+            continue;
+        }
+        match (r.recovery, r.reason) {
+            (Recovery::Timeout, Reason::Timeout) => {
                 out.push(Cause {
                     kind: "timeout",
-                    text: format!("retransmission timeout: {base}; {}", rto_why(c, r)),
+                    text: format!(
+                        "retransmission timeout: {base}; {}",
+                        rto_why(c, r, kernel_of(c, r, kernel))
+                    ),
                     evidence: ev,
                 });
             }
-            (Recovery::Probe, _, _) => out.push(Cause {
+            (Recovery::Probe, _) => out.push(Cause {
                 kind: "tail-loss-probe",
                 text: format!(
                     "tail loss probe (RFC 8985 §7): {base}, the last data with nothing after it to signal the loss"
                 ),
                 evidence: ev,
             }),
-            (Recovery::Fast, reason, Some(((signal, s), t))) => {
-                out.push(Cause {
-                    kind: "late-fast-retransmit",
-                    text: format!(
-                        "late fast retransmit ({}): {base}; declared lost at {} {} after the receiver's first signal {signal} ({:.1} base round trips of {}): the reordering allowance had grown",
-                        reason.name(),
-                        r.trigger.map(|e| e.to_string()).unwrap_or_default(),
-                        us(t - s),
-                        (t - s) as f64 / rtt as f64,
-                        us(rtt)
-                    ),
-                    evidence: [signal].into_iter().chain(r.trigger).chain(ev).collect(),
-                })
-            }
-            (Recovery::Fast, reason, None) => out.push(Cause {
+            (Recovery::Fast, reason) => out.push(Cause {
                 kind: "fast-retransmit",
                 text: format!(
                     "fast retransmit ({}){}: {base}{}",
@@ -282,7 +389,7 @@ fn causes(c: &ConnAnalysis, fct: u64) -> Vec<Cause> {
 /// Why a timeout, not a fast retransmission, repaired a loss (DETER §2.1,
 /// §5.3): the repair was lost too, the ACKs that would have signalled it
 /// were dropped, or too little data followed it.
-fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
+fn rto_why(c: &ConnAnalysis, r: &Retransmission, k: Option<KernelResend>) -> String {
     if r.nth >= 2 && r.previous_event == Some(Action::Drop) {
         return format!(
             "its earlier retransmission {} was dropped too, and nothing sent after it could signal that",
@@ -328,6 +435,19 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission) -> String {
             "{} ACKs of its bytes came back, but {updates} of them each advertised another window, which RFC 5681 §2 does not count as a duplicate: {dups} of DupThresh 3 counted (a receiver growing its window with out-of-order data, DETER §5.3)",
             dups + updates
         );
+    }
+    // DETER §5.2: enough duplicate ACKs for RFC 5681, too few for a
+    // threshold a reordering had widened.
+    if let (Some((dups, _)), Some(k)) = (r.duplicate_acks, k) {
+        if dups >= DUPTHRESH && k.reordering > dups {
+            let growth = widened_by(c, r)
+                .map(|g| format!(": {}", g.0))
+                .unwrap_or_default();
+            return format!(
+                "{dups} duplicate ACKs came back, DupThresh {DUPTHRESH} for RFC 5681 §3.2, but the sender's kernel wanted {} (tcp_reordering, widened by a reordering){growth}",
+                k.reordering
+            );
+        }
     }
     let after = c.first_transmissions.saturating_sub(r.packet);
     if after == 0 {

@@ -128,6 +128,9 @@ impl Reason {
 pub struct Retransmission {
     /// Data packet index (1-based, among first transmissions).
     pub packet: u32,
+    /// Its first byte's sequence number, relative to the ISN (the first
+    /// data byte is 1).
+    pub seq: u32,
     /// 1 for the first retransmission of this packet, 2 for the second...
     pub nth: u32,
     /// Lumina iteration of the retransmission.
@@ -167,10 +170,18 @@ pub struct Retransmission {
     /// For a timeout: how long the timer ran (from the later of the last
     /// transmission and the last ACK).
     pub rto_ns: Option<u64>,
-    /// For a timeout: the ACKs of this segment's first byte since it was
-    /// last sent that counted as duplicates, and those that did not only
-    /// because their window had changed (DETER §5.3, root cause 2).
+    /// For a timeout, or a fast retransmit on duplicate ACKs: the ACKs of
+    /// this segment's first byte since it was last sent that counted as
+    /// duplicates, and those that did not only because their window had
+    /// changed (DETER §5.3, root cause 2), that passed the vantage point
+    /// before this retransmission.
     pub duplicate_acks: Option<(u32, u32)>,
+    /// The cumulative ACK that first acknowledged these bytes after this
+    /// retransmission, and when (`Covered`): sooner than an answer to this
+    /// transmission could come back, the receiver had them already, and
+    /// the retransmission was spurious.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered: Option<Covered>,
     /// For a timeout: the previous timeout of the same outstanding data with
     /// no progress in between, and how long its timer ran (for backoff).
     pub backoff_of: Option<(Evidence, u64)>,
@@ -181,6 +192,23 @@ pub struct Retransmission {
     /// order shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub captured_after: Option<Evidence>,
+}
+
+/// The cumulative ACK that first covered a retransmission's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Covered {
+    pub at: Evidence,
+    /// From the retransmission to this ACK, at the vantage point. Under
+    /// the receiver-side round trip (`BaseRtt`), the ACK answered an
+    /// earlier transmission: the segment was reordered, not lost.
+    pub after_ns: u64,
+    /// Segments it newly acknowledged (rounded up): the hole it closed.
+    /// When the retransmission was spurious this is how far the original
+    /// was reordered, which is what Linux widens its duplicate-ACK
+    /// threshold to (tcp_check_sack_reordering: `tcp_reordering`, from
+    /// the cumulative ACK's jump for a sender without SACK that tells a
+    /// reordering from a loss by the echoed timestamp, RFC 4015).
+    pub segments: u32,
 }
 
 /// `fast at #22 (+136.5us after #7 drop)`: the one way a retransmission is
@@ -1789,8 +1817,6 @@ struct Classify<'a> {
 }
 
 impl Classify<'_> {
-    /// The first ACK covering the retransmitted bytes that passed the
-    /// vantage point before the retransmission, if any.
     /// ACKs of this segment's first byte since its last transmission:
     /// (duplicates, window updates).
     fn duplicate_acks(&self) -> (u32, u32) {
@@ -1803,6 +1829,8 @@ impl Classify<'_> {
             })
     }
 
+    /// The first ACK covering the retransmitted bytes that passed the
+    /// vantage point before the retransmission, if any.
     fn covering_ack(&self) -> Option<AckEv> {
         if self.acks_ordered.0 && self.acks_ordered.1 {
             // In time and ACK order (the usual case): two binary searches

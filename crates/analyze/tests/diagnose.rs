@@ -17,7 +17,7 @@ const MS: u64 = 1_000_000;
 /// The causes of the one connection, by kind.
 fn causes(g: &TcpGen) -> Vec<Cause> {
     let r = g.loss_recovery();
-    let slow = diagnose(&r.analysis.connections, 0.0);
+    let slow = diagnose(&r.analysis.connections, 0.0, &[]);
     assert_eq!(slow.len(), 1, "one connection");
     slow.into_iter().next().unwrap().causes
 }
@@ -292,7 +292,7 @@ fn a_second_timeout_after_an_unacknowledged_retransmission_that_arrived_is_a_del
     // lost too: no DSACK, no such claim.
     for arrived in [true, false] {
         let r = tail_resent_twice(|_| {}, arrived);
-        let slow = diagnose(&r.analysis.connections, 0.0);
+        let slow = diagnose(&r.analysis.connections, 0.0, &[]);
         let c = slow.into_iter().next().unwrap().causes;
         let t: Vec<&Cause> = c.iter().filter(|c| c.kind == "timeout").collect();
         assert_eq!(t.len(), 2, "{:?}", kinds(&c));
@@ -378,4 +378,143 @@ fn window_updates_during_a_backoff_do_not_restart_the_timer() {
     );
     let v = violations(&r);
     assert!(v.is_empty(), "{v:?}");
+}
+
+/// The made connection from its client, as a record names it.
+fn resend(k: u32, reordering: u32, sacked: u32) -> wirelab_analyze::diagnose::KernelResend {
+    wirelab_analyze::diagnose::KernelResend {
+        local: ("198.18.0.1".parse().unwrap(), 40000),
+        remote: ("198.18.0.2".parse().unwrap(), 5001),
+        seq: ISN + 1 + k * SEG,
+        reordering,
+        sacked,
+    }
+}
+
+/// DETER §5.2 without SACK: segment 1 is resent on the 3rd duplicate ACK,
+/// and the receiver acknowledges it at once with the 10 after it (the
+/// original had arrived, reordered: the retransmission was spurious).
+/// Then segment 20 is lost and 10 duplicate ACKs follow, `spaced` apart;
+/// the sender resends it after the `on`-th.
+fn reordered_then_lost(spaced: u64, on: u32) -> TcpGen {
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    for k in 0..12 {
+        send(&mut g, k);
+    }
+    for _ in 0..4 {
+        ack(&mut g, 1);
+    }
+    send(&mut g, 1);
+    g.same_instant();
+    ack(&mut g, 12);
+    for k in 12..31 {
+        send(&mut g, k);
+    }
+    for k in 13..=20 {
+        ack(&mut g, k);
+    }
+    for n in 1..=10 {
+        g.wait(spaced);
+        if spaced == 0 {
+            g.same_instant();
+        }
+        ack(&mut g, 20);
+        if n == on {
+            send(&mut g, 20);
+        }
+    }
+    ack(&mut g, 31);
+    g
+}
+
+#[test]
+fn a_fast_retransmit_long_after_the_3rd_duplicate_ack_is_late_and_cites_the_reordering() {
+    // Resent on the 10th of ACKs 100 us apart: 700 us after the 3rd.
+    let c = causes(&reordered_then_lost(100_000, 10));
+    assert_eq!(kinds(&c), ["fast-retransmit", "late-fast-retransmit"]);
+    let late = &c[1].text;
+    assert!(
+        late.contains("packet 21 resent at")
+            && late.contains("10 duplicate ACKs had passed before it, the 3rd (")
+            && late.contains("DupThresh, 3 (RFC 5681 §3.2), had grown")
+            && late.contains("packet 2's fast retransmit at")
+            && late.contains("acknowledged it 0.0us after the retransmission")
+            && late.contains("closed a hole of 11 packets"),
+        "{late}"
+    );
+    assert!(c[1].evidence.len() >= 5, "{:?}", c[1].evidence);
+    // The same spacing, resent on the 3rd: a bottleneck's slow duplicate
+    // ACKs, not a late sender.
+    let c = causes(&reordered_then_lost(100_000, 3));
+    assert_eq!(kinds(&c), ["fast-retransmit", "fast-retransmit"]);
+}
+
+#[test]
+fn a_record_of_the_kernel_s_grown_threshold_makes_it_late_where_the_wire_cannot_show_it() {
+    // Every duplicate ACK and the resend at one instant (a replay's lab,
+    // no bottleneck): the wire cannot show the wait; the record can.
+    let g = reordered_then_lost(0, 10);
+    let r = g.loss_recovery();
+    let conns = &r.analysis.connections;
+    let of = |kernel: &[wirelab_analyze::diagnose::KernelResend]| -> Vec<Cause> {
+        diagnose(conns, 0.0, kernel).remove(0).causes
+    };
+    assert_eq!(kinds(&of(&[])), ["fast-retransmit", "fast-retransmit"]);
+    let c = of(&[resend(1, 3, 3), resend(20, 10, 10)]);
+    assert_eq!(kinds(&c), ["fast-retransmit", "late-fast-retransmit"]);
+    assert!(
+        c[1]
+            .text
+            .contains("the sender's kernel resent it on duplicate ACK 10, its threshold tcp_reordering 10 where RFC 5681 §3.2 has 3: packet 2's"),
+        "{}",
+        c[1].text
+    );
+    // A threshold of 3 is no growth; another connection's record is not this one's.
+    assert_eq!(
+        kinds(&of(&[resend(20, 3, 3)])),
+        ["fast-retransmit", "fast-retransmit"]
+    );
+    let mut other = resend(20, 10, 10);
+    other.local.1 = 40001;
+    assert_eq!(kinds(&of(&[other])), ["fast-retransmit", "fast-retransmit"]);
+}
+
+#[test]
+fn a_timeout_after_enough_duplicate_acks_for_rfc_5681_names_the_grown_threshold() {
+    // Segment 20 lost with 5 packets after it: 5 duplicate ACKs, and the
+    // timer. Linux's threshold had grown to 10.
+    let mut g = TcpGen::new();
+    g.handshake(ISN, SISN);
+    for k in 0..12 {
+        send(&mut g, k);
+    }
+    for _ in 0..4 {
+        ack(&mut g, 1);
+    }
+    send(&mut g, 1);
+    g.same_instant();
+    ack(&mut g, 12);
+    for k in 12..26 {
+        send(&mut g, k);
+    }
+    for k in 13..=20 {
+        ack(&mut g, k);
+    }
+    for _ in 0..5 {
+        ack(&mut g, 20);
+    }
+    g.wait(210 * MS);
+    send(&mut g, 20);
+    ack(&mut g, 26);
+    let r = g.loss_recovery();
+    let slow = diagnose(&r.analysis.connections, 0.0, &[resend(20, 10, 5)]);
+    let c = &slow[0].causes;
+    let t = the(c, "timeout");
+    assert!(
+        t.text.contains("5 duplicate ACKs came back, DupThresh 3 for RFC 5681 §3.2, but the sender's kernel wanted 10")
+            && t.text.contains("packet 2's fast retransmit"),
+        "{}",
+        t.text
+    );
 }

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use anyhow::Result;
-use wirelab_analyze::diagnose::{diagnose, Slow};
+use wirelab_analyze::diagnose::{diagnose, KernelResend, Slow};
+use wirelab_deter::record::{self, Event};
 
 use crate::code;
 
@@ -28,7 +29,12 @@ pub fn run(path: &Path, percentile: f64, min_rto_ns: u64, json: bool) -> Result<
         }
     };
     let conns = &report.analysis.connections;
-    let slow = diagnose(conns, percentile);
+    let kernel = if path.is_dir() {
+        kernel_resends(&path.join("record"))
+    } else {
+        Vec::new()
+    };
+    let slow = diagnose(conns, percentile, &kernel);
     if json {
         println!(
             "{}",
@@ -47,6 +53,47 @@ pub fn run(path: &Path, percentile: f64, min_rto_ns: u64, json: bool) -> Result<
     } else {
         code::OK
     })
+}
+
+/// The retransmissions a results folder's records (`record/`, a run's or
+/// a replay's) saw their kernels send. The trace stays the evidence: a
+/// record that does not read is named and left out.
+fn kernel_resends(dir: &Path) -> Vec<KernelResend> {
+    let mut files = Vec::new();
+    if !dir.is_dir() || crate::replay::collect(dir, &mut files).is_err() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let r = match std::fs::read(&f)
+            .map_err(|e| e.to_string())
+            .and_then(|b| record::decode(&b).map_err(|d| d.to_string()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("wirelab: {}: {e}; diagnosed without it", f.display());
+                continue;
+            }
+        };
+        let (Some(l), Some(rm)) = (r.local, r.remote) else {
+            continue;
+        };
+        out.extend(r.events.iter(r.start_ns).filter_map(|(_, e)| match e {
+            Event::Retransmit {
+                seq,
+                reordering,
+                sacked,
+            } => Some(KernelResend {
+                local: (l.ip(), l.port()),
+                remote: (rm.ip(), rm.port()),
+                seq,
+                reordering,
+                sacked,
+            }),
+            _ => None,
+        }));
+    }
+    out
 }
 
 fn print(trace: &Path, n: usize, p: f64, slow: &[Slow]) {

@@ -363,7 +363,8 @@ fn gather(paths: &[PathBuf]) -> Result<Vec<Conn>> {
     Ok(out)
 }
 
-fn collect(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+/// Record files at `p` (one, or a folder's, recursively), sorted.
+pub(crate) fn collect(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     if p.is_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
             .with_context(|| format!("reading {}", p.display()))?
@@ -511,6 +512,12 @@ fn host_stack(record: &Path, r: &record::ConnRecord) -> Result<String> {
                     match (k.as_str(), val.as_u64()) {
                         ("rto_min", Some(ms)) => fields.push(format!("rto_min: {ms}ms")),
                         ("quickack", Some(q)) => fields.push(format!("quickack: {}", q != 0)),
+                        ("features", _)
+                            if wirelab_netns::route::feature_bits(val)
+                                == Some(wirelab_netns::route::FEATURE_TCP_USEC_TS) =>
+                        {
+                            fields.push("usec_timestamps: true".into())
+                        }
                         _ => eprintln!(
                             "wirelab: {}: the route to {} has option {k} {val}, which a replay does not set",
                             path.display(),

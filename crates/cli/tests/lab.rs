@@ -2635,6 +2635,11 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
             1,
             &["timeout", "timeout"][..],
         ),
+        (
+            "a-reordering-raises-the-duplicate-ack-threshold-and-fast-retransmit-comes-late",
+            2,
+            &["fast-retransmit", "late-fast-retransmit"][..],
+        ),
     ] {
         let spec = repo().join(format!("specs/deter/{name}.yaml"));
         let r = run_spec(&spec, out.path());
@@ -2677,6 +2682,19 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                 "{recorded_causes:#?}"
             );
         }
+        if name.contains("comes-late") {
+            // DETER §5.2: the record holds the threshold the kernel resent
+            // at, the capture the wait past the 3rd duplicate ACK (the
+            // bottleneck spaces them), and the spurious retransmission of
+            // packet 2 that widened the threshold to the 10-packet hole.
+            assert!(
+                recorded_causes[1].contains("the sender's kernel resent it on duplicate ACK 10, its threshold tcp_reordering 10")
+                    && recorded_causes[1].contains("base round trips of")
+                    && recorded_causes[1].contains("packet 2's fast retransmit")
+                    && recorded_causes[1].contains("closed a hole of 10 packets"),
+                "{recorded_causes:#?}"
+            );
+        }
         let records = results.join("record");
         let replays = out.path().join(format!("replays-{name}"));
         let (mut same_diagnosis, mut diagnosis_differs) = (0, Vec::new());
@@ -2708,6 +2726,14 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                     .nth(1)
                     .unwrap_or_default();
                 assert!(server.contains("rcvbuf: 10485760"), "{text}");
+            }
+            if name.contains("comes-late") {
+                // The lab route's microsecond timestamps are in the
+                // record's settings, and the replay sets them again:
+                // without them the spurious retransmission is not seen as
+                // one, and the threshold stays 3.
+                let text = std::fs::read_to_string(v["spec"].as_str().unwrap()).unwrap();
+                assert_eq!(text.matches("usec_timestamps: true").count(), 2, "{text}");
             }
             let this_replay = PathBuf::from(v["summary"]["results"].as_str().unwrap());
             let f = &v["fidelity"];

@@ -96,7 +96,10 @@ enum wl_rec_kind {
 
 enum wl_rec_kernel {
 	/* tcp:tcp_retransmit_skb, a retransmission sent (err 0): b = the
-	 * segment's sequence number. */
+	 * segment's sequence number; c = tcp_sock.reordering (the
+	 * duplicate-ACK threshold, widened by reordering: DETER §5.2) |
+	 * tcp_sock.sacked_out << 32 (SACKed segments, or for a flow without
+	 * SACK the duplicate ACKs counted). */
 	WL_REC_K_RETRANSMIT = 1,
 	/* tcp:tcp_cong_state_set: b = the state (TCP_CA_Open 0 .. Loss 4). */
 	WL_REC_K_CONG_STATE = 2,
@@ -440,6 +443,8 @@ struct sock {
  * TCP_NAGLE_CORK 2, include/net/tcp.h). */
 struct tcp_sock {
 	__u8 nonagle : 4;
+	__u32 reordering;
+	__u32 sacked_out;
 } __attribute__((preserve_access_index));
 
 struct sk_buff {
@@ -532,7 +537,13 @@ int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb
 
 	/* TCP_SKB_CB(skb)->seq: the first field of the control block. */
 	bpf_probe_read_kernel(&seq, sizeof(seq), __builtin_preserve_access_index(&skb->cb));
-	sk_emit(sk, WL_REC_KERNEL, WL_REC_K_RETRANSMIT, seq, 0);
+	{
+		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+
+		sk_emit(sk, WL_REC_KERNEL, WL_REC_K_RETRANSMIT, seq,
+			(__u64)BPF_CORE_READ(tp, reordering) |
+				(__u64)BPF_CORE_READ(tp, sacked_out) << 32);
+	}
 	return 0;
 }
 

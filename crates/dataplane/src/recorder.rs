@@ -79,8 +79,15 @@ pub enum RecEvent {
     },
     /// A socket call: sent (`recv` false) or received `bytes`, with its flags.
     Call { recv: bool, bytes: u64, flags: u32 },
-    /// tcp:tcp_retransmit_skb: the segment's sequence number.
-    Retransmit { seq: u32 },
+    /// tcp:tcp_retransmit_skb: the segment's sequence number, and the
+    /// socket's `tcp_reordering` (its duplicate-ACK threshold) and
+    /// `sacked_out` (SACKed segments; without SACK, the duplicate ACKs it
+    /// counted) as it sent it.
+    Retransmit {
+        seq: u32,
+        reordering: u32,
+        sacked: u32,
+    },
     /// tcp:tcp_cong_state_set.
     CongState(u8),
     /// sock:inet_sock_set_state (TCP_CLOSE is 7).
@@ -300,7 +307,11 @@ impl Recorder {
                     flags: e.c as u32,
                 },
                 6 => match e.a {
-                    1 => RecEvent::Retransmit { seq: e.b as u32 },
+                    1 => RecEvent::Retransmit {
+                        seq: e.b as u32,
+                        reordering: e.c as u32,
+                        sacked: (e.c >> 32) as u32,
+                    },
                     2 => RecEvent::CongState(e.b as u8),
                     3 => RecEvent::State {
                         old: e.b as u8,

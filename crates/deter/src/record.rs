@@ -20,15 +20,16 @@ use crate::ipid::{IdCode, Marks};
 use crate::sample::Sample;
 
 /// The file's first bytes: the format and its version.
-pub const MAGIC: &[u8; 8] = b"WLDETER4";
+pub const MAGIC: &[u8; 8] = b"WLDETER5";
 
 /// Earlier versions' headers: WLDETER1 an uncompressed body with whole
 /// samples; WLDETER2 sample times as deltas from the sample before (now
 /// from where it puts them, `sample_deltas`); WLDETER3 the record's
 /// series as rows, in ns (now columns, calls and events to the
-/// microsecond). Their fields read as this version's would decode to
-/// wrong times, so they are refused by name.
-const EARLIER: [&[u8; 8]; 3] = [b"WLDETER1", b"WLDETER2", b"WLDETER3"];
+/// microsecond); WLDETER4 a retransmission without the socket's
+/// threshold and count. Their fields read as this version's would decode
+/// to wrong values, so they are refused by name.
+const EARLIER: [&[u8; 8]; 4] = [b"WLDETER1", b"WLDETER2", b"WLDETER3", b"WLDETER4"];
 
 /// zstd's level for the body: records are written once per connection,
 /// at its end, off the packet path, but a recorder writes every one of
@@ -234,9 +235,16 @@ pub struct Events {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
-    /// A retransmission sent (tcp:tcp_retransmit_skb with err 0) of the segment starting
-    /// at sequence number `seq`.
-    Retransmit { seq: u32 },
+    /// A retransmission sent (tcp:tcp_retransmit_skb with err 0) of the
+    /// segment starting at sequence number `seq`, with the socket's
+    /// duplicate-ACK threshold then (`tcp_reordering`: 3 until a
+    /// reordering widens it, DETER §5.2) and its `sacked_out` (SACKed
+    /// segments; for a flow without SACK, the duplicate ACKs it counted).
+    Retransmit {
+        seq: u32,
+        reordering: u32,
+        sacked: u32,
+    },
     /// Congestion state set (tcp:tcp_cong_state_set; Open 0, Disorder 1,
     /// CWR 2, Recovery 3, Loss 4: Loss is entered on a retransmission
     /// timeout).
@@ -253,7 +261,7 @@ pub enum Event {
 fn retransmits_as_deltas(values: &mut [Event], decode: bool) {
     let mut last = 0u32;
     for e in values {
-        if let Event::Retransmit { seq } = e {
+        if let Event::Retransmit { seq, .. } = e {
             if decode {
                 let d = (*seq >> 1) as i32 ^ -((*seq & 1) as i32);
                 *seq = last.wrapping_add(d as u32);
@@ -546,16 +554,28 @@ mod tests {
         r.events.push(
             r.start_ns,
             r.start_ns + 200_000_000,
-            Event::Retransmit { seq: 7 },
+            Event::Retransmit {
+                seq: 7,
+                reordering: 3,
+                sacked: 0,
+            },
         );
         r.events
             .push(r.start_ns, r.start_ns + 200_001_010, Event::CongState(4));
         // Sequence numbers that wrap, and go back.
-        for seq in [u32::MAX - 10, 20, 5, 5] {
+        // A threshold widened by reordering (DETER §5.2), and the
+        // duplicate ACKs counted when the sender resent.
+        for (seq, reordering, sacked) in
+            [(u32::MAX - 10, 10, 10), (20, 10, 0), (5, 300, 1), (5, 3, 3)]
+        {
             r.events.push(
                 r.start_ns,
                 r.start_ns + 200_002_000,
-                Event::Retransmit { seq },
+                Event::Retransmit {
+                    seq,
+                    reordering,
+                    sacked,
+                },
             );
         }
         r
@@ -653,7 +673,10 @@ mod tests {
         longer.extend_from_slice(b"xx");
         assert_eq!(err(&longer).offset, bytes.len() as u64);
         // An earlier version's file is named as such.
-        for (v, name) in EARLIER.iter().zip(["WLDETER1", "WLDETER2"]) {
+        for (v, name) in EARLIER
+            .iter()
+            .zip(["WLDETER1", "WLDETER2", "WLDETER3", "WLDETER4"])
+        {
             let mut earlier = bytes.clone();
             earlier[..8].copy_from_slice(&v[..]);
             let e = err(&earlier);

@@ -205,9 +205,17 @@ impl HostRecorder {
                         flags,
                     },
                 },
-                RecEvent::Retransmit { seq } => Ev::Kernel {
+                RecEvent::Retransmit {
+                    seq,
+                    reordering,
+                    sacked,
+                } => Ev::Kernel {
                     t,
-                    event: Event::Retransmit { seq },
+                    event: Event::Retransmit {
+                        seq,
+                        reordering,
+                        sacked,
+                    },
                 },
                 RecEvent::CongState(c) => Ev::Kernel {
                     t,

@@ -10,6 +10,7 @@
 
 mod cmd;
 pub mod counters;
+pub mod route;
 mod routed;
 pub mod tester;
 
@@ -624,29 +625,22 @@ impl Lab {
                     ],
                 )?;
             }
-            let mut route = vec![
-                "-n".to_string(),
-                h.ns.clone(),
-                "route".into(),
-                "replace".into(),
-                format!("{}/{}", wirelab_plan::host_ip(0), PREFIX_LEN),
-                "dev".into(),
-                h.ifname.clone(),
-                "proto".into(),
-                "kernel".into(),
-                "scope".into(),
-                "link".into(),
-                "src".into(),
-                h.ip.to_string(),
-            ];
-            if let Some(r) = h.stack.rto_min {
-                route.extend(["rto_min".into(), format!("{}ms", r.as_millis().max(1))]);
-            }
-            if h.stack.quickack {
-                route.extend(["quickack".into(), "1".into()]);
-            }
-            let route: Vec<&str> = route.iter().map(String::as_str).collect();
-            run("ip", &route)?;
+            route::replace(
+                &h.ns,
+                &route::LinkRoute {
+                    dst: wirelab_plan::host_ip(0),
+                    prefix_len: PREFIX_LEN,
+                    dev: &h.ifname,
+                    src: h.ip,
+                    rto_min_ms: h.stack.rto_min.map(|r| r.as_millis().max(1) as u32),
+                    quickack: h.stack.quickack,
+                    features: if h.stack.usec_timestamps {
+                        route::FEATURE_TCP_USEC_TS
+                    } else {
+                        0
+                    },
+                },
+            )?;
 
             run("ip", &["-n", sw, "link", "set", &h.switch_ifname, "up"])?;
             offloads_off(sw, &h.switch_ifname)?;

@@ -237,6 +237,8 @@ pub struct StackPlan {
     pub ecn: bool,
     pub sack: bool,
     pub timestamps: bool,
+    /// The lab route's `tcp_usec_ts` feature.
+    pub usec_timestamps: bool,
     pub rto_min: Option<Nanos>,
     pub quickack: bool,
     /// SO_RCVBUF and SO_SNDBUF on its sockets (None: autotuned).
@@ -430,6 +432,10 @@ pub fn plan(spec: &Spec, run_id: &str, seed: u64) -> Result<Plan, Error> {
                 ecn: own.ecn.or(defaults.ecn).unwrap_or(false),
                 sack: own.sack.or(defaults.sack).unwrap_or(true),
                 timestamps: own.timestamps.or(defaults.timestamps).unwrap_or(true),
+                usec_timestamps: own
+                    .usec_timestamps
+                    .or(defaults.usec_timestamps)
+                    .unwrap_or(false),
                 rto_min: own.rto_min.or(defaults.rto_min),
                 quickack: own.quickack.or(defaults.quickack).unwrap_or(false),
                 rcvbuf: own.rcvbuf.or(defaults.rcvbuf),

@@ -155,6 +155,15 @@ pub struct Stack {
     /// net.ipv4.tcp_timestamps. Default: true.
     #[serde(default)]
     pub timestamps: Option<bool>,
+    /// TCP timestamps in microseconds rather than milliseconds (the lab
+    /// route's feature `tcp_usec_ts`, Linux 6.7; RFC 7323 §5.4 allows any
+    /// tick from 1 µs to 1 s), as datacenter hosts use them. With them a
+    /// sender without SACK can tell, from the echoed timestamp (RFC 4015,
+    /// Eifel), that a segment it retransmitted within the millisecond was
+    /// only reordered, and widens its duplicate-ACK threshold (DETER
+    /// §5.2). Needs `timestamps`. Default: false.
+    #[serde(default)]
+    pub usec_timestamps: Option<bool>,
     /// Route option `rto_min` on the host's lab route.
     #[serde(default)]
     pub rto_min: Option<Nanos>,
@@ -232,7 +241,19 @@ fn validate_roce_stack(r: &RoceStack, at: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
-pub(crate) fn validate_stack(s: &Stack, at: &str) -> Result<(), Invalid> {
+/// A host's stack over the spec's `stack:` defaults (`defaults`), or the
+/// defaults themselves (None).
+fn validate_stack(s: &Stack, defaults: Option<&Stack>, at: &str) -> Result<(), Invalid> {
+    let timestamps = s.timestamps.or(defaults.and_then(|d| d.timestamps));
+    let usec = s
+        .usec_timestamps
+        .or(defaults.and_then(|d| d.usec_timestamps));
+    if usec == Some(true) && timestamps == Some(false) {
+        return err(
+            format!("{at}.usec_timestamps"),
+            "microsecond timestamps need `timestamps: true` (they change the timestamp option's unit, RFC 7323 §5.4)",
+        );
+    }
     if let Some(r) = &s.roce {
         validate_roce_stack(r, &format!("{at}.roce"))?;
     }
@@ -362,10 +383,10 @@ pub(crate) fn validate(s: &Spec) -> Result<BTreeSet<&str>, Invalid> {
             }
         }
         if let Some(st) = &h.stack {
-            validate_stack(st, &format!("topology.hosts[{i}].stack"))?;
+            validate_stack(st, Some(&s.stack), &format!("topology.hosts[{i}].stack"))?;
         }
     }
-    validate_stack(&s.stack, "stack")?;
+    validate_stack(&s.stack, None, "stack")?;
     Ok(names)
 }
 

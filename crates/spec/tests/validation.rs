@@ -370,6 +370,17 @@ fn each_rejection_names_path_and_line() {
             "stack.rto_min: must be between 1ms and 120s, got 10us (line 11)",
         ),
         (
+            "microsecond timestamps without timestamps",
+            with("stack:\n  timestamps: false\n  usec_timestamps: true\n"),
+            "stack.usec_timestamps: microsecond timestamps need `timestamps: true` (they change the timestamp option's unit, RFC 7323 §5.4) (line 12)",
+        ),
+        (
+            "a host's microsecond timestamps over the spec's timestamps off",
+            BASE.replace("    - name: responder\n", "    - name: responder\n      stack: {usec_timestamps: true}\n")
+                + "stack:\n  timestamps: false\n",
+            "topology.hosts[1].stack.usec_timestamps: microsecond timestamps need `timestamps: true` (they change the timestamp option's unit, RFC 7323 §5.4) (line 5)",
+        ),
+        (
             "a socket buffer out of range",
             with("stack:\n  rcvbuf: 1000B\n"),
             "stack.rcvbuf: must be between 2KiB and 512MiB, got 1000B (line 11)",

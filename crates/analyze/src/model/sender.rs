@@ -9,8 +9,8 @@ use wirelab_trace::{Action, Tcp};
 
 use super::segmap::SegMap;
 use super::{
-    seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Reason, Retransmission, SegState,
-    SEND_QUEUE_NS,
+    seq_le, seq_lt, AckEv, BaseRtt, Classify, ConnAnalysis, Covered, Reason, Retransmission,
+    SegState, SEND_QUEUE_NS,
 };
 use crate::{Evidence, Options};
 
@@ -54,6 +54,9 @@ pub(crate) struct Sender {
     forgotten_below: Option<u32>,
     /// The last `RESENT` retransmissions.
     resent: VecDeque<Resent>,
+    /// Retransmissions (first byte, time) no cumulative ACK has covered
+    /// yet, oldest first, at most `RESENT` (`covers_resent`).
+    uncovered: VecDeque<(u32, u64)>,
 }
 
 /// A recent retransmission (`RESENT`): bytes `rel..end` sent again at
@@ -127,6 +130,7 @@ impl Sender {
             acks_disorder: (0, 0),
             forgotten_below: None,
             resent: VecDeque::new(),
+            uncovered: VecDeque::new(),
         }
     }
 
@@ -134,6 +138,7 @@ impl Sender {
     pub(crate) fn restart(&mut self) {
         self.next_new = 1;
         self.snd_una = 1;
+        self.uncovered.clear();
     }
 
     /// The trace joined mid-connection: number from the first byte seen.
@@ -187,6 +192,7 @@ impl Sender {
             if let Some(rtt) = sample {
                 self.rtt_sample(out, rtt);
             }
+            self.covers_resent(out, ack.at, ts, a);
             out.bytes_acked += u64::from(a.wrapping_sub(self.snd_una));
             self.snd_una = a;
             self.una_hist.push((ts, a));
@@ -551,6 +557,7 @@ impl Sender {
         }
         out.retransmissions.push(Retransmission {
             packet: index,
+            seq: rel,
             nth,
             iteration: iter,
             at: tx.0,
@@ -568,11 +575,17 @@ impl Sender {
             already_sacked: flags.1,
             dsack: None,
             rto_ns,
-            duplicate_acks: rto_ns.map(|_| ctx.duplicate_acks()),
+            duplicate_acks: matches!(reason, Reason::Timeout | Reason::DupAcks)
+                .then(|| ctx.duplicate_acks()),
+            covered: None,
             backoff_of,
             captured_after: None,
         });
         self.remember_resend(rel, end, ts, out.base_rtt.sender_side_ns);
+        if self.uncovered.len() == RESENT {
+            self.uncovered.pop_front();
+        }
+        self.uncovered.push_back((rel, ts));
         // Every byte this sends was sent again now (a retransmission can
         // span several first transmissions: Linux collapses small ones).
         for (_, st) in self
@@ -624,6 +637,36 @@ impl Sender {
             end,
             ts,
             sacked: pending,
+        });
+    }
+
+    /// The cumulative ACK `a`, passing at `ts`, covers the retransmissions
+    /// of `snd_una..a` that no ACK covered before: each learns when
+    /// (`Covered`), and the hole this ACK closes.
+    fn covers_resent(&mut self, out: &mut ConnAnalysis, at: Evidence, ts: u64, a: u32) {
+        if self.uncovered.is_empty() {
+            return;
+        }
+        let una = self.snd_una;
+        let segments = a.wrapping_sub(una).div_ceil(out.smss.max(1));
+        self.uncovered.retain(|&(rel, sent)| {
+            if !seq_lt(rel, a) || sent > ts {
+                return true;
+            }
+            if let Some(r) = out
+                .retransmissions
+                .iter_mut()
+                .rev()
+                .take_while(|r| r.ts_ns >= sent)
+                .find(|r| r.ts_ns == sent && r.covered.is_none())
+            {
+                r.covered = Some(Covered {
+                    at,
+                    after_ns: ts - sent,
+                    segments,
+                });
+            }
+            false
         });
     }
 
