@@ -274,6 +274,8 @@ fn a_campaign_runs_on_a_ray_cluster_finds_the_quirk_and_leaves_nothing() {
     // Ctrl-C while tasks run: each stops its run and removes its lab, and
     // the campaign exits 130.
     let long = tmp.path().join("interrupted");
+    // Kept for the failure message: where a slow stop spent its minute.
+    let log = tmp.path().join("interrupted.log");
     let mut c = Command::new(env!("CARGO_BIN_EXE_wirelab"))
         .args(["fuzz", t, "--ray", &head.address, "--device", "default"])
         .args([
@@ -285,7 +287,7 @@ fn a_campaign_runs_on_a_ray_cluster_finds_the_quirk_and_leaves_nothing() {
         ])
         .current_dir(repo())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let until = Instant::now() + Duration::from_secs(60);
@@ -311,8 +313,20 @@ fn a_campaign_runs_on_a_ray_cluster_finds_the_quirk_and_leaves_nothing() {
             break st.code();
         }
         if Instant::now() > until {
+            // What still ran: the Ray driver (its code is its argument),
+            // runs, and what the campaign last said.
+            let (driver, runs) = (
+                processes_with("NodeAffinitySchedulingStrategy").len(),
+                processes_with("fuzz-eval"),
+            );
             let _ = c.kill();
-            panic!("the campaign did not stop within a minute of Ctrl-C");
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = said.lines().rev().take(15).collect();
+            panic!(
+                "the campaign did not stop within a minute of Ctrl-C: {driver} driver process(es) and {} run(s) left ({runs:?}); its stderr ended:\n{}",
+                runs.len(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };
