@@ -582,10 +582,14 @@ impl Sender {
             captured_after: None,
         });
         self.remember_resend(rel, end, ts, out.base_rtt.sender_side_ns);
-        if self.uncovered.len() == RESENT {
-            self.uncovered.pop_front();
+        // Bytes acknowledged before it was sent have been covered already:
+        // no later ACK answers it.
+        if !flags.0 {
+            if self.uncovered.len() == RESENT {
+                self.uncovered.pop_front();
+            }
+            self.uncovered.push_back((rel, ts));
         }
-        self.uncovered.push_back((rel, ts));
         // Every byte this sends was sent again now (a retransmission can
         // span several first transmissions: Linux collapses small ones).
         for (_, st) in self
