@@ -585,7 +585,7 @@ pub fn run(
         let timing = Timing {
             duration,
             interval: spec.interval.as_std(),
-            grace: spec.grace.as_std().max(Duration::from_millis(1)),
+            grace: spec.grace().as_std().max(Duration::from_millis(1)),
         };
         let mut line_err = None;
         let outcome = wirelab_workload::load::run(&ports, &streams, timing, &opts.abort, |r| {

@@ -63,9 +63,10 @@ pub struct LoadSpec {
     #[serde(default = "default_interval")]
     pub interval: Nanos,
     /// How long a retired version is left to drain before it is read: more
-    /// than the DUT can hold a packet (§6.1).
-    #[serde(default = "default_grace")]
-    pub grace: Nanos,
+    /// than the DUT can hold a packet (§6.1). Default: 10 ms more than the
+    /// DUT's egress queue can hold one (`LoadSpec::grace`).
+    #[serde(default)]
+    pub grace: Option<Nanos>,
     /// A stream of template frames (stateless) ...
     #[serde(default)]
     pub stream: Option<Stream>,
@@ -171,9 +172,9 @@ fn default_interval() -> Nanos {
 fn default_sample_every() -> u32 {
     1000
 }
-fn default_grace() -> Nanos {
-    Nanos(10_000_000)
-}
+/// What the default grace adds to the DUT's own queue (§6.1: the stacks
+/// and the veths hold a packet too).
+const GRACE_MARGIN: Nanos = Nanos(10_000_000);
 
 /// The DUT: a namespace of its own between the tester's ports, set up and
 /// torn down by wirelab.
@@ -907,7 +908,31 @@ impl LoadExpect {
     }
 }
 
+impl Egress {
+    /// The longest its queue holds a packet: a full buffer drained at the
+    /// rate.
+    pub fn hold(&self) -> Nanos {
+        let ns = u128::from(self.buffer.0) * 8 * 1_000_000_000 / u128::from(self.rate.0.max(1));
+        Nanos(ns.min(u128::from(u64::MAX)) as u64)
+    }
+}
+
 impl LoadSpec {
+    /// The longest the DUT's egress queue holds a packet (0 without one).
+    pub fn egress_hold(&self) -> Nanos {
+        self.dut.egress.as_ref().map_or(Nanos(0), Egress::hold)
+    }
+
+    /// The grace a run leaves a retired version (`grace`): given, or
+    /// `GRACE_MARGIN` more than the DUT's egress queue holds a packet. A
+    /// 10 ms grace behind a 300 KB queue at 100 Mbit/s (24 ms) read a
+    /// burst's last frames before they came out, and counted them in no
+    /// interval.
+    pub fn grace(&self) -> Nanos {
+        self.grace
+            .unwrap_or(Nanos(self.egress_hold().0 + GRACE_MARGIN.0))
+    }
+
     /// Each stream of a stateless test as a test of that one stream (with
     /// the rest of the spec as it is), for what is planned per stream: its
     /// rate, its pattern, its template. One stream: the spec itself.
@@ -1350,12 +1375,33 @@ fn validate_timing(s: &LoadSpec) -> Result<(), Invalid> {
             "more than 100,000 intervals: choose a longer one",
         );
     }
-    if s.grace.0 >= i {
+    let hold = s.egress_hold();
+    if let Some(g) = s.grace.filter(|g| g.0 <= hold.0) {
         return err(
             "grace",
             format!(
-                "{} must be shorter than the interval {}",
-                s.grace, s.interval
+                "{g} is not longer than the DUT's egress queue holds a packet ({} at {}: {hold}): frames still queued when their interval is read would count in none (§6.1)",
+                s.dut.egress.as_ref().map_or(crate::Bytes(0), |e| e.buffer),
+                s.dut.egress.as_ref().map_or(crate::BitsPerSec(0), |e| e.rate),
+            ),
+        );
+    }
+    if s.grace().0 >= i {
+        return err(
+            if s.grace.is_some() {
+                "grace"
+            } else {
+                "interval"
+            },
+            format!(
+                "the grace {}{} must be shorter than the interval {}",
+                s.grace(),
+                if s.grace.is_some() {
+                    String::new()
+                } else {
+                    format!(" (the DUT's egress queue holds a packet {hold}, and 10ms more)")
+                },
+                s.interval
             ),
         );
     }
@@ -2116,6 +2162,36 @@ expect:
         let e = bad(&GOOD.replace("{field: udp.sport, step", "{field: udp.dport, step"));
         assert!(e.message.contains("unknown variant"), "{e}");
         assert_eq!(e.line, Some(8));
+    }
+
+    /// §6.1: a retired version is read once the DUT has let go of its
+    /// packets, so the grace outlasts the DUT's queue.
+    #[test]
+    fn the_grace_outlasts_the_dut_s_queue() {
+        let with = |dut: &str| GOOD.replace("kind: router", dut);
+        // No queue of its own: 10 ms.
+        assert_eq!(parse(GOOD).unwrap().grace(), Nanos(10_000_000));
+        // 300 KB at 100 Mbit/s hold a frame up to 24 ms: 34 ms.
+        let q = with("kind: router, egress: {rate: 100mbit, buffer: 300000}");
+        let s = parse(&q).unwrap();
+        assert_eq!(s.egress_hold(), Nanos(24_000_000));
+        assert_eq!(s.grace(), Nanos(34_000_000));
+        // Given, it is kept, if longer than the queue holds.
+        let s = parse(&q.replace("interval: 500ms", "interval: 500ms\ngrace: 30ms")).unwrap();
+        assert_eq!(s.grace(), Nanos(30_000_000));
+        let e = bad(&q.replace("interval: 500ms", "interval: 500ms\ngrace: 10ms"));
+        assert_eq!(e.path, "grace");
+        assert!(
+            e.message.contains("10ms is not longer than the DUT's egress queue holds a packet (300000B at 100mbit: 24ms)"),
+            "{e}"
+        );
+        // A queue that outlasts the interval: the interval is too short.
+        let e = bad(&with("kind: router, egress: {rate: 1mbit, buffer: 100000}"));
+        assert_eq!(e.path, "interval");
+        assert!(
+            e.message.contains("must be shorter than the interval"),
+            "{e}"
+        );
     }
 
     #[test]
