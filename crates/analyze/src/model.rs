@@ -2013,8 +2013,29 @@ impl Classify<'_> {
         .into_iter()
         .filter_map(|(r, s)| s.filter(|a| recent(a)).map(|a| (r, a)))
         .min_by_key(|(_, a)| a.ts);
+        // The timer's least interval, less 1% for clock skew between the
+        // timestamps (Linux timers fire no earlier than asked).
+        let min_rto = self.opts.min_rto_ns - self.opts.min_rto_ns / 100;
+        // Quiet since: the last ACK that passed, or data sent, whichever
+        // came later (what a retransmission timer runs from).
+        let quiet_since = self
+            .acks
+            .iter()
+            .rev()
+            .find(|a| a.ts <= cut)
+            .map_or(0, |a| a.ts)
+            .max(self.last_data_ts);
         if after_rto {
-            return (Reason::AfterTimeout, None, flags);
+            // The recovery after a timeout resends as ACKs come (slow
+            // start, RFC 5681 §3.1); a resend after a whole minimum RTO
+            // with no ACK and nothing sent is the timer firing again,
+            // backed off (RFC 6298 §5.5), as the kernel counts it
+            // (TCPTimeouts): a congested run's senders counted 1-2 such
+            // timeouts more than the trace called so.
+            if self.ts.saturating_sub(quiet_since) < min_rto {
+                return (Reason::AfterTimeout, None, flags);
+            }
+            return (Reason::Timeout, None, flags);
         }
         if let Some((r, a)) = ack_based {
             return (r, Some(a), flags);
@@ -2029,13 +2050,6 @@ impl Classify<'_> {
         //    them apart then, and a sender with TLP on sends the probe, as
         //    the PTO is capped at the RTO).
         let is_tail = self.seg.end == self.next_new;
-        let quiet_since = self
-            .acks
-            .iter()
-            .rev()
-            .find(|a| a.ts <= cut)
-            .map_or(0, |a| a.ts)
-            .max(self.last_data_ts);
         if self.opts.tlp
             && is_tail
             && !self.tlp_out
@@ -2043,9 +2057,7 @@ impl Classify<'_> {
         {
             return (Reason::Tlp, None, flags);
         }
-        // Linux timers fire no earlier than asked; allow 1% for clock skew
-        // between the transmission and the retransmission timestamps.
-        if elapsed >= self.opts.min_rto_ns - self.opts.min_rto_ns / 100 {
+        if elapsed >= min_rto {
             return (Reason::Timeout, None, flags);
         }
         (Reason::Unjustified, None, flags)

@@ -518,3 +518,40 @@ fn a_timeout_after_enough_duplicate_acks_for_rfc_5681_names_the_grown_threshold(
         t.text
     );
 }
+
+/// In the recovery after a timeout the sender resends as ACKs come (RFC
+/// 5681 §3.1); a resend after a whole minimum RTO with no ACK and nothing
+/// sent is the timer firing again (RFC 6298 §5.5), as Linux counts it.
+#[test]
+fn a_resend_after_a_quiet_rto_in_a_timeout_s_recovery_is_the_timer_again() {
+    for quiet in [450 * MS, MS] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..4 {
+            send(&mut g, k);
+        }
+        g.wait(210 * MS);
+        send(&mut g, 0);
+        ack(&mut g, 1);
+        send(&mut g, 1);
+        g.wait(quiet);
+        send(&mut g, 2);
+        ack(&mut g, 4);
+        let r = g.loss_recovery();
+        let reasons: Vec<Reason> = r.analysis.connections[0]
+            .retransmissions
+            .iter()
+            .map(|r| r.reason)
+            .collect();
+        let last = if quiet > 200 * MS {
+            Reason::Timeout
+        } else {
+            Reason::AfterTimeout
+        };
+        assert_eq!(
+            reasons,
+            [Reason::Timeout, Reason::AfterTimeout, last],
+            "quiet {quiet}"
+        );
+    }
+}
