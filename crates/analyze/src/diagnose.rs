@@ -259,7 +259,7 @@ fn causes(c: &ConnAnalysis, fct: u64, kernel: &[KernelResend]) -> Vec<Cause> {
                     kind: "timeout",
                     text: format!(
                         "retransmission timeout: {base}; {}",
-                        rto_why(c, r, kernel_of(c, r, kernel))
+                        rto_why(c, r, k)
                     ),
                     evidence: ev,
                 });
@@ -437,8 +437,14 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission, k: Option<KernelResend>) -> Str
         );
     }
     // DETER §5.2: enough duplicate ACKs for RFC 5681, too few for a
-    // threshold a reordering had widened.
-    if let (Some((dups, _)), Some(k)) = (r.duplicate_acks, k) {
+    // threshold a reordering had widened. A sender that counts them: one
+    // without SACK (none of its repairs was SACK's or RACK's, no DSACK;
+    // with SACK Linux decides by RACK's time, RFC 8985).
+    let sack = !c.dsacks.is_empty()
+        || c.retransmissions
+            .iter()
+            .any(|x| matches!(x.reason, Reason::Sack | Reason::Rack));
+    if let (Some((dups, _)), Some(k), false) = (r.duplicate_acks, k, sack) {
         if dups >= DUPTHRESH && k.reordering > dups {
             let growth = widened_by(c, r)
                 .map(|g| format!(": {}", g.0))
