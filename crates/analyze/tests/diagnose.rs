@@ -394,9 +394,9 @@ fn resend(k: u32, reordering: u32, sacked: u32) -> wirelab_analyze::diagnose::Ke
 /// DETER §5.2 without SACK: segment 1 is resent on the 3rd duplicate ACK,
 /// and the receiver acknowledges it at once with the 10 after it (the
 /// original had arrived, reordered: the retransmission was spurious).
-/// Then segment 20 is lost and 10 duplicate ACKs follow, `spaced` apart;
-/// the sender resends it after the `on`-th.
-fn reordered_then_lost(spaced: u64, on: u32) -> TcpGen {
+/// Then segments 12 to `last` - 1 go out, 12 to 19 are acknowledged and
+/// segment 20 is lost.
+fn reordered_then_sent_to(last: u32) -> TcpGen {
     let mut g = TcpGen::new();
     g.handshake(ISN, SISN);
     for k in 0..12 {
@@ -408,12 +408,19 @@ fn reordered_then_lost(spaced: u64, on: u32) -> TcpGen {
     send(&mut g, 1);
     g.same_instant();
     ack(&mut g, 12);
-    for k in 12..31 {
+    for k in 12..last {
         send(&mut g, k);
     }
     for k in 13..=20 {
         ack(&mut g, k);
     }
+    g
+}
+
+/// `reordered_then_sent_to(31)`: 10 duplicate ACKs follow segment 20's
+/// loss, `spaced` apart, and the sender resends it after the `on`-th.
+fn reordered_then_lost(spaced: u64, on: u32) -> TcpGen {
+    let mut g = reordered_then_sent_to(31);
     for n in 1..=10 {
         g.wait(spaced);
         if spaced == 0 {
@@ -484,23 +491,7 @@ fn a_record_of_the_kernel_s_grown_threshold_makes_it_late_where_the_wire_cannot_
 fn a_timeout_after_enough_duplicate_acks_for_rfc_5681_names_the_grown_threshold() {
     // Segment 20 lost with 5 packets after it: 5 duplicate ACKs, and the
     // timer. Linux's threshold had grown to 10.
-    let mut g = TcpGen::new();
-    g.handshake(ISN, SISN);
-    for k in 0..12 {
-        send(&mut g, k);
-    }
-    for _ in 0..4 {
-        ack(&mut g, 1);
-    }
-    send(&mut g, 1);
-    g.same_instant();
-    ack(&mut g, 12);
-    for k in 12..26 {
-        send(&mut g, k);
-    }
-    for k in 13..=20 {
-        ack(&mut g, k);
-    }
+    let mut g = reordered_then_sent_to(26);
     for _ in 0..5 {
         ack(&mut g, 20);
     }

@@ -481,6 +481,16 @@ fn a_sender_that_never_sets_cwr_is_caught() {
     );
 }
 
+/// The counters analyzer's violations in a report.
+fn counter_violations(r: &Report) -> Vec<String> {
+    r.analyzers[3]
+        .findings
+        .iter()
+        .filter(|f| f.kind == Kind::Violation)
+        .map(|f| f.message.clone())
+        .collect()
+}
+
 #[test]
 fn a_counter_that_disagrees_with_the_trace_is_caught() {
     let mut f = facts("fast-retransmit");
@@ -1172,13 +1182,7 @@ fn a_run_trace_streams_to_the_same_report_as_read_whole() {
 #[test]
 fn after_a_timeout_fast_and_slow_start_retransmissions_are_judged_together() {
     let disagree = |name: &str, f: &RunFacts| -> Vec<String> {
-        let r = report_with(name, &golden(name), Some(f));
-        r.analyzers[3]
-            .findings
-            .iter()
-            .filter(|f| f.kind == Kind::Violation)
-            .map(|f| f.message.clone())
-            .collect()
+        counter_violations(&report_with(name, &golden(name), Some(f)))
     };
     let set = |f: &mut RunFacts, counter: &str, v: i64| {
         f.counters
@@ -1226,7 +1230,7 @@ fn a_probe_as_late_as_a_timeout_may_be_counted_as_one() {
     let judge = |min_rto_ns: u64, f: &RunFacts| -> Vec<String> {
         let mut o = common::options(name);
         o.min_rto_ns = min_rto_ns;
-        let r = build(
+        counter_violations(&build(
             name,
             &t,
             o,
@@ -1234,13 +1238,7 @@ fn a_probe_as_late_as_a_timeout_may_be_counted_as_one() {
             &wirelab_analyze::catalog().names(),
             &[],
             &|_| {},
-        );
-        r.analyzers[3]
-            .findings
-            .iter()
-            .filter(|f| f.kind == Kind::Violation)
-            .map(|f| f.message.clone())
-            .collect()
+        ))
     };
     let mut f = facts(name);
     assert!(judge(200_000_000, &f).is_empty());
