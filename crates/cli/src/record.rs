@@ -136,6 +136,9 @@ struct Shown {
     /// Kernel events: retransmissions, entries into Loss (a retransmission
     /// timeout), and whether the socket closed.
     retransmits: usize,
+    /// The largest duplicate-ACK threshold (tcp_reordering) a
+    /// retransmission was sent with.
+    reordering_max: Option<u32>,
     timeouts: usize,
     closed: bool,
     /// The socket's settings (DETER Table 1), such as `TCP_CONGESTION`.
@@ -245,6 +248,14 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             bytes_sent: moved(record::CallKind::Send),
             bytes_received: moved(record::CallKind::Recv),
             retransmits: count(&|e| matches!(e, record::Event::Retransmit { .. })),
+            // DETER §5.2: the duplicate-ACK threshold a reordering widened.
+            reordering_max: events
+                .iter()
+                .filter_map(|e| match e {
+                    record::Event::Retransmit { reordering, .. } => Some(*reordering),
+                    _ => None,
+                })
+                .max(),
             timeouts: count(&|e| *e == record::Event::CongState(4)),
             closed: count(&|e| *e == record::Event::State(7)) > 0,
             settings: r.settings.iter().cloned().collect(),
@@ -254,7 +265,7 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             println!(
-                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions, {} timeouts{}{}; {} bytes",
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions{}, {} timeouts{}{}; {} bytes",
                 s.file,
                 s.host,
                 s.local.as_deref().unwrap_or("?"),
@@ -269,6 +280,10 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.bytes_sent,
                 s.bytes_received,
                 s.retransmits,
+                s.reordering_max
+                    .filter(|&r| r > 3)
+                    .map(|r| format!(" (tcp_reordering up to {r})"))
+                    .unwrap_or_default(),
                 s.timeouts,
                 if s.closed { ", closed" } else { "" },
                 s.settings

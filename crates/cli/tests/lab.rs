@@ -2694,6 +2694,29 @@ fn a_replay_repeats_each_recorded_connection_packet_for_packet() {
                     && recorded_causes[1].contains("closed a hole of 10 packets"),
                 "{recorded_causes:#?}"
             );
+            // `record --read` shows the threshold the client resent with.
+            let client = std::fs::read_dir(results.join("record"))
+                .unwrap()
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().ends_with("-client"))
+                .unwrap()
+                .path();
+            let file = std::fs::read_dir(&client)
+                .unwrap()
+                .flatten()
+                .find(|e| e.path().extension().is_some_and(|x| x == "deter"));
+            let o = wirelab(&[
+                "record",
+                "--read",
+                file.unwrap().path().to_str().unwrap(),
+                "--json",
+            ]);
+            let shown: Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(
+                (&shown["retransmits"], &shown["reordering_max"]),
+                (&2.into(), &10.into()),
+                "{shown}"
+            );
         }
         let records = results.join("record");
         let replays = out.path().join(format!("replays-{name}"));
