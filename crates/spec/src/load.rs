@@ -1376,15 +1376,16 @@ fn validate_timing(s: &LoadSpec) -> Result<(), Invalid> {
         );
     }
     let hold = s.egress_hold();
-    if let Some(g) = s.grace.filter(|g| g.0 <= hold.0) {
-        return err(
-            "grace",
-            format!(
-                "{g} is not longer than the DUT's egress queue holds a packet ({} at {}: {hold}): frames still queued when their interval is read would count in none (§6.1)",
-                s.dut.egress.as_ref().map_or(crate::Bytes(0), |e| e.buffer),
-                s.dut.egress.as_ref().map_or(crate::BitsPerSec(0), |e| e.rate),
-            ),
-        );
+    if let (Some(g), Some(e)) = (s.grace, &s.dut.egress) {
+        if g.0 <= hold.0 {
+            return err(
+                "grace",
+                format!(
+                    "{g} is not longer than the DUT's egress queue holds a packet ({} at {}: {hold}): frames still queued when their interval is read would count in none (§6.1)",
+                    e.buffer, e.rate
+                ),
+            );
+        }
     }
     if s.grace().0 >= i {
         return err(
@@ -1399,7 +1400,9 @@ fn validate_timing(s: &LoadSpec) -> Result<(), Invalid> {
                 if s.grace.is_some() {
                     String::new()
                 } else {
-                    format!(" (the DUT's egress queue holds a packet {hold}, and 10ms more)")
+                    format!(
+                        " (the DUT's egress queue holds a packet {hold}, and {GRACE_MARGIN} more)"
+                    )
                 },
                 s.interval
             ),
@@ -2184,6 +2187,13 @@ expect:
         assert!(
             e.message.contains("10ms is not longer than the DUT's egress queue holds a packet (300000B at 100mbit: 24ms)"),
             "{e}"
+        );
+        // No queue of its own: any grace shorter than the interval.
+        assert_eq!(
+            parse(&GOOD.replace("interval: 500ms", "interval: 500ms\ngrace: 1ms"))
+                .unwrap()
+                .grace(),
+            Nanos(1_000_000)
         );
         // A queue that outlasts the interval: the interval is too short.
         let e = bad(&with("kind: router, egress: {rate: 1mbit, buffer: 100000}"));
