@@ -107,7 +107,7 @@ pub(crate) fn drive(
 /// The switch of a benchmark lab, with the plan's capabilities.
 pub(crate) fn arm(plan: &Plan, lab: &Lab, mode: Mode) -> Result<wirelab_dataplane::Switch> {
     let mut caps = match mode {
-        Mode::Pipeline | Mode::Cut(_) | Mode::Alternating => capability::for_plan(plan, false),
+        Mode::Pipeline | Mode::Cut(_) | Mode::Alternating(_) => capability::for_plan(plan, false),
         Mode::ForwardOnly => Vec::new(),
     };
     Ok(switch::arm(plan, lab, mode, &mut caps, None)?)
@@ -309,10 +309,15 @@ struct PairedRound {
     prog: [(u64, u64); 2],
 }
 
-fn paired_round(abort: &Arc<AtomicBool>, size: &str, messages: u32) -> Result<PairedRound> {
+fn paired_round(
+    abort: &Arc<AtomicBool>,
+    size: &str,
+    messages: u32,
+    cut: u8,
+) -> Result<PairedRound> {
     let plan = bench_plan(&overhead_spec(messages, size))?;
     let lab = Lab::up(&plan)?;
-    let s = arm(&plan, &lab, Mode::Alternating)?;
+    let s = arm(&plan, &lab, Mode::Alternating(cut))?;
     let dumper = Dumper::start(&s, Duration::ZERO)?;
     let stop = stop(abort, Duration::from_secs(120));
     let done = AtomicBool::new(false);
@@ -388,43 +393,59 @@ fn paired_round(abort: &Arc<AtomicBool>, size: &str, messages: u32) -> Result<Pa
 /// one lab (`TURN` each), so that the machine's drift between labs, which
 /// makes the separate labs' ratio swing by ±20%, falls on both: the median
 /// of the pairs' ratios per round, over `rounds` labs of about 3 s each.
+///
+/// The capture floor (`BENCH_FLOOR`: the clock, one ring record,
+/// forwarding; switch.bpf.c) takes turns with the baseline the same way,
+/// in labs of its own interleaved with the pipeline's: what any switch
+/// that captures every packet adds to the MCT on this kernel, and so how
+/// much of the pipeline's ratio its stages could still take off.
 fn paired(abort: &Arc<AtomicBool>, rounds: usize) -> Result<()> {
     println!(
-        "paired in one lab: the pipeline and the forward-only baseline take turns of {} ms on one connection",
+        "paired in one lab: the pipeline (or the capture floor) and the forward-only baseline take turns of {} ms on one connection",
         TURN.as_millis()
     );
     println!(
-        "{:>7}  {:>9}  {:>14}  {:>11}  {:>9}  {:>16}",
-        "size", "messages", "full/fwd MCT", "rounds", "pairs", "ns/pkt full/fwd"
+        "{:>7}  {:>9}  {:>9}  {:>11}  {:>11}  {:>9}  {:>16}",
+        "size", "messages", "datapath", "x/fwd MCT", "rounds", "pairs", "ns/pkt x/fwd"
     );
+    let datapaths = [("full", 0), ("floor", wirelab_dataplane::BENCH_FLOOR)];
     // About 3 s of messages a round at this machine's MCTs.
     for (size, messages) in [("1KB", 30_000), ("10KB", 15_000), ("100KB", 3_000)] {
-        let mut medians = Vec::new();
-        let mut pairs = 0;
-        let mut prog = [(0u64, 0u64); 2];
+        let mut medians = vec![Vec::new(); datapaths.len()];
+        let mut pairs = vec![0; datapaths.len()];
+        let mut prog = vec![[(0u64, 0u64); 2]; datapaths.len()];
         for _ in 0..rounds {
-            let r = paired_round(abort, size, messages)?;
-            pairs += r.ratios.len();
-            medians.push(median(r.ratios));
-            for k in 0..2 {
-                prog[k].0 += r.prog[k].0;
-                prog[k].1 += r.prog[k].1;
+            for (d, (_, cut)) in datapaths.iter().enumerate() {
+                let r = paired_round(abort, size, messages, *cut)?;
+                pairs[d] += r.ratios.len();
+                medians[d].push(median(r.ratios));
+                for k in 0..2 {
+                    prog[d][k].0 += r.prog[k].0;
+                    prog[d][k].1 += r.prog[k].1;
+                }
             }
         }
-        let (mid, lo, hi) = spread(&medians);
-        println!(
-            "{:>7}  {:>9}  {:>14.4}  {:>11}  {:>9}  {:>7.0}/{:<8.0}",
-            size,
-            messages,
-            mid,
-            format!("{lo:.3}-{hi:.3}"),
-            pairs,
-            per_pkt(prog[0]),
-            per_pkt(prog[1]),
-        );
+        for (d, (name, _)) in datapaths.iter().enumerate() {
+            let (mid, lo, hi) = spread(&medians[d]);
+            println!(
+                "{:>7}  {:>9}  {:>9}  {:>11.4}  {:>11}  {:>9}  {:>7.0}/{:<8.0}",
+                size,
+                messages,
+                name,
+                mid,
+                format!("{lo:.3}-{hi:.3}"),
+                pairs[d],
+                per_pkt(prog[d][0]),
+                per_pkt(prog[d][1]),
+            );
+        }
     }
     println!(
-        "full/fwd MCT: the median over rounds of each round's median pair ratio; rounds: its range"
+        "x/fwd MCT: the median over rounds of each round's median pair ratio; rounds: its range"
+    );
+    println!(
+        "floor: the ingress stage (port, counters, bpf_ktime_get_ns), one capture record and forwarding, \
+         no other stage: what capturing every packet costs on this kernel"
     );
     Ok(())
 }

@@ -78,6 +78,22 @@ static __always_inline int forward_only(struct __sk_buff *skb)
 	return out ? bpf_redirect(out->ifindex, 0) : TC_ACT_SHOT;
 }
 
+/*
+ * Benchmarks only (bench_cut == WL_BENCH_FLOOR): the least any switch
+ * that captures every packet, timestamped and numbered, must do on this
+ * kernel: the ingress stage (its port, counters and the clock), one
+ * capture record, and forwarding. No parse, classification, events or
+ * route. The pipeline's own cost is what it adds to this floor; what the
+ * floor adds to forwarding is the kernel's (bpf_ktime_get_ns, the ring's
+ * reserve and commit), which no stage can take off. `wirelab bench
+ * stages` and `switch-overhead` print both.
+ */
+static __always_inline int capture_floor(struct __sk_buff *skb, struct wl_ctx *ctx)
+{
+	wl_stage_mirror(skb, ctx);
+	return forward_only(skb);
+}
+
 /* Stage n of the pipeline: its verdict ends the run, or the bench's cut. */
 #define STAGE(n, stage)                            \
 	do {                                       \
@@ -112,6 +128,8 @@ int wl_switch(struct __sk_buff *skb)
 	ctx.ifindex = ifindex;
 	ctx.in_port = port_no;
 	ctx.len = skb->len;
+	if (bench_cut == WL_BENCH_FLOOR)
+		return capture_floor(skb, &ctx);
 
 	STAGE(2, wl_stage_parse);
 	STAGE(3, wl_stage_track);

@@ -19,6 +19,9 @@ enum wl_limits {
 	 * numbers its devices from 1. */
 	WL_NEAR_IFINDEX = 4096,
 	WL_MAX_CONNS = 1024,
+	/* Benchmarks only: the `bench_cut` that runs the least a switch with
+	 * a complete capture must do (switch.bpf.c, capture_floor). */
+	WL_BENCH_FLOOR = 255,
 	/* Largest snap length a spec may ask for: a full 1500-byte-MTU frame
 	 * + VLAN. */
 	WL_MAX_SNAP = 1518,

@@ -47,6 +47,10 @@ pub const ICRC_SHIFTS: usize = types::wl_limits::WL_ICRC_SHIFTS.0 as usize;
 /// Maximum number of switch ports and connections.
 pub const MAX_PORTS: u32 = types::wl_limits::WL_MAX_PORTS.0;
 pub const MAX_CONNS: u32 = types::wl_limits::WL_MAX_CONNS.0;
+/// `Config::bench_cut` for the capture floor: the least a switch that
+/// captures every packet must do on this kernel (the clock, a ring
+/// record, forwarding), against which the pipeline's own cost is seen.
+pub const BENCH_FLOOR: u8 = types::wl_limits::WL_BENCH_FLOOR.0 as u8;
 /// Virtual queues are numbered 1..=MAX_VQS (`WL_MAX_VQS`).
 pub const MAX_VQS: u32 = types::wl_limits::WL_MAX_VQS.0;
 /// A wire event's iteration key for an end (wirelab.h `WL_WIRE_ITER`):
@@ -292,8 +296,10 @@ pub struct Config {
     /// defines (`Switch::load_with`). Needs `vaqm`; not with `vaqm_lock`.
     pub extension: bool,
     /// Benchmarks only: run the first `bench_cut` stages (`STAGES`), then
-    /// forward as the forward-only baseline does; 0 = the whole pipeline.
-    /// `wirelab bench switch-overhead` measures each stage's cost this way.
+    /// forward as the forward-only baseline does; 0 = the whole pipeline;
+    /// `BENCH_FLOOR`: the ingress stage, a capture record and forwarding
+    /// only. `wirelab bench switch-overhead` and `stages` measure each
+    /// stage's cost this way.
     pub bench_cut: u8,
     /// Benchmarks only: forward as the forward-only baseline does while
     /// `set_bench_forward(true)`, the whole pipeline otherwise.

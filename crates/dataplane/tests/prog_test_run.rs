@@ -1207,6 +1207,57 @@ fn the_verifier_walks_a_small_share_of_its_limit() {
     }
 }
 
+/// The benchmarks' capture floor (`BENCH_FLOOR`): a frame is counted,
+/// timestamped, captured and forwarded on the MAC table, and nothing
+/// else: not classified (an armed flow's packet has no connection in its
+/// record), and an event armed for it is not applied. What the benches
+/// print as the floor is then the cost of exactly that.
+#[test]
+fn the_capture_floor_counts_captures_and_forwards_and_does_nothing_else() {
+    if !have_bpf() {
+        return;
+    }
+    let sw = switch(Config {
+        bench_cut: wirelab_dataplane::BENCH_FLOOR,
+        test_clock: true,
+        ..Config::default()
+    });
+    sw.set_test_clock(7_000).unwrap();
+    // Packet 1 of iteration 1 would be dropped by the whole pipeline.
+    sw.add_event(1, 1, 1, Action::Drop, 1).unwrap();
+    handshake_floor(&sw);
+    let frame = data(1, MSS);
+    let (v, out, mut records) = run_frame(&sw, &frame);
+    assert_eq!(
+        v,
+        verdict::REDIRECT,
+        "forwarded, the drop event not applied"
+    );
+    assert_eq!(out, frame, "unchanged");
+    let (h, bytes) = records.pop().expect("captured");
+    assert!(records.is_empty());
+    assert_eq!((h.seq, h.ts_ns, h.pkt_len), (1, 7_000, frame.len() as u32));
+    assert_eq!((h.conn, h.index, h.event_id), (0, 0, 0), "not classified");
+    assert_eq!(bytes[..], frame[..h.cap_len as usize]);
+    assert_eq!(sw.counters(1).unwrap().rx_pkts, 2);
+    assert_eq!(sw.counters(1).unwrap().event_drops, 0);
+}
+
+/// The SYN through the floor: captured as record 0, not classified.
+fn handshake_floor(sw: &Switch) {
+    let syn = Pkt {
+        seq: ISN,
+        flags: "S",
+        payload: 0,
+        ecn: IpEcn::NotEct,
+        reverse: false,
+    };
+    let (v, _, m) = run(sw, &syn);
+    assert_eq!(v, verdict::REDIRECT);
+    let m = m.expect("captured").0;
+    assert_eq!((m.seq, m.conn), (0, 0));
+}
+
 /// `bench switch-overhead`'s paired turns (`Config::bench_alternate`): while
 /// user space says so, a frame is forwarded as the forward-only baseline
 /// forwards it (no counter, no record, the same redirect), and the

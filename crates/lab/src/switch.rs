@@ -24,10 +24,11 @@ pub enum Mode {
     /// this many stages (`wirelab_dataplane::STAGES`), then forwarded as
     /// the baseline does; what each stage costs is the difference.
     Cut(u8),
-    /// Benchmarks: the pipeline with its capabilities armed, and the
-    /// forward-only baseline in turns within it as `set_bench_forward`
-    /// says (`Config::bench_alternate`).
-    Alternating,
+    /// Benchmarks: the pipeline with its capabilities armed, cut after
+    /// this many stages as `Cut` is (0: whole; `BENCH_FLOOR`: the capture
+    /// floor), and the forward-only baseline in turns within it as
+    /// `set_bench_forward` says (`Config::bench_alternate`).
+    Alternating(u8),
 }
 
 /// The load-time configuration: the plan's capture settings plus what each
@@ -67,7 +68,10 @@ pub fn arm(
     let mut config = config(plan, caps);
     match mode {
         Mode::Cut(n) => config.bench_cut = n,
-        Mode::Alternating => config.bench_alternate = true,
+        Mode::Alternating(n) => {
+            config.bench_alternate = true;
+            config.bench_cut = n;
+        }
         Mode::Pipeline | Mode::ForwardOnly => {}
     }
     let ext = ext.filter(|_| config.extension);
@@ -109,7 +113,7 @@ pub fn arm(
         for ifindex in &lab.switch_ifindex {
             match mode {
                 Mode::ForwardOnly => switch.attach_forward_only(*ifindex as i32),
-                Mode::Pipeline | Mode::Cut(_) | Mode::Alternating => {
+                Mode::Pipeline | Mode::Cut(_) | Mode::Alternating(_) => {
                     switch.attach_ingress(*ifindex as i32)
                 }
             }
