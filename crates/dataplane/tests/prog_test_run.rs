@@ -120,15 +120,19 @@ fn drain(sw: &Switch) -> usize {
 
 const MSS: u32 = 1000;
 
-fn handshake(sw: &Switch) {
-    let syn = Pkt {
+/// Connection 1's SYN.
+fn syn() -> Pkt {
+    Pkt {
         seq: ISN,
         flags: "S",
         payload: 0,
         ecn: IpEcn::NotEct,
         reverse: false,
-    };
-    let (v, _, m) = run(sw, &syn);
+    }
+}
+
+fn handshake(sw: &Switch) {
+    let (v, _, m) = run(sw, &syn());
     assert_eq!(v, verdict::REDIRECT);
     let m = m.unwrap().0;
     assert_eq!(
@@ -1225,7 +1229,11 @@ fn the_capture_floor_counts_captures_and_forwards_and_does_nothing_else() {
     sw.set_test_clock(7_000).unwrap();
     // Packet 1 of iteration 1 would be dropped by the whole pipeline.
     sw.add_event(1, 1, 1, Action::Drop, 1).unwrap();
-    handshake_floor(&sw);
+    // The SYN: captured as record 0, not classified.
+    let (v, _, m) = run(&sw, &syn());
+    assert_eq!(v, verdict::REDIRECT);
+    let m = m.expect("captured").0;
+    assert_eq!((m.seq, m.conn), (0, 0));
     let frame = data(1, MSS);
     let (v, out, mut records) = run_frame(&sw, &frame);
     assert_eq!(
@@ -1241,21 +1249,6 @@ fn the_capture_floor_counts_captures_and_forwards_and_does_nothing_else() {
     assert_eq!(bytes[..], frame[..h.cap_len as usize]);
     assert_eq!(sw.counters(1).unwrap().rx_pkts, 2);
     assert_eq!(sw.counters(1).unwrap().event_drops, 0);
-}
-
-/// The SYN through the floor: captured as record 0, not classified.
-fn handshake_floor(sw: &Switch) {
-    let syn = Pkt {
-        seq: ISN,
-        flags: "S",
-        payload: 0,
-        ecn: IpEcn::NotEct,
-        reverse: false,
-    };
-    let (v, _, m) = run(sw, &syn);
-    assert_eq!(v, verdict::REDIRECT);
-    let m = m.expect("captured").0;
-    assert_eq!((m.seq, m.conn), (0, 0));
 }
 
 /// `bench switch-overhead`'s paired turns (`Config::bench_alternate`): while
