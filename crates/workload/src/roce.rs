@@ -58,6 +58,60 @@ struct HostDev {
     requests: Vec<(u32, u32)>,
 }
 
+/// How long a device keeps polling after its last packet or post before
+/// it sleeps in ppoll. An RNIC never sleeps, and perftest polls its
+/// completion queue by default; a device that slept between packets paid
+/// the VM's wake-up (tens of µs) on each arrival, and it shaped what was
+/// measured: `specs/scalacn/write-bandwidth-against-local-and-remote-masks.yaml`
+/// at 0 masks took 89-98 µs per 64-byte write and sent its 64 KiB writes
+/// in clumps at 410-486 Mbit/s, faster with 100 masks in the switch
+/// (562-684) because the switch's spacing kept the responder awake.
+/// Polling for 200 µs, about three of the lab's round trips under load,
+/// covers a conversation's gaps and not an idle wait (a timeout of
+/// milliseconds sleeps as before).
+const BUSY_POLL_NS: u64 = 200_000;
+
+/// Device threads running now in this process (all labs): a device polls
+/// only while they fit the CPUs, since a polling thread that shares a CPU
+/// holds it from the others (parallel labs, `--jobs`; an incast's many
+/// hosts) until the scheduler takes it away.
+static DEVICES: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a device thread while it lives.
+struct Polling;
+
+impl Polling {
+    fn start() -> Polling {
+        DEVICES.fetch_add(1, Ordering::SeqCst);
+        Polling
+    }
+
+    /// Whether the process's device threads fit its CPUs (counted once:
+    /// `available_parallelism` reads cgroup files, far too slow for the
+    /// polling loop).
+    fn fits() -> bool {
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus =
+            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        DEVICES.load(Ordering::Relaxed) <= cpus
+    }
+}
+
+/// Whether the device sleeps in ppoll until a datagram or `wait_ns` from
+/// now: not for a wait under 50 µs (the scheduler cannot wake it that
+/// precisely: it spins), nor within BUSY_POLL_NS of its last activity
+/// while the device threads fit the CPUs (it polls).
+fn sleeps(wait_ns: u64, now: u64, last_active: u64, fits: bool) -> bool {
+    let polling = fits && now < last_active.saturating_add(BUSY_POLL_NS);
+    wait_ns > 50_000 && !polling
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        DEVICES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub struct Prepared {
     hosts: Vec<HostDev>,
     pub meta: Vec<RoceMeta>,
@@ -448,6 +502,9 @@ fn drive(
     let mut batch = RxBatch::new(plan.mtu);
     let fd = h.rx.as_raw_fd();
     let mut linger_until: Option<u64> = None;
+    // When the device last sent, received or posted (busy polling).
+    let mut last_active = 0u64;
+    let _polling = Polling::start();
     loop {
         let now = now_ns();
         // Completions first: a message completed by the datagrams just read
@@ -491,10 +548,13 @@ fn drive(
                     break;
                 }
                 c.posted.push(now);
+                last_active = now;
             }
         }
         h.dev.handle_timeout(now);
-        flush(&mut h);
+        if flush(&mut h) > 0 {
+            last_active = now;
+        }
         reap(&mut h, &mut conns, &by_qpn, shared);
         if shared.open.load(Ordering::SeqCst) == 0 {
             // Every requester is done; give the last ACKs a moment to leave.
@@ -513,7 +573,8 @@ fn drive(
             break;
         }
         // Wait for a datagram or the transport's next deadline; below 50 µs
-        // spin, since the scheduler cannot wake us that precisely.
+        // spin, since the scheduler cannot wake us that precisely, and
+        // within BUSY_POLL_NS of the last packet poll as an RNIC does.
         let wait = h
             .dev
             .poll_timeout()
@@ -528,7 +589,7 @@ fn drive(
                     .min()
                     .unwrap_or(u64::MAX),
             );
-        if wait > 50_000 {
+        if sleeps(wait, now_ns(), last_active, Polling::fits()) {
             let mut pfd = libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -544,6 +605,9 @@ fn drive(
         let offset = realtime_to_monotonic();
         loop {
             let n = batch.recv(fd).unwrap_or(0);
+            if n > 0 {
+                last_active = now_ns();
+            }
             for i in 0..n {
                 let Some((r, bytes)) = batch.get(i) else {
                     continue;
@@ -618,7 +682,8 @@ fn reap(h: &mut HostDev, conns: &mut [ConnRun], by_qpn: &HashMap<u32, usize>, sh
 /// when its time has come (one wire time after the last at the line or
 /// DCQCN rate), and building a batch takes time, so a QP's packets at a
 /// high rate fill a batch while those at a low rate still leave one by one.
-fn flush(h: &mut HostDev) {
+fn flush(h: &mut HostDev) -> usize {
+    let mut sent = 0;
     loop {
         let mut txs = Vec::with_capacity(BATCH);
         while txs.len() < BATCH {
@@ -628,11 +693,12 @@ fn flush(h: &mut HostDev) {
             }
         }
         if txs.is_empty() {
-            return;
+            return sent;
         }
         send_batch(h.tx.as_raw_fd(), &txs);
+        sent += txs.len();
         if txs.len() < BATCH {
-            return;
+            return sent;
         }
     }
 }
@@ -749,4 +815,29 @@ pub fn deltas(c: &[DeviceCounters]) -> BTreeMap<String, BTreeMap<String, i64>> {
             (d.host.clone(), m)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The device's wait: it polls through a conversation's gaps, as an
+    /// RNIC does, and sleeps when idle longer or when its threads would
+    /// share CPUs.
+    #[test]
+    fn a_device_polls_after_activity_and_sleeps_when_idle_or_crowded() {
+        let t = 10_000_000;
+        // Just sent or received: a long wait (a retransmit timer) is polled.
+        assert!(!sleeps(1_000_000, t, t - 1_000, true));
+        assert!(!sleeps(1_000_000, t, t - (BUSY_POLL_NS - 1), true));
+        // Idle for the whole window: it sleeps until a datagram comes.
+        assert!(sleeps(1_000_000, t, t - BUSY_POLL_NS, true));
+        // Never active (a responder before its first packet).
+        assert!(sleeps(1_000_000, t, 0, true));
+        // More device threads than CPUs: it sleeps even right after a packet.
+        assert!(sleeps(1_000_000, t, t - 1_000, false));
+        // A deadline under 50 µs is always spun for.
+        assert!(!sleeps(50_000, t, 0, false));
+        assert!(!sleeps(49_999, t, 0, true));
+    }
 }
