@@ -97,6 +97,12 @@ impl Polling {
     }
 }
 
+impl Drop for Polling {
+    fn drop(&mut self) {
+        DEVICES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Whether the device sleeps in ppoll until a datagram or `wait_ns` from
 /// now: not for a wait under 50 µs (the scheduler cannot wake it that
 /// precisely: it spins), nor within BUSY_POLL_NS of its last activity
@@ -104,12 +110,6 @@ impl Polling {
 fn sleeps(wait_ns: u64, now: u64, last_active: u64, fits: bool) -> bool {
     let polling = fits && now < last_active.saturating_add(BUSY_POLL_NS);
     wait_ns > 50_000 && !polling
-}
-
-impl Drop for Polling {
-    fn drop(&mut self) {
-        DEVICES.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 pub struct Prepared {
@@ -606,8 +606,8 @@ fn drive(
             // (the capture's dumper, the other host's device, the run's
             // own), as the scheduler would not give it before the end of
             // this thread's slice. Three sweeps of the ScalaCN grid
-            // without it fitted the write latency at 93.2-99.2%, two with
-            // it at 98.2-98.7%.
+            // without it fitted the write latency at 93.2-99.2%, three
+            // with it at 97.8-98.7% (README, the ScalaCN section).
             std::thread::yield_now();
         }
         let offset = realtime_to_monotonic();
