@@ -34,7 +34,11 @@ fn facts(name: &str) -> RunFacts {
 }
 
 fn report_with(name: &str, t: &Trace, f: Option<&RunFacts>) -> Report {
-    let o = common::options(name);
+    report_opts(name, t, common::options(name), f)
+}
+
+/// `report_with` under options of the test's own (a setting changed).
+fn report_opts(name: &str, t: &Trace, o: Options, f: Option<&RunFacts>) -> Report {
     build(
         name,
         t,
@@ -523,13 +527,7 @@ fn receive_counters_allow_for_the_bottlenecks_drops_after_the_capture() {
     let name = "fast-retransmit";
     let in_segs = |f: &RunFacts| f.counters["responder"]["TcpInSegs"];
     let disagree = |f: &RunFacts| -> Vec<String> {
-        let r = report_with(name, &golden(name), Some(f));
-        r.analyzers[3]
-            .findings
-            .iter()
-            .filter(|f| f.kind == Kind::Violation)
-            .map(|f| f.message.clone())
-            .collect()
+        counter_violations(&report_with(name, &golden(name), Some(f)))
     };
     let mut f = facts(name);
     let shown = in_segs(&f);
@@ -1230,15 +1228,7 @@ fn a_probe_as_late_as_a_timeout_may_be_counted_as_one() {
     let judge = |min_rto_ns: u64, f: &RunFacts| -> Vec<String> {
         let mut o = common::options(name);
         o.min_rto_ns = min_rto_ns;
-        counter_violations(&build(
-            name,
-            &t,
-            o,
-            Some(f),
-            &wirelab_analyze::catalog().names(),
-            &[],
-            &|_| {},
-        ))
+        counter_violations(&report_opts(name, &t, o, Some(f)))
     };
     let mut f = facts(name);
     assert!(judge(200_000_000, &f).is_empty());
