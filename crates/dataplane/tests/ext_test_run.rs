@@ -83,6 +83,18 @@ fn send(sw: &Switch, t: u64, input: &[u8]) -> (u32, Vec<u8>, wl_mirror_hdr) {
     (v, out, records.pop().expect("mirrored").0)
 }
 
+/// Held by every test of this file while it has switches loaded, so that
+/// one checking that a failed load left no switch behind
+/// (`loaded_switches`) is not misled by another test's switch loaded in
+/// between: a `make test` run failed so ("[124146] after, [] before").
+static SWITCHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// This file's lock on loading switches (a test that failed while holding
+/// it poisons it; the next ones go on).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SWITCHES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Ids of the loaded switch programs.
 fn loaded_switches() -> Vec<u32> {
     libbpf_rs::query::ProgInfoIter::default()
@@ -96,6 +108,7 @@ fn the_dctcp_example_decides_exactly_as_the_built_in_dctcp() {
     if !have_bpf() {
         return;
     }
+    let _one = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let (user, hooks) = with_discipline(&example("dctcp.c"), &[2500], work.path());
     assert_eq!(hooks, ["wl_ext_process"]);
@@ -141,6 +154,7 @@ fn the_red_example_passes_below_min_drops_above_max_and_spaces_marks_by_count() 
     if !have_bpf() {
         return;
     }
+    let _one = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     // min 2500, max 4500, w_q = 1 (the average is the queue), max_p = 1:
     // at a queue of 3000, p_b = 1/4, so count reaches 1/p_b = 4 and forces
@@ -190,6 +204,7 @@ fn classify_and_forward_hooks_steer_packets_and_init_runs_once() {
     if !have_bpf() {
         return;
     }
+    let _one = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("steer.c");
     // UDP port 9001 goes to queue 2 and out of port 3; init counts its
@@ -239,6 +254,7 @@ fn a_broken_discipline_fails_with_the_compilers_or_verifiers_message_and_leaves_
     if !have_bpf() {
         return;
     }
+    let _one = one_at_a_time();
     let work = tempfile::tempdir().unwrap();
     // A syntax error: clang names the file and line.
     let bad_c = work.path().join("typo.c");
@@ -287,8 +303,8 @@ fn a_broken_discipline_fails_with_the_compilers_or_verifiers_message_and_leaves_
         Err(other) => panic!("expected the verifier's refusal, got {other}"),
         Ok(_) => panic!("the verifier accepted an unbounded index"),
     }
-    // Other tests of this file load and drop switches meanwhile: no switch
-    // may be loaded now that was not before.
+    // No switch may be loaded now that was not before (the other tests
+    // of this file wait for this one: `one_at_a_time`).
     let after = loaded_switches();
     assert!(
         after.iter().all(|id| before.contains(id)),
