@@ -16,13 +16,33 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// What every lab test starts with: root (or a skip that says why), the
 /// lock that serialises runs, and a scratch folder removed afterwards.
-fn lab_test() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+fn lab_test() -> Option<(Serial, tempfile::TempDir)> {
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("SKIPPED: lab tests need root (network namespaces, BPF)");
         return None;
     }
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    Some((guard, tempfile::tempdir().unwrap()))
+    Some((Serial(guard), tempfile::tempdir().unwrap()))
+}
+
+/// The serialising lock, and the cleanup of a failed test: a test that
+/// panics part-way (a killed run, an assertion before its own cleanup)
+/// must not leave namespaces that every later test's "nothing left"
+/// check then blames on itself. `wirelab clean` removes only what dead
+/// runs left, so it cannot touch a run another process owns.
+struct Serial(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let o = wirelab(&["clean"]);
+            eprintln!(
+                "after the failure, wirelab clean: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
 }
 
 fn repo() -> PathBuf {
@@ -526,19 +546,20 @@ fn clean_stops_the_ovs_of_a_killed_run() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let ovs_running = || {
-        Command::new("pgrep")
-            .args(["-f", "ovs-vswitchd unix:/run/wirelab/dut-"])
-            .output()
-            .unwrap()
-            .status
-            .success()
+    let ovs_running = || !ovs_vswitchds().is_empty();
+    // Killed while ovs-vswitchd is still detaching, the daemon dies with
+    // its waiting parent (OVS's fork_notify_startup exits when the pipe to
+    // the parent breaks), and there is nothing left for clean to stop:
+    // wait until the daemon is the only one and no longer wirelab's child.
+    let detached = || {
+        let d = ovs_vswitchds();
+        d.len() == 1 && d[0].1 != child.id()
     };
     let t0 = Instant::now();
-    while !ovs_running() && t0.elapsed() < Duration::from_secs(20) {
+    while !detached() && t0.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(ovs_running(), "the run started OVS");
+    assert!(detached(), "the run started OVS: {:?}", ovs_vswitchds());
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     assert!(ovs_running(), "a killed run leaves OVS running");
@@ -546,6 +567,34 @@ fn clean_stops_the_ovs_of_a_killed_run() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     no_ovs_left("after wirelab clean");
     assert_nothing_left("after wirelab clean of an OVS run");
+}
+
+/// The ovs-vswitchd processes of wirelab runs, as (pid, parent pid).
+fn ovs_vswitchds() -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()) {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !cmd.starts_with("ovs-vswitchd unix:/run/wirelab/dut-") {
+            continue;
+        }
+        // The parent pid is the field after the command's closing paren.
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        out.push((pid, ppid));
+    }
+    out
 }
 
 #[test]
