@@ -83,6 +83,7 @@ fn kernel_resends(dir: &Path) -> Vec<KernelResend> {
                 seq,
                 reordering,
                 sacked,
+                ..
             } => Some(KernelResend {
                 local: (l.ip(), l.port()),
                 remote: (rm.ip(), rm.port()),

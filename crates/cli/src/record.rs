@@ -136,6 +136,9 @@ struct Shown {
     /// Kernel events: retransmissions, entries into Loss (a retransmission
     /// timeout), and whether the socket closed.
     retransmits: usize,
+    /// The segments those retransmissions carried (a retransmitted skb
+    /// can hold several MSS; the kernel's TcpRetransSegs counts these).
+    retransmitted_segments: u64,
     /// The largest duplicate-ACK threshold (tcp_reordering) a
     /// retransmission was sent with.
     reordering_max: Option<u32>,
@@ -248,6 +251,13 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             bytes_sent: moved(record::CallKind::Send),
             bytes_received: moved(record::CallKind::Recv),
             retransmits: count(&|e| matches!(e, record::Event::Retransmit { .. })),
+            retransmitted_segments: events
+                .iter()
+                .map(|e| match e {
+                    record::Event::Retransmit { segments, .. } => u64::from(*segments),
+                    _ => 0,
+                })
+                .sum(),
             // DETER §5.2: the duplicate-ACK threshold a reordering widened.
             reordering_max: events
                 .iter()
@@ -265,7 +275,7 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             println!(
-                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions{}, {} timeouts{}{}; {} bytes",
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions{}{}, {} timeouts{}{}; {} bytes",
                 s.file,
                 s.host,
                 s.local.as_deref().unwrap_or("?"),
@@ -280,6 +290,11 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.bytes_sent,
                 s.bytes_received,
                 s.retransmits,
+                if s.retransmitted_segments as usize != s.retransmits {
+                    format!(" ({} segments)", s.retransmitted_segments)
+                } else {
+                    String::new()
+                },
                 s.reordering_max
                     .filter(|&r| r > 3)
                     .map(|r| format!(" (tcp_reordering up to {r})"))

@@ -68,6 +68,10 @@ struct Fidelity {
     /// Retransmissions by each end (client, server), recorded and replayed.
     recorded_retransmissions: (usize, usize),
     replayed_retransmissions: (usize, usize),
+    /// The segments those retransmissions carried (one retransmitted skb
+    /// can resend several lost segments: `tcp_skb_pcount`).
+    recorded_retransmitted_segments: (u64, u64),
+    replayed_retransmitted_segments: (u64, u64),
     /// The TCP headers of both captures, when the recording's is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<Headers>,
@@ -618,6 +622,17 @@ fn retransmissions(r: &ConnRecord) -> usize {
         .count()
 }
 
+/// The segments a record's retransmissions carried.
+fn retransmitted_segments(r: &ConnRecord) -> u64 {
+    r.events
+        .iter(r.start_ns)
+        .map(|e| match e.1 {
+            Event::Retransmit { segments, .. } => u64::from(segments),
+            _ => 0,
+        })
+        .sum()
+}
+
 fn named(actions: Vec<(bool, u64, NetAction)>) -> Vec<(String, u64, String)> {
     actions
         .into_iter()
@@ -703,6 +718,14 @@ fn compare(
         replayed_retransmissions: (
             retransmissions(&replayed.client),
             retransmissions(&replayed.server),
+        ),
+        recorded_retransmitted_segments: (
+            retransmitted_segments(&recorded.client),
+            retransmitted_segments(&recorded.server),
+        ),
+        replayed_retransmitted_segments: (
+            retransmitted_segments(&replayed.client),
+            retransmitted_segments(&replayed.server),
         ),
         headers: None,
         send_time_differences_ns: SendTimes {

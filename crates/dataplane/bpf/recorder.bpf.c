@@ -96,7 +96,8 @@ enum wl_rec_kind {
 
 enum wl_rec_kernel {
 	/* tcp:tcp_retransmit_skb, a retransmission sent (err 0): b = the
-	 * segment's sequence number; c = tcp_sock.reordering (the
+	 * segment's sequence number | the segments it carries << 32 (one
+	 * skb may resend several MSS: tcp_skb_pcount); c = tcp_sock.reordering (the
 	 * duplicate-ACK threshold, widened by reordering: DETER §5.2) |
 	 * tcp_sock.sacked_out << 32 (SACKed segments, or for a flow without
 	 * SACK the duplicate ACKs counted). */
@@ -526,6 +527,7 @@ SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb, int err)
 {
 	__u32 seq = 0;
+	__u16 segs = 0;
 
 	/* The tracepoint fires for attempts too (its `err` argument): with
 	 * -EBUSY when the original is still in the host's queue
@@ -537,10 +539,16 @@ int BPF_PROG(wl_rec_retransmit, const struct sock *sk, const struct sk_buff *skb
 
 	/* TCP_SKB_CB(skb)->seq: the first field of the control block. */
 	bpf_probe_read_kernel(&seq, sizeof(seq), __builtin_preserve_access_index(&skb->cb));
+	/* TCP_SKB_CB(skb)->tcp_gso_segs, after seq and end_seq
+	 * (include/net/tcp.h): tcp_skb_pcount, what TcpRetransSegs adds for
+	 * this skb. One tracepoint can resend two lost segments. */
+	bpf_probe_read_kernel(&segs, sizeof(segs),
+			      (const char *)__builtin_preserve_access_index(&skb->cb) + 8);
 	{
 		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
 
-		sk_emit(sk, WL_REC_KERNEL, WL_REC_K_RETRANSMIT, seq,
+		sk_emit(sk, WL_REC_KERNEL, WL_REC_K_RETRANSMIT,
+			(__u64)seq | (__u64)(segs ? segs : 1) << 32,
 			(__u64)BPF_CORE_READ(tp, reordering) |
 				(__u64)BPF_CORE_READ(tp, sacked_out) << 32);
 	}

@@ -85,6 +85,8 @@ pub enum RecEvent {
     /// counted) as it sent it.
     Retransmit {
         seq: u32,
+        /// The segments (MSS) the skb resent: `tcp_skb_pcount`.
+        segments: u16,
         reordering: u32,
         sacked: u32,
     },
@@ -309,6 +311,7 @@ impl Recorder {
                 6 => match e.a {
                     1 => RecEvent::Retransmit {
                         seq: e.b as u32,
+                        segments: (e.b >> 32) as u16,
                         reordering: e.c as u32,
                         sacked: (e.c >> 32) as u32,
                     },

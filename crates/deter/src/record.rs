@@ -20,16 +20,22 @@ use crate::ipid::{IdCode, Marks};
 use crate::sample::Sample;
 
 /// The file's first bytes: the format and its version.
-pub const MAGIC: &[u8; 8] = b"WLDETER5";
+pub const MAGIC: &[u8; 8] = b"WLDETER6";
 
 /// Earlier versions' headers: WLDETER1 an uncompressed body with whole
 /// samples; WLDETER2 sample times as deltas from the sample before (now
 /// from where it puts them, `sample_deltas`); WLDETER3 the record's
 /// series as rows, in ns (now columns, calls and events to the
 /// microsecond); WLDETER4 a retransmission without the socket's
-/// threshold and count. Their fields read as this version's would decode
+/// threshold and count; WLDETER5 without its segments. Their fields read as this version's would decode
 /// to wrong values, so they are refused by name.
-const EARLIER: [&[u8; 8]; 4] = [b"WLDETER1", b"WLDETER2", b"WLDETER3", b"WLDETER4"];
+const EARLIER: [&[u8; 8]; 5] = [
+    b"WLDETER1",
+    b"WLDETER2",
+    b"WLDETER3",
+    b"WLDETER4",
+    b"WLDETER5",
+];
 
 /// zstd's level for the body: records are written once per connection,
 /// at its end, off the packet path, but a recorder writes every one of
@@ -242,6 +248,10 @@ pub enum Event {
     /// segments; for a flow without SACK, the duplicate ACKs it counted).
     Retransmit {
         seq: u32,
+        /// The segments the retransmitted skb carried (`tcp_skb_pcount`;
+        /// the kernel's TcpRetransSegs counts these): one event can
+        /// resend two lost segments.
+        segments: u16,
         reordering: u32,
         sacked: u32,
     },
@@ -556,6 +566,7 @@ mod tests {
             r.start_ns + 200_000_000,
             Event::Retransmit {
                 seq: 7,
+                segments: 1,
                 reordering: 3,
                 sacked: 0,
             },
@@ -565,14 +576,18 @@ mod tests {
         // Sequence numbers that wrap, and go back.
         // A threshold widened by reordering (DETER §5.2), and the
         // duplicate ACKs counted when the sender resent.
-        for (seq, reordering, sacked) in
-            [(u32::MAX - 10, 10, 10), (20, 10, 0), (5, 300, 1), (5, 3, 3)]
-        {
+        for (seq, segments, reordering, sacked) in [
+            (u32::MAX - 10, 2, 10, 10),
+            (20, 1, 10, 0),
+            (5, 44, 300, 1),
+            (5, 1, 3, 3),
+        ] {
             r.events.push(
                 r.start_ns,
                 r.start_ns + 200_002_000,
                 Event::Retransmit {
                     seq,
+                    segments,
                     reordering,
                     sacked,
                 },

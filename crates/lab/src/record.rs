@@ -207,12 +207,14 @@ impl HostRecorder {
                 },
                 RecEvent::Retransmit {
                     seq,
+                    segments,
                     reordering,
                     sacked,
                 } => Ev::Kernel {
                     t,
                     event: Event::Retransmit {
                         seq,
+                        segments,
                         reordering,
                         sacked,
                     },
