@@ -25,7 +25,7 @@ fn main() {
             ])
             .build_and_generate(&skel)
             .unwrap_or_else(|e| {
-                panic!("compiling bpf/{name}.bpf.c (is clang installed? `make deps`): {e}")
+                panic!("compiling bpf/{name}.bpf.c (is clang installed? `make deps`): {e:#}")
             });
     }
     println!("cargo:rerun-if-changed=bpf");

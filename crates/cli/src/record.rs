@@ -139,6 +139,9 @@ struct Shown {
     /// The segments those retransmissions carried (a retransmitted skb
     /// can hold several MSS; the kernel's TcpRetransSegs counts these).
     retransmitted_segments: u64,
+    /// Segments the kernel counted as retransmitted (tcp_sock.total_retrans)
+    /// beyond those: retransmissions whose tracepoint program did not run.
+    unseen_retransmissions: u64,
     /// The largest duplicate-ACK threshold (tcp_reordering) a
     /// retransmission was sent with.
     reordering_max: Option<u32>,
@@ -258,6 +261,13 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                     _ => 0,
                 })
                 .sum(),
+            unseen_retransmissions: events
+                .iter()
+                .map(|e| match e {
+                    record::Event::Unseen(n) => u64::from(*n),
+                    _ => 0,
+                })
+                .sum(),
             // DETER §5.2: the duplicate-ACK threshold a reordering widened.
             reordering_max: events
                 .iter()
@@ -290,10 +300,16 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.bytes_sent,
                 s.bytes_received,
                 s.retransmits,
-                if s.retransmitted_segments as usize != s.retransmits {
-                    format!(" ({} segments)", s.retransmitted_segments)
-                } else {
-                    String::new()
+                match (
+                    s.retransmitted_segments as usize != s.retransmits,
+                    s.unseen_retransmissions,
+                ) {
+                    (false, 0) => String::new(),
+                    (true, 0) => format!(" ({} segments)", s.retransmitted_segments),
+                    (_, n) => format!(
+                        " ({} segments, and {n} more the kernel counted that no event showed)",
+                        s.retransmitted_segments
+                    ),
                 },
                 s.reordering_max
                     .filter(|&r| r > 3)

@@ -69,7 +69,8 @@ struct Fidelity {
     recorded_retransmissions: (usize, usize),
     replayed_retransmissions: (usize, usize),
     /// The segments those retransmissions carried (one retransmitted skb
-    /// can resend several lost segments: `tcp_skb_pcount`).
+    /// can resend several lost segments: `tcp_skb_pcount`), with those the
+    /// kernel counted that no event showed: each socket's own count.
     recorded_retransmitted_segments: (u64, u64),
     replayed_retransmitted_segments: (u64, u64),
     /// The TCP headers of both captures, when the recording's is known.
@@ -622,12 +623,14 @@ fn retransmissions(r: &ConnRecord) -> usize {
         .count()
 }
 
-/// The segments a record's retransmissions carried.
+/// The segments a record's retransmissions carried, with those the kernel
+/// counted that no event showed (`Event::Unseen`): the socket's own count.
 fn retransmitted_segments(r: &ConnRecord) -> u64 {
     r.events
         .iter(r.start_ns)
         .map(|e| match e.1 {
             Event::Retransmit { segments, .. } => u64::from(segments),
+            Event::Unseen(n) => u64::from(n),
             _ => 0,
         })
         .sum()

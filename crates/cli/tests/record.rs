@@ -22,19 +22,32 @@ use serde_json::Value;
 mod host_tools;
 use host_tools::{root, tool, wait_for, Procs};
 
+/// One test at a time: the iperf3 test counts every drop and
+/// retransmission exactly, and the other test's 5-second iperf3 at full
+/// speed shares the same two cores (the records then missed more
+/// tracepoint runs: 3-6 runs of 100 against about 1).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Every process of a test stops by itself after this long.
 const BOUND_S: &str = "60";
 
 type Net = wirelab_netns::Routed;
 
 /// Hosts A and B on either side of router R (10.78.0.0/16) whose nftables
-/// rule drops every 40th data packet it forwards.
+/// rule drops every 40th data packet it forwards, in a connection's first
+/// 2.5 MB. A drop shows at B as a gap in the IP-IDs only when a later
+/// packet arrives, and iperf3's server closes its data socket when the
+/// client says it has written everything, with up to the send buffer
+/// (415 KB seen) still on the way: a drop in that tail is one B never
+/// sees (1 of 15 runs under load lost one there). Drops end 1.5 MB
+/// before the end instead.
 fn net(tag: &str, dir: &Path) -> Net {
     let n = Net::new(&format!("rec{}{tag}", std::process::id()), 78).unwrap();
     let r = &n.r;
     let rules =
         "table inet lossy {\n chain forwarded {\n  type filter hook forward priority 0;\n  \
-                 tcp dport 5201 meta length > 200 numgen inc mod 40 == 0 counter drop\n }\n}\n";
+                 tcp dport 5201 meta length > 200 ct original bytes < 2500000 \
+                 numgen inc mod 40 == 0 counter drop\n }\n}\n";
     std::fs::write(dir.join("lossy.nft"), rules).unwrap();
     tool(
         "ip",
@@ -45,6 +58,28 @@ fn net(tag: &str, dir: &Path) -> Net {
             "nft",
             "-f",
             dir.join("lossy.nft").to_str().unwrap(),
+        ],
+    );
+    // One receive CPU per device (RPS): a veth queues what it receives on
+    // the sending CPU's backlog, so a flow sent from two CPUs (the writer
+    // and the softirq answering ACKs) was reordered on the way, up to 45
+    // times a run, and a replay of that many reordered ACKs stalled on
+    // PAWS once in 14 runs. The test is about drops; the DETER specs
+    // replay reorderings.
+    for (ns, dev) in [(&n.a, "va"), (r, "ra"), (r, "rb"), (&n.b, "vb")] {
+        wirelab_netns::steer_rx(ns, dev, 0).unwrap();
+    }
+    // `ct original bytes` counts only with conntrack accounting, a
+    // setting of R's own namespace (loaded with the rule's ct match).
+    tool(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            r,
+            "sysctl",
+            "-qw",
+            "net.netfilter.nf_conntrack_acct=1",
         ],
     );
     // Route options a replay must carry (DETER Table 1's per-route
@@ -77,6 +112,30 @@ fn link_drops(n: &Net, forward: bool) -> u64 {
     hops.iter()
         .map(|(s, sd, r, rd)| dropped(s, sd, "tx") + dropped(r, rd, "rx"))
         .sum()
+}
+
+/// Packets A's own veth refused to send (its peer's backlog full): TCP
+/// hears of these at once (NET_XMIT_DROP) and sends the data again as new,
+/// not as a retransmission, though the IP-ID is spent.
+fn refused_at_a(n: &Net) -> u64 {
+    let o = tool("ip", &["-n", &n.a, "-j", "-s", "link", "show", "dev", "va"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v[0]["stats64"]["tx"]["dropped"].as_u64().unwrap_or(0)
+}
+
+/// A counter of the namespace's kernel: `file` is snmp or netstat under
+/// /proc/net, `group` its line's prefix (Tcp, TcpExt).
+fn kernel_counter(ns: &str, file: &str, group: &str, name: &str) -> u64 {
+    let o = tool(
+        "ip",
+        &["netns", "exec", ns, "cat", &format!("/proc/net/{file}")],
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+    let at = names.split_whitespace().position(|n| n == name).unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
 }
 
 /// Packets R's rule dropped.
@@ -199,6 +258,7 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     if !root("recording (network namespaces, BPF)") {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("x", dir.path());
     let out = dir.path().join("rec");
@@ -233,6 +293,8 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // Ctrl-C: every record written, and 130 as after any interruption.
     assert_eq!(o.status.code(), Some(130), "{said}");
     assert!(said.contains("records"), "{said}");
+    // Shown with a failure: whether the recorder lost or missed events.
+    eprintln!("wirelab record: {said}");
     nothing_attached(&n.a);
     nothing_attached(&n.b);
 
@@ -242,13 +304,11 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // iperf3's control connection and its data connection, at each end.
     assert_eq!((a.len(), b.len()), (2, 2), "{all:#?}");
     let dropped = dropped_by_r(&n);
-    // 4 MB is about 2,900 segments, one in 40 dropped: 72 if each went
-    // through R alone (measured 68 with iperf3 -w 300K, and at least 70,
-    // the old bound, without it: a super-packet R forwards whole counts
-    // once).
+    // 2.5 MB is about 1,730 segments, one in 40 dropped: 43 if each went
+    // through R alone (a super-packet R forwards whole counts once).
     assert!(
-        dropped >= 50,
-        "R dropped {dropped} (4 MB is about 2,900 packets)"
+        (35..=50).contains(&dropped),
+        "R dropped {dropped} (2.5 MB is about 1,730 packets)"
     );
     // Besides the rule's drops, a veth drops when the receiver's backlog
     // is full (a busy machine): those are the network's drops too.
@@ -267,11 +327,17 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     let data = a.iter().max_by_key(|r| r["sent"].as_u64()).unwrap();
     // The socket calls: iperf3 wrote the 4 MiB after its 37-byte cookie.
     let at_b = b.iter().max_by_key(|r| r["arrived"].as_u64()).unwrap();
-    assert_eq!(data["bytes_sent"], 4 * 1024 * 1024 + 37, "{data}");
+    // (iperf3 checks -n after a write: a busy machine saw up to one more
+    // 128 KiB block, 94,008 bytes of it written.)
+    let wrote = data["bytes_sent"].as_u64().unwrap() - 37;
+    assert!(
+        (4 * 1024 * 1024..=(4 * 1024 + 128) * 1024).contains(&wrote),
+        "{data}"
+    );
     // iperf3's server may close before reading the last bytes (strace
     // shows it: its reads add up to what the record says), so at most.
     let got = at_b["bytes_received"].as_u64().unwrap();
-    assert!(got > 0 && got <= 4 * 1024 * 1024 + 37, "{at_b}");
+    assert!(got > 0 && got <= wrote + 37, "{at_b}");
     // The kernel's events: A retransmitted every dropped data packet (a
     // spurious retransmission adds), and every socket closed. The
     // tracepoint fires per retransmitted skb, and one skb can resend two
@@ -279,10 +345,34 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // record's segments are what is compared with the drops.
     let rtx = data["retransmits"].as_u64().unwrap();
     let rtx_segs = data["retransmitted_segments"].as_u64().unwrap();
+    let unseen = data["unseen_retransmissions"].as_u64().unwrap();
     let data_lost = at_b["lost"].as_u64().unwrap();
+    let refused = refused_at_a(&n);
+    // The records account for every segment the kernel counted as
+    // retransmitted at A (RetransSegs, counted before the send, as each
+    // socket's total_retrans is): by events, and by the sockets' own
+    // counts where no event came (a send that failed, or a tracepoint run
+    // that did not happen: 1 to 4 of 42 in about 3 of 100 runs here).
+    let kernel_rtx = kernel_counter(&n.a, "snmp", "Tcp", "RetransSegs");
+    let kernel_failed = kernel_counter(&n.a, "netstat", "TcpExt", "TCPRetransFail");
+    let recorded_rtx: u64 = a
+        .iter()
+        .map(|r| {
+            r["retransmitted_segments"].as_u64().unwrap()
+                + r["unseen_retransmissions"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        recorded_rtx, kernel_rtx,
+        "A's RetransSegs {kernel_rtx} (TCPRetransFail {kernel_failed}, {refused} refused by its veth): {a:#?}"
+    );
     assert!(
-        rtx_segs >= data_lost && rtx <= rtx_segs && rtx_segs < 4 * data_lost,
-        "{rtx} retransmissions ({rtx_segs} segments) for {data_lost} drops: {data}"
+        unseen <= 4 + kernel_failed,
+        "{unseen} retransmissions without an event: {data}"
+    );
+    assert!(
+        rtx_segs + unseen + refused >= data_lost && rtx <= rtx_segs && rtx_segs < 4 * data_lost,
+        "{rtx} retransmissions ({rtx_segs} segments, {unseen} unseen) for {data_lost} drops ({refused} refused by A's veth; the kernel's RetransSegs {kernel_rtx}, TCPRetransFail {kernel_failed}): {data}"
     );
     assert!(all.iter().all(|r| r["closed"] == true), "{all:#?}");
     // About 2,900 segments, fewer packets where the sender built
@@ -308,7 +398,7 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
         "{bytes} bytes of records for {at_a} packets at A"
     );
     eprintln!(
-        "records: {bytes} bytes for {sent} data packets ({at_a} at A), {samples} samples, {dropped} + {fwd} drops ({data_lost} on the data connection), {rev} ACK drops, {rtx} retransmissions of {rtx_segs} segments"
+        "records: {bytes} bytes for {sent} data packets ({at_a} at A), {samples} samples, {dropped} + {fwd} drops ({data_lost} on the data connection), {rev} ACK drops, {refused} refused by A's veth, {rtx} retransmissions of {rtx_segs} segments, {unseen} more without an event"
     );
 
     // The records replay (issue 21 item 3), any traffic's: iperf3's two
@@ -371,8 +461,10 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     let replayed_segs = data["fidelity"]["replayed_retransmitted_segments"][0]
         .as_u64()
         .unwrap();
+    // The fidelity's segments are each socket's own count.
     assert_eq!(
-        data["fidelity"]["recorded_retransmitted_segments"][0], rtx_segs,
+        data["fidelity"]["recorded_retransmitted_segments"][0],
+        rtx_segs + unseen,
         "{data}"
     );
     // Segments again: one of 12 replays resent two drops in one skb.
@@ -500,6 +592,7 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
     if !root("recording (network namespaces, BPF)") {
         return;
     }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("k", dir.path());
     let out = dir.path().join("rec");

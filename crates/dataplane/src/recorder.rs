@@ -19,12 +19,13 @@ use skel::types;
 const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/recorder.bpf.o"));
 const PROGS: [&str; 2] = ["wl_rec_in", "wl_rec_out"];
 /// The socket-call and kernel-event tracepoints (tp_btf).
-const PROBES: [&str; 5] = [
+const PROBES: [&str; 6] = [
     "wl_rec_send",
     "wl_rec_recv",
     "wl_rec_retransmit",
     "wl_rec_cong_state",
     "wl_rec_state",
+    "wl_rec_destroy",
 ];
 
 object::maps! {
@@ -89,11 +90,17 @@ pub enum RecEvent {
         segments: u16,
         reordering: u32,
         sacked: u32,
+        /// The socket's `total_retrans` with this one counted.
+        total: u32,
     },
     /// tcp:tcp_cong_state_set.
     CongState(u8),
     /// sock:inet_sock_set_state (TCP_CLOSE is 7).
-    State { old: u8, new: u8 },
+    State {
+        old: u8,
+        new: u8,
+        total_retrans: u32,
+    },
     /// The socket's congestion control, its name NUL-padded: on entering
     /// ESTABLISHED and on leaving it.
     CongControl([u8; 16]),
@@ -314,11 +321,13 @@ impl Recorder {
                         segments: (e.b >> 32) as u16,
                         reordering: e.c as u32,
                         sacked: (e.c >> 32) as u32,
+                        total: e.d as u32,
                     },
                     2 => RecEvent::CongState(e.b as u8),
                     3 => RecEvent::State {
                         old: e.b as u8,
                         new: e.c as u8,
+                        total_retrans: e.d as u32,
                     },
                     4 => {
                         let mut name = [0u8; 16];

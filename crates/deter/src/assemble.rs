@@ -32,8 +32,13 @@ pub enum Ev {
     },
     /// A socket call at `t` (ns). Not numbered.
     Call { t: u64, call: Call },
-    /// A kernel event at `t`. Not numbered.
-    Kernel { t: u64, event: Event },
+    /// A kernel event at `t`, with the socket's `total_retrans` then when
+    /// the event carries it. Not numbered.
+    Kernel {
+        t: u64,
+        event: Event,
+        retrans_total: Option<u32>,
+    },
     /// The socket's congestion control, its name NUL-padded
     /// (`TCP_CONGESTION` in the record's settings; the last one seen is
     /// kept). Not numbered.
@@ -88,6 +93,8 @@ struct Building {
     early: std::collections::BTreeMap<u32, Ev>,
     calls: Vec<(u64, Call)>,
     kernel: Vec<(u64, Event)>,
+    /// The socket's `total_retrans` at the last event that carried it.
+    retrans_total: Option<u32>,
     /// When the socket closed, if it did.
     closed: Option<u64>,
 }
@@ -125,11 +132,38 @@ impl Building {
                 self.rec.tx_samples.push(s);
             }
             Ev::Call { t, call } => self.calls.push((t, call)),
-            Ev::Kernel { t, event } => {
-                if event == Event::State(TCP_CLOSE) {
+            Ev::Kernel {
+                t,
+                event,
+                retrans_total,
+            } => {
+                // The recorder reports a close twice (the state change and
+                // the socket's destruction, in case one tracepoint run is
+                // lost): the first one is the record's.
+                let again = event == Event::State(TCP_CLOSE) && self.closed.is_some();
+                if event == Event::State(TCP_CLOSE) && !again {
                     self.closed = Some(t);
                 }
-                self.kernel.push((t, event));
+                if let Some(total) = retrans_total {
+                    // What the kernel counted since the last total, beyond
+                    // this event's own segments, no event showed. The
+                    // first total seen is the base (a socket recorded from
+                    // its handshake has 0 there).
+                    let own = match event {
+                        Event::Retransmit { segments, .. } => u32::from(segments),
+                        _ => 0,
+                    };
+                    if let Some(last) = self.retrans_total {
+                        let grew = total.wrapping_sub(last);
+                        if (grew as i32) > 0 && grew > own {
+                            self.kernel.push((t, Event::Unseen(grew - own)));
+                        }
+                    }
+                    self.retrans_total = Some(total);
+                }
+                if !again {
+                    self.kernel.push((t, event));
+                }
             }
             Ev::CongControl(name) => {
                 let value = String::from_utf8_lossy(&name)
@@ -328,6 +362,7 @@ mod tests {
             Ev::Kernel {
                 t: 40_000,
                 event: Event::State(1),
+                retrans_total: Some(0),
             },
         );
         a.event(
@@ -337,6 +372,7 @@ mod tests {
             Ev::Kernel {
                 t: 990_000,
                 event: Event::State(TCP_CLOSE),
+                retrans_total: Some(0),
             },
         );
         assert_eq!(a.closed(1_000_000, 100_000), []);
@@ -446,5 +482,90 @@ mod tests {
             "{got:?}"
         );
         assert!(!got.iter().any(|s| s.0 == TCP_CORK), "{got:?}");
+    }
+
+    /// Retransmissions the kernel counted (tcp_sock.total_retrans, carried
+    /// by retransmissions and state changes) that no event showed become
+    /// `Unseen`, at the event that revealed them; the first total seen is
+    /// the base.
+    #[test]
+    fn the_sockets_own_count_shows_retransmissions_no_event_showed() {
+        let (l, r): (SocketAddr, SocketAddr) = (
+            "198.18.0.1:40000".parse().unwrap(),
+            "198.18.0.2:5201".parse().unwrap(),
+        );
+        let mut a = Assembler::new("a");
+        let rtx = |t: u64, seq: u32, segments: u16, total: u32| Ev::Kernel {
+            t,
+            event: Event::Retransmit {
+                seq,
+                segments,
+                reordering: 3,
+                sacked: 0,
+            },
+            retrans_total: Some(total),
+        };
+        let state = |t: u64, s: u8, total: u32| Ev::Kernel {
+            t,
+            event: Event::State(s),
+            retrans_total: Some(total),
+        };
+        a.event(l, r, UNNUMBERED, state(1_000, 1, 0));
+        a.event(l, r, UNNUMBERED, rtx(2_000, 100, 1, 1));
+        // Two segments in one skb: nothing unseen.
+        a.event(l, r, UNNUMBERED, rtx(3_000, 200, 2, 3));
+        // 3 -> 6 with one segment of its own: two came without an event.
+        a.event(l, r, UNNUMBERED, rtx(4_000, 300, 1, 6));
+        a.event(
+            l,
+            r,
+            UNNUMBERED,
+            Ev::Kernel {
+                t: 4_500,
+                event: Event::CongState(4),
+                retrans_total: None,
+            },
+        );
+        // One more after the last event, shown by the close.
+        a.event(l, r, UNNUMBERED, state(5_000, TCP_CLOSE, 7));
+        // The socket's destruction says it closed again: not a second
+        // close, and nothing unseen.
+        a.event(l, r, UNNUMBERED, state(5_100, TCP_CLOSE, 7));
+        let f = Final {
+            first_ns: 0,
+            last_ns: 6_000,
+            ..Final::default()
+        };
+        let rec = a.finish(l, r, f);
+        let got: Vec<Event> = rec.events.iter(rec.start_ns).map(|e| e.1).collect();
+        let unseen: Vec<u32> = got
+            .iter()
+            .filter_map(|e| match e {
+                Event::Unseen(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(unseen, [2, 1], "{got:?}");
+        // Each where it was found: before the event that showed it.
+        assert_eq!(got[3], Event::Unseen(2), "{got:?}");
+        assert!(
+            matches!(got[4], Event::Retransmit { seq: 300, .. }),
+            "{got:?}"
+        );
+        assert_eq!(got[got.len() - 2], Event::Unseen(1), "{got:?}");
+        assert_eq!(got.last(), Some(&Event::State(TCP_CLOSE)), "{got:?}");
+        assert_eq!(rec.events.iter(rec.start_ns).count(), 8, "{got:?}");
+        // A record starting mid-connection takes its first total as base.
+        let mut a = Assembler::new("a");
+        a.event(l, r, UNNUMBERED, rtx(2_000, 100, 1, 40));
+        a.event(l, r, UNNUMBERED, state(5_000, TCP_CLOSE, 40));
+        let rec = a.finish(l, r, f);
+        assert!(
+            !rec.events
+                .iter(rec.start_ns)
+                .any(|e| matches!(e.1, Event::Unseen(_))),
+            "{:?}",
+            rec.events
+        );
     }
 }

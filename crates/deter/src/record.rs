@@ -261,6 +261,10 @@ pub enum Event {
     CongState(u8),
     /// The socket's state changed (sock:inet_sock_set_state; TCP_CLOSE 7).
     State(u8),
+    /// Segments the kernel counted as retransmitted (its `total_retrans`,
+    /// carried by the next retransmission or state change) for which no
+    /// Retransmit event came: the tracepoint's program did not run.
+    Unseen(u32),
 }
 
 /// In the file a retransmission's sequence number is its distance from the
@@ -573,6 +577,8 @@ mod tests {
         );
         r.events
             .push(r.start_ns, r.start_ns + 200_001_010, Event::CongState(4));
+        r.events
+            .push(r.start_ns, r.start_ns + 200_001_020, Event::Unseen(3));
         // Sequence numbers that wrap, and go back.
         // A threshold widened by reordering (DETER §5.2), and the
         // duplicate ACKs counted when the sender resent.
@@ -620,6 +626,7 @@ mod tests {
             // To the microsecond.
             [
                 r.start_ns + 200_000_000,
+                r.start_ns + 200_001_000,
                 r.start_ns + 200_001_000,
                 r.start_ns + 200_002_000,
                 r.start_ns + 200_002_000,

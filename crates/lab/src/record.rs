@@ -210,6 +210,7 @@ impl HostRecorder {
                     segments,
                     reordering,
                     sacked,
+                    total,
                 } => Ev::Kernel {
                     t,
                     event: Event::Retransmit {
@@ -218,14 +219,19 @@ impl HostRecorder {
                         reordering,
                         sacked,
                     },
+                    retrans_total: Some(total),
                 },
                 RecEvent::CongState(c) => Ev::Kernel {
                     t,
                     event: Event::CongState(c),
+                    retrans_total: None,
                 },
-                RecEvent::State { new, .. } => Ev::Kernel {
+                RecEvent::State {
+                    new, total_retrans, ..
+                } => Ev::Kernel {
                     t,
                     event: Event::State(new),
+                    retrans_total: Some(total_retrans),
                 },
                 RecEvent::CongControl(name) => Ev::CongControl(name),
                 RecEvent::SockOpts {
