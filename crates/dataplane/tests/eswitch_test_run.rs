@@ -201,6 +201,14 @@ fn moving_a_mask_forward_shortens_the_search() {
     let (v2, m2) = (visited(&sw), misses(&sw));
     run_frame(&sw, &p);
     assert_eq!((visited(&sw) - v2, misses(&sw) - m2), (3, 1));
+    // One batch read of the table gives what each mask's own read does,
+    // and a later table's batch starts at its own first mask.
+    let each: Vec<(u64, u64)> = (0..8).map(|m| sw.es_mask_stats(0, m).unwrap()).collect();
+    assert_eq!(sw.es_table_mask_stats(0, 8).unwrap(), each);
+    assert!(each.iter().any(|s| s.1 > 0) && each[7].0 >= 2, "{each:?}");
+    assert_eq!(sw.es_table_mask_stats(0, 3).unwrap(), each[..3]);
+    assert_eq!(sw.es_table_mask_stats(1, 4).unwrap(), [(0, 0); 4]);
+    assert!(sw.es_table_mask_stats(0, 0).unwrap().is_empty());
 }
 
 #[test]

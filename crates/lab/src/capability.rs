@@ -315,10 +315,10 @@ impl FlowTables {
                 // counts for each (what restores removed masks).
                 misses,
             };
-            for (id, m) in masks.iter().enumerate() {
-                let (_, hits) = sw
-                    .es_mask_stats(table, id as u32)
-                    .during("reading the eSwitch's mask counters")?;
+            let stats = sw
+                .es_table_mask_stats(table, masks.len() as u32)
+                .during("reading the eSwitch's mask counters")?;
+            for ((id, m), (_, hits)) in masks.iter().enumerate().zip(stats) {
                 view.masks.push(MaskView {
                     id: id as u16,
                     len: es_bits(&m.fields).bits(),
