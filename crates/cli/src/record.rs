@@ -140,7 +140,8 @@ struct Shown {
     /// can hold several MSS; the kernel's TcpRetransSegs counts these).
     retransmitted_segments: u64,
     /// Segments the kernel counted as retransmitted (tcp_sock.total_retrans)
-    /// beyond those: retransmissions whose tracepoint program did not run.
+    /// beyond those: a send that failed, or a tracepoint run that did not
+    /// happen.
     unseen_retransmissions: u64,
     /// The largest duplicate-ACK threshold (tcp_reordering) a
     /// retransmission was sent with.
