@@ -24,8 +24,7 @@ use host_tools::{root, tool, wait_for, Procs};
 
 /// One test at a time: the iperf3 test counts every drop and
 /// retransmission exactly, and the other test's 5-second iperf3 at full
-/// speed shares the same two cores (the records then missed more
-/// tracepoint runs: 3-6 runs of 100 against about 1).
+/// speed would share the same two cores with it.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Every process of a test stops by itself after this long.
@@ -99,11 +98,6 @@ fn net(tag: &str, dir: &Path) -> Net {
 /// veth's tx drops and the receiving one's rx drops (a full backlog at the
 /// receiver: `netif_rx` counts it there), over A-R and R-B.
 fn link_drops(n: &Net, forward: bool) -> u64 {
-    let dropped = |ns: &str, dev: &str, dir: &str| -> u64 {
-        let o = tool("ip", &["-n", ns, "-j", "-s", "link", "show", "dev", dev]);
-        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0]["stats64"][dir]["dropped"].as_u64().unwrap_or(0)
-    };
     let hops = if forward {
         [(&n.a, "va", &n.r, "ra"), (&n.r, "rb", &n.b, "vb")]
     } else {
@@ -114,13 +108,19 @@ fn link_drops(n: &Net, forward: bool) -> u64 {
         .sum()
 }
 
+/// What device `dev` in `ns` counted as dropped, sending (`tx`) or
+/// receiving (`rx`).
+fn dropped(ns: &str, dev: &str, dir: &str) -> u64 {
+    let o = tool("ip", &["-n", ns, "-j", "-s", "link", "show", "dev", dev]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v[0]["stats64"][dir]["dropped"].as_u64().unwrap_or(0)
+}
+
 /// Packets A's own veth refused to send (its peer's backlog full): TCP
 /// hears of these at once (NET_XMIT_DROP) and sends the data again as new,
 /// not as a retransmission, though the IP-ID is spent.
 fn refused_at_a(n: &Net) -> u64 {
-    let o = tool("ip", &["-n", &n.a, "-j", "-s", "link", "show", "dev", "va"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    v[0]["stats64"]["tx"]["dropped"].as_u64().unwrap_or(0)
+    dropped(&n.a, "va", "tx")
 }
 
 /// A counter of the namespace's kernel: `file` is snmp or netstat under
@@ -341,8 +341,8 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // The kernel's events: A retransmitted every dropped data packet (a
     // spurious retransmission adds), and every socket closed. The
     // tracepoint fires per retransmitted skb, and one skb can resend two
-    // lost segments (6 of 30 runs had one fewer skb than drops), so the
-    // record's segments are what is compared with the drops.
+    // lost segments (1 of 16 runs: 64 skbs carried 65), so the record's
+    // segments are what is compared with the drops.
     let rtx = data["retransmits"].as_u64().unwrap();
     let rtx_segs = data["retransmitted_segments"].as_u64().unwrap();
     let unseen = data["unseen_retransmissions"].as_u64().unwrap();
@@ -352,7 +352,7 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // retransmitted at A (RetransSegs, counted before the send, as each
     // socket's total_retrans is): by events, and by the sockets' own
     // counts where no event came (a send that failed, or a tracepoint run
-    // that did not happen: 1 to 4 of 42 in about 3 of 100 runs here).
+    // that did not happen: one of 41 or 42 in 4 of 80 runs under load).
     let kernel_rtx = kernel_counter(&n.a, "snmp", "Tcp", "RetransSegs");
     let kernel_failed = kernel_counter(&n.a, "netstat", "TcpExt", "TCPRetransFail");
     let recorded_rtx: u64 = a

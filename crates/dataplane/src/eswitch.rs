@@ -407,9 +407,11 @@ fn forget_flow(
     }
 }
 
-/// ENOENT, as the batch lookup reports the map's end.
-fn libc_enoent() -> i32 {
-    nix::errno::Errno::ENOENT as i32
+/// (lookups, hits) of one mask: its per-CPU counters summed.
+fn mask_stats_sum<'a>(per_cpu: impl Iterator<Item = &'a [u8]>) -> (u64, u64) {
+    per_cpu
+        .filter_map(from_bytes::<types::wl_es_mask_stats>)
+        .fold((0, 0), |(l, h), s| (l + s.lookups, h + s.hits))
 }
 
 fn check(table: u32, mask: u32) -> Result<u32, Error> {
@@ -628,10 +630,7 @@ impl Switch {
             .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
             .map_err(map_err("reading flow-table mask counters"))?
             .unwrap_or_default();
-        Ok(per_cpu
-            .iter()
-            .filter_map(|b| from_bytes::<types::wl_es_mask_stats>(b))
-            .fold((0, 0), |(l, h), s| (l + s.lookups, h + s.hits)))
+        Ok(mask_stats_sum(per_cpu.iter().map(Vec::as_slice)))
     }
 
     /// (lookups, hits) of masks `0..n` of `table`, as `es_mask_stats`
@@ -680,7 +679,10 @@ impl Switch {
             )
         };
         // ENOENT: the map's end came first; `count` says how many came.
-        if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc_enoent()) {
+        if rc != 0
+            && std::io::Error::last_os_error().raw_os_error()
+                != Some(nix::errno::Errno::ENOENT as i32)
+        {
             return Err(map_err("reading flow-table mask counters")(
                 libbpf_rs::Error::from(std::io::Error::last_os_error()),
             ));
@@ -692,12 +694,7 @@ impl Switch {
         }
         Ok(values
             .chunks_exact(cpus * one)
-            .map(|per_cpu| {
-                per_cpu
-                    .chunks_exact(one)
-                    .filter_map(|b| from_bytes::<types::wl_es_mask_stats>(b))
-                    .fold((0, 0), |(l, h), s| (l + s.lookups, h + s.hits))
-            })
+            .map(|per_cpu| mask_stats_sum(per_cpu.chunks_exact(one)))
             .collect())
     }
 
