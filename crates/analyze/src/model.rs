@@ -384,6 +384,13 @@ pub struct ConnAnalysis {
     #[serde(skip)]
     #[schemars(skip)]
     pub last_ts_ns: Option<u64>,
+    /// The longest a packet of this connection took from its sender's
+    /// stack to the capture point (`Meta::sent_before_ns`: the host's
+    /// own delay, its softirq handing the packet on), ns; 0 when the
+    /// packets do not say. How late this run's hosts ran their timers
+    /// and delivered packets, as far as the trace shows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_delay_max_ns: u64,
     /// Bytes first sent and cumulatively acknowledged.
     pub bytes_acked: u64,
     pub first_data_ts_ns: Option<u64>,
@@ -1288,6 +1295,9 @@ struct SegState {
     sacked: bool,
     first_ts: u64,
     last_tx_ts: u64,
+    /// When the sender released the last transmission (`last_tx_ts` where
+    /// the packet did not say).
+    last_sent_ts: u64,
     /// The last transmission.
     last_tx_at: PackedEvidence,
     /// When a SACK covering it passed the vantage point, and that ACK.
@@ -1323,7 +1333,7 @@ impl From<PackedEvidence> for Evidence {
 
 impl SegState {
     /// A first transmission at `ts`, by `tx` (its packet and event).
-    fn new(index: u32, end: u32, ts: u64, tx: (Evidence, Option<Action>)) -> Self {
+    fn new(index: u32, end: u32, (ts, sent): (u64, u64), tx: (Evidence, Option<Action>)) -> Self {
         SegState {
             index,
             end,
@@ -1332,6 +1342,7 @@ impl SegState {
             sacked: false,
             first_ts: ts,
             last_tx_ts: ts,
+            last_sent_ts: sent,
             last_tx_at: tx.0.into(),
             sack_ts: 0,
             sack_at: PackedEvidence::default(),
@@ -1500,6 +1511,7 @@ impl Conn {
                 delivered: Bins::default(),
                 plot: SeqPlot::default(),
                 last_ts_ns: None,
+                host_delay_max_ns: 0,
                 bytes_acked: 0,
                 first_data_ts_ns: None,
                 last_ack_ts_ns: None,
@@ -1526,6 +1538,9 @@ impl Conn {
     /// The next packet of the connection, in capture order.
     fn add(&mut self, at: Evidence, t: &Tcp, ts: u64, meta: Option<&wirelab_trace::Meta>) {
         self.out.packets += 1;
+        if let Some(d) = meta.and_then(|m| m.sent_before_ns()) {
+            self.out.host_delay_max_ns = self.out.host_delay_max_ns.max(d);
+        }
         // The receiver's SYN or SYN-ACK bounds what the sender sends.
         if t.syn && !self.is_data(t) {
             if let Some(m) = t.mss {
@@ -1715,7 +1730,11 @@ impl Conn {
         self.out.first_data_ts_ns.get_or_insert(ts);
         let iter = iters.on_data(rel);
         let end = rel.wrapping_add(t.payload_len);
-        let (index, first) = snd.on_send(rel, end, ts, (at, event));
+        // When the sender's stack released it, where the packet says (the
+        // capture point saw it later by the host's own delay): the
+        // sender's timers are measured on this.
+        let sent = ts.saturating_sub(meta.and_then(|m| m.sent_before_ns()).unwrap_or(0));
+        let (index, first) = snd.on_send(rel, end, (ts, sent), (at, event));
         seg.index = index;
         seg.iter = iter;
         seg.first = first;
@@ -1765,7 +1784,7 @@ impl Conn {
             snd.on_resend(
                 &mut self.out,
                 (at, event),
-                ts,
+                (ts, sent),
                 (rel, end),
                 (index, iter),
                 self.opts,
@@ -2066,4 +2085,8 @@ impl Classify<'_> {
 
 fn no_ports(p: &[Option<u32>; 2]) -> bool {
     p.iter().all(Option::is_none)
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -355,6 +355,15 @@ fn rtx_idx(r: &wirelab_analyze::Retransmission) -> usize {
 /// The third timeout of `timeouts-back-off` moved to fire `interval(rto)`
 /// after the second, whose measured RTO is `rto`; the violations found.
 fn third_timeout_after(interval: impl Fn(u64, u64) -> u64) -> Vec<(String, String)> {
+    third_timeout_after_with(interval, None)
+}
+
+/// The same, the packets saying when they were sent (`Meta::sent`), the
+/// first `host_delay(rto)` before the capture point got it, where given.
+fn third_timeout_after_with(
+    interval: impl Fn(u64, u64) -> u64,
+    host_delay: Option<fn(u64) -> u64>,
+) -> Vec<(String, String)> {
     let mut t = golden("timeouts-back-off");
     let o = common::options("timeouts-back-off");
     let a = wirelab_analyze::analyze_with(&t, o.clone());
@@ -370,6 +379,15 @@ fn third_timeout_after(interval: impl Fn(u64, u64) -> u64) -> Vec<(String, Strin
         if let Some(m) = &mut p.meta {
             moved(&mut m.ts);
         }
+    }
+    if let Some(d) = host_delay {
+        for m in t.packets.iter_mut().filter_map(|p| p.meta.as_mut()) {
+            m.sent = m.ts;
+        }
+        // The handshake's first packet took that long: the timers'
+        // intervals stay as they were.
+        let m = t.packets[0].meta.as_mut().unwrap();
+        m.sent = m.ts - d(rto1);
     }
     violations(&report_with("timeouts-back-off", &t, None))
 }
@@ -398,6 +416,66 @@ fn a_backoff_blurred_by_a_late_retransmission_passes() {
         third_timeout_after(|rto, _| rto * 2),
         Vec::<(String, String)>::new()
     );
+}
+
+/// `timeouts-back-off` with its second timeout's retransmission reaching
+/// the capture point `late` ns after its stack sent it (a host's softirq
+/// handing it on late), the packets saying when they were sent (`sent`)
+/// or not; the second timeout's measured RTO and the violations found.
+fn second_timeout_captured_late(late: u64, say_sent: bool) -> (u64, Vec<(String, String)>) {
+    let mut t = golden("timeouts-back-off");
+    let o = common::options("timeouts-back-off");
+    let a = wirelab_analyze::analyze_with(&t, o.clone());
+    let rs = a.connections[0].retransmissions_of(5);
+    let frame = rs[1].at.frame;
+    for p in t.packets.iter_mut() {
+        let m = p.meta.as_mut().unwrap();
+        if say_sent {
+            m.sent = m.ts;
+        }
+        if p.frame == frame {
+            p.ts_ns += late;
+            m.ts += late;
+        }
+    }
+    let a = wirelab_analyze::analyze_with(&t, o);
+    let rto = a.connections[0].retransmissions_of(5)[1].rto_ns.unwrap();
+    (rto, violations(&report_with("timeouts-back-off", &t, None)))
+}
+
+/// A timeout's retransmission that reached the switch late shortens the
+/// next timer's interval as the capture point sees it. Where the packets
+/// say when their stack sent them, the sender's timers are measured on
+/// that, and the doubled RTO is not mistaken for a kept one.
+#[test]
+fn a_retransmission_that_reached_the_switch_late_is_timed_when_sent() {
+    let (rto, _) = second_timeout_captured_late(0, false);
+    let late = rto * 3 / 4;
+    let (blurred, v) = second_timeout_captured_late(late, false);
+    assert_eq!(blurred, rto + late, "timed at the switch");
+    assert_eq!(
+        v,
+        vec![("loss-recovery".to_string(), "no-backoff".to_string())],
+        "so late that the capture point alone cannot tell"
+    );
+    let (sent, v) = second_timeout_captured_late(late, true);
+    assert_eq!(sent, rto, "timed when sent");
+    assert_eq!(v, Vec::<(String, String)>::new());
+}
+
+/// The timer's start is the switch's view of an ACK: a host that got it
+/// late, or ran its timer late, lengthens the interval before a backed-off
+/// one. The packets' own delays say how late this run's hosts were, and
+/// the previous interval is judged less that; a sender that keeps its RTO
+/// is still caught when its hosts were prompt.
+#[test]
+fn a_backoff_is_judged_with_the_hosts_own_delay() {
+    let kept = |delay: fn(u64) -> u64| {
+        third_timeout_after_with(|rto, j| rto + j * 9 / 10, Some(delay))
+    };
+    let no_backoff = vec![("loss-recovery".to_string(), "no-backoff".to_string())];
+    assert_eq!(kept(|_| 50_000), no_backoff, "prompt hosts");
+    assert_eq!(kept(|rto| rto / 2), Vec::<(String, String)>::new(), "late hosts");
 }
 
 /// Retransmitting what the receiver already acknowledged: the first data

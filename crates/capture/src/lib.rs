@@ -66,6 +66,7 @@ fn record_from(bytes: &[u8]) -> Option<MirrorRecord> {
         meta: Meta {
             seq: h.seq,
             ts: h.ts_ns,
+            sent: h.sent_ns,
             port: h.port,
             conn: h.conn,
             data_dir: h.data_dir != 0,

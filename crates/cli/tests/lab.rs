@@ -203,12 +203,17 @@ fn every_example_spec_passes_with_a_valid_trace_tshark_can_read() {
             assert_eq!(e["hits"], 1, "{name}: event {} hits", e["id"]);
         }
         // The switch and the analyzer agree on every index and iteration.
+        // The switch read when the sender's stack released each TCP
+        // packet (its delivery time): the host's own delay is known, and
+        // short on an idle lab.
         for c in r.summary["analysis"]["connections"].as_array().unwrap() {
             assert_eq!(
                 c["iteration_mismatches"].as_array().unwrap().len(),
                 0,
                 "{name}"
             );
+            let d = c["host_delay_max_ns"].as_u64().unwrap_or(0);
+            assert!(d > 0 && d < 1_000_000_000, "{name}: host delay {d} ns");
         }
         let trace = PathBuf::from(r.summary["results"].as_str().unwrap()).join("trace.pcapng");
         let in_trace = r.summary["integrity"]["in_trace"].as_u64().unwrap();

@@ -59,6 +59,20 @@ WL_CORE_STAGE(wl_stage_mirror)
 		cap = snap_len;
 	r->seq = seq;
 	r->ts_ns = ctx->now;
+	/* Linux TCP stamps every segment with its departure time
+	 * (__tcp_transmit_skb: skb_set_delivery_time(tcp_wstamp_ns,
+	 * CLOCK_MONOTONIC), the EDT model), and since 5.18 a veth keeps a
+	 * delivery time across namespaces (skb_scrub_packet). The switch
+	 * receives the packet later, when the host's softirq hands it on:
+	 * on a loaded two-core machine, milliseconds later (a timeout's
+	 * retransmission 5 ms late made a doubled RTO look kept). Reading
+	 * tstamp_type is what makes tc ingress show the delivery time
+	 * instead of 0 (bpf_convert_tstamp_read). A time after ours is a
+	 * pacing release time, not when it left: not known. */
+	r->sent_ns = 0;
+	if (skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO && skb->tstamp &&
+	    skb->tstamp <= ctx->now)
+		r->sent_ns = skb->tstamp;
 	r->pkt_len = ctx->len;
 	r->cap_len = cap;
 	r->port = port;

@@ -326,6 +326,10 @@ struct wl_held {
 struct wl_mirror_hdr {
 	__u64 seq; /* global mirror sequence number, from 0, no gaps */
 	__u64 ts_ns; /* bpf_ktime_get_ns() at ingress: one clock for all ports */
+	/* When the sending host's stack released the packet, on the same
+	 * clock, where the packet says (a TCP segment's delivery time, see
+	 * stage_mirror.h); 0 = not known. */
+	__u64 sent_ns;
 	__u32 pkt_len;
 	__u32 cap_len;
 	__u32 port;   /* ingress port */

@@ -146,6 +146,10 @@ pub struct Meta {
     pub seq: u64,
     /// Switch ingress time, ns, from one clock (CLOCK_MONOTONIC).
     pub ts: u64,
+    /// When the sending host's stack released the packet, on the same
+    /// clock, where the packet carried it (a Linux TCP segment's delivery
+    /// time); 0 = not known.
+    pub sent: u64,
     pub port: u32,
     /// 0 = not a connection of the spec.
     pub conn: u32,
@@ -175,6 +179,7 @@ impl Default for Meta {
         Meta {
             seq: 0,
             ts: 0,
+            sent: 0,
             port: 0,
             conn: 0,
             data_dir: false,
@@ -227,7 +232,17 @@ impl Meta {
         if self.es_drop {
             s.push_str(" es=drop");
         }
+        if self.sent != 0 {
+            s.push_str(&format!(" sent={}", self.sent));
+        }
         s
+    }
+
+    /// How long before the switch got the packet its sender's stack
+    /// released it, where known: the host's own delay (its softirq
+    /// handing the packet on), which is not the network's.
+    pub fn sent_before_ns(&self) -> Option<u64> {
+        (self.sent != 0 && self.sent <= self.ts).then(|| self.ts - self.sent)
     }
 
     /// The switch dropped the packet (an event, the vAQM stage or a flow
@@ -266,6 +281,7 @@ impl Meta {
                 "cnm" => m.cnm = v.parse().ok()?,
                 "masks" => m.masks = v.parse().ok()?,
                 "es" => m.es_drop = v == "drop",
+                "sent" => m.sent = v.parse().ok()?,
                 _ => {} // newer writers may add keys
             }
         }
@@ -322,6 +338,17 @@ mod tests {
         let s = q.encode();
         assert!(s.ends_with("event=drop#2 vq=3 vqlen=41000 aqm=drop"), "{s}");
         assert_eq!(Meta::decode(&s), Some(q.clone()));
+        assert_eq!(q.sent_before_ns(), None, "not known");
+
+        // The sender's departure time: 2.5 ms before the switch got it.
+        let t = Meta {
+            sent: 8809845678,
+            ..m.clone()
+        };
+        let s = t.encode();
+        assert!(s.ends_with(" sent=8809845678"), "{s}");
+        assert_eq!(Meta::decode(&s), Some(t.clone()));
+        assert_eq!(t.sent_before_ns(), Some(2_500_000));
         let cnm = Meta {
             aqm: Aqm::None,
             cnm: 12,

@@ -174,7 +174,7 @@ mod tests {
         SegState::new(
             index,
             0,
-            0,
+            (0, 0),
             (
                 Evidence {
                     frame: u64::from(index),

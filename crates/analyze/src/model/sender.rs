@@ -432,14 +432,14 @@ impl Sender {
         &mut self,
         rel: u32,
         end: u32,
-        ts: u64,
+        (ts, sent): (u64, u64),
         tx: (Evidence, Option<Action>),
     ) -> (u32, bool) {
         let first = seq_le(self.next_new, rel);
         let index = if first {
             self.first_tx += 1;
             self.segs
-                .insert(rel, SegState::new(self.first_tx, end, ts, tx));
+                .insert(rel, SegState::new(self.first_tx, end, (ts, sent), tx));
             self.first_tx
         } else {
             self.segs
@@ -479,7 +479,7 @@ impl Sender {
         &mut self,
         out: &mut ConnAnalysis,
         tx: (Evidence, Option<Action>),
-        ts: u64,
+        (ts, sent): (u64, u64),
         (rel, end): (u32, u32),
         (index, iter): (u32, u32),
         opts: Options,
@@ -531,10 +531,13 @@ impl Sender {
         // only when data was acknowledged, FLAG_SET_XMIT_TIMER). A window
         // update or a duplicate ACK leaves it running: counted from a slow
         // reader's window updates, a backed-off timeout looked shorter
-        // than the one before it (a false `no-backoff`).
+        // than the one before it (a false `no-backoff`). Transmissions are
+        // timed when the sender released them, where the packets say: a
+        // retransmission that reached the capture point late would
+        // lengthen its timer's interval and shorten the next one.
         let last_ack = self.una_hist.last().map_or(0, |u| u.0);
-        let rto_ns =
-            (reason == Reason::Timeout).then(|| ts.saturating_sub(s.1.last_tx_ts.max(last_ack)));
+        let rto_ns = (reason == Reason::Timeout)
+            .then(|| sent.saturating_sub(s.1.last_sent_ts.max(last_ack)));
         // Backed off from the timeout before, if that one fired while this
         // data was out and nothing new was acknowledged since: an ACK of
         // new data gives an RTT sample (with timestamps, even for
@@ -598,6 +601,7 @@ impl Sender {
             .take_while(|(&k, _)| seq_lt(k, end))
         {
             st.last_tx_ts = ts;
+            st.last_sent_ts = sent;
             st.set_last_tx(tx);
             st.tx_count += 1;
         }
