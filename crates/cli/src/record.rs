@@ -131,6 +131,9 @@ struct Shown {
     send_time_samples: usize,
     /// Socket calls, and the bytes they sent and received.
     calls: usize,
+    /// Of the calls, reads that kept up with the network (each took all
+    /// the data that had just arrived), recorded as runs: their count.
+    reads_kept_up: u64,
     bytes_sent: u64,
     bytes_received: u64,
     /// Kernel events: retransmissions, entries into Loss (a retransmission
@@ -236,6 +239,12 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
         let moved = |k: record::CallKind| -> u64 {
             calls.iter().filter(|c| c.kind == k).map(|c| c.bytes).sum()
         };
+        let kept: u64 = calls
+            .iter()
+            .filter(|c| c.kind == record::CallKind::Drain)
+            .map(|c| u64::from(c.flags))
+            .sum();
+        let runs = calls.iter().filter(|c| c.kind == record::CallKind::Drain).count();
         let events: Vec<record::Event> = r.events.iter(r.start_ns).map(|e| e.1).collect();
         let count = |f: &dyn Fn(&record::Event) -> bool| events.iter().filter(|e| f(e)).count();
         let s = Shown {
@@ -251,9 +260,10 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             ce_marked: r.ce.marked().len(),
             sent: r.tx_packets,
             send_time_samples: r.tx_samples.len(),
-            calls: calls.len(),
+            calls: calls.len() - runs + kept as usize,
+            reads_kept_up: kept,
             bytes_sent: moved(record::CallKind::Send),
-            bytes_received: moved(record::CallKind::Recv),
+            bytes_received: moved(record::CallKind::Recv) + moved(record::CallKind::Drain),
             retransmits: count(&|e| matches!(e, record::Event::Retransmit { .. })),
             retransmitted_segments: events
                 .iter()
@@ -286,7 +296,7 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             println!(
-                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received), {} retransmissions{}{}, {} timeouts{}{}; {} bytes",
+                "{}: {} {} -> {}: {} arrived ({} lost, {} late, {} CE), {} sent ({} send-time samples); {} calls ({} B sent, {} B received{}), {} retransmissions{}{}, {} timeouts{}{}; {} bytes",
                 s.file,
                 s.host,
                 s.local.as_deref().unwrap_or("?"),
@@ -300,6 +310,11 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
                 s.calls,
                 s.bytes_sent,
                 s.bytes_received,
+                if s.reads_kept_up > 0 {
+                    format!("; {} reads kept up", s.reads_kept_up)
+                } else {
+                    String::new()
+                },
                 s.retransmits,
                 match (
                     s.retransmitted_segments as usize != s.retransmits,

@@ -338,6 +338,11 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     // shows it: its reads add up to what the record says), so at most.
     let got = at_b["bytes_received"].as_u64().unwrap();
     assert!(got > 0 && got <= wrote + 37, "{at_b}");
+    // iperf3's reader keeps up with the network: most of its reads are
+    // recorded as runs (a read each per arrival otherwise).
+    let calls = at_b["calls"].as_u64().unwrap();
+    let kept = at_b["reads_kept_up"].as_u64().unwrap();
+    assert!(kept > 0 && kept <= calls, "{at_b}");
     // The kernel's events: A retransmitted every dropped data packet (a
     // spurious retransmission adds), and every socket closed. The
     // tracepoint fires per retransmitted skb, and one skb can resend two
@@ -670,4 +675,89 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
             "{shown}"
         );
     }
+}
+
+/// Reads that kept up are recorded as runs, reported at the socket's next
+/// call or state change; a run still open when the recording stops is in
+/// the record too. B reads 20,000 bytes as they come and then only waits,
+/// its connection open, while the recording stops: its record holds every
+/// byte it read.
+#[test]
+fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
+    if !root("recording (network namespaces, BPF)") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let n = net("r", dir.path());
+    let out = dir.path().join("rec");
+    let log = dir.path().join("record.log");
+    let rec = wirelab()
+        .args([
+            "record",
+            "--netns",
+            &n.a,
+            &n.b,
+            "--out",
+            out.to_str().unwrap(),
+            "--duration",
+            "50s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut procs = Procs(vec![rec]);
+    wait_for(&log, "wirelab: recording");
+    // Each exits by itself within seconds: the server once the client
+    // closed, the client 3 s after its data.
+    let server = "import socket,sys\n\
+        s=socket.socket(); s.bind(('10.78.2.2',7000)); s.listen(); print('up',flush=True)\n\
+        c,_=s.accept(); n=0\n\
+        while n<20000: n+=len(c.recv(65536))\n\
+        print('read',n,flush=True)\n\
+        while c.recv(65536): pass\n";
+    let client = "import socket,time\n\
+        s=socket.create_connection(('10.78.2.2',7000)); s.sendall(b'x'*20000)\n\
+        time.sleep(3); s.close()\n";
+    let mut apps = Procs::default();
+    let slog = dir.path().join("server.log");
+    apps.0.push(
+        Command::new("ip")
+            .args(["netns", "exec", &n.b, "timeout", BOUND_S, "python3", "-c", server])
+            .stdout(std::fs::File::create(&slog).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&slog, "up");
+    apps.0.push(
+        Command::new("ip")
+            .args(["netns", "exec", &n.a, "timeout", BOUND_S, "python3", "-c", client])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&slog, "read 20000");
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(procs.0[0].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let rec = procs.0.pop().unwrap();
+    let o = rec.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    for a in &mut apps.0 {
+        assert!(a.wait().unwrap().success());
+    }
+    let b: Vec<Value> = records(&out)
+        .into_iter()
+        .filter(|r| r["local"].as_str() == Some("10.78.2.2:7000"))
+        .collect();
+    assert_eq!(b.len(), 1, "{b:#?}");
+    assert_eq!(b[0]["bytes_received"], 20000, "{:#}", b[0]);
+    eprintln!("reads kept up: {}", b[0]["reads_kept_up"]);
 }

@@ -29,7 +29,7 @@ const PROBES: [&str; 6] = [
 ];
 
 object::maps! {
-    struct Maps { rec_conns, rec_ring, rec_netns, fake_clock }
+    struct Maps { rec_conns, rec_kept, rec_ring, rec_netns, fake_clock }
 }
 
 /// A connection as the recording host sees it.
@@ -80,6 +80,9 @@ pub enum RecEvent {
     },
     /// A socket call: sent (`recv` false) or received `bytes`, with its flags.
     Call { recv: bool, bytes: u64, flags: u32 },
+    /// `reads` reads that kept up (each took all the data that had just
+    /// arrived; `wl_rec_recv`), `bytes` in all, from the event's time.
+    Kept { bytes: u64, reads: u32 },
     /// tcp:tcp_retransmit_skb: the segment's sequence number, and the
     /// socket's `tcp_reordering` (its duplicate-ACK threshold) and
     /// `sacked_out` (SACKed segments; without SACK, the duplicate ACKs it
@@ -310,6 +313,10 @@ impl Recorder {
                     lo: e.c,
                     hi: e.d,
                 },
+                5 if e.a == 2 => RecEvent::Kept {
+                    bytes: e.b,
+                    reads: e.c as u32,
+                },
                 5 => RecEvent::Call {
                     recv: e.a == 1,
                     bytes: e.b,
@@ -386,6 +393,21 @@ impl Recorder {
             first_ns: c.first_ns,
             last_ns: c.last_ns,
         })
+    }
+
+    /// Takes host `host`'s connection `key`'s reads that kept up and were
+    /// not reported yet (an event reports them at the socket's next call
+    /// or state change): the first one's time, their bytes and how many.
+    /// Only the recorder whose probes are attached has them.
+    pub fn take_kept(&self, host: u32, key: &RecKey) -> Option<(u64, u64, u32)> {
+        let k = types::wl_rec_kept_key {
+            key: key.raw(),
+            host,
+        };
+        let v = self.maps.rec_kept.lookup(bytes_of(&k), MapFlags::ANY).ok()??;
+        let v: types::wl_rec_kept = from_bytes(&v)?;
+        let _ = self.maps.rec_kept.delete(bytes_of(&k));
+        Some((v.start, v.bytes, v.reads))
     }
 
     /// Forgets a connection (its record was written).

@@ -82,6 +82,9 @@ pub struct Final {
     pub hi: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+    /// Reads that kept up and were not reported yet: the first one's
+    /// time, their bytes and how many (`CallKind::Drain`).
+    pub kept: Option<(u64, u64, u32)>,
 }
 
 #[derive(Debug, Default)]
@@ -244,6 +247,16 @@ impl Assembler {
         }
         b.ids.advance(f.rx_run);
         b.rec.ce.extend(f.ce_marked, f.ce_run);
+        if let Some((t, bytes, reads)) = f.kept {
+            b.calls.push((
+                t,
+                Call {
+                    kind: crate::record::CallKind::Drain,
+                    bytes,
+                    flags: reads,
+                },
+            ));
+        }
         if f.tx_count > 0 {
             let prev = b.rec.tx_samples.last().map(|s| s.gap);
             b.rec
@@ -392,6 +405,9 @@ mod tests {
                 hi: 4096,
                 first_ns: 50_000,
                 last_ns: 1_000_000,
+                // Reads that kept up from 80 µs, not reported by an event
+                // when the connection ended: the record has them.
+                kept: Some((80_000, 3_000, 2)),
             },
         );
         assert_eq!(a.open(), 0);
@@ -418,9 +434,14 @@ mod tests {
             (rec.host.as_str(), rec.tx_packets, rec.start_ns, rec.end_ns),
             ("b", 9, 40_000, 1_000_000)
         );
+        let drain = Call {
+            kind: crate::record::CallKind::Drain,
+            bytes: 3_000,
+            flags: 2,
+        };
         assert_eq!(
             rec.calls.iter(rec.start_ns).collect::<Vec<_>>(),
-            [(70_000, call)]
+            [(70_000, call), (80_000, drain)]
         );
         assert_eq!(
             rec.events.iter(rec.start_ns).collect::<Vec<_>>(),

@@ -26,6 +26,9 @@ pub enum Op {
     Send(u64),
     /// Read exactly this many bytes (what the recorded call returned).
     Recv(u64),
+    /// Read as the data comes until this many bytes are in: reads that
+    /// kept up with the network (`CallKind::Drain`).
+    Drain(u64),
     /// Close the socket; `after_peer`: the recorded close came after the
     /// peer's FIN (LAST_ACK), so the replay waits for that FIN first, as
     /// the application did (its read returned 0), whatever the clock says.
@@ -205,6 +208,7 @@ fn ops(r: &ConnRecord) -> Vec<(u64, Op)> {
         .filter_map(|(t, c)| match c.kind {
             CallKind::Send if c.bytes > 0 => Some((t, Op::Send(c.bytes))),
             CallKind::Recv if c.bytes > 0 => Some((t, Op::Recv(c.bytes))),
+            CallKind::Drain if c.bytes > 0 => Some((t, Op::Drain(c.bytes))),
             CallKind::Close => Some((t, Op::Close { after_peer: false })),
             _ => None,
         })
@@ -285,7 +289,7 @@ mod tests {
         let mut s = rec("198.18.0.2:5001", "198.18.0.1:40001");
         call(&mut c, 5_000_000, CallKind::Send, 14_480);
         call(&mut s, 5_300_000, CallKind::Recv, 1_448);
-        call(&mut s, 5_400_000, CallKind::Recv, 13_032);
+        call(&mut s, 5_400_000, CallKind::Drain, 13_032);
         call(&mut s, 5_500_000, CallKind::Send, 8);
         call(&mut c, 5_600_000, CallKind::Recv, 8);
         call(&mut s, 5_700_000, CallKind::Recv, 0); // EOF: not repeated
@@ -320,7 +324,7 @@ mod tests {
                 },
                 Step {
                     at_ns: 400_000,
-                    op: Op::Recv(13_032)
+                    op: Op::Drain(13_032)
                 },
                 Step {
                     at_ns: 500_000,

@@ -197,6 +197,14 @@ impl HostRecorder {
                     lo,
                     hi,
                 },
+                RecEvent::Kept { bytes, reads } => Ev::Call {
+                    t,
+                    call: Call {
+                        kind: CallKind::Drain,
+                        bytes,
+                        flags: reads,
+                    },
+                },
                 RecEvent::Call { recv, bytes, flags } => Ev::Call {
                     t,
                     call: Call {
@@ -303,6 +311,9 @@ impl HostRecorder {
             }
         }
         for (i, k, s) in ended {
+            // Reads that kept up since the socket's last call or state
+            // change: the probes' recorder (the first) holds them.
+            let kept = self.hosts[0].rec.take_kept(i as u32, &k);
             let h = &mut self.hosts[i];
             let r = h.asm.finish(
                 k.local.into(),
@@ -318,6 +329,7 @@ impl HostRecorder {
                     hi: s.hi,
                     first_ns: s.first_ns,
                     last_ns: s.last_ns,
+                    kept,
                 },
             );
             let n = h.written.entry(k).or_default();

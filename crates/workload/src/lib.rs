@@ -643,6 +643,17 @@ fn scripted(
                 buf.resize(n as usize, 0);
                 read_full(&mut s, &mut buf, c.id, stop)?
             }
+            // Reads that kept up: each took what had just arrived, so
+            // reads of whatever is there, as it comes, until all of it
+            // is in (at most what the socket can hold a read).
+            Op::Drain(n) => {
+                buf.resize(n.min(1 << 20) as usize, 0);
+                let cap = buf.len() as u64;
+                io_full(n as usize, c.id, stop, "replayed reads", |off| {
+                    let want = (n - off as u64).min(cap) as usize;
+                    s.read(&mut buf[..want])
+                })?
+            }
             Op::Close { after_peer } => {
                 if after_peer {
                     until_eof(&mut s, c.id, stop)?;
