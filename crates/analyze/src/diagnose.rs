@@ -440,7 +440,8 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission, k: Option<KernelResend>) -> Str
     // threshold a reordering had widened. A sender that counts them: one
     // without SACK (none of its repairs was SACK's or RACK's, no DSACK;
     // with SACK Linux decides by RACK's time, RFC 8985).
-    let sack = !c.dsacks.is_empty()
+    let sack = c.sack_acks > 0
+        || !c.dsacks.is_empty()
         || c.retransmissions
             .iter()
             .any(|x| matches!(x.reason, Reason::Sack | Reason::Rack));
@@ -452,6 +453,25 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission, k: Option<KernelResend>) -> Str
             return format!(
                 "{dups} duplicate ACKs came back, DupThresh {DUPTHRESH} for RFC 5681 §3.2, but the sender's kernel wanted {} (tcp_reordering, widened by a reordering){growth}",
                 k.reordering
+            );
+        }
+    }
+    // Enough duplicate ACKs passed the vantage point for a sender without
+    // SACK, with its threshold not grown, and still a timeout: the sender
+    // did not count them. On Linux, the likely reason: an ACK that updates
+    // the window counts as no duplicate, and the first ACK after the
+    // peer's last segment (or after the handshake) is one, since its
+    // sequence number is new (RFC 9293 §3.10.7.4's SND.WL1 rule,
+    // tcp_may_update_window), whatever its window; ACKs that reach the
+    // sender while its application holds the socket (a write still
+    // running) wait in the backlog, where Linux merges them
+    // (tcp_add_backlog, TcpExtTCPBacklogCoalesce) into one ACK that is
+    // that update. A lab spec pinned to one CPU timed out so in 39 of 40
+    // runs, with all 9 duplicates on the wire.
+    if let (Some((dups, _)), false) = (r.duplicate_acks, sack) {
+        if dups >= DUPTHRESH && k.is_none_or(|k| k.reordering <= dups) {
+            return format!(
+                "{dups} duplicate ACKs came back, DupThresh {DUPTHRESH} (RFC 5681 §3.2), and still the timer: the sender did not count them. On Linux, likely merged with a window update (the first ACK after the peer's last segment is one: a new sequence number, RFC 9293's SND.WL1 rule) in the socket's backlog while the sending application held the socket (TcpExtTCPBacklogCoalesce counts such merges)"
             );
         }
     }

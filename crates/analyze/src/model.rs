@@ -397,6 +397,10 @@ pub struct ConnAnalysis {
     pub last_ack_ts_ns: Option<u64>,
     /// DSACKs the receiver sent.
     pub dsacks: Vec<Evidence>,
+    /// The receiver's ACKs that carried SACK blocks (RFC 2018): the
+    /// connection uses SACK.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sack_acks: u64,
     /// The receiver's window at zero (`stall.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_windows: Vec<ZeroWindow>,
@@ -1511,6 +1515,7 @@ impl Conn {
                 delivered: Bins::default(),
                 plot: SeqPlot::default(),
                 last_ts_ns: None,
+                sack_acks: 0,
                 host_delay_max_ns: 0,
                 bytes_acked: 0,
                 first_data_ts_ns: None,
@@ -1674,6 +1679,9 @@ impl Conn {
         } else if !seg.data && seg.tcp.has_ack && self.isn.is_some() && !seg.tcp.syn {
             plot.acks.push(p);
             let base = self.isn.unwrap_or(0);
+            if !seg.tcp.sacks().is_empty() {
+                self.out.sack_acks += 1;
+            }
             for &(l, r) in seg.tcp.sacks() {
                 plot.sacks
                     .push((seg.ts, l.wrapping_sub(base), r.wrapping_sub(base)));

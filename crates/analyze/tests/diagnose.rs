@@ -257,6 +257,46 @@ fn a_timeout_after_too_few_packets_names_them() {
     }
 }
 
+#[test]
+fn a_timeout_after_enough_duplicate_acks_the_sender_did_not_count_says_so() {
+    // 10 segments, the first lost, 9 ACKs of nothing new with one window:
+    // the first has no ACK before it to repeat (the SYN-ACK aside), the
+    // other 8 are duplicates by RFC 5681, enough for DupThresh, and still
+    // a timeout.
+    // Linux merges such ACKs with the window update before them when they
+    // wait in the socket's backlog (a lab spec pinned to one CPU). The
+    // twin has 2: too few, named as such. The third's ACKs carry SACK
+    // blocks: with SACK, Linux decides by RACK's timer (RFC 8985), not by
+    // counting, so that is not said of it.
+    for (dups, sacked) in [(9u32, false), (2, false), (9, true)] {
+        let mut g = TcpGen::new();
+        g.handshake(ISN, SISN);
+        for k in 0..=dups {
+            send(&mut g, k);
+        }
+        for k in 0..dups {
+            if sacked {
+                let (l, r) = (ISN + 1 + SEG, ISN + 1 + (k + 2) * SEG);
+                g.push_sacked(false, SISN + 1, ISN + 1, 0, false, &[(l, r)]);
+            } else {
+                ack(&mut g, 0);
+            }
+        }
+        g.wait(210 * MS);
+        send(&mut g, 0);
+        ack(&mut g, dups + 1);
+        let c = causes(&g);
+        let t = the(&c, "timeout");
+        assert_eq!(
+            t.text.contains("8 duplicate ACKs came back, DupThresh 3 (RFC 5681 §3.2), and still the timer: the sender did not count them")
+                && t.text.contains("TcpExtTCPBacklogCoalesce"),
+            dups == 9 && !sacked,
+            "{}",
+            t.text
+        );
+    }
+}
+
 /// DETER §2.1's sender (rto_min 10 ms, no tail loss probe): 5 segments,
 /// the last lost; a timeout resends it 10 ms later, and again 20 ms after
 /// that (`between` runs between the two); then the ACK of all, with a
