@@ -219,6 +219,39 @@ fn transfer(n: &Net, dir: &Path, bytes: &str) {
     }
 }
 
+/// `wirelab record` of A and B into `dir/rec`, started (`--duration 50s`).
+fn recording(n: &Net, dir: &Path) -> (PathBuf, Procs) {
+    let out = dir.join("rec");
+    let log = dir.join("record.log");
+    let rec = wirelab()
+        .args([
+            "record",
+            "--netns",
+            &n.a,
+            &n.b,
+            "--out",
+            out.to_str().unwrap(),
+            "--duration",
+            "50s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let procs = Procs(vec![rec]);
+    wait_for(&log, "wirelab: recording");
+    (out, procs)
+}
+
+/// Ctrl-C to the recorder `recording` started; what it said.
+fn interrupted(mut procs: Procs) -> std::process::Output {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(procs.0[0].id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    procs.0.pop().unwrap().wait_with_output().unwrap()
+}
+
 fn wirelab() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wirelab"))
 }
@@ -261,34 +294,11 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("x", dir.path());
-    let out = dir.path().join("rec");
-    let log = dir.path().join("record.log");
-    let rec = wirelab()
-        .args([
-            "record",
-            "--netns",
-            &n.a,
-            &n.b,
-            "--out",
-            out.to_str().unwrap(),
-            "--duration",
-            "50s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut procs = Procs(vec![rec]);
-    wait_for(&log, "wirelab: recording");
+    let (out, procs) = recording(&n, dir.path());
     transfer(&n, dir.path(), "4M");
     // The sockets finish closing (FIN, ACK) after iperf3 exits.
     std::thread::sleep(Duration::from_millis(500));
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(procs.0[0].id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
-    let rec = procs.0.pop().unwrap();
-    let o = rec.wait_with_output().unwrap();
+    let o = interrupted(procs);
     let said = String::from_utf8_lossy(&o.stdout);
     // Ctrl-C: every record written, and 130 as after any interruption.
     assert_eq!(o.status.code(), Some(130), "{said}");
@@ -690,25 +700,7 @@ fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("r", dir.path());
-    let out = dir.path().join("rec");
-    let log = dir.path().join("record.log");
-    let rec = wirelab()
-        .args([
-            "record",
-            "--netns",
-            &n.a,
-            &n.b,
-            "--out",
-            out.to_str().unwrap(),
-            "--duration",
-            "50s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut procs = Procs(vec![rec]);
-    wait_for(&log, "wirelab: recording");
+    let (out, procs) = recording(&n, dir.path());
     // Each exits by itself within seconds: the server once the client
     // closed, the client 3 s after its data.
     let server = "import socket,sys\n\
@@ -738,12 +730,7 @@ fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
     );
     wait_for(&slog, "read 20000");
     std::thread::sleep(Duration::from_millis(200));
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(procs.0[0].id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
-    let rec = procs.0.pop().unwrap();
-    let o = rec.wait_with_output().unwrap();
+    let o = interrupted(procs);
     assert_eq!(
         o.status.code(),
         Some(130),
