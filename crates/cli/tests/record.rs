@@ -219,8 +219,9 @@ fn transfer(n: &Net, dir: &Path, bytes: &str) {
     }
 }
 
-/// `wirelab record` of A and B into `dir/rec`, started (`--duration 50s`).
-fn recording(n: &Net, dir: &Path) -> (PathBuf, Procs) {
+/// `wirelab record` of A and B into `dir/rec` with `extra` options,
+/// started (`--duration 50s`).
+fn recording(n: &Net, dir: &Path, extra: &[&str]) -> (PathBuf, Procs) {
     let out = dir.join("rec");
     let log = dir.join("record.log");
     let rec = wirelab()
@@ -234,6 +235,7 @@ fn recording(n: &Net, dir: &Path) -> (PathBuf, Procs) {
             "--duration",
             "50s",
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -294,7 +296,7 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("x", dir.path());
-    let (out, procs) = recording(&n, dir.path());
+    let (out, procs) = recording(&n, dir.path(), &[]);
     transfer(&n, dir.path(), "4M");
     // The sockets finish closing (FIN, ACK) after iperf3 exits.
     std::thread::sleep(Duration::from_millis(500));
@@ -610,27 +612,7 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("k", dir.path());
-    let out = dir.path().join("rec");
-    let log = dir.path().join("record.log");
-    let rec = wirelab()
-        .args([
-            "record",
-            "--netns",
-            &n.a,
-            &n.b,
-            "--out",
-            out.to_str().unwrap(),
-            "--idle",
-            "200ms",
-            "--duration",
-            "50s",
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut procs = Procs(vec![rec]);
-    wait_for(&log, "wirelab: recording");
+    let (out, mut procs) = recording(&n, dir.path(), &["--idle", "200ms"]);
     transfer(&n, dir.path(), "512K");
     // Both connections idle past 200 ms: their records get written.
     let t0 = Instant::now();
@@ -700,7 +682,7 @@ fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let n = net("r", dir.path());
-    let (out, procs) = recording(&n, dir.path());
+    let (out, procs) = recording(&n, dir.path(), &[]);
     // Each exits by itself within seconds: the server once the client
     // closed, the client 3 s after its data.
     let server = "import socket,sys\n\
