@@ -467,7 +467,7 @@ fn rto_why(c: &ConnAnalysis, r: &Retransmission, k: Option<KernelResend>) -> Str
     // running) wait in the backlog, where Linux merges them
     // (tcp_add_backlog, TcpExtTCPBacklogCoalesce) into one ACK that is
     // that update. A lab spec pinned to one CPU timed out so in 39 of 40
-    // runs, with all 9 duplicates on the wire.
+    // runs, its 9 ACKs (8 of them duplicates) all on the wire.
     if let (Some((dups, _)), false) = (r.duplicate_acks, sack) {
         if dups >= DUPTHRESH && k.is_none_or(|k| k.reordering <= dups) {
             return format!(

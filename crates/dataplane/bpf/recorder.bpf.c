@@ -631,6 +631,8 @@ int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
 	    BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq) <= kept_left &&
 	    bpf_ktime_get_ns() / 1000 - BPF_CORE_READ(tp, tcp_mstamp) <= kept_us) {
 		v = bpf_map_lookup_elem(&rec_kept, &kk);
+		/* Not atomic: two threads reading one socket at once could
+		 * miscount a run (a tracing program may not take a lock). */
 		if (v) {
 			v->reads++;
 			v->bytes += ret;
