@@ -470,12 +470,15 @@ fn a_retransmission_that_reached_the_switch_late_is_timed_when_sent() {
 /// is still caught when its hosts were prompt.
 #[test]
 fn a_backoff_is_judged_with_the_hosts_own_delay() {
-    let kept = |delay: fn(u64) -> u64| {
-        third_timeout_after_with(|rto, j| rto + j * 9 / 10, Some(delay))
-    };
+    let kept =
+        |delay: fn(u64) -> u64| third_timeout_after_with(|rto, j| rto + j * 9 / 10, Some(delay));
     let no_backoff = vec![("loss-recovery".to_string(), "no-backoff".to_string())];
     assert_eq!(kept(|_| 50_000), no_backoff, "prompt hosts");
-    assert_eq!(kept(|rto| rto / 2), Vec::<(String, String)>::new(), "late hosts");
+    assert_eq!(
+        kept(|rto| rto / 2),
+        Vec::<(String, String)>::new(),
+        "late hosts"
+    );
 }
 
 /// Retransmitting what the receiver already acknowledged: the first data

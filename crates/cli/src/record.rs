@@ -244,7 +244,10 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
             .filter(|c| c.kind == record::CallKind::Drain)
             .map(|c| u64::from(c.flags))
             .sum();
-        let runs = calls.iter().filter(|c| c.kind == record::CallKind::Drain).count();
+        let runs = calls
+            .iter()
+            .filter(|c| c.kind == record::CallKind::Drain)
+            .count();
         let events: Vec<record::Event> = r.events.iter(r.start_ns).map(|e| e.1).collect();
         let count = |f: &dyn Fn(&record::Event) -> bool| events.iter().filter(|e| f(e)).count();
         let s = Shown {

@@ -698,7 +698,9 @@ fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
     let slog = dir.path().join("server.log");
     apps.0.push(
         Command::new("ip")
-            .args(["netns", "exec", &n.b, "timeout", BOUND_S, "python3", "-c", server])
+            .args([
+                "netns", "exec", &n.b, "timeout", BOUND_S, "python3", "-c", server,
+            ])
             .stdout(std::fs::File::create(&slog).unwrap())
             .spawn()
             .unwrap(),
@@ -706,7 +708,9 @@ fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
     wait_for(&slog, "up");
     apps.0.push(
         Command::new("ip")
-            .args(["netns", "exec", &n.a, "timeout", BOUND_S, "python3", "-c", client])
+            .args([
+                "netns", "exec", &n.a, "timeout", BOUND_S, "python3", "-c", client,
+            ])
             .spawn()
             .unwrap(),
     );

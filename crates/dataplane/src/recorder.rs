@@ -404,7 +404,11 @@ impl Recorder {
             key: key.raw(),
             host,
         };
-        let v = self.maps.rec_kept.lookup(bytes_of(&k), MapFlags::ANY).ok()??;
+        let v = self
+            .maps
+            .rec_kept
+            .lookup(bytes_of(&k), MapFlags::ANY)
+            .ok()??;
         let v: types::wl_rec_kept = from_bytes(&v)?;
         let _ = self.maps.rec_kept.delete(bytes_of(&k));
         Some((v.start, v.bytes, v.reads))
