@@ -239,15 +239,11 @@ fn read(files: &[PathBuf], json: bool) -> Result<u8> {
         let moved = |k: record::CallKind| -> u64 {
             calls.iter().filter(|c| c.kind == k).map(|c| c.bytes).sum()
         };
-        let kept: u64 = calls
+        // A run of reads that kept up (`Drain`) stands for `flags` reads.
+        let (runs, kept) = calls
             .iter()
             .filter(|c| c.kind == record::CallKind::Drain)
-            .map(|c| u64::from(c.flags))
-            .sum();
-        let runs = calls
-            .iter()
-            .filter(|c| c.kind == record::CallKind::Drain)
-            .count();
+            .fold((0, 0u64), |(n, k), c| (n + 1, k + u64::from(c.flags)));
         let events: Vec<record::Event> = r.events.iter(r.start_ns).map(|e| e.1).collect();
         let count = |f: &dyn Fn(&record::Event) -> bool| events.iter().filter(|e| f(e)).count();
         let s = Shown {

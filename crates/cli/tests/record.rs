@@ -219,6 +219,19 @@ fn transfer(n: &Net, dir: &Path, bytes: &str) {
     }
 }
 
+/// What each test starts with: root (or a skip that says why), the lock,
+/// a scratch folder and A, R and B (tagged `tag`). Bound in this order,
+/// they go in reverse: the network, the folder, then the lock.
+fn lab(tag: &str) -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir, Net)> {
+    if !root("recording (network namespaces, BPF)") {
+        return None;
+    }
+    let one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let n = net(tag, dir.path());
+    Some((one, dir, n))
+}
+
 /// `wirelab record` of A and B into `dir/rec` with `extra` options,
 /// started (`--duration 50s`).
 fn recording(n: &Net, dir: &Path, extra: &[&str]) -> (PathBuf, Procs) {
@@ -290,12 +303,9 @@ fn nothing_attached(ns: &str) {
 
 #[test]
 fn records_say_what_the_network_did_to_an_iperf3_transfer() {
-    if !root("recording (network namespaces, BPF)") {
+    let Some((_one, dir, n)) = lab("x") else {
         return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let n = net("x", dir.path());
+    };
     let (out, procs) = recording(&n, dir.path(), &[]);
     transfer(&n, dir.path(), "4M");
     // The sockets finish closing (FIN, ACK) after iperf3 exits.
@@ -606,12 +616,9 @@ fn records_say_what_the_network_did_to_an_iperf3_transfer() {
 
 #[test]
 fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
-    if !root("recording (network namespaces, BPF)") {
+    let Some((_one, dir, n)) = lab("k") else {
         return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let n = net("k", dir.path());
+    };
     let (out, mut procs) = recording(&n, dir.path(), &["--idle", "200ms"]);
     transfer(&n, dir.path(), "512K");
     // Both connections idle past 200 ms: their records get written.
@@ -670,18 +677,15 @@ fn a_killed_recorder_leaves_its_records_readable_and_nothing_attached() {
 }
 
 /// Reads that kept up are recorded as runs, reported at the socket's next
-/// call or state change; a run still open when the recording stops is in
-/// the record too. B reads 20,000 bytes as they come and then only waits,
+/// send or read that did not keep up; a run still open when the record is
+/// written is in it too. B reads 20,000 bytes as they come and then only waits,
 /// its connection open, while the recording stops: its record holds every
 /// byte it read.
 #[test]
 fn reads_still_in_a_run_when_the_recording_stops_are_in_the_record() {
-    if !root("recording (network namespaces, BPF)") {
+    let Some((_one, dir, n)) = lab("r") else {
         return;
-    }
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let n = net("r", dir.path());
+    };
     let (out, procs) = recording(&n, dir.path(), &[]);
     // Each exits by itself within seconds: the server once the client
     // closed, the client 3 s after its data.

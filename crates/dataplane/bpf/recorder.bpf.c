@@ -559,7 +559,8 @@ static __always_inline __u64 total_retrans(const struct sock *sk)
  * the same moment with the same bytes. So a run of them is reported
  * once, as how many bytes it read, at its first read's time
  * (wirelab_deter::record::CallKind::Drain), and a replay reads as the
- * data comes until it has that many.
+ * data comes until it has that many. A run ends at the socket's next send
+ * or read that did not keep up, or when its record is written.
  *
  * "As data arrived": within kept_us of the socket's last packet
  * (tcp_sock.tcp_mstamp, which tcp_rcv_established refreshes, on the
@@ -594,23 +595,20 @@ static __always_inline void flush_kept(struct wl_rec_kept_key *kk)
 	bpf_map_delete_elem(&rec_kept, kk);
 }
 
-/* Reports the socket's pending run of reads (before its next call, or a
- * state change: the reads came before them). */
-static __always_inline void flush_sk(const struct sock *sk)
-{
-	struct wl_rec_kept_key kk = {};
-
-	if (sk_key(sk, &kk.key, &kk.host))
-		flush_kept(&kk);
-}
-
+/* A send ends the socket's run of reads: a replay issues its calls in
+ * order, and reads after the send may wait for what the send asked for.
+ * Any other run is taken from rec_kept when the record is written
+ * (Recorder::take_kept). */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(wl_rec_send, struct sock *sk, int ret, int flags)
 {
-	if (ret >= 0) {
-		flush_sk(sk);
-		sk_emit(sk, WL_REC_CALL, 0, ret, (__u32)flags);
-	}
+	struct wl_rec_kept_key kk = {};
+	struct pending p = { .a = 0, .b = ret, .c = (__u32)flags, .kind = WL_REC_CALL, .seq = ~0U };
+
+	if (ret < 0 || !sk_key(sk, &kk.key, &kk.host))
+		return 0;
+	flush_kept(&kk);
+	emit(&kk.key, kk.host, pipeline_now(), &p);
 	return 0;
 }
 
@@ -621,11 +619,9 @@ int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
 	struct wl_rec_kept_key kk = {};
 	struct wl_rec_kept *v, fresh = {};
 	struct pending p = { .a = 1, .b = ret, .c = (__u32)flags, .kind = WL_REC_CALL, .seq = ~0U };
-	__u64 now;
 
 	if (ret < 0 || !sk_key(sk, &kk.key, &kk.host))
 		return 0;
-	now = pipeline_now();
 	/* MSG_OOB 1, MSG_PEEK 2: not reads a replay repeats by bytes. */
 	if (ret > 0 && !(flags & 3) &&
 	    BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq) <= kept_left &&
@@ -638,7 +634,7 @@ int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
 			v->bytes += ret;
 			return 0;
 		}
-		fresh.start = now;
+		fresh.start = pipeline_now();
 		fresh.bytes = ret;
 		fresh.reads = 1;
 		/* A full map: recorded as it was. */
@@ -646,7 +642,7 @@ int BPF_PROG(wl_rec_recv, struct sock *sk, int ret, int flags)
 			return 0;
 	}
 	flush_kept(&kk);
-	emit(&kk.key, kk.host, now, &p);
+	emit(&kk.key, kk.host, pipeline_now(), &p);
 	return 0;
 }
 
@@ -698,7 +694,6 @@ int BPF_PROG(wl_rec_cong_state, struct sock *sk, __u8 state)
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(wl_rec_destroy, struct sock *sk)
 {
-	flush_sk(sk);
 	sk_emit_d(sk, WL_REC_KERNEL, WL_REC_K_STATE, 7 /* TCP_CLOSE */, 7, total_retrans(sk));
 	return 0;
 }
@@ -706,7 +701,6 @@ int BPF_PROG(wl_rec_destroy, struct sock *sk)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(wl_rec_state, const struct sock *sk, const int oldstate, const int newstate)
 {
-	flush_sk(sk);
 	sk_emit_d(sk, WL_REC_KERNEL, WL_REC_K_STATE, oldstate, newstate, total_retrans(sk));
 	if (oldstate == 1 /* TCP_ESTABLISHED */ || newstate == 1) {
 		/* DETER Table 1's per-socket settings: the congestion control

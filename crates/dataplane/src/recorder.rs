@@ -396,8 +396,9 @@ impl Recorder {
     }
 
     /// Takes host `host`'s connection `key`'s reads that kept up and were
-    /// not reported yet (an event reports them at the socket's next call
-    /// or state change): the first one's time, their bytes and how many.
+    /// not reported yet (an event reports them at the socket's next send
+    /// or read that did not keep up): the first one's time, their bytes
+    /// and how many.
     /// Only the recorder whose probes are attached has them.
     pub fn take_kept(&self, host: u32, key: &RecKey) -> Option<(u64, u64, u32)> {
         let k = types::wl_rec_kept_key {

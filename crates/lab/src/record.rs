@@ -311,8 +311,8 @@ impl HostRecorder {
             }
         }
         for (i, k, s) in ended {
-            // Reads that kept up since the socket's last call or state
-            // change: the probes' recorder (the first) holds them.
+            // Reads that kept up since the socket's last send or read
+            // that did not: the probes' recorder (the first) holds them.
             let kept = self.hosts[0].rec.take_kept(i as u32, &k);
             let h = &mut self.hosts[i];
             let r = h.asm.finish(
